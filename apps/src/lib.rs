@@ -1,0 +1,1 @@
+//! The applications bundled with iterstore (in progress).

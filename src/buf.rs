@@ -1,0 +1,131 @@
+//! [`AlignedBuf`]: an 8-byte-aligned byte buffer, the unit in which rows are stored and sent.
+//!
+//! Rows of every element type are kept as bytes so that storage, caches and messages are
+//! type-erased, and so that whole buffers can go on the wire with no per-element
+//! marshalling. The 8-byte alignment makes a zero-copy `&[T]` view valid for every
+//! [`Element`] type.
+
+use crate::Element;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::fmt;
+
+/// An owned, 8-byte-aligned, fixed-length byte buffer.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct AlignedBuf {
+    words: Vec<u64>,
+    len: usize,
+}
+
+impl AlignedBuf {
+    /// A buffer of `len` zero bytes.
+    pub fn zeroed(len: usize) -> Self {
+        AlignedBuf {
+            words: vec![0; len.div_ceil(8)],
+            len,
+        }
+    }
+
+    /// A buffer holding a copy of `bytes`.
+    pub fn from_bytes(bytes: &[u8]) -> Self {
+        let mut buf = Self::zeroed(bytes.len());
+        buf.as_bytes_mut().copy_from_slice(bytes);
+        buf
+    }
+
+    /// A buffer holding a copy of `values`.
+    pub fn from_slice<T: Element>(values: &[T]) -> Self {
+        Self::from_bytes(bytemuck::cast_slice(values))
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the buffer holds no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &bytemuck::cast_slice::<u64, u8>(&self.words)[..self.len]
+    }
+
+    /// The bytes, mutably.
+    pub fn as_bytes_mut(&mut self) -> &mut [u8] {
+        &mut bytemuck::cast_slice_mut::<u64, u8>(&mut self.words)[..self.len]
+    }
+
+    /// A zero-copy view as elements. Panics if the length is not a multiple of
+    /// `size_of::<T>()`, which the store never lets happen for a table's rows.
+    pub fn cast<T: Element>(&self) -> &[T] {
+        bytemuck::cast_slice(self.as_bytes())
+    }
+
+    /// A zero-copy mutable view as elements (same contract as [`cast`](Self::cast)).
+    pub fn cast_mut<T: Element>(&mut self) -> &mut [T] {
+        bytemuck::cast_slice_mut(self.as_bytes_mut())
+    }
+
+    /// Sets every byte to zero, keeping the length.
+    pub fn clear(&mut self) {
+        self.words.fill(0);
+    }
+}
+
+impl fmt::Debug for AlignedBuf {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "AlignedBuf({} bytes)", self.len)
+    }
+}
+
+impl Serialize for AlignedBuf {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bytes(self.as_bytes())
+    }
+}
+
+impl<'de> Deserialize<'de> for AlignedBuf {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = AlignedBuf;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a byte string")
+            }
+            fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<AlignedBuf, E> {
+                Ok(AlignedBuf::from_bytes(v))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<AlignedBuf, A::Error> {
+                let mut bytes = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+                while let Some(b) = seq.next_element::<u8>()? {
+                    bytes.push(b);
+                }
+                Ok(AlignedBuf::from_bytes(&bytes))
+            }
+        }
+        d.deserialize_bytes(Visitor)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn views_round_trip() {
+        let mut b = AlignedBuf::from_slice(&[1.5f64, -2.0]);
+        assert_eq!(b.len(), 16);
+        b.cast_mut::<f64>()[1] = 4.0;
+        assert_eq!(b.cast::<f64>(), &[1.5, 4.0]);
+        let odd = AlignedBuf::from_slice(&[1i32, 2, 3]);
+        assert_eq!(odd.len(), 12);
+        assert_eq!(odd.cast::<i32>(), &[1, 2, 3]);
+        b.clear();
+        assert_eq!(b.cast::<f64>(), &[0.0, 0.0]);
+    }
+}

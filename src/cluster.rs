@@ -1,0 +1,251 @@
+//! [`Cluster`]: starts a one-process cluster (server shards, a communication thread,
+//! worker threads), creates tables, runs closures on every worker, and shuts down.
+//!
+//! The cluster owns threads and wiring; the protocol lives in `client`, `server` and
+//! `worker`, and the transport only moves messages between them.
+
+use crate::client::{spawn_comm, ClientShared};
+use crate::consistency::Clock;
+use crate::msg::{Endpoint, Msg};
+use crate::table::{resolve, Registry};
+use crate::transport::{InProcTransport, Transport};
+use crate::worker::Worker;
+use crate::{server, Config, Element, Error, Result, Table};
+use std::hash::{BuildHasher, Hasher};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, PoisonError};
+use std::thread::JoinHandle;
+
+/// A running cluster. Dropping it shuts it down.
+pub struct Cluster {
+    id: u64,
+    config: Config,
+    registry: Registry,
+    shared: Arc<ClientShared>,
+    transport: Arc<dyn Transport>,
+    threads: Vec<JoinHandle<()>>,
+    clocks: Vec<Clock>,
+    down: bool,
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster")
+            .field("config", &self.config)
+            .field("tables", &self.registry.tables().len())
+            .field("down", &self.down)
+            .finish()
+    }
+}
+
+impl Cluster {
+    /// Validates `config` and starts a one-process cluster: `config.shards` server shard
+    /// threads and a communication thread. Worker threads start in [`run`](Self::run).
+    pub fn start(config: Config) -> Result<Cluster> {
+        config.validate()?;
+        let (transport, shard_inboxes, mut client_inboxes) = InProcTransport::new(1, config.shards);
+        let transport: Arc<dyn Transport> = Arc::new(transport);
+        let shared = Arc::new(ClientShared::new(0, config.clone(), transport.clone()));
+        let mut threads = Vec::with_capacity(config.shards + 1);
+        let spawn_err = |e: std::io::Error| Error::failed("thread spawn", e);
+        for (id, inbox) in shard_inboxes.into_iter().enumerate() {
+            let shard = server::Shard::new(id as u32, config.workers);
+            threads.push(server::spawn(shard, inbox, transport.clone()).map_err(spawn_err)?);
+        }
+        let inbox = client_inboxes.remove(0);
+        threads.push(spawn_comm(shared.clone(), inbox).map_err(spawn_err)?);
+        Ok(Cluster {
+            id: std::collections::hash_map::RandomState::new().build_hasher().finish(),
+            clocks: vec![0; config.workers],
+            config,
+            registry: Registry::default(),
+            shared,
+            transport,
+            threads,
+            down: false,
+        })
+    }
+
+    /// The configuration the cluster runs with.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Creates a table of `width`-element rows of `T`. Every row starts as zeros.
+    pub fn create_table<T: Element>(&mut self, name: &str, width: usize) -> Result<Table<T>> {
+        self.check()?;
+        let meta = self.registry.create(name, width, T::TYPE)?.clone();
+        for shard in 0..self.config.shards {
+            self.send(shard, Msg::CreateTable { meta: meta.clone() })?;
+        }
+        self.shared
+            .tables
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(meta.clone());
+        Ok(Table::new(self.id, &meta))
+    }
+
+    /// The handle of the existing table `name`, which must hold `T`.
+    pub fn table<T: Element>(&self, name: &str) -> Result<Table<T>> {
+        let meta = self.registry.by_name(name)?;
+        if meta.elem != T::TYPE {
+            return Err(Error::TypeMismatch {
+                table: name.to_string(),
+                actual: meta.elem.name(),
+                requested: T::TYPE.name(),
+            });
+        }
+        Ok(Table::new(self.id, meta))
+    }
+
+    /// Runs `f` once on each of the `config.workers` worker threads and returns their
+    /// results in worker order.
+    ///
+    /// Every worker starts at the same clock (the largest any worker reached before).
+    /// When `f` returns, the worker's remaining updates are sent and it stops holding the
+    /// others back. If any worker fails — `f` returns an error or panics — the others
+    /// still run to completion and the first failure (by worker index) is returned.
+    pub fn run<R, F>(&mut self, f: F) -> Result<Vec<R>>
+    where
+        R: Send,
+        F: Fn(&mut Worker<'_>) -> Result<R> + Sync,
+    {
+        self.check()?;
+        let start = self.clocks.iter().copied().max().unwrap_or(0);
+        for worker in 0..self.config.workers {
+            for shard in 0..self.config.shards {
+                self.send(shard, Msg::Resume { worker: worker as u32, clock: start })?;
+            }
+        }
+        let (shared, tables, id, f) = (&*self.shared, self.registry.tables(), self.id, &f);
+        let outcomes: Vec<_> = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..self.config.workers)
+                .map(|w| {
+                    std::thread::Builder::new()
+                        .name(format!("iterstore-worker-{w}"))
+                        .spawn_scoped(scope, move || {
+                            let mut worker = Worker::new(shared, tables, id, w, start);
+                            let result = catch_unwind(AssertUnwindSafe(|| f(&mut worker)));
+                            let finished = worker.finish();
+                            (result, finished)
+                        })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.map_err(|e| Error::failed("thread spawn", e)).map(|h| h.join()))
+                .collect()
+        });
+        let mut results = Vec::with_capacity(outcomes.len());
+        let mut first_error: Option<Error> = None;
+        for (w, outcome) in outcomes.into_iter().enumerate() {
+            let result = match outcome {
+                Err(e) => Err(e),
+                Ok(Err(payload)) | Ok(Ok((Err(payload), _))) => Err(Error::WorkerPanicked {
+                    worker: w,
+                    message: panic_message(payload.as_ref()),
+                }),
+                Ok(Ok((Ok(result), finished))) => {
+                    if let Ok(clock) = &finished {
+                        self.clocks[w] = *clock;
+                    }
+                    result.and_then(|r| finished.map(|_| r))
+                }
+            };
+            match result {
+                Ok(r) => results.push(r),
+                Err(e) => {
+                    if first_error.as_ref().is_none_or(is_secondary) {
+                        first_error = Some(e);
+                    }
+                }
+            }
+        }
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(results),
+        }
+    }
+
+    /// The current server-side contents of `table`: every row that exists, sorted by row.
+    /// Meant for use between runs (values of a run in progress may be partial).
+    pub fn snapshot<T: Element>(&self, table: &Table<T>) -> Result<Vec<(u64, Vec<T>)>> {
+        self.check()?;
+        resolve(self.registry.tables(), self.id, table)?;
+        for shard in 0..self.config.shards {
+            self.send(
+                shard,
+                Msg::Dump {
+                    from: self.shared.process,
+                    table: table.id,
+                },
+            )?;
+        }
+        let mut rows: Vec<(u64, Vec<T>)> = self
+            .shared
+            .collect_dumps(self.config.shards)?
+            .into_iter()
+            .map(|(k, b)| (k.row, b.cast::<T>().to_vec()))
+            .collect();
+        rows.sort_unstable_by_key(|(r, _)| *r);
+        Ok(rows)
+    }
+
+    /// Stops every thread of the cluster. Idempotent; later calls on the cluster return
+    /// [`Error::ShutDown`].
+    pub fn shutdown(&mut self) -> Result<()> {
+        if self.down {
+            return Ok(());
+        }
+        self.down = true;
+        for shard in 0..self.config.shards {
+            let _ = self.transport.send(Endpoint::Shard(shard as u32), Msg::Shutdown);
+        }
+        let _ = self
+            .transport
+            .send(Endpoint::Client(self.shared.process), Msg::Shutdown);
+        let mut result = Ok(());
+        for t in self.threads.drain(..) {
+            let name = t.thread().name().unwrap_or("iterstore thread").to_string();
+            if let Err(payload) = t.join() {
+                result = Err(Error::failed(name, panic_message(payload.as_ref())));
+            }
+        }
+        result
+    }
+
+    fn check(&self) -> Result<()> {
+        if self.down {
+            return Err(Error::ShutDown);
+        }
+        self.shared.check()
+    }
+
+    fn send(&self, shard: usize, msg: Msg) -> Result<()> {
+        self.transport
+            .send(Endpoint::Shard(shard as u32), msg)
+            .map_err(|e| Error::failed(format!("server shard {shard}"), e))
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = self.shutdown();
+    }
+}
+
+/// Errors that are consequences of another failure rather than causes.
+fn is_secondary(e: &Error) -> bool {
+    matches!(e, Error::ShutDown | Error::Failed { .. })
+}
+
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-string panic payload".to_string()
+    }
+}

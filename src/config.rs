@@ -1,0 +1,145 @@
+//! [`Config`]: everything a cluster is started with, validated before any work starts.
+//!
+//! This module only describes and checks settings; it starts nothing.
+
+use crate::{Error, Result};
+
+/// How stale a read may be: Stale Synchronous Parallel with bound `s`.
+///
+/// A worker that has completed `c` clocks reads values that include every update made
+/// during clocks `0..=c-s-1` by every worker, plus all of its own updates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Staleness {
+    /// SSP with this bound; `Bounded(0)` is Bulk Synchronous Parallel.
+    Bounded(u32),
+    /// No bound (fully asynchronous): any cached value is acceptable.
+    Unbounded,
+}
+
+impl Staleness {
+    /// Bulk Synchronous Parallel (`s = 0`).
+    pub const BSP: Staleness = Staleness::Bounded(0);
+}
+
+impl std::str::FromStr for Staleness {
+    type Err = String;
+
+    /// Parses `"0"`, `"3"`, … or `"async"` / `"unbounded"`.
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "async" | "unbounded" | "inf" => Ok(Staleness::Unbounded),
+            _ => s.parse::<u32>().map(Staleness::Bounded).map_err(|_| {
+                format!("staleness '{s}' is neither a non-negative integer nor 'async'")
+            }),
+        }
+    }
+}
+
+/// Settings of a cluster. Build one with [`Config::new`] and the `with_*` methods (or set
+/// the public fields), then [`validate`](Config::validate) it — [`Cluster::start`]
+/// validates too.
+///
+/// [`Cluster::start`]: crate::Cluster::start
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Config {
+    /// Worker threads in this process.
+    pub workers: usize,
+    /// Server shards in this process (each one thread); rows are placed on shards by a
+    /// hash of `(table, row)`.
+    pub shards: usize,
+    /// The consistency model.
+    pub staleness: Staleness,
+    /// Capacity of the process cache in rows (LRU eviction); `None` caches every row read.
+    pub cache_capacity: Option<usize>,
+}
+
+/// Upper bound on workers per process; far above any machine this runs on.
+pub const MAX_WORKERS: usize = 1024;
+/// Upper bound on server shards per process.
+pub const MAX_SHARDS: usize = 256;
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            workers: 1,
+            shards: 1,
+            staleness: Staleness::BSP,
+            cache_capacity: None,
+        }
+    }
+}
+
+impl Config {
+    /// A BSP configuration with `workers` worker threads and one server shard.
+    pub fn new(workers: usize) -> Self {
+        Config {
+            workers,
+            ..Config::default()
+        }
+    }
+
+    /// Sets the number of server shards.
+    pub fn with_shards(mut self, shards: usize) -> Self {
+        self.shards = shards;
+        self
+    }
+
+    /// Sets the staleness bound.
+    pub fn with_staleness(mut self, staleness: Staleness) -> Self {
+        self.staleness = staleness;
+        self
+    }
+
+    /// Bounds the process cache to `rows` rows with LRU eviction.
+    pub fn with_cache_capacity(mut self, rows: usize) -> Self {
+        self.cache_capacity = Some(rows);
+        self
+    }
+
+    /// Checks every setting; the error names the offending field.
+    pub fn validate(&self) -> Result<()> {
+        if self.workers == 0 || self.workers > MAX_WORKERS {
+            return Err(Error::config(
+                "workers",
+                format!("{} is outside 1..={MAX_WORKERS}", self.workers),
+            ));
+        }
+        if self.shards == 0 || self.shards > MAX_SHARDS {
+            return Err(Error::config(
+                "shards",
+                format!("{} is outside 1..={MAX_SHARDS}", self.shards),
+            ));
+        }
+        if self.cache_capacity == Some(0) {
+            return Err(Error::config(
+                "cache_capacity",
+                "a capacity of 0 rows cannot hold the row being read; use None for unbounded",
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rejects_bad_settings_naming_the_field() {
+        let e = Config::new(0).validate().unwrap_err().to_string();
+        assert!(e.contains("workers"), "{e}");
+        let e = Config::new(2).with_shards(0).validate().unwrap_err().to_string();
+        assert!(e.contains("shards"), "{e}");
+        let e = Config::new(2).with_cache_capacity(0).validate().unwrap_err();
+        assert!(e.to_string().contains("cache_capacity"));
+        assert!(Config::new(2).with_cache_capacity(10).validate().is_ok());
+    }
+
+    #[test]
+    fn parses_staleness() {
+        assert_eq!("0".parse::<Staleness>(), Ok(Staleness::BSP));
+        assert_eq!("async".parse::<Staleness>(), Ok(Staleness::Unbounded));
+        assert!("-1".parse::<Staleness>().is_err());
+    }
+}

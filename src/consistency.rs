@@ -1,0 +1,217 @@
+//! The SSP consistency rules as a pure state machine: no IO, no threads, no time.
+//!
+//! Vocabulary:
+//! - a worker's **clock** `c` is the number of `CLOCK` calls it has completed; updates it
+//!   makes before its `(c+1)`-th `CLOCK` belong to clock `c`;
+//! - a value's **data clock** `d` promises that it includes every update made during clocks
+//!   `0..d` by every worker (it may include more);
+//! - a worker at clock `c` with staleness `s` may use a value only if `d >= c - s`, i.e. it
+//!   sees every update from clocks `<= c - s - 1` ([`Staleness::is_fresh`]).
+//!
+//! The server side keeps each worker's clock in a [`ClockTable`]; its minimum is the data
+//! clock of everything the server holds. Reads that need a newer data clock wait in
+//! [`DeferredReads`] until the minimum catches up. A worker that has finished its work is
+//! not waited for: it has flushed everything and will add nothing more.
+//!
+//! `net`, `client` and `server` drive these types; nothing here knows about them.
+
+use crate::Staleness;
+use std::collections::BTreeMap;
+
+/// A clock value (see the module docs).
+pub type Clock = u64;
+
+impl Staleness {
+    /// The smallest data clock a worker at `worker_clock` may read.
+    #[inline]
+    pub fn required_data_clock(self, worker_clock: Clock) -> Clock {
+        match self {
+            Staleness::Bounded(s) => worker_clock.saturating_sub(u64::from(s)),
+            Staleness::Unbounded => 0,
+        }
+    }
+
+    /// Whether a value with `data_clock` is fresh enough for a worker at `worker_clock`.
+    #[inline]
+    pub fn is_fresh(self, data_clock: Clock, worker_clock: Clock) -> bool {
+        data_clock >= self.required_data_clock(worker_clock)
+    }
+}
+
+/// Per-worker clocks as a server sees them, and their minimum.
+#[derive(Debug, Clone)]
+pub struct ClockTable {
+    clocks: Vec<Clock>,
+    finished: Vec<bool>,
+    min: Clock,
+}
+
+impl ClockTable {
+    /// `workers` workers, all at clock 0 and active.
+    pub fn new(workers: usize) -> Self {
+        ClockTable {
+            clocks: vec![0; workers],
+            finished: vec![false; workers],
+            min: 0,
+        }
+    }
+
+    /// The data clock of the server's state: the minimum clock over active workers, or
+    /// the maximum over all workers when none is active. Never decreases.
+    pub fn min_clock(&self) -> Clock {
+        self.min
+    }
+
+    /// Number of workers tracked.
+    pub fn workers(&self) -> usize {
+        self.clocks.len()
+    }
+
+    /// Records that `worker` completed clock `clock`. Returns the new minimum if it
+    /// advanced. Clocks never go backwards; an out-of-range worker is ignored (`None`).
+    pub fn tick(&mut self, worker: usize, clock: Clock) -> Option<Clock> {
+        let c = self.clocks.get_mut(worker)?;
+        *c = (*c).max(clock);
+        self.recompute()
+    }
+
+    /// Records that `worker` has finished: it is no longer waited for.
+    pub fn finish(&mut self, worker: usize) -> Option<Clock> {
+        *self.finished.get_mut(worker)? = true;
+        self.recompute()
+    }
+
+    /// Makes `worker` active again at `clock`, which must be at least the current minimum
+    /// (the cluster resumes every worker at the common maximum clock between runs).
+    pub fn resume(&mut self, worker: usize, clock: Clock) {
+        if let (Some(c), Some(f)) = (self.clocks.get_mut(worker), self.finished.get_mut(worker)) {
+            *c = (*c).max(clock).max(self.min);
+            *f = false;
+        }
+    }
+
+    fn recompute(&mut self) -> Option<Clock> {
+        let active = self
+            .clocks
+            .iter()
+            .zip(&self.finished)
+            .filter(|(_, f)| !**f)
+            .map(|(c, _)| *c)
+            .min();
+        let new = active.unwrap_or_else(|| self.clocks.iter().copied().max().unwrap_or(0));
+        if new > self.min {
+            self.min = new;
+            Some(new)
+        } else {
+            None
+        }
+    }
+}
+
+/// Reads waiting for the server's data clock to reach what they require.
+#[derive(Debug)]
+pub struct DeferredReads<R> {
+    waiting: BTreeMap<Clock, Vec<R>>,
+}
+
+impl<R> Default for DeferredReads<R> {
+    fn default() -> Self {
+        DeferredReads {
+            waiting: BTreeMap::new(),
+        }
+    }
+}
+
+impl<R> DeferredReads<R> {
+    /// Parks `read` until the data clock reaches `required`.
+    pub fn defer(&mut self, required: Clock, read: R) {
+        self.waiting.entry(required).or_default().push(read);
+    }
+
+    /// Removes and returns every read whose requirement `min_clock` satisfies, in
+    /// order of requirement.
+    pub fn release(&mut self, min_clock: Clock) -> Vec<R> {
+        let ready = match min_clock.checked_add(1) {
+            Some(bound) => {
+                let later = self.waiting.split_off(&bound);
+                std::mem::replace(&mut self.waiting, later)
+            }
+            None => std::mem::take(&mut self.waiting),
+        };
+        ready.into_values().flatten().collect()
+    }
+
+    /// Number of parked reads.
+    pub fn len(&self) -> usize {
+        self.waiting.values().map(Vec::len).sum()
+    }
+
+    /// Whether no read is parked.
+    pub fn is_empty(&self) -> bool {
+        self.waiting.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn freshness_rule_matches_ssp_definition() {
+        // A worker at clock 5 with s = 2 must see clocks 0..=2, i.e. data clock >= 3.
+        let s = Staleness::Bounded(2);
+        assert_eq!(s.required_data_clock(5), 3);
+        assert!(s.is_fresh(3, 5));
+        assert!(!s.is_fresh(2, 5));
+        assert!(s.is_fresh(0, 1));
+        // BSP: at clock c every clock < c must be in.
+        assert!(Staleness::BSP.is_fresh(4, 4));
+        assert!(!Staleness::BSP.is_fresh(3, 4));
+        assert!(Staleness::Unbounded.is_fresh(0, 1_000));
+    }
+
+    #[test]
+    fn min_clock_tracks_slowest_active_worker() {
+        let mut t = ClockTable::new(3);
+        assert_eq!(t.tick(0, 1), None);
+        assert_eq!(t.tick(1, 2), None);
+        assert_eq!(t.tick(2, 1), Some(1));
+        assert_eq!(t.tick(0, 3), None);
+        // Worker 2 finishes at clock 1: the minimum jumps to the slowest active one.
+        assert_eq!(t.finish(2), Some(2));
+        assert_eq!(t.finish(1), Some(3));
+        // Everyone finished: the maximum clock.
+        assert_eq!(t.finish(0), None);
+        assert_eq!(t.min_clock(), 3);
+        // Resumed at the common clock; the minimum never goes back.
+        for w in 0..3 {
+            t.resume(w, 3);
+        }
+        assert_eq!(t.min_clock(), 3);
+        assert_eq!(t.tick(0, 4), None);
+        assert_eq!(t.tick(7, 9), None, "unknown workers are ignored");
+    }
+
+    #[test]
+    fn clocks_never_go_backwards() {
+        let mut t = ClockTable::new(1);
+        t.tick(0, 5);
+        assert_eq!(t.tick(0, 2), None);
+        assert_eq!(t.min_clock(), 5);
+    }
+
+    #[test]
+    fn deferred_reads_release_in_requirement_order() {
+        let mut d = DeferredReads::default();
+        d.defer(3, "c");
+        d.defer(1, "a");
+        d.defer(2, "b");
+        d.defer(5, "e");
+        assert_eq!(d.len(), 4);
+        assert_eq!(d.release(2), vec!["a", "b"]);
+        assert!(d.release(2).is_empty());
+        assert_eq!(d.release(4), vec!["c"]);
+        assert_eq!(d.release(u64::MAX - 1), vec!["e"]);
+        assert!(d.is_empty());
+    }
+}

@@ -1,0 +1,158 @@
+//! Element types a table can hold, and the byte-level aggregation (`+`) the store applies.
+//!
+//! Rows travel and live as aligned byte buffers ([`AlignedBuf`]); the element type of a
+//! table decides how two such buffers are added. This module knows nothing about tables,
+//! clocks or the network.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for f32 {}
+    impl Sealed for f64 {}
+    impl Sealed for i32 {}
+    impl Sealed for i64 {}
+}
+
+/// The runtime tag of an element type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ElemType {
+    /// `f32`
+    F32,
+    /// `f64`
+    F64,
+    /// `i32` (wrapping addition)
+    I32,
+    /// `i64` (wrapping addition)
+    I64,
+}
+
+impl ElemType {
+    /// Size of one element in bytes.
+    pub const fn size(self) -> usize {
+        match self {
+            ElemType::F32 | ElemType::I32 => 4,
+            ElemType::F64 | ElemType::I64 => 8,
+        }
+    }
+
+    /// The Rust name of the type.
+    pub const fn name(self) -> &'static str {
+        match self {
+            ElemType::F32 => "f32",
+            ElemType::F64 => "f64",
+            ElemType::I32 => "i32",
+            ElemType::I64 => "i64",
+        }
+    }
+
+    /// Adds `src` into `dst` element-wise. Both must hold the same whole number of
+    /// elements of this type.
+    pub(crate) fn add(self, dst: &mut [u8], src: &[u8]) {
+        match self {
+            ElemType::F32 => add_as::<f32>(dst, src),
+            ElemType::F64 => add_as::<f64>(dst, src),
+            ElemType::I32 => add_as::<i32>(dst, src),
+            ElemType::I64 => add_as::<i64>(dst, src),
+        }
+    }
+}
+
+impl fmt::Display for ElemType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+fn add_as<T: Element>(dst: &mut [u8], src: &[u8]) {
+    let dst: &mut [T] = bytemuck::cast_slice_mut(dst);
+    match bytemuck::try_cast_slice::<u8, T>(src) {
+        Ok(src) => T::add_slice(dst, src),
+        // Unaligned source (e.g. straight off the wire): read element by element.
+        Err(_) => {
+            for (d, chunk) in dst.iter_mut().zip(src.chunks_exact(T::TYPE.size())) {
+                *d = d.add(bytemuck::pod_read_unaligned(chunk));
+            }
+        }
+    }
+}
+
+/// A plain-old-data element type whose update aggregation is `+`.
+///
+/// Implemented for `f32`, `f64`, `i32` and `i64` (integers add with wrapping). Sealed.
+pub trait Element:
+    bytemuck::Pod + Default + PartialEq + fmt::Debug + Send + Sync + 'static + sealed::Sealed
+{
+    /// The runtime tag of this type.
+    const TYPE: ElemType;
+
+    /// `self + other` with the store's aggregation semantics.
+    fn add(self, other: Self) -> Self;
+
+    /// Adds `src` into `dst` element-wise (lengths must match).
+    #[inline]
+    fn add_slice(dst: &mut [Self], src: &[Self]) {
+        debug_assert_eq!(dst.len(), src.len());
+        for (d, s) in dst.iter_mut().zip(src) {
+            *d = d.add(*s);
+        }
+    }
+}
+
+impl Element for f32 {
+    const TYPE: ElemType = ElemType::F32;
+    #[inline]
+    fn add(self, other: Self) -> Self {
+        self + other
+    }
+}
+
+impl Element for f64 {
+    const TYPE: ElemType = ElemType::F64;
+    #[inline]
+    fn add(self, other: Self) -> Self {
+        self + other
+    }
+}
+
+impl Element for i32 {
+    const TYPE: ElemType = ElemType::I32;
+    #[inline]
+    fn add(self, other: Self) -> Self {
+        self.wrapping_add(other)
+    }
+}
+
+impl Element for i64 {
+    const TYPE: ElemType = ElemType::I64;
+    #[inline]
+    fn add(self, other: Self) -> Self {
+        self.wrapping_add(other)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::AlignedBuf;
+
+    #[test]
+    fn add_bytes_aligned_and_unaligned() {
+        let mut dst = AlignedBuf::from_slice(&[1.0f32, 2.0, 3.0]);
+        let src = AlignedBuf::from_slice(&[0.5f32, 0.5, 0.5]);
+        ElemType::F32.add(dst.as_bytes_mut(), src.as_bytes());
+        assert_eq!(dst.cast::<f32>(), &[1.5, 2.5, 3.5]);
+        let mut unaligned = vec![0u8; 13];
+        unaligned[1..].copy_from_slice(&bytemuck::cast_slice::<i32, u8>(&[7, -1, 2]));
+        let mut ints = AlignedBuf::from_slice(&[1i32, 1, 1]);
+        ElemType::I32.add(ints.as_bytes_mut(), &unaligned[1..]);
+        assert_eq!(ints.cast::<i32>(), &[8, 0, 3]);
+    }
+
+    #[test]
+    fn integer_addition_wraps() {
+        assert_eq!(i32::MAX.add(1), i32::MIN);
+        assert_eq!(ElemType::I64.size(), 8);
+    }
+}

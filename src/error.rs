@@ -1,0 +1,117 @@
+//! The crate's error type: one `#[non_exhaustive]` enum for every public boundary.
+//!
+//! Errors name the offending thing (table, row, worker, field). This module knows nothing
+//! about how errors arise; it only describes them.
+
+use std::fmt;
+
+/// A `Result` whose error is [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in the store.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The configuration was rejected before any work started.
+    #[error("invalid configuration: {field}: {reason}")]
+    InvalidConfig {
+        /// The offending field.
+        field: &'static str,
+        /// Why it was rejected.
+        reason: String,
+    },
+    /// No table with this name (or handle) exists in this cluster.
+    #[error("unknown table {0}")]
+    UnknownTable(String),
+    /// A table with this name already exists.
+    #[error("table '{0}' already exists")]
+    TableExists(String),
+    /// A table was looked up with a different element type than it was created with.
+    #[error("table '{table}' holds {actual} elements, not {requested}")]
+    TypeMismatch {
+        /// The table.
+        table: String,
+        /// The element type it was created with.
+        actual: &'static str,
+        /// The element type asked for.
+        requested: &'static str,
+    },
+    /// A row buffer or delta does not have the table's row width.
+    #[error("table '{table}' row {row}: expected {expected} elements, got {actual}")]
+    WidthMismatch {
+        /// The table.
+        table: String,
+        /// The row.
+        row: u64,
+        /// The table's row width.
+        expected: usize,
+        /// The length supplied.
+        actual: usize,
+    },
+    /// A column index is outside the row.
+    #[error("table '{table}' row {row}: column {column} is out of range (width {width})")]
+    ColumnOutOfRange {
+        /// The table.
+        table: String,
+        /// The row.
+        row: u64,
+        /// The column asked for.
+        column: usize,
+        /// The table's row width.
+        width: usize,
+    },
+    /// The cluster was shut down; no more work can be done on it.
+    #[error("the cluster has been shut down")]
+    ShutDown,
+    /// A worker thread panicked while running user code.
+    #[error("worker {worker} panicked: {message}")]
+    WorkerPanicked {
+        /// The worker's index.
+        worker: usize,
+        /// The panic payload, if it was a string.
+        message: String,
+    },
+    /// An internal component (a server shard, a communication thread or the transport)
+    /// failed; the cluster cannot continue.
+    #[error("{component} failed: {message}")]
+    Failed {
+        /// What failed, e.g. "server shard 1".
+        component: String,
+        /// Why.
+        message: String,
+    },
+    /// An error raised by application code running on a worker.
+    #[error("worker {worker}: {source}")]
+    App {
+        /// The worker's index.
+        worker: usize,
+        /// The application's error.
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+impl Error {
+    /// Wraps an application error raised on worker `worker`, so that closures passed to
+    /// [`Cluster::run`](crate::Cluster::run) can use `?` on their own error types via
+    /// `.map_err(|e| Error::app(worker.id(), e))`.
+    pub fn app(worker: usize, source: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+        Error::App {
+            worker,
+            source: source.into(),
+        }
+    }
+
+    pub(crate) fn config(field: &'static str, reason: impl fmt::Display) -> Self {
+        Error::InvalidConfig {
+            field,
+            reason: reason.to_string(),
+        }
+    }
+
+    pub(crate) fn failed(component: impl fmt::Display, message: impl fmt::Display) -> Self {
+        Error::Failed {
+            component: component.to_string(),
+            message: message.to_string(),
+        }
+    }
+}

@@ -1,0 +1,179 @@
+//! Tables: named collections of fixed-width rows of one element type.
+//!
+//! [`Table<T>`] is the typed handle user code holds; [`TableMeta`] is the untyped
+//! description the client and the servers share. A handle remembers the cluster it came
+//! from, so a handle from another cluster is rejected instead of silently aliasing a table.
+
+use crate::{ElemType, Element, Error, Result};
+use serde::{Deserialize, Serialize};
+use std::marker::PhantomData;
+
+/// Dense id of a table within a cluster (creation order).
+pub type TableId = u32;
+
+/// Identifies one row of one table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct RowKey {
+    /// The table.
+    pub table: TableId,
+    /// The row within the table.
+    pub row: u64,
+}
+
+impl RowKey {
+    /// The key of `row` in `table`.
+    pub fn new(table: TableId, row: u64) -> Self {
+        RowKey { table, row }
+    }
+}
+
+/// The untyped description of a table.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TableMeta {
+    /// Dense id (creation order).
+    pub id: TableId,
+    /// Unique name.
+    pub name: String,
+    /// Elements per row.
+    pub width: usize,
+    /// Element type.
+    pub elem: ElemType,
+}
+
+impl TableMeta {
+    /// Bytes per row.
+    pub fn row_bytes(&self) -> usize {
+        self.width * self.elem.size()
+    }
+}
+
+/// A typed handle to a table, obtained from [`Cluster::create_table`] or
+/// [`Cluster::table`]. Cheap to copy.
+///
+/// [`Cluster::create_table`]: crate::Cluster::create_table
+/// [`Cluster::table`]: crate::Cluster::table
+#[derive(Debug)]
+pub struct Table<T> {
+    pub(crate) cluster: u64,
+    pub(crate) id: TableId,
+    pub(crate) width: usize,
+    _elem: PhantomData<fn() -> T>,
+}
+
+impl<T> Clone for Table<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for Table<T> {}
+
+impl<T: Element> Table<T> {
+    pub(crate) fn new(cluster: u64, meta: &TableMeta) -> Self {
+        Table {
+            cluster,
+            id: meta.id,
+            width: meta.width,
+            _elem: PhantomData,
+        }
+    }
+
+    /// Elements per row.
+    pub fn width(&self) -> usize {
+        self.width
+    }
+
+    /// The table's id within its cluster.
+    pub fn id(&self) -> TableId {
+        self.id
+    }
+
+    /// The key of `row` in this table.
+    pub fn key(&self, row: u64) -> RowKey {
+        RowKey::new(self.id, row)
+    }
+}
+
+/// The tables of one cluster, in creation order.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Registry {
+    tables: Vec<TableMeta>,
+}
+
+impl Registry {
+    pub(crate) fn create(&mut self, name: &str, width: usize, elem: ElemType) -> Result<&TableMeta> {
+        if name.is_empty() {
+            return Err(Error::config("table name", "must not be empty"));
+        }
+        if width == 0 {
+            return Err(Error::config(
+                "table width",
+                format!("table '{name}' must have at least one column"),
+            ));
+        }
+        if self.tables.iter().any(|t| t.name == name) {
+            return Err(Error::TableExists(name.to_string()));
+        }
+        let id = TableId::try_from(self.tables.len())
+            .map_err(|_| Error::config("tables", "too many tables"))?;
+        self.tables.push(TableMeta {
+            id,
+            name: name.to_string(),
+            width,
+            elem,
+        });
+        Ok(&self.tables[id as usize])
+    }
+
+    pub(crate) fn by_name(&self, name: &str) -> Result<&TableMeta> {
+        self.tables
+            .iter()
+            .find(|t| t.name == name)
+            .ok_or_else(|| Error::UnknownTable(format!("'{name}'")))
+    }
+
+    pub(crate) fn tables(&self) -> &[TableMeta] {
+        &self.tables
+    }
+}
+
+/// Checks that `table` belongs to `cluster` and returns its metadata.
+pub(crate) fn resolve<'a, T: Element>(
+    tables: &'a [TableMeta],
+    cluster: u64,
+    table: &Table<T>,
+) -> Result<&'a TableMeta> {
+    if table.cluster != cluster {
+        return Err(Error::UnknownTable(format!(
+            "#{} (the handle belongs to another cluster)",
+            table.id
+        )));
+    }
+    tables
+        .get(table.id as usize)
+        .ok_or_else(|| Error::UnknownTable(format!("#{}", table.id)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registry_rejects_duplicates_and_zero_width() {
+        let mut r = Registry::default();
+        assert_eq!(r.create("a", 4, ElemType::F32).unwrap().id, 0);
+        assert!(matches!(r.create("a", 4, ElemType::F32), Err(Error::TableExists(_))));
+        assert!(r.create("b", 0, ElemType::F32).is_err());
+        assert_eq!(r.by_name("a").unwrap().row_bytes(), 16);
+        assert!(matches!(r.by_name("zz"), Err(Error::UnknownTable(_))));
+    }
+
+    #[test]
+    fn foreign_handles_are_rejected() {
+        let mut r = Registry::default();
+        let meta = r.create("a", 2, ElemType::I64).unwrap().clone();
+        let t = Table::<i64>::new(7, &meta);
+        assert!(resolve(r.tables(), 7, &t).is_ok());
+        assert!(matches!(resolve(r.tables(), 8, &t), Err(Error::UnknownTable(_))));
+    }
+}

@@ -1,0 +1,282 @@
+//! [`Worker`]: the handle a worker thread uses for READ, UPDATE and CLOCK.
+//!
+//! A worker buffers its updates of the current clock in an operation log and sends them
+//! at `CLOCK`. It reads from the process cache, fetching on a miss or when the cached
+//! snapshot is too stale, and adds its own updates the snapshot does not include
+//! (read-my-writes). It never talks to a server except through the transport.
+
+use crate::client::{ClientShared, WAIT_SLICE};
+use crate::consistency::Clock;
+use crate::msg::{Endpoint, Msg, RowBatch};
+use crate::server::shard_of;
+use crate::table::resolve;
+use crate::{AlignedBuf, ElemType, Element, Error, Result, RowKey, Staleness, Table, TableMeta};
+use rustc_hash::FxHashMap;
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+
+type Oplog = FxHashMap<RowKey, AlignedBuf>;
+
+/// One worker thread's view of the store. Obtained inside [`Cluster::run`].
+///
+/// [`Cluster::run`]: crate::Cluster::run
+pub struct Worker<'a> {
+    shared: &'a ClientShared,
+    tables: &'a [TableMeta],
+    cluster: u64,
+    id: usize,
+    workers: usize,
+    clock: Clock,
+    oplog: Oplog,
+    /// This worker's sent updates of recent clocks, for read-my-writes under SSP `s > 0`.
+    recent: VecDeque<(Clock, Oplog)>,
+    scratch: AlignedBuf,
+}
+
+impl<'a> Worker<'a> {
+    pub(crate) fn new(
+        shared: &'a ClientShared,
+        tables: &'a [TableMeta],
+        cluster: u64,
+        id: usize,
+        clock: Clock,
+    ) -> Self {
+        Worker {
+            shared,
+            tables,
+            cluster,
+            id,
+            workers: shared.config.workers,
+            clock,
+            oplog: Oplog::default(),
+            recent: VecDeque::new(),
+            scratch: AlignedBuf::default(),
+        }
+    }
+
+    /// This worker's index, `0..workers()`.
+    pub fn id(&self) -> usize {
+        self.id
+    }
+
+    /// Number of workers in the cluster.
+    pub fn workers(&self) -> usize {
+        self.workers
+    }
+
+    /// Number of `CLOCK` calls this worker has completed (over all runs).
+    pub fn current_clock(&self) -> Clock {
+        self.clock
+    }
+
+    /// Copies row `row` of `table` into `out` (which must have the table's width): a value
+    /// at most `s` clocks stale, plus every update this worker has made.
+    pub fn read<T: Element>(&mut self, table: &Table<T>, row: u64, out: &mut [T]) -> Result<()> {
+        let meta = self.check(table, row, out.len())?;
+        let key = table.key(row);
+        let data_clock = self.fetch_fresh(key, |data| {
+            out.copy_from_slice(data.cast());
+        })?;
+        self.add_own(key, data_clock, meta.elem, bytemuck::cast_slice_mut(out));
+        Ok(())
+    }
+
+    /// Calls `f` with row `row` of `table` (same value as [`read`](Self::read)) without
+    /// copying it when this worker has no unsent updates to the row. `f` runs while the
+    /// row is locked for reading: keep it short.
+    pub fn read_with<T: Element, R>(
+        &mut self,
+        table: &Table<T>,
+        row: u64,
+        f: impl FnOnce(&[T]) -> R,
+    ) -> Result<R> {
+        let meta = self.check(table, row, table.width)?;
+        let key = table.key(row);
+        let own = self.oplog.contains_key(&key) || self.recent.iter().any(|(_, l)| l.contains_key(&key));
+        if !own {
+            let required = self.required();
+            loop {
+                let generation = self.shared.fetcher.generation();
+                if let Some(entry) = self.shared.cache.get_fresh(key, required) {
+                    return Ok(f(entry.data.cast()));
+                }
+                self.request_and_wait(key, required, generation)?;
+            }
+        }
+        let mut scratch = std::mem::take(&mut self.scratch);
+        if scratch.len() != meta.row_bytes() {
+            scratch = AlignedBuf::zeroed(meta.row_bytes());
+        }
+        let data_clock = self.fetch_fresh(key, |data| {
+            scratch.as_bytes_mut().copy_from_slice(data.as_bytes());
+        })?;
+        self.add_own(key, data_clock, meta.elem, scratch.as_bytes_mut());
+        let result = f(scratch.cast());
+        self.scratch = scratch;
+        Ok(result)
+    }
+
+    /// Adds `delta` (the table's width) to row `row` of `table`. Visible to this worker at
+    /// once, to the others after this worker's next [`clock`](Self::clock) as SSP allows.
+    pub fn update<T: Element>(&mut self, table: &Table<T>, row: u64, delta: &[T]) -> Result<()> {
+        self.check(table, row, delta.len())?;
+        let bytes: &[u8] = bytemuck::cast_slice(delta);
+        match self.oplog.entry(table.key(row)) {
+            std::collections::hash_map::Entry::Occupied(mut e) => {
+                T::TYPE.add(e.get_mut().as_bytes_mut(), bytes);
+            }
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(AlignedBuf::from_bytes(bytes));
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds `delta` to column `column` of row `row` of `table` (a sparse update).
+    pub fn update_col<T: Element>(
+        &mut self,
+        table: &Table<T>,
+        row: u64,
+        column: usize,
+        delta: T,
+    ) -> Result<()> {
+        let meta = self.check(table, row, table.width)?;
+        if column >= table.width {
+            return Err(Error::ColumnOutOfRange {
+                table: meta.name.clone(),
+                row,
+                column,
+                width: table.width,
+            });
+        }
+        let bytes = meta.row_bytes();
+        let row_buf = self
+            .oplog
+            .entry(table.key(row))
+            .or_insert_with(|| AlignedBuf::zeroed(bytes));
+        let cell = &mut row_buf.cast_mut::<T>()[column];
+        *cell = cell.add(delta);
+        Ok(())
+    }
+
+    /// Ends this worker's current clock: its buffered updates are sent, and become visible
+    /// to the other workers once every worker has finished this clock.
+    pub fn clock(&mut self) -> Result<()> {
+        self.shared.check()?;
+        let shards = self.shared.config.shards;
+        let mut per_shard: Vec<RowBatch> = (0..shards).map(|_| Vec::new()).collect();
+        let log = std::mem::take(&mut self.oplog);
+        if self.keeps_recent() {
+            for (key, delta) in &log {
+                per_shard[shard_of(*key, shards)].push((*key, delta.clone()));
+            }
+            self.recent.push_back((self.clock, log));
+        } else {
+            for (key, delta) in log {
+                per_shard[shard_of(key, shards)].push((key, delta));
+            }
+        }
+        self.clock += 1;
+        for (shard, rows) in per_shard.into_iter().enumerate() {
+            let msg = Msg::Clock {
+                worker: self.id as u32,
+                clock: self.clock,
+                rows,
+            };
+            self.send(shard, msg)?;
+        }
+        let floor = self.required();
+        while self.recent.front().is_some_and(|(c, _)| *c < floor) {
+            self.recent.pop_front();
+        }
+        Ok(())
+    }
+
+    /// Sends what is left and tells the servers this worker is done for this run.
+    pub(crate) fn finish(&mut self) -> Result<Clock> {
+        if !self.oplog.is_empty() {
+            self.clock()?;
+        }
+        for shard in 0..self.shared.config.shards {
+            self.send(shard, Msg::Finish { worker: self.id as u32 })?;
+        }
+        Ok(self.clock)
+    }
+
+    fn send(&self, shard: usize, msg: Msg) -> Result<()> {
+        self.shared
+            .transport
+            .send(Endpoint::Shard(shard as u32), msg)
+            .map_err(|e| Error::failed(format!("server shard {shard}"), e))
+    }
+
+    fn keeps_recent(&self) -> bool {
+        self.shared.config.staleness != Staleness::BSP
+    }
+
+    /// The smallest data clock this worker may read now.
+    #[inline]
+    fn required(&self) -> Clock {
+        match self.shared.config.staleness {
+            Staleness::Unbounded => self.shared.known_min.load(Ordering::Acquire),
+            bounded => bounded.required_data_clock(self.clock),
+        }
+    }
+
+    #[inline]
+    fn check<T: Element>(&self, table: &Table<T>, row: u64, len: usize) -> Result<&'a TableMeta> {
+        let meta = resolve(self.tables, self.cluster, table)?;
+        if len != table.width {
+            return Err(Error::WidthMismatch {
+                table: meta.name.clone(),
+                row,
+                expected: table.width,
+                actual: len,
+            });
+        }
+        Ok(meta)
+    }
+
+    /// Runs `copy` on a fresh-enough snapshot of `key`, fetching it first if needed;
+    /// returns the snapshot's data clock.
+    fn fetch_fresh(&self, key: RowKey, mut copy: impl FnMut(&AlignedBuf)) -> Result<Clock> {
+        let required = self.required();
+        loop {
+            let generation = self.shared.fetcher.generation();
+            if let Some(entry) = self.shared.cache.get_fresh(key, required) {
+                copy(&entry.data);
+                return Ok(entry.data_clock);
+            }
+            self.request_and_wait(key, required, generation)?;
+        }
+    }
+
+    fn request_and_wait(&self, key: RowKey, required: Clock, generation: u64) -> Result<()> {
+        self.shared.check()?;
+        let shared = self.shared;
+        shared.fetcher.request(
+            shared.process,
+            shared.config.shards,
+            shared.transport.as_ref(),
+            key,
+            required,
+        )?;
+        shared.fetcher.wait(generation, WAIT_SLICE);
+        Ok(())
+    }
+
+    /// Adds this worker's updates that a snapshot at `data_clock` does not include.
+    #[inline]
+    fn add_own(&self, key: RowKey, data_clock: Clock, elem: ElemType, dst: &mut [u8]) {
+        for (clock, log) in &self.recent {
+            if *clock >= data_clock {
+                if let Some(delta) = log.get(&key) {
+                    elem.add(dst, delta.as_bytes());
+                }
+            }
+        }
+        if let Some(delta) = self.oplog.get(&key) {
+            elem.add(dst, delta.as_bytes());
+        }
+    }
+}
