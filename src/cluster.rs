@@ -55,7 +55,9 @@ impl Cluster {
         let inbox = client_inboxes.remove(0);
         threads.push(spawn_comm(shared.clone(), inbox).map_err(spawn_err)?);
         Ok(Cluster {
-            id: std::collections::hash_map::RandomState::new().build_hasher().finish(),
+            id: std::collections::hash_map::RandomState::new()
+                .build_hasher()
+                .finish(),
             clocks: vec![0; config.workers],
             config,
             registry: Registry::default(),
@@ -115,7 +117,13 @@ impl Cluster {
         let start = self.clocks.iter().copied().max().unwrap_or(0);
         for worker in 0..self.config.workers {
             for shard in 0..self.config.shards {
-                self.send(shard, Msg::Resume { worker: worker as u32, clock: start })?;
+                self.send(
+                    shard,
+                    Msg::Resume {
+                        worker: worker as u32,
+                        clock: start,
+                    },
+                )?;
             }
         }
         let (shared, tables, id, f) = (&*self.shared, self.registry.tables(), self.id, &f);
@@ -134,7 +142,10 @@ impl Cluster {
                 .collect();
             handles
                 .into_iter()
-                .map(|h| h.map_err(|e| Error::failed("thread spawn", e)).map(|h| h.join()))
+                .map(|h| {
+                    h.map_err(|e| Error::failed("thread spawn", e))
+                        .map(|h| h.join())
+                })
                 .collect()
         });
         let mut results = Vec::with_capacity(outcomes.len());
@@ -200,7 +211,9 @@ impl Cluster {
         }
         self.down = true;
         for shard in 0..self.config.shards {
-            let _ = self.transport.send(Endpoint::Shard(shard as u32), Msg::Shutdown);
+            let _ = self
+                .transport
+                .send(Endpoint::Shard(shard as u32), Msg::Shutdown);
         }
         let _ = self
             .transport

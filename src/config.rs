@@ -129,9 +129,16 @@ mod tests {
     fn rejects_bad_settings_naming_the_field() {
         let e = Config::new(0).validate().unwrap_err().to_string();
         assert!(e.contains("workers"), "{e}");
-        let e = Config::new(2).with_shards(0).validate().unwrap_err().to_string();
+        let e = Config::new(2)
+            .with_shards(0)
+            .validate()
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("shards"), "{e}");
-        let e = Config::new(2).with_cache_capacity(0).validate().unwrap_err();
+        let e = Config::new(2)
+            .with_cache_capacity(0)
+            .validate()
+            .unwrap_err();
         assert!(e.to_string().contains("cache_capacity"));
         assert!(Config::new(2).with_cache_capacity(10).validate().is_ok());
     }

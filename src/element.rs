@@ -143,8 +143,8 @@ mod tests {
         let src = AlignedBuf::from_slice(&[0.5f32, 0.5, 0.5]);
         ElemType::F32.add(dst.as_bytes_mut(), src.as_bytes());
         assert_eq!(dst.cast::<f32>(), &[1.5, 2.5, 3.5]);
-        let mut unaligned = vec![0u8; 13];
-        unaligned[1..].copy_from_slice(&bytemuck::cast_slice::<i32, u8>(&[7, -1, 2]));
+        let mut unaligned = [0u8; 13];
+        unaligned[1..].copy_from_slice(bytemuck::cast_slice::<i32, u8>(&[7, -1, 2]));
         let mut ints = AlignedBuf::from_slice(&[1i32, 1, 1]);
         ElemType::I32.add(ints.as_bytes_mut(), &unaligned[1..]);
         assert_eq!(ints.cast::<i32>(), &[8, 0, 3]);

@@ -101,7 +101,12 @@ pub(crate) struct Registry {
 }
 
 impl Registry {
-    pub(crate) fn create(&mut self, name: &str, width: usize, elem: ElemType) -> Result<&TableMeta> {
+    pub(crate) fn create(
+        &mut self,
+        name: &str,
+        width: usize,
+        elem: ElemType,
+    ) -> Result<&TableMeta> {
         if name.is_empty() {
             return Err(Error::config("table name", "must not be empty"));
         }
@@ -162,7 +167,10 @@ mod tests {
     fn registry_rejects_duplicates_and_zero_width() {
         let mut r = Registry::default();
         assert_eq!(r.create("a", 4, ElemType::F32).unwrap().id, 0);
-        assert!(matches!(r.create("a", 4, ElemType::F32), Err(Error::TableExists(_))));
+        assert!(matches!(
+            r.create("a", 4, ElemType::F32),
+            Err(Error::TableExists(_))
+        ));
         assert!(r.create("b", 0, ElemType::F32).is_err());
         assert_eq!(r.by_name("a").unwrap().row_bytes(), 16);
         assert!(matches!(r.by_name("zz"), Err(Error::UnknownTable(_))));
@@ -174,6 +182,9 @@ mod tests {
         let meta = r.create("a", 2, ElemType::I64).unwrap().clone();
         let t = Table::<i64>::new(7, &meta);
         assert!(resolve(r.tables(), 7, &t).is_ok());
-        assert!(matches!(resolve(r.tables(), 8, &t), Err(Error::UnknownTable(_))));
+        assert!(matches!(
+            resolve(r.tables(), 8, &t),
+            Err(Error::UnknownTable(_))
+        ));
     }
 }

@@ -92,7 +92,8 @@ impl<'a> Worker<'a> {
     ) -> Result<R> {
         let meta = self.check(table, row, table.width)?;
         let key = table.key(row);
-        let own = self.oplog.contains_key(&key) || self.recent.iter().any(|(_, l)| l.contains_key(&key));
+        let own =
+            self.oplog.contains_key(&key) || self.recent.iter().any(|(_, l)| l.contains_key(&key));
         if !own {
             let required = self.required();
             loop {
@@ -198,7 +199,12 @@ impl<'a> Worker<'a> {
             self.clock()?;
         }
         for shard in 0..self.shared.config.shards {
-            self.send(shard, Msg::Finish { worker: self.id as u32 })?;
+            self.send(
+                shard,
+                Msg::Finish {
+                    worker: self.id as u32,
+                },
+            )?;
         }
         Ok(self.clock)
     }

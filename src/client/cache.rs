@@ -105,7 +105,10 @@ mod tests {
         assert!(c.get_fresh(k(1), 0).map(|_| ()).is_some());
         c.install(k(3), AlignedBuf::zeroed(4), 0);
         assert_eq!(c.len(), 2);
-        assert!(c.get_fresh(k(2), 0).map(|_| ()).is_none(), "row 2 was least recently used");
+        assert!(
+            c.get_fresh(k(2), 0).map(|_| ()).is_none(),
+            "row 2 was least recently used"
+        );
         assert!(c.get_fresh(k(1), 0).map(|_| ()).is_some());
     }
 }

@@ -22,7 +22,10 @@ struct Queue {
 /// Outstanding fetches of one process.
 #[derive(Default)]
 pub(crate) struct Fetcher {
-    in_flight: Mutex<FxHashMap<RowKey, Clock>>,
+    /// Requirements with a request outstanding, per row. A request is shared only by
+    /// readers with the *same* requirement: a reply to a higher one may wait for the very
+    /// worker that needs a lower one.
+    in_flight: Mutex<FxHashMap<RowKey, Vec<Clock>>>,
     queue: Mutex<Queue>,
     generation: Mutex<u64>,
     arrived: Condvar,
@@ -34,7 +37,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Fetcher {
     /// Asks the shard holding `key` for a snapshot with data clock `>= required`, unless
-    /// such a request is already in flight.
+    /// a request with the same requirement is already in flight.
     pub(crate) fn request(
         &self,
         process: ProcessId,
@@ -45,12 +48,11 @@ impl Fetcher {
     ) -> Result<()> {
         {
             let mut in_flight = lock(&self.in_flight);
-            match in_flight.get(&key) {
-                Some(&r) if r >= required => return Ok(()),
-                _ => {
-                    in_flight.insert(key, required);
-                }
+            let outstanding = in_flight.entry(key).or_default();
+            if outstanding.contains(&required) {
+                return Ok(());
             }
+            outstanding.push(required);
         }
         let mut q = lock(&self.queue);
         q.pending.push((key, required));
@@ -78,8 +80,11 @@ impl Fetcher {
     pub(crate) fn answered(&self, keys: impl Iterator<Item = RowKey>, data_clock: Clock) {
         let mut in_flight = lock(&self.in_flight);
         for key in keys {
-            if in_flight.get(&key).is_some_and(|&r| r <= data_clock) {
-                in_flight.remove(&key);
+            if let Some(outstanding) = in_flight.get_mut(&key) {
+                outstanding.retain(|&r| r > data_clock);
+                if outstanding.is_empty() {
+                    in_flight.remove(&key);
+                }
             }
         }
     }
@@ -120,7 +125,13 @@ fn send_batch(
         }
         let to = Endpoint::Shard(shard as u32);
         transport
-            .send(to, Msg::Fetch { from: process, rows })
+            .send(
+                to,
+                Msg::Fetch {
+                    from: process,
+                    rows,
+                },
+            )
             .map_err(|e| Error::failed(format!("server shard {shard}"), e))?;
     }
     Ok(())

@@ -91,7 +91,10 @@ impl ClientShared {
             }
             self.check()?;
             if Instant::now() > deadline {
-                return Err(Error::failed("table snapshot", "servers did not answer in 60 s"));
+                return Err(Error::failed(
+                    "table snapshot",
+                    "servers did not answer in 60 s",
+                ));
             }
             self.fetcher.wait(generation, WAIT_SLICE);
         }
@@ -109,7 +112,10 @@ impl ClientShared {
 }
 
 /// Runs the communication thread of `shared`'s process until `Shutdown` or a closed inbox.
-pub(crate) fn spawn_comm(shared: Arc<ClientShared>, inbox: Inbox) -> std::io::Result<JoinHandle<()>> {
+pub(crate) fn spawn_comm(
+    shared: Arc<ClientShared>,
+    inbox: Inbox,
+) -> std::io::Result<JoinHandle<()>> {
     std::thread::Builder::new()
         .name(format!("iterstore-client-{}", shared.process))
         .spawn(move || {
@@ -119,7 +125,11 @@ pub(crate) fn spawn_comm(shared: Arc<ClientShared>, inbox: Inbox) -> std::io::Re
                         data_clock, rows, ..
                     }) => shared.on_rows(data_clock, rows),
                     Ok(Msg::DumpRows { rows, .. }) => {
-                        shared.dumps.lock().unwrap_or_else(PoisonError::into_inner).push(rows);
+                        shared
+                            .dumps
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner)
+                            .push(rows);
                         shared.fetcher.notify();
                     }
                     Ok(Msg::Rejected { shard, reason }) => {

@@ -57,7 +57,11 @@ impl Shard {
                 rows,
             } => {
                 if (worker as usize) >= self.clocks.workers() || clock == 0 {
-                    return self.reject(None, format!("bad clock {clock} from worker {worker}"), out);
+                    return self.reject(
+                        None,
+                        format!("bad clock {clock} from worker {worker}"),
+                        out,
+                    );
                 }
                 if !rows.is_empty() {
                     if let Err(reason) = self.validate(&rows) {
@@ -65,7 +69,10 @@ impl Shard {
                         // the cluster does not hang, but the bad batch changes nothing.
                         self.reject(None, reason, out);
                     } else {
-                        self.pending.entry(clock - 1).or_default().push((worker, rows));
+                        self.pending
+                            .entry(clock - 1)
+                            .or_default()
+                            .push((worker, rows));
                     }
                 }
                 let advanced = self.clocks.tick(worker as usize, clock);
@@ -83,7 +90,13 @@ impl Shard {
                     .filter(|e| e.key().table == table)
                     .map(|e| (*e.key(), e.value().clone()))
                     .collect();
-                out.push((Endpoint::Client(from), Msg::DumpRows { shard: self.id, rows }));
+                out.push((
+                    Endpoint::Client(from),
+                    Msg::DumpRows {
+                        shard: self.id,
+                        rows,
+                    },
+                ));
             }
             Msg::Shutdown => {}
             other => self.reject(None, format!("unexpected message {other:?}"), out),
@@ -112,12 +125,21 @@ impl Shard {
         Ok(())
     }
 
-    fn fetch(&mut self, from: ProcessId, rows: Vec<(RowKey, Clock)>, out: &mut Vec<(Endpoint, Msg)>) {
+    fn fetch(
+        &mut self,
+        from: ProcessId,
+        rows: Vec<(RowKey, Clock)>,
+        out: &mut Vec<(Endpoint, Msg)>,
+    ) {
         let min = self.clocks.min_clock();
         let mut ready = Vec::new();
         for (key, required) in rows {
             if self.table(key.table).is_none() {
-                self.reject(Some(from), format!("fetch of unknown table #{}", key.table), out);
+                self.reject(
+                    Some(from),
+                    format!("fetch of unknown table #{}", key.table),
+                    out,
+                );
             } else if required <= min {
                 ready.push(key);
             } else {
@@ -152,7 +174,9 @@ impl Shard {
 
     fn apply(&mut self, batch: RowBatch) {
         for (key, delta) in batch {
-            let Some(elem) = self.table(key.table).map(|m| m.elem) else { continue };
+            let Some(elem) = self.table(key.table).map(|m| m.elem) else {
+                continue;
+            };
             match self.rows.get_mut(&key) {
                 Some(mut row) => elem.add(row.as_bytes_mut(), delta.as_bytes()),
                 None => {
@@ -190,17 +214,21 @@ impl Shard {
         // Without an addressee (a clock from a worker) the rejection goes to every
         // process this shard has heard of; in one process that is process 0.
         let to = to.unwrap_or(0);
-        out.push((Endpoint::Client(to), Msg::Rejected { shard: self.id, reason }));
+        out.push((
+            Endpoint::Client(to),
+            Msg::Rejected {
+                shard: self.id,
+                reason,
+            },
+        ));
     }
 }
 
 /// Which shard holds `key` when rows are placed by hash.
 pub(crate) fn shard_of(key: RowKey, shards: usize) -> usize {
-    use std::hash::{BuildHasher, Hash, Hasher};
-    let mut h = FxBuildHasher.build_hasher();
-    key.hash(&mut h);
+    use std::hash::BuildHasher;
     // Fx's low bits are weak for small integer keys; mix the high half in.
-    let x = h.finish();
+    let x = FxBuildHasher.hash_one(key);
     ((x ^ (x >> 32)) % shards as u64) as usize
 }
 
@@ -224,7 +252,9 @@ mod tests {
     fn rows_of(out: &[(Endpoint, Msg)]) -> Vec<(u64, Vec<i64>, u64)> {
         out.iter()
             .filter_map(|(_, m)| match m {
-                Msg::Rows { data_clock, rows, .. } => Some(
+                Msg::Rows {
+                    data_clock, rows, ..
+                } => Some(
                     rows.iter()
                         .map(|(k, b)| (k.row, b.cast::<i64>().to_vec(), *data_clock))
                         .collect::<Vec<_>>(),
@@ -261,7 +291,10 @@ mod tests {
         // Worker 0 runs ahead: its clock-1 update must not be visible at data clock 1.
         s.handle(clock(0, 2, &[(3, [10, 10])]), &mut out);
         s.handle(fetch(3, 1), &mut out);
-        assert!(rows_of(&out).is_empty(), "worker 1 has not finished clock 0");
+        assert!(
+            rows_of(&out).is_empty(),
+            "worker 1 has not finished clock 0"
+        );
         s.handle(clock(1, 1, &[(3, [100, 0])]), &mut out);
         assert_eq!(rows_of(&out), vec![(3, vec![101, 2], 1)]);
         out.clear();
@@ -287,7 +320,13 @@ mod tests {
         s.handle(fetch(1, 1), &mut out);
         assert_eq!(rows_of(&out), vec![(1, vec![0, 0], 1)]);
         out.clear();
-        s.handle(Msg::Fetch { from: 0, rows: vec![(RowKey::new(9, 0), 0)] }, &mut out);
+        s.handle(
+            Msg::Fetch {
+                from: 0,
+                rows: vec![(RowKey::new(9, 0), 0)],
+            },
+            &mut out,
+        );
         assert!(matches!(out[0].1, Msg::Rejected { .. }));
     }
 
@@ -322,8 +361,16 @@ mod tests {
         let mut out = Vec::new();
         s.handle(big(1, -1e16), &mut out);
         s.handle(big(0, 1e16), &mut out);
-        s.handle(Msg::Fetch { from: 0, rows: vec![(RowKey::new(0, 0), 1)] }, &mut out);
-        let Some((_, Msg::Rows { rows, .. })) = out.last() else { panic!("{out:?}") };
+        s.handle(
+            Msg::Fetch {
+                from: 0,
+                rows: vec![(RowKey::new(0, 0), 1)],
+            },
+            &mut out,
+        );
+        let Some((_, Msg::Rows { rows, .. })) = out.last() else {
+            panic!("{out:?}")
+        };
         assert_eq!(rows[0].1.cast::<f64>(), &[0.0]);
     }
 

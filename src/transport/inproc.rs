@@ -43,8 +43,10 @@ mod tests {
     #[test]
     fn delivers_in_order_and_reports_closed_endpoints() {
         let (t, shards, clients) = InProcTransport::new(1, 2);
-        t.send(Endpoint::Shard(1), Msg::Finish { worker: 1 }).unwrap();
-        t.send(Endpoint::Shard(1), Msg::Finish { worker: 2 }).unwrap();
+        t.send(Endpoint::Shard(1), Msg::Finish { worker: 1 })
+            .unwrap();
+        t.send(Endpoint::Shard(1), Msg::Finish { worker: 2 })
+            .unwrap();
         assert!(matches!(shards[1].recv(), Ok(Msg::Finish { worker: 1 })));
         assert!(matches!(shards[1].recv(), Ok(Msg::Finish { worker: 2 })));
         assert_eq!(
