@@ -9,8 +9,8 @@ use crate::consistency::Clock;
 use crate::msg::{Endpoint, Msg};
 use crate::table::{resolve, Registry};
 use crate::transport::{InProcTransport, Transport};
-use crate::worker::Worker;
-use crate::{server, Config, Element, Error, Result, Table};
+use crate::worker::{Role, Worker};
+use crate::{server, AccessLog, AccessPattern, Config, Element, Error, Result, Table};
 use std::hash::{BuildHasher, Hasher};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, PoisonError};
@@ -25,6 +25,7 @@ pub struct Cluster {
     transport: Arc<dyn Transport>,
     threads: Vec<JoinHandle<()>>,
     clocks: Vec<Clock>,
+    pattern: Option<AccessPattern>,
     down: bool,
 }
 
@@ -61,6 +62,7 @@ impl Cluster {
             clocks: vec![0; config.workers],
             config,
             registry: Registry::default(),
+            pattern: None,
             shared,
             transport,
             threads,
@@ -126,17 +128,56 @@ impl Cluster {
                 )?;
             }
         }
-        let (shared, tables, id, f) = (&*self.shared, self.registry.tables(), self.id, &f);
+        let (results, _) = self.on_workers(Role::Normal, start, &f)?;
+        Ok(results)
+    }
+
+    /// Runs one **virtual iteration**: `f` (the application's own iteration code, with
+    /// its CLOCKs) runs on every worker while the store only logs — reads return zeros,
+    /// updates are dropped, nothing is sent and no clock advances. The merged log is the
+    /// cluster's [`AccessPattern`], returned and kept ([`access_pattern`](Self::access_pattern)).
+    ///
+    /// Call it before initialising any parameter. `f` must not depend on values it reads
+    /// to decide *which* rows it touches, or the pattern will differ from the real one
+    /// (a deviating real iteration still works; it is just not specialized for).
+    pub fn virtual_iteration<R, F>(&mut self, f: F) -> Result<&AccessPattern>
+    where
+        R: Send,
+        F: Fn(&mut Worker<'_>) -> Result<R> + Sync,
+    {
+        self.check()?;
+        let start = self.clocks.iter().copied().max().unwrap_or(0);
+        let (_, logs) = self.on_workers(Role::Virtual, start, &f)?;
+        Ok(self.pattern.insert(AccessPattern::from_logs(&logs)))
+    }
+
+    /// The access pattern gathered so far, if any.
+    pub fn access_pattern(&self) -> Option<&AccessPattern> {
+        self.pattern.as_ref()
+    }
+
+    /// Runs `f` on every worker thread in `role`; returns results and access logs.
+    fn on_workers<R, F>(
+        &mut self,
+        role: Role,
+        start: Clock,
+        f: &F,
+    ) -> Result<(Vec<R>, Vec<AccessLog>)>
+    where
+        R: Send,
+        F: Fn(&mut Worker<'_>) -> Result<R> + Sync,
+    {
+        let (shared, tables, id) = (&*self.shared, self.registry.tables(), self.id);
         let outcomes: Vec<_> = std::thread::scope(|scope| {
             let handles: Vec<_> = (0..self.config.workers)
                 .map(|w| {
                     std::thread::Builder::new()
                         .name(format!("iterstore-worker-{w}"))
                         .spawn_scoped(scope, move || {
-                            let mut worker = Worker::new(shared, tables, id, w, start);
+                            let mut worker = Worker::new(shared, tables, id, w, start, role);
                             let result = catch_unwind(AssertUnwindSafe(|| f(&mut worker)));
                             let finished = worker.finish();
-                            (result, finished)
+                            (result, finished, worker.take_log().unwrap_or_default())
                         })
                 })
                 .collect();
@@ -149,15 +190,17 @@ impl Cluster {
                 .collect()
         });
         let mut results = Vec::with_capacity(outcomes.len());
+        let mut logs = Vec::with_capacity(outcomes.len());
         let mut first_error: Option<Error> = None;
         for (w, outcome) in outcomes.into_iter().enumerate() {
             let result = match outcome {
                 Err(e) => Err(e),
-                Ok(Err(payload)) | Ok(Ok((Err(payload), _))) => Err(Error::WorkerPanicked {
+                Ok(Err(payload)) | Ok(Ok((Err(payload), _, _))) => Err(Error::WorkerPanicked {
                     worker: w,
                     message: panic_message(payload.as_ref()),
                 }),
-                Ok(Ok((Ok(result), finished))) => {
+                Ok(Ok((Ok(result), finished, log))) => {
+                    logs.push(log);
                     if let Ok(clock) = &finished {
                         self.clocks[w] = *clock;
                     }
@@ -175,7 +218,7 @@ impl Cluster {
         }
         match first_error {
             Some(e) => Err(e),
-            None => Ok(results),
+            None => Ok((results, logs)),
         }
     }
 

@@ -35,6 +35,45 @@ impl std::str::FromStr for Staleness {
     }
 }
 
+/// How the store obtains and uses the application's access pattern (the IterStore paper's
+/// names in parentheses).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Mode {
+    /// No pattern: concurrent maps, process cache, per-row fetch (IS-no-opt).
+    #[default]
+    Generic,
+    /// Record the first real iteration, then specialize (IS-no-viter).
+    FirstIter,
+    /// Record a virtual iteration before any real value exists, then specialize (IterStore).
+    Virtual,
+}
+
+impl Mode {
+    /// The command-line spelling.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Mode::Generic => "generic",
+            Mode::FirstIter => "first-iter",
+            Mode::Virtual => "virtual",
+        }
+    }
+}
+
+impl std::str::FromStr for Mode {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "generic" => Ok(Mode::Generic),
+            "first-iter" => Ok(Mode::FirstIter),
+            "virtual" => Ok(Mode::Virtual),
+            _ => Err(format!(
+                "mode '{s}' is not one of generic, first-iter, virtual"
+            )),
+        }
+    }
+}
+
 /// Settings of a cluster. Build one with [`Config::new`] and the `with_*` methods (or set
 /// the public fields), then [`validate`](Config::validate) it — [`Cluster::start`]
 /// validates too.
@@ -51,7 +90,10 @@ pub struct Config {
     /// The consistency model.
     pub staleness: Staleness,
     /// Capacity of the process cache in rows (LRU eviction); `None` caches every row read.
+    /// Generic mode only.
     pub cache_capacity: Option<usize>,
+    /// How the access pattern is obtained and used.
+    pub mode: Mode,
 }
 
 /// Upper bound on workers per process; far above any machine this runs on.
@@ -66,6 +108,7 @@ impl Default for Config {
             shards: 1,
             staleness: Staleness::BSP,
             cache_capacity: None,
+            mode: Mode::Generic,
         }
     }
 }
@@ -88,6 +131,12 @@ impl Config {
     /// Sets the staleness bound.
     pub fn with_staleness(mut self, staleness: Staleness) -> Self {
         self.staleness = staleness;
+        self
+    }
+
+    /// Sets the store mode.
+    pub fn with_mode(mut self, mode: Mode) -> Self {
+        self.mode = mode;
         self
     }
 

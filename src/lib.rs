@@ -47,6 +47,7 @@ mod config;
 pub mod consistency;
 mod element;
 mod error;
+pub mod gather;
 pub mod msg;
 mod server;
 mod table;
@@ -55,8 +56,9 @@ mod worker;
 
 pub use buf::AlignedBuf;
 pub use cluster::Cluster;
-pub use config::{Config, Staleness, MAX_SHARDS, MAX_WORKERS};
+pub use config::{Config, Mode, Staleness, MAX_SHARDS, MAX_WORKERS};
 pub use element::{ElemType, Element};
 pub use error::{Error, Result};
+pub use gather::{Access, AccessLog, AccessPattern, RowUse};
 pub use table::{RowKey, Table, TableId, TableMeta};
 pub use worker::Worker;

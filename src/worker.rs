@@ -7,6 +7,7 @@
 
 use crate::client::{ClientShared, WAIT_SLICE};
 use crate::consistency::Clock;
+use crate::gather::{Access, AccessLog};
 use crate::msg::{Endpoint, Msg, RowBatch};
 use crate::server::shard_of;
 use crate::table::resolve;
@@ -31,6 +32,22 @@ pub struct Worker<'a> {
     /// This worker's sent updates of recent clocks, for read-my-writes under SSP `s > 0`.
     recent: VecDeque<(Clock, Oplog)>,
     scratch: AlignedBuf,
+    /// Where accesses are logged while the pattern is being gathered.
+    log: Option<AccessLog>,
+    /// In a virtual iteration: reads return zeros, updates are dropped, nothing is sent.
+    virtual_only: bool,
+}
+
+/// What a worker does with its operations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(dead_code)] // `Recording` is used by first-iteration gathering, landing next.
+pub(crate) enum Role {
+    /// Operate on the store.
+    Normal,
+    /// Operate on the store and log every access (first-iteration gathering).
+    Recording,
+    /// Only log (virtual iteration).
+    Virtual,
 }
 
 impl<'a> Worker<'a> {
@@ -40,6 +57,7 @@ impl<'a> Worker<'a> {
         cluster: u64,
         id: usize,
         clock: Clock,
+        role: Role,
     ) -> Self {
         Worker {
             shared,
@@ -51,7 +69,29 @@ impl<'a> Worker<'a> {
             oplog: Oplog::default(),
             recent: VecDeque::new(),
             scratch: AlignedBuf::default(),
+            log: (role != Role::Normal).then(AccessLog::default),
+            virtual_only: role == Role::Virtual,
         }
+    }
+
+    /// Whether this worker is running a virtual iteration (reads return zeros and updates
+    /// are dropped). Application code rarely needs to know.
+    pub fn is_virtual(&self) -> bool {
+        self.virtual_only
+    }
+
+    /// The accesses logged so far, leaving none.
+    pub(crate) fn take_log(&mut self) -> Option<AccessLog> {
+        self.log.take()
+    }
+
+    /// Logs an access; `true` if the operation must not touch the store (virtual).
+    #[inline]
+    fn record(&mut self, key: RowKey, access: Access) -> bool {
+        if let Some(log) = &mut self.log {
+            log.record(key, access);
+        }
+        self.virtual_only
     }
 
     /// This worker's index, `0..workers()`.
@@ -74,6 +114,10 @@ impl<'a> Worker<'a> {
     pub fn read<T: Element>(&mut self, table: &Table<T>, row: u64, out: &mut [T]) -> Result<()> {
         let meta = self.check(table, row, out.len())?;
         let key = table.key(row);
+        if self.record(key, Access::Read) {
+            out.fill(T::default());
+            return Ok(());
+        }
         let data_clock = self.fetch_fresh(key, |data| {
             out.copy_from_slice(data.cast());
         })?;
@@ -92,6 +136,10 @@ impl<'a> Worker<'a> {
     ) -> Result<R> {
         let meta = self.check(table, row, table.width)?;
         let key = table.key(row);
+        if self.record(key, Access::Read) {
+            let zeros = vec![T::default(); table.width];
+            return Ok(f(&zeros));
+        }
         let own =
             self.oplog.contains_key(&key) || self.recent.iter().any(|(_, l)| l.contains_key(&key));
         if !own {
@@ -121,6 +169,9 @@ impl<'a> Worker<'a> {
     /// once, to the others after this worker's next [`clock`](Self::clock) as SSP allows.
     pub fn update<T: Element>(&mut self, table: &Table<T>, row: u64, delta: &[T]) -> Result<()> {
         self.check(table, row, delta.len())?;
+        if self.record(table.key(row), Access::Update) {
+            return Ok(());
+        }
         let bytes: &[u8] = bytemuck::cast_slice(delta);
         match self.oplog.entry(table.key(row)) {
             std::collections::hash_map::Entry::Occupied(mut e) => {
@@ -150,6 +201,9 @@ impl<'a> Worker<'a> {
                 width: table.width,
             });
         }
+        if self.record(table.key(row), Access::Update) {
+            return Ok(());
+        }
         let bytes = meta.row_bytes();
         let row_buf = self
             .oplog
@@ -164,6 +218,12 @@ impl<'a> Worker<'a> {
     /// to the other workers once every worker has finished this clock.
     pub fn clock(&mut self) -> Result<()> {
         self.shared.check()?;
+        if let Some(log) = &mut self.log {
+            log.clocks += 1;
+        }
+        if self.virtual_only {
+            return Ok(());
+        }
         let shards = self.shared.config.shards;
         let mut per_shard: Vec<RowBatch> = (0..shards).map(|_| Vec::new()).collect();
         let log = std::mem::take(&mut self.oplog);
@@ -195,6 +255,9 @@ impl<'a> Worker<'a> {
 
     /// Sends what is left and tells the servers this worker is done for this run.
     pub(crate) fn finish(&mut self) -> Result<Clock> {
+        if self.virtual_only {
+            return Ok(self.clock);
+        }
         if !self.oplog.is_empty() {
             self.clock()?;
         }
