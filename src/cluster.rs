@@ -4,13 +4,14 @@
 //! The cluster owns threads and wiring; the protocol lives in `client`, `server` and
 //! `worker`, and the transport only moves messages between them.
 
-use crate::client::{spawn_comm, ClientShared};
+use crate::client::{spawn_comm, ClientShared, ProcessArena};
 use crate::consistency::Clock;
 use crate::msg::{Endpoint, Msg};
+use crate::plan::{self, PlanConfig};
 use crate::table::{resolve, Registry};
 use crate::transport::{InProcTransport, Transport};
 use crate::worker::{Role, Worker};
-use crate::{server, AccessLog, AccessPattern, Config, Element, Error, Result, Table};
+use crate::{server, AccessLog, AccessPattern, Config, Element, Error, Mode, Result, Table};
 use std::hash::{BuildHasher, Hasher};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, PoisonError};
@@ -26,6 +27,10 @@ pub struct Cluster {
     threads: Vec<JoinHandle<()>>,
     clocks: Vec<Clock>,
     pattern: Option<AccessPattern>,
+    /// Number of plans made so far (the current plan's id).
+    plans: u32,
+    /// In first-iter mode: record the next run (the first real iteration) and specialize.
+    gather_next: bool,
     down: bool,
 }
 
@@ -63,6 +68,8 @@ impl Cluster {
             config,
             registry: Registry::default(),
             pattern: None,
+            gather_next: true,
+            plans: 0,
             shared,
             transport,
             threads,
@@ -128,8 +135,29 @@ impl Cluster {
                 )?;
             }
         }
-        let (results, _) = self.on_workers(Role::Normal, start, &f)?;
+        let gather_first = self.config.mode == Mode::FirstIter && self.gather_next;
+        let role = if gather_first {
+            Role::Recording
+        } else {
+            Role::Normal
+        };
+        let (results, logs) = self.on_workers(role, start, &f)?;
+        if gather_first {
+            // First-iteration gathering: this run was generic and logged; every update is
+            // on the servers now, so the conversion loses nothing.
+            self.gather_next = false;
+            self.pattern = Some(AccessPattern::from_logs(&logs));
+            self.specialize()?;
+        }
         Ok(results)
+    }
+
+    /// In `first-iter` mode, makes the next [`run`](Self::run) the one whose accesses are
+    /// recorded and specialized for (by default it is the first run). Call it before the
+    /// run of the first real iteration when earlier runs (initialisation, say) touch rows
+    /// differently. No effect in other modes.
+    pub fn gather_next_run(&mut self) {
+        self.gather_next = self.config.mode == Mode::FirstIter;
     }
 
     /// Runs one **virtual iteration**: `f` (the application's own iteration code, with
@@ -148,7 +176,66 @@ impl Cluster {
         self.check()?;
         let start = self.clocks.iter().copied().max().unwrap_or(0);
         let (_, logs) = self.on_workers(Role::Virtual, start, &f)?;
-        Ok(self.pattern.insert(AccessPattern::from_logs(&logs)))
+        self.pattern = Some(AccessPattern::from_logs(&logs));
+        if self.config.mode == Mode::Virtual {
+            self.specialize()?;
+        }
+        Ok(self.pattern.as_ref().expect("set above"))
+    }
+
+    /// Builds the plan from the gathered pattern and switches the servers and this
+    /// process to it.
+    fn specialize(&mut self) -> Result<()> {
+        let Some(pattern) = &self.pattern else {
+            return Ok(());
+        };
+        let specs = self.config.specializations;
+        let workers = self.config.workers;
+        let cfg = PlanConfig {
+            workers,
+            shards: self.config.shards,
+            chunks: self.config.prefetch_chunks,
+            thread_caches: specs.thread_caches && specs.static_cache,
+            contention_threshold: self.config.contention_threshold,
+        };
+        let plan = plan::build(pattern, self.registry.tables(), &cfg);
+        let slabs = specs.static_cache && specs.contiguous_index;
+        self.plans += 1;
+        for span in &plan.shards {
+            let first = span.slots.start as u32;
+            let in_shard = |s: &&u32| plan.slots[**s as usize].shard == span.shard;
+            let updaters = if slabs {
+                (0..workers)
+                    .map(|w| {
+                        let slots = plan.updates[w].iter().filter(in_shard).map(|s| s - first);
+                        (w as u32, slots.collect())
+                    })
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            let msg = Msg::Specialize {
+                from: self.shared.process,
+                plan: self.plans,
+                keys: plan.slots[span.slots.clone()]
+                    .iter()
+                    .map(|s| s.key)
+                    .collect(),
+                chunk_ends: plan
+                    .chunks
+                    .iter()
+                    .filter(|c| c.shard == span.shard)
+                    .map(|c| c.slots.end as u32 - first)
+                    .collect(),
+                updaters,
+            };
+            self.send(span.shard as usize, msg)?;
+        }
+        let arena = specs
+            .static_cache
+            .then(|| ProcessArena::new(plan, self.plans, specs.prefetch_batching));
+        self.shared.set_arena(arena);
+        Ok(())
     }
 
     /// The access pattern gathered so far, if any.

@@ -74,12 +74,47 @@ impl std::str::FromStr for Mode {
     }
 }
 
+/// Which specializations a `first-iter` or `virtual` store applies; each can be switched
+/// off for ablation. Ignored in `generic` mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Specializations {
+    /// Rows in the pattern live in a static, never-evicted contiguous process cache
+    /// (arena) refreshed as whole slices. Off: they go through the generic cache.
+    pub static_cache: bool,
+    /// Rows many threads contend for get per-thread copies.
+    pub thread_caches: bool,
+    /// Rows resolve to arena offsets through the pre-built read-only index, and each
+    /// worker's updates accumulate in an arena-shaped delta buffer sent as one slice.
+    /// Off: updates go through the generic per-row operation log.
+    pub contiguous_index: bool,
+    /// One pre-built refresh request per shard per clock, answered in first-use-ordered
+    /// chunks. Off: the arena is refreshed chunk by chunk on demand.
+    pub prefetch_batching: bool,
+}
+
+impl Specializations {
+    /// Every specialization on.
+    pub const ALL: Specializations = Specializations {
+        static_cache: true,
+        thread_caches: true,
+        contiguous_index: true,
+        prefetch_batching: true,
+    };
+}
+
+impl Default for Specializations {
+    fn default() -> Self {
+        Specializations::ALL
+    }
+}
+
 /// Settings of a cluster. Build one with [`Config::new`] and the `with_*` methods (or set
 /// the public fields), then [`validate`](Config::validate) it — [`Cluster::start`]
 /// validates too.
 ///
 /// [`Cluster::start`]: crate::Cluster::start
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct Config {
     /// Worker threads in this process.
@@ -94,6 +129,13 @@ pub struct Config {
     pub cache_capacity: Option<usize>,
     /// How the access pattern is obtained and used.
     pub mode: Mode,
+    /// The specializations applied in `first-iter` and `virtual` modes.
+    pub specializations: Specializations,
+    /// IterStore's rule: a row gets per-thread copies when (its share of all accesses) ×
+    /// (number of threads touching it) is at least this, and at least two threads touch it.
+    pub contention_threshold: f64,
+    /// Chunks each shard's refresh is cut into (first-use order).
+    pub prefetch_chunks: usize,
 }
 
 /// Upper bound on workers per process; far above any machine this runs on.
@@ -109,6 +151,9 @@ impl Default for Config {
             staleness: Staleness::BSP,
             cache_capacity: None,
             mode: Mode::Generic,
+            specializations: Specializations::ALL,
+            contention_threshold: 0.01,
+            prefetch_chunks: 4,
         }
     }
 }
@@ -131,6 +176,12 @@ impl Config {
     /// Sets the staleness bound.
     pub fn with_staleness(mut self, staleness: Staleness) -> Self {
         self.staleness = staleness;
+        self
+    }
+
+    /// Sets the specializations (for ablation).
+    pub fn with_specializations(mut self, specializations: Specializations) -> Self {
+        self.specializations = specializations;
         self
     }
 
@@ -158,6 +209,21 @@ impl Config {
             return Err(Error::config(
                 "shards",
                 format!("{} is outside 1..={MAX_SHARDS}", self.shards),
+            ));
+        }
+        if !(self.contention_threshold >= 0.0 && self.contention_threshold.is_finite()) {
+            return Err(Error::config(
+                "contention_threshold",
+                format!(
+                    "{} is not a finite non-negative number",
+                    self.contention_threshold
+                ),
+            ));
+        }
+        if self.prefetch_chunks == 0 || self.prefetch_chunks > 4096 {
+            return Err(Error::config(
+                "prefetch_chunks",
+                format!("{} is outside 1..=4096", self.prefetch_chunks),
             ));
         }
         if self.cache_capacity == Some(0) {

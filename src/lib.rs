@@ -49,6 +49,7 @@ mod element;
 mod error;
 pub mod gather;
 pub mod msg;
+pub mod plan;
 mod server;
 mod table;
 pub mod transport;
@@ -56,7 +57,7 @@ mod worker;
 
 pub use buf::AlignedBuf;
 pub use cluster::Cluster;
-pub use config::{Config, Mode, Staleness, MAX_SHARDS, MAX_WORKERS};
+pub use config::{Config, Mode, Specializations, Staleness, MAX_SHARDS, MAX_WORKERS};
 pub use element::{ElemType, Element};
 pub use error::{Error, Result};
 pub use gather::{Access, AccessLog, AccessPattern, RowUse};

@@ -55,6 +55,10 @@ pub enum Msg {
         clock: Clock,
         /// Per-row deltas of the clock just completed.
         rows: RowBatch,
+        /// The worker's arena-shaped delta buffer for this shard (specialized mode; empty
+        /// otherwise): the rows it registered with [`Msg::Specialize`], in order, each
+        /// padded to 8 bytes.
+        slab: AlignedBuf,
     },
     /// A worker finished its work for this run; it is not waited for any more.
     Finish {
@@ -75,6 +79,31 @@ pub enum Msg {
         /// The table.
         table: u32,
     },
+    /// Switches the shard to a specialized layout: its rows of `keys` live in one arena in
+    /// this order (each padded to 8 bytes), refreshed in chunks ending at the slot indices
+    /// `chunk_ends`; `updaters` lists, per worker, the slots its delta slab covers.
+    Specialize {
+        /// The process whose plan this is.
+        from: ProcessId,
+        /// Numbers the process's plans; arena replies carry it.
+        plan: u32,
+        /// The shard's rows in arena order.
+        keys: Vec<RowKey>,
+        /// Exclusive end slot of each chunk.
+        chunk_ends: Vec<u32>,
+        /// `(worker, slots)` pairs.
+        updaters: Vec<(WorkerId, Vec<u32>)>,
+    },
+    /// Asks for the specialized arena (one chunk, or all chunks in order) at a data clock
+    /// of at least `required`.
+    SlabFetch {
+        /// The asking process.
+        from: ProcessId,
+        /// Required data clock.
+        required: Clock,
+        /// One chunk (shard-local index), or `None` for all.
+        chunk: Option<u32>,
+    },
     /// Stops the receiving thread.
     Shutdown,
 
@@ -87,6 +116,26 @@ pub enum Msg {
         data_clock: Clock,
         /// The rows.
         rows: Vec<(RowKey, AlignedBuf)>,
+    },
+    /// One chunk of a shard's arena: exactly every update of clocks `< data_clock`.
+    SlabRows {
+        /// The sending shard.
+        shard: ShardId,
+        /// The plan the bytes are laid out for.
+        plan: u32,
+        /// Shard-local chunk index.
+        chunk: u32,
+        /// See above.
+        data_clock: Clock,
+        /// The chunk's bytes, laid out as the arena.
+        bytes: AlignedBuf,
+    },
+    /// The shard's minimum clock advanced (lets asynchronous readers see progress).
+    MinClock {
+        /// The sending shard.
+        shard: ShardId,
+        /// The new minimum.
+        clock: Clock,
     },
     /// Answer to [`Msg::Dump`].
     DumpRows {

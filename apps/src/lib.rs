@@ -5,5 +5,6 @@
 //! Everything here uses only the public API of the `iterstore` crate.
 
 pub mod algo;
+pub mod apps;
 pub mod data;
 pub mod limit;

@@ -1,1 +1,43 @@
-fn main() {}
+//! The `iterstore` command: runs the bundled apps on the parameter server.
+//!
+//! - `iterstore run {mf,lda,pagerank} [--data PATH | --synthetic SIZE] [--mode M]
+//!   [--workers N] [--iters N] [--staleness S] [--json FILE] [--output FILE] ...` runs one
+//!   app and prints a summary; `iterstore run --help` lists every option and the output
+//!   formats.
+//! - `iterstore demo` runs all three apps on tiny synthetic data.
+//!
+//! Thin glue over the `iterstore_apps` library (the apps, their data and reports); this
+//! binary owns only argument parsing, progress display and files. Errors print as
+//! `iterstore: error: ...` on stderr with a non-zero exit status.
+
+mod cli;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    match cli::main(cli::Cli::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("iterstore: error: {}", message(&e));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The error and its causes joined by `: `, leaving out a cause whose text the message
+/// already contains (loader errors embed their IO cause).
+fn message(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let part = cause.to_string();
+        if !text.contains(&part) {
+            if !text.is_empty() {
+                text.push_str(": ");
+            }
+            text.push_str(&part);
+        }
+    }
+    text
+}

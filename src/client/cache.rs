@@ -74,6 +74,14 @@ impl ProcessCache {
         }
     }
 
+    /// Drops every cached row.
+    pub(crate) fn clear(&self) {
+        self.map.clear();
+        if let Some(lru) = &self.lru {
+            lru.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        }
+    }
+
     /// Number of cached rows.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {

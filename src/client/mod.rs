@@ -5,9 +5,11 @@
 //! It knows the protocol and the SSP rules; it does not know how messages travel, nor what
 //! a server does with them.
 
+mod arena;
 mod cache;
 mod fetch;
 
+pub(crate) use arena::ProcessArena;
 pub(crate) use cache::ProcessCache;
 pub(crate) use fetch::Fetcher;
 
@@ -34,6 +36,8 @@ pub(crate) struct ClientShared {
     /// The newest data clock any reply has carried (the servers' minimum clock as far as
     /// this process knows). Asynchronous reads require at least this.
     pub(crate) known_min: AtomicU64,
+    /// The specialized process cache, once the store has a plan.
+    arena: RwLock<Option<Arc<ProcessArena>>>,
     failure: Mutex<Option<Error>>,
     failed: AtomicBool,
     dumps: Mutex<Vec<Vec<(RowKey, AlignedBuf)>>>,
@@ -49,10 +53,25 @@ impl ClientShared {
             tables: RwLock::new(Vec::new()),
             fetcher: Fetcher::default(),
             known_min: AtomicU64::new(0),
+            arena: RwLock::new(None),
             failure: Mutex::new(None),
             failed: AtomicBool::new(false),
             dumps: Mutex::new(Vec::new()),
         }
+    }
+
+    /// The specialized process cache, if any.
+    pub(crate) fn arena(&self) -> Option<Arc<ProcessArena>> {
+        self.arena
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Installs (or removes) the specialized process cache; the generic cache is emptied.
+    pub(crate) fn set_arena(&self, arena: Option<ProcessArena>) {
+        *self.arena.write().unwrap_or_else(PoisonError::into_inner) = arena.map(Arc::new);
+        self.cache.clear();
     }
 
     /// Records the first failure; every later wait returns it.
@@ -124,6 +143,30 @@ pub(crate) fn spawn_comm(
                     Ok(Msg::Rows {
                         data_clock, rows, ..
                     }) => shared.on_rows(data_clock, rows),
+                    Ok(Msg::SlabRows {
+                        shard,
+                        plan,
+                        chunk,
+                        data_clock,
+                        bytes,
+                    }) => {
+                        shared.known_min.fetch_max(data_clock, Ordering::AcqRel);
+                        // Bytes laid out for another plan than the current one are stale
+                        // replies to requests made before a re-plan: drop them.
+                        let written = match shared.arena() {
+                            Some(arena) if arena.id == plan => {
+                                arena.write_chunk(shard, chunk, data_clock, bytes.as_bytes())
+                            }
+                            _ => Ok(()),
+                        };
+                        if let Err(e) = written {
+                            shared.fail(e);
+                        }
+                        shared.fetcher.notify();
+                    }
+                    Ok(Msg::MinClock { clock, .. }) => {
+                        shared.known_min.fetch_max(clock, Ordering::AcqRel);
+                    }
                     Ok(Msg::DumpRows { rows, .. }) => {
                         shared
                             .dumps

@@ -5,7 +5,10 @@
 //! from a thread fed by the transport. It knows the protocol and the SSP rules, nothing
 //! about caches, workers' threads or how messages travel.
 
+mod arena;
 mod shard;
+
+pub(crate) use arena::padded;
 
 pub(crate) use shard::{shard_of, Shard};
 

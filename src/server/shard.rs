@@ -6,21 +6,32 @@
 //! every read sees the same values whatever the thread timing (deterministic up to the
 //! application's own update order), and a worker adds its own newer updates itself.
 
+use super::arena::ArenaShard;
 use crate::consistency::{Clock, ClockTable, DeferredReads};
 use crate::msg::{Endpoint, Msg, ProcessId, RowBatch, ShardId, WorkerId};
 use crate::{AlignedBuf, RowKey, TableMeta};
 use dashmap::DashMap;
 use rustc_hash::{FxBuildHasher, FxHashMap};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Updates of one worker for one clock, waiting to become visible.
+type Pending = (WorkerId, RowBatch, AlignedBuf);
 
 /// One server shard: visible rows, pending updates, worker clocks and deferred reads.
 pub(crate) struct Shard {
     id: ShardId,
     tables: Vec<Option<TableMeta>>,
     rows: DashMap<RowKey, AlignedBuf, FxBuildHasher>,
-    pending: BTreeMap<Clock, Vec<(WorkerId, RowBatch)>>,
+    pending: BTreeMap<Clock, Vec<Pending>>,
     clocks: ClockTable,
     deferred: DeferredReads<(ProcessId, RowKey)>,
+    /// Specialized storage, once a plan arrived, with the plan's number.
+    arena: Option<ArenaShard>,
+    plan: u32,
+    /// Arena refreshes waiting for the minimum clock: `(process, chunk or all)`.
+    slab_deferred: DeferredReads<(ProcessId, Option<u32>)>,
+    /// Processes that have talked to this shard (told when the minimum clock advances).
+    processes: BTreeSet<ProcessId>,
 }
 
 impl Shard {
@@ -33,6 +44,10 @@ impl Shard {
             pending: BTreeMap::new(),
             clocks: ClockTable::new(workers),
             deferred: DeferredReads::default(),
+            arena: None,
+            plan: 0,
+            slab_deferred: DeferredReads::default(),
+            processes: BTreeSet::new(),
         }
     }
 
@@ -50,11 +65,38 @@ impl Shard {
                 }
                 self.tables[id] = Some(meta);
             }
-            Msg::Fetch { from, rows } => self.fetch(from, rows, out),
+            Msg::Fetch { from, rows } => {
+                self.processes.insert(from);
+                self.fetch(from, rows, out)
+            }
+            Msg::Specialize {
+                from,
+                plan,
+                keys,
+                chunk_ends,
+                updaters,
+            } => {
+                self.processes.insert(from);
+                self.plan = plan;
+                self.specialize(from, keys, &chunk_ends, updaters, out);
+            }
+            Msg::SlabFetch {
+                from,
+                required,
+                chunk,
+            } => {
+                self.processes.insert(from);
+                if required <= self.clocks.min_clock() {
+                    self.reply_slab(from, chunk, out);
+                } else {
+                    self.slab_deferred.defer(required, (from, chunk));
+                }
+            }
             Msg::Clock {
                 worker,
                 clock,
                 rows,
+                slab,
             } => {
                 if (worker as usize) >= self.clocks.workers() || clock == 0 {
                     return self.reject(
@@ -63,7 +105,7 @@ impl Shard {
                         out,
                     );
                 }
-                if !rows.is_empty() {
+                if !rows.is_empty() || !slab.is_empty() {
                     if let Err(reason) = self.validate(&rows) {
                         // Nobody to answer by process here; the clock still counts so that
                         // the cluster does not hang, but the bad batch changes nothing.
@@ -72,7 +114,7 @@ impl Shard {
                         self.pending
                             .entry(clock - 1)
                             .or_default()
-                            .push((worker, rows));
+                            .push((worker, rows, slab));
                     }
                 }
                 let advanced = self.clocks.tick(worker as usize, clock);
@@ -84,12 +126,20 @@ impl Shard {
             }
             Msg::Resume { worker, clock } => self.clocks.resume(worker as usize, clock),
             Msg::Dump { from, table } => {
-                let rows = self
+                let mut rows: Vec<(RowKey, AlignedBuf)> = self
                     .rows
                     .iter()
                     .filter(|e| e.key().table == table)
                     .map(|e| (*e.key(), e.value().clone()))
                     .collect();
+                if let Some(arena) = &self.arena {
+                    rows.extend(
+                        arena
+                            .rows()
+                            .filter(|(k, _)| k.table == table)
+                            .map(|(k, b)| (k, AlignedBuf::from_bytes(b))),
+                    );
+                }
                 out.push((
                     Endpoint::Client(from),
                     Msg::DumpRows {
@@ -158,10 +208,31 @@ impl Shard {
         let later = self.pending.split_off(&min);
         let ready = std::mem::replace(&mut self.pending, later);
         for (_clock, mut batches) in ready {
-            batches.sort_by_key(|(worker, _)| *worker);
-            for (_, batch) in batches {
+            batches.sort_by_key(|(worker, _, _)| *worker);
+            for (worker, batch, slab) in batches {
                 self.apply(batch);
+                if !slab.is_empty() {
+                    let applied = match &mut self.arena {
+                        Some(arena) => arena.apply_slab(worker, &slab),
+                        None => Err(format!("update slab from worker {worker} before any plan")),
+                    };
+                    if let Err(reason) = applied {
+                        self.reject(None, reason, out);
+                    }
+                }
             }
+        }
+        for &p in &self.processes {
+            out.push((
+                Endpoint::Client(p),
+                Msg::MinClock {
+                    shard: self.id,
+                    clock: min,
+                },
+            ));
+        }
+        for (from, chunk) in self.slab_deferred.release(min) {
+            self.reply_slab(from, chunk, out);
         }
         let mut by_process: FxHashMap<ProcessId, Vec<RowKey>> = FxHashMap::default();
         for (from, key) in self.deferred.release(min) {
@@ -177,13 +248,17 @@ impl Shard {
             let Some(elem) = self.table(key.table).map(|m| m.elem) else {
                 continue;
             };
-            match self.rows.get_mut(&key) {
-                Some(mut row) => elem.add(row.as_bytes_mut(), delta.as_bytes()),
-                None => {
-                    // The first delta of a row is its value: adding it to zeros is a copy.
-                    self.rows.insert(key, delta);
-                }
+            if let Some((row, _)) = self.arena.as_mut().and_then(|a| a.row_mut(key)) {
+                elem.add(row, delta.as_bytes());
+                continue;
             }
+            // Rows start as zeros and deltas are added (never copied), exactly as in the
+            // arena, so both layouts compute bit-identical values.
+            let mut row = self
+                .rows
+                .entry(key)
+                .or_insert_with(|| AlignedBuf::zeroed(delta.len()));
+            elem.add(row.as_bytes_mut(), delta.as_bytes());
         }
     }
 
@@ -192,6 +267,9 @@ impl Shard {
             .into_iter()
             .filter_map(|key| {
                 let bytes = self.table(key.table)?.row_bytes();
+                if let Some(row) = self.arena.as_ref().and_then(|a| a.row(key)) {
+                    return Some((key, AlignedBuf::from_bytes(row)));
+                }
                 let row = self
                     .rows
                     .entry(key)
@@ -208,6 +286,66 @@ impl Shard {
                 rows,
             },
         ));
+    }
+
+    /// Installs a plan: rows already held move into the arena, keeping their values.
+    fn specialize(
+        &mut self,
+        from: ProcessId,
+        keys: Vec<RowKey>,
+        chunk_ends: &[u32],
+        updaters: Vec<(WorkerId, Vec<u32>)>,
+        out: &mut Vec<(Endpoint, Msg)>,
+    ) {
+        // A previous plan's rows go back to the dynamic map first.
+        if let Some(old) = self.arena.take() {
+            for (key, bytes) in old.rows() {
+                self.rows.insert(key, AlignedBuf::from_bytes(bytes));
+            }
+        }
+        let mut arena = match ArenaShard::new(&self.tables, keys, chunk_ends, updaters) {
+            Ok(a) => a,
+            Err(reason) => return self.reject(Some(from), reason, out),
+        };
+        let moved: Vec<RowKey> = self
+            .rows
+            .iter()
+            .map(|e| *e.key())
+            .filter(|k| arena.row(*k).is_some())
+            .collect();
+        for key in moved {
+            if let (Some((_, value)), Some((row, _))) = (self.rows.remove(&key), arena.row_mut(key))
+            {
+                row.copy_from_slice(value.as_bytes());
+            }
+        }
+        self.arena = Some(arena);
+    }
+
+    /// Sends one chunk, or every chunk in order, of the arena at the current data clock.
+    fn reply_slab(&self, to: ProcessId, chunk: Option<u32>, out: &mut Vec<(Endpoint, Msg)>) {
+        let Some(arena) = &self.arena else {
+            return self.reject(Some(to), "arena fetch before any plan".into(), out);
+        };
+        let chunks = match chunk {
+            Some(c) => c as usize..c as usize + 1,
+            None => 0..arena.chunks(),
+        };
+        for c in chunks {
+            let Some(bytes) = arena.chunk_bytes(c) else {
+                return self.reject(Some(to), format!("no chunk {c}"), out);
+            };
+            out.push((
+                Endpoint::Client(to),
+                Msg::SlabRows {
+                    shard: self.id,
+                    plan: self.plan,
+                    chunk: c as u32,
+                    data_clock: self.clocks.min_clock(),
+                    bytes,
+                },
+            ));
+        }
     }
 
     fn reject(&self, to: Option<ProcessId>, reason: String, out: &mut Vec<(Endpoint, Msg)>) {
@@ -273,6 +411,7 @@ mod tests {
                 .iter()
                 .map(|(r, v)| (RowKey::new(0, *r), AlignedBuf::from_slice(v)))
                 .collect(),
+            slab: AlignedBuf::default(),
         }
     }
 
@@ -313,6 +452,7 @@ mod tests {
                 (RowKey::new(0, 1), AlignedBuf::from_slice(&[1i64, 1])),
                 (RowKey::new(0, 2), AlignedBuf::from_slice(&[1i64])),
             ],
+            slab: AlignedBuf::default(),
         };
         s.handle(bad, &mut out);
         assert!(matches!(out[0].1, Msg::Rejected { .. }));
@@ -357,6 +497,7 @@ mod tests {
             worker: w,
             clock: 1,
             rows: vec![(RowKey::new(0, 0), AlignedBuf::from_slice(&[v]))],
+            slab: AlignedBuf::default(),
         };
         let mut out = Vec::new();
         s.handle(big(1, -1e16), &mut out);

@@ -1,5 +1,6 @@
 //! Integration tests of iterstore through its public API (one test binary).
 
 mod api_errors;
+mod modes;
 mod ssp_props;
 mod util;

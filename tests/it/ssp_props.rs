@@ -7,7 +7,7 @@
 //! shows exactly which clocks of which workers it includes.
 
 use crate::util::within;
-use iterstore::{Cluster, Config, Staleness};
+use iterstore::{Cluster, Config, Mode, Staleness};
 use proptest::prelude::*;
 
 const MAX_CLOCKS: usize = 5;
@@ -104,12 +104,25 @@ fn run_case(
     shards: usize,
     capacity: Option<usize>,
 ) -> Result<(), TestCaseError> {
+    run_case_in(programs, staleness, shards, capacity, Mode::Generic)
+}
+
+fn run_case_in(
+    programs: Programs,
+    staleness: Staleness,
+    shards: usize,
+    capacity: Option<usize>,
+    mode: Mode,
+) -> Result<(), TestCaseError> {
     let workers = programs.len();
     let t = totals(&programs);
     let mut config = Config::new(workers)
         .with_shards(shards)
-        .with_staleness(staleness);
+        .with_staleness(staleness)
+        .with_mode(mode);
     config.cache_capacity = capacity;
+    config.contention_threshold = 0.0;
+    config.prefetch_chunks = 2;
     let (violations, final_counters, final_sums) = within(30, move || {
         let mut cluster = Cluster::start(config).unwrap();
         let counters = cluster
@@ -118,46 +131,42 @@ fn run_case(
         let sums = cluster.create_table::<f64>("sums", 1).unwrap();
         let programs = &programs;
         let t = &t;
-        let violations = cluster
-            .run(|wk| {
-                let w = wk.id();
-                let mut found = Vec::new();
-                let mut buf = vec![0i64; workers * MAX_CLOCKS];
-                for (c, ops) in programs[w].iter().enumerate() {
-                    let mut own = vec![0i64; ROWS as usize];
-                    for op in ops {
-                        match *op {
-                            Op::Read(r) => {
-                                wk.read(&counters, r, &mut buf)?;
-                                // The zero-copy read is checked the same way; it may see a
-                                // newer snapshot than the copy before it.
-                                let borrowed = wk.read_with(&counters, r, |v| v.to_vec())?;
-                                for v in [&buf, &borrowed] {
-                                    if let Err(e) = check_read(
-                                        staleness,
-                                        t,
-                                        w,
-                                        c,
-                                        r as usize,
-                                        own[r as usize],
-                                        v,
-                                    ) {
-                                        found.push(format!("worker {w} clock {c} row {r}: {e}"));
-                                    }
+        let body = |wk: &mut iterstore::Worker<'_>| -> iterstore::Result<Vec<String>> {
+            let w = wk.id();
+            let mut found = Vec::new();
+            let mut buf = vec![0i64; workers * MAX_CLOCKS];
+            for (c, ops) in programs[w].iter().enumerate() {
+                let mut own = vec![0i64; ROWS as usize];
+                for op in ops {
+                    match *op {
+                        Op::Read(r) => {
+                            wk.read(&counters, r, &mut buf)?;
+                            // The zero-copy read is checked the same way; it may see a
+                            // newer snapshot than the copy before it.
+                            let borrowed = wk.read_with(&counters, r, |v| v.to_vec())?;
+                            for v in [&buf, &borrowed] {
+                                if let Err(e) =
+                                    check_read(staleness, t, w, c, r as usize, own[r as usize], v)
+                                {
+                                    found.push(format!("worker {w} clock {c} row {r}: {e}"));
                                 }
                             }
-                            Op::Update(r, a) => {
-                                wk.update_col(&counters, r, w * MAX_CLOCKS + c, a)?;
-                                wk.update(&sums, r, &[a as f64])?;
-                                own[r as usize] += a;
-                            }
+                        }
+                        Op::Update(r, a) => {
+                            wk.update_col(&counters, r, w * MAX_CLOCKS + c, a)?;
+                            wk.update(&sums, r, &[a as f64])?;
+                            own[r as usize] += a;
                         }
                     }
-                    wk.clock()?;
                 }
-                Ok(found)
-            })
-            .unwrap();
+                wk.clock()?;
+            }
+            Ok(found)
+        };
+        if mode == Mode::Virtual {
+            cluster.virtual_iteration(body).unwrap();
+        }
+        let violations = cluster.run(body).unwrap();
         let final_counters = cluster.snapshot(&counters).unwrap();
         let final_sums = cluster.snapshot(&sums).unwrap();
         cluster.shutdown().unwrap();
@@ -271,4 +280,24 @@ fn final_counters_match_per_clock_totals() {
     });
     assert_eq!(rows.len(), ROWS as usize);
     assert!(check(&rows));
+}
+
+/// The SSP properties of this module through the virtually-specialized store.
+pub fn check_specialized_ssp() {
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
+        cases: 24,
+        ..ProptestConfig::default()
+    });
+    for staleness in [
+        Staleness::BSP,
+        Staleness::Bounded(1),
+        Staleness::Bounded(3),
+        Staleness::Unbounded,
+    ] {
+        runner
+            .run(&(programs(), 1usize..=2), |(p, shards)| {
+                run_case_in(p, staleness, shards, None, Mode::Virtual)
+            })
+            .unwrap();
+    }
 }

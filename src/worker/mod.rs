@@ -5,6 +5,8 @@
 //! snapshot is too stale, and adds its own updates the snapshot does not include
 //! (read-my-writes). It never talks to a server except through the transport.
 
+mod special;
+
 use crate::client::{ClientShared, WAIT_SLICE};
 use crate::consistency::Clock;
 use crate::gather::{Access, AccessLog};
@@ -13,6 +15,7 @@ use crate::server::shard_of;
 use crate::table::resolve;
 use crate::{AlignedBuf, ElemType, Element, Error, Result, RowKey, Staleness, Table, TableMeta};
 use rustc_hash::FxHashMap;
+use special::Special;
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 
@@ -36,11 +39,12 @@ pub struct Worker<'a> {
     log: Option<AccessLog>,
     /// In a virtual iteration: reads return zeros, updates are dropped, nothing is sent.
     virtual_only: bool,
+    /// Specialized structures, once the store has a plan.
+    special: Option<Special>,
 }
 
 /// What a worker does with its operations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[allow(dead_code)] // `Recording` is used by first-iteration gathering, landing next.
 pub(crate) enum Role {
     /// Operate on the store.
     Normal,
@@ -71,6 +75,12 @@ impl<'a> Worker<'a> {
             scratch: AlignedBuf::default(),
             log: (role != Role::Normal).then(AccessLog::default),
             virtual_only: role == Role::Virtual,
+            special: match role {
+                Role::Virtual => None,
+                _ => shared.arena().map(|arena| {
+                    Special::new(arena, id, shared.config.specializations.contiguous_index)
+                }),
+            },
         }
     }
 
@@ -118,10 +128,12 @@ impl<'a> Worker<'a> {
             out.fill(T::default());
             return Ok(());
         }
-        let data_clock = self.fetch_fresh(key, |data| {
-            out.copy_from_slice(data.cast());
-        })?;
-        self.add_own(key, data_clock, meta.elem, bytemuck::cast_slice_mut(out));
+        let dst: &mut [u8] = bytemuck::cast_slice_mut(out);
+        let data_clock = match self.special_slot(key) {
+            Some(slot) => self.read_special(slot, meta.elem, dst)?,
+            None => self.fetch_fresh(key, |data| dst.copy_from_slice(data.as_bytes()))?,
+        };
+        self.add_own(key, data_clock, meta.elem, dst);
         Ok(())
     }
 
@@ -140,9 +152,10 @@ impl<'a> Worker<'a> {
             let zeros = vec![T::default(); table.width];
             return Ok(f(&zeros));
         }
+        let slot = self.special_slot(key);
         let own =
             self.oplog.contains_key(&key) || self.recent.iter().any(|(_, l)| l.contains_key(&key));
-        if !own {
+        if !own && slot.is_none() {
             let required = self.required();
             loop {
                 let generation = self.shared.fetcher.generation();
@@ -156,9 +169,12 @@ impl<'a> Worker<'a> {
         if scratch.len() != meta.row_bytes() {
             scratch = AlignedBuf::zeroed(meta.row_bytes());
         }
-        let data_clock = self.fetch_fresh(key, |data| {
-            scratch.as_bytes_mut().copy_from_slice(data.as_bytes());
-        })?;
+        let data_clock = match slot {
+            Some(slot) => self.read_special(slot, meta.elem, scratch.as_bytes_mut())?,
+            None => self.fetch_fresh(key, |data| {
+                scratch.as_bytes_mut().copy_from_slice(data.as_bytes());
+            })?,
+        };
         self.add_own(key, data_clock, meta.elem, scratch.as_bytes_mut());
         let result = f(scratch.cast());
         self.scratch = scratch;
@@ -173,7 +189,15 @@ impl<'a> Worker<'a> {
             return Ok(());
         }
         let bytes: &[u8] = bytemuck::cast_slice(delta);
-        match self.oplog.entry(table.key(row)) {
+        let key = table.key(row);
+        if let Some(slot) = self.special_slot(key) {
+            if let Some(sp) = &mut self.special {
+                if sp.update(slot, T::TYPE, 0, bytes) {
+                    return Ok(());
+                }
+            }
+        }
+        match self.oplog.entry(key) {
             std::collections::hash_map::Entry::Occupied(mut e) => {
                 T::TYPE.add(e.get_mut().as_bytes_mut(), bytes);
             }
@@ -203,6 +227,14 @@ impl<'a> Worker<'a> {
         }
         if self.record(table.key(row), Access::Update) {
             return Ok(());
+        }
+        if let Some(slot) = self.special_slot(table.key(row)) {
+            if let Some(sp) = &mut self.special {
+                let at = column * T::TYPE.size();
+                if sp.update(slot, T::TYPE, at, bytemuck::bytes_of(&delta)) {
+                    return Ok(());
+                }
+            }
         }
         let bytes = meta.row_bytes();
         let row_buf = self
@@ -237,18 +269,32 @@ impl<'a> Worker<'a> {
                 per_shard[shard_of(key, shards)].push((key, delta));
             }
         }
+        let keep = self.keeps_recent();
+        let mut slabs = match &mut self.special {
+            Some(sp) => sp.take_slabs(self.clock, keep),
+            None => Vec::new(),
+        };
+        slabs.resize_with(shards, AlignedBuf::default);
         self.clock += 1;
-        for (shard, rows) in per_shard.into_iter().enumerate() {
+        for (shard, (rows, slab)) in per_shard.into_iter().zip(slabs).enumerate() {
             let msg = Msg::Clock {
                 worker: self.id as u32,
                 clock: self.clock,
                 rows,
+                slab,
             };
             self.send(shard, msg)?;
         }
         let floor = self.required();
         while self.recent.front().is_some_and(|(c, _)| *c < floor) {
             self.recent.pop_front();
+        }
+        if let Some(sp) = &mut self.special {
+            sp.prune(floor);
+            // Prefetch: the refresh the next reads need, asked for once per process.
+            let shared = self.shared;
+            sp.arena
+                .request(shared.process, shared.transport.as_ref(), floor, None)?;
         }
         Ok(())
     }
@@ -304,6 +350,25 @@ impl<'a> Worker<'a> {
             });
         }
         Ok(meta)
+    }
+
+    /// The arena slot of `key`, if the store is specialized and `key` is planned.
+    #[inline]
+    fn special_slot(&self, key: RowKey) -> Option<u32> {
+        self.special.as_ref()?.arena.slot(key)
+    }
+
+    /// Reads `slot` through the specialized path and adds this worker's own specialized
+    /// updates; returns the snapshot's data clock.
+    fn read_special(&mut self, slot: u32, elem: ElemType, dst: &mut [u8]) -> Result<Clock> {
+        let required = self.required();
+        let shared = self.shared;
+        let Some(sp) = &mut self.special else {
+            return Err(Error::failed("worker", "specialized read without a plan"));
+        };
+        let data_clock = sp.read(shared, slot, required, dst)?;
+        sp.add_own(slot, data_clock, elem, dst);
+        Ok(data_clock)
     }
 
     /// Runs `copy` on a fresh-enough snapshot of `key`, fetching it first if needed;

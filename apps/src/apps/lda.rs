@@ -1,0 +1,282 @@
+//! Latent Dirichlet allocation by collapsed Gibbs sampling on the parameter server.
+//!
+//! **Tables.** `lda.word_topic`: one row of `K` i32 counts `n_wk` per word (row id = word
+//! id); `lda.topic_totals`: a single row 0 of the `K` totals `n_k`. Each worker keeps its
+//! documents' topic assignments locally across runs (one `Mutex` per worker, only ever
+//! locked by that worker); document–topic counts are recounted from them per document, as
+//! in [`crate::limit::lda`]. The math is [`crate::algo::lda`].
+//!
+//! **Iteration** (sweep `t`). Worker `w` owns the documents [`partition`]`(D, W, w)`. It
+//! READs the totals row once, then for every token of its documents, in order, READs the
+//! token's word row, draws the new topic with [`TopicSampler::sample`] (randomness keyed by
+//! `(seed, t, corpus document index)`), and UPDATEs the word row by `−1` at the old topic and
+//! `+1` at the new one — even when they are equal, so the rows touched never depend on the
+//! values read. Its own totals changes are applied to its copy of the totals row as it
+//! goes and sent as one UPDATE before its single CLOCK. Under BSP this is exactly the
+//! limit's computation (integer counts, same draws), so the models are identical.
+//!
+//! **Initialisation.** Topics are drawn with [`init_doc`] (a function of seed and document)
+//! while the plans are built; the init run UPDATEs the word rows by `+1` per token and the
+//! totals row once per worker.
+//!
+//! **Evaluation.** After each iteration the main thread snapshots both tables and adds the
+//! workers' document terms: `log p(w, z)` as [`LdaModel::log_likelihood`] defines it (not
+//! timed).
+//!
+//! **Model file** ([`LdaOutcome::write_model`], the CLI's `--output`): a comment line
+//! `# iterstore lda model: topics=K vocab=V`, a line `totals<TAB>n_0<TAB>…<TAB>n_{K-1}`, then
+//! one line per word `word<TAB>n_w0<TAB>…<TAB>n_w{K-1}` for words `0..V` (ids as in the corpus
+//! file).
+
+use std::io::{self, Write};
+use std::sync::Mutex;
+
+use iterstore::{Cluster, Table, Worker};
+
+use super::{
+    dense, lock, par_build, preprocess, start, timed, timed_run, AppConfig, AppError, IterRecord,
+    Observer, RunReport,
+};
+use crate::algo::lda::{
+    check_corpus, count_doc, doc_rng, doc_term, init_doc, topic_totals_term, word_rows_term,
+    LdaConfig, LdaModel, TopicSampler,
+};
+use crate::algo::partition;
+use crate::data::Corpus;
+
+/// The outcome of a store-backed LDA run.
+#[derive(Debug, Clone)]
+pub struct LdaOutcome {
+    /// Timings and objectives.
+    pub report: RunReport,
+    /// The final counts and every token's topic.
+    pub model: LdaModel,
+}
+
+impl LdaOutcome {
+    /// Writes the model in the text format described in the module docs.
+    pub fn write_model(&self, out: &mut dyn Write) -> io::Result<()> {
+        let m = &self.model;
+        let k = m.topics;
+        writeln!(
+            out,
+            "# iterstore lda model: topics={k} vocab={}",
+            m.vocab_size
+        )?;
+        write!(out, "totals")?;
+        for n in &m.topic_totals {
+            write!(out, "\t{n}")?;
+        }
+        writeln!(out)?;
+        for (word, row) in m.word_topic.chunks_exact(k).enumerate() {
+            write!(out, "{word}")?;
+            for n in row {
+                write!(out, "\t{n}")?;
+            }
+            writeln!(out)?;
+        }
+        Ok(())
+    }
+}
+
+/// The two count tables.
+#[derive(Clone, Copy)]
+struct Tables {
+    words: Table<i32>,
+    totals: Table<i32>,
+}
+
+/// What a sweep needs besides the tables and the worker's assignments.
+struct Sweep<'a> {
+    cfg: &'a LdaConfig,
+    vocab: u32,
+    /// 0-based sweep index (keys the draws).
+    iter: u64,
+    /// The worker's documents and the corpus index of the first one.
+    docs: &'a [Vec<u32>],
+    first_doc: usize,
+}
+
+/// One sweep of one worker over its documents: the function both the virtual iteration and
+/// the real iterations run. `z` holds the topics of the documents' tokens, concatenated.
+fn iteration(w: &mut Worker<'_>, t: Tables, s: &Sweep<'_>, z: &mut [u32]) -> iterstore::Result<()> {
+    let k = s.cfg.topics;
+    let mut sampler = TopicSampler::new(s.cfg, s.vocab);
+    let (mut row, mut totals) = (vec![0i32; k], vec![0i32; k]);
+    let (mut delta, mut doc_topic) = (vec![0i32; k], vec![0i32; k]);
+    w.read(&t.totals, 0, &mut totals)?;
+    let mut at = 0;
+    for (d, doc) in s.docs.iter().enumerate() {
+        let zd = &mut z[at..at + doc.len()];
+        at += doc.len();
+        count_doc(zd, &mut doc_topic);
+        let mut rng = doc_rng(s.cfg, s.iter, (s.first_doc + d) as u64);
+        for (&word, topic) in doc.iter().zip(zd.iter_mut()) {
+            let word_row = u64::from(word);
+            w.read(&t.words, word_row, &mut row)?;
+            let new = sampler.sample(&row, &totals, &doc_topic, *topic, &mut rng);
+            let (old, new) = (*topic as usize, new as usize);
+            w.update_col(&t.words, word_row, old, -1)?;
+            w.update_col(&t.words, word_row, new, 1)?;
+            for counts in [&mut totals, &mut delta, &mut doc_topic] {
+                counts[old] -= 1;
+                counts[new] += 1;
+            }
+            *topic = new as u32;
+        }
+    }
+    w.update(&t.totals, 0, &delta)?;
+    w.clock()
+}
+
+/// The initial topics of the documents `docs` (corpus indices), concatenated.
+fn initial_topics(cfg: &LdaConfig, corpus: &Corpus, docs: std::ops::Range<usize>) -> Vec<u32> {
+    let mut z = vec![0; corpus.docs[docs.clone()].iter().map(Vec::len).sum()];
+    let mut at = 0;
+    for d in docs {
+        let len = corpus.docs[d].len();
+        init_doc(cfg, d as u64, &mut z[at..at + len]);
+        at += len;
+    }
+    z
+}
+
+/// The documents' share of `log p(z)` for one worker, summed in document order.
+fn doc_terms(cfg: &LdaConfig, docs: &[Vec<u32>], z: &[u32]) -> f64 {
+    let mut doc_topic = vec![0; cfg.topics];
+    let mut at = 0;
+    let mut sum = 0.0;
+    for doc in docs {
+        count_doc(&z[at..at + doc.len()], &mut doc_topic);
+        at += doc.len();
+        sum += doc_term(cfg, &doc_topic);
+    }
+    sum
+}
+
+/// The current counts, read back from the servers: `(word_topic, topic_totals)`.
+fn snapshot(
+    cluster: &Cluster,
+    t: Tables,
+    vocab: u32,
+    k: usize,
+) -> Result<(Vec<i32>, Vec<i32>), AppError> {
+    Ok((
+        dense(cluster.snapshot(&t.words)?, vocab as usize, k),
+        dense(cluster.snapshot(&t.totals)?, 1, k),
+    ))
+}
+
+/// Runs LDA on `corpus` with `cfg`. See the module docs for the tables and phases.
+pub fn run(cfg: &AppConfig, params: &LdaConfig, corpus: &Corpus) -> Result<LdaOutcome, AppError> {
+    run_observed(cfg, params, corpus, &mut |_| {})
+}
+
+/// [`run`], calling `observer` after each iteration is evaluated.
+pub fn run_observed(
+    cfg: &AppConfig,
+    params: &LdaConfig,
+    corpus: &Corpus,
+    observer: Observer<'_>,
+) -> Result<LdaOutcome, AppError> {
+    cfg.validate()?;
+    params.validate()?;
+    check_corpus(corpus)?;
+    let mut report = RunReport::new("lda", "log_likelihood", cfg);
+    let tokens: usize = corpus.docs.iter().map(Vec::len).sum();
+    report.dataset.insert("docs", corpus.docs.len() as u64);
+    report.dataset.insert("vocab", corpus.vocab_size.into());
+    report.dataset.insert("tokens", tokens as u64);
+    report.param("topics", params.topics);
+    report.param("alpha", params.alpha);
+    report.param("beta", params.beta);
+    report.param("seed", params.seed);
+
+    let (k, workers, vocab) = (params.topics, cfg.workers, corpus.vocab_size);
+    let num_docs = corpus.docs.len();
+    let range = |w: usize| partition(num_docs, workers, w);
+    let (setup, setup_s) = timed(|| -> Result<_, AppError> {
+        let z: Vec<Mutex<Vec<u32>>> = par_build(workers, |w| {
+            Mutex::new(initial_topics(params, corpus, range(w)))
+        });
+        let mut cluster = start(cfg)?;
+        let t = Tables {
+            words: cluster.create_table::<i32>("lda.word_topic", k)?,
+            totals: cluster.create_table::<i32>("lda.topic_totals", k)?,
+        };
+        Ok((z, cluster, t))
+    });
+    let (z, mut cluster, t) = setup?;
+    report.setup_s = setup_s;
+    let sweep = |w: usize, iter: u64| Sweep {
+        cfg: params,
+        vocab,
+        iter,
+        docs: &corpus.docs[range(w)],
+        first_doc: range(w).start,
+    };
+
+    let (pre_s, pattern) = preprocess(&mut cluster, cfg, |w| {
+        let mut scratch = lock(&z[w.id()]).clone();
+        iteration(w, t, &sweep(w.id(), 0), &mut scratch)
+    })?;
+    report.preprocess_s = pre_s;
+    report.pattern = pattern;
+
+    report.init_s = timed_run(&mut cluster, |w| {
+        let z = lock(&z[w.id()]);
+        let mut delta = vec![0i32; k];
+        let words = corpus.docs[range(w.id())].iter().flatten();
+        for (&word, &topic) in words.zip(z.iter()) {
+            w.update_col(&t.words, u64::from(word), topic as usize, 1)?;
+            delta[topic as usize] += 1;
+        }
+        w.update(&t.totals, 0, &delta)?;
+        w.clock()
+    })?;
+
+    let (mut word_topic, mut topic_totals) = (Vec::new(), Vec::new());
+    // First-iter mode records the first real iteration (not the initialisation run).
+    cluster.gather_next_run();
+    for iter in 0..cfg.iterations {
+        let seconds = timed_run(&mut cluster, |w| {
+            let mut z = lock(&z[w.id()]);
+            iteration(w, t, &sweep(w.id(), iter as u64), &mut z)
+        })?;
+        (word_topic, topic_totals) = snapshot(&cluster, t, vocab, k)?;
+        let docs: f64 = par_build(workers, |w| {
+            doc_terms(params, &corpus.docs[range(w)], &lock(&z[w]))
+        })
+        .iter()
+        .sum();
+        let objective = word_rows_term(params, &word_topic)
+            + topic_totals_term(params, vocab, &topic_totals)
+            + docs;
+        let record = IterRecord {
+            iter,
+            seconds,
+            objective,
+            test_rmse: None,
+        };
+        observer(&record);
+        report.iterations.push(record);
+    }
+    cluster.shutdown()?;
+    let mut assignments = Vec::with_capacity(num_docs);
+    for (w, z) in z.into_iter().enumerate() {
+        let z = z.into_inner().unwrap_or_else(|e| e.into_inner());
+        let mut at = 0;
+        for doc in &corpus.docs[range(w)] {
+            assignments.push(z[at..at + doc.len()].to_vec());
+            at += doc.len();
+        }
+    }
+    let model = LdaModel {
+        topics: k,
+        vocab_size: vocab,
+        word_topic,
+        topic_totals,
+        assignments,
+    };
+    Ok(LdaOutcome { report, model })
+}

@@ -1,0 +1,189 @@
+//! The store-backed applications: matrix factorization ([`mf`]), LDA ([`lda`]) and
+//! PageRank ([`pagerank`]), data-parallel over a cluster's workers through the public
+//! `iterstore` API only.
+//!
+//! Every app runs the same phases, each one [`Cluster::run`] (or virtual iteration) that the
+//! main thread times:
+//!
+//! 1. **setup** — partition the data with [`crate::algo::partition`] exactly as the
+//!    [`crate::limit`] implementations do, build each worker's plan (its slice of the data
+//!    with ids mapped to table rows), start the cluster, create the tables;
+//! 2. **preprocess** — in [`Mode::Virtual`] only, one [`Cluster::virtual_iteration`] of the
+//!    app's *own* iteration function (the same function the real iterations call), so the
+//!    store sees exactly the rows a real iteration touches;
+//! 3. **init** — one run in which workers write the initial parameters as UPDATEs, then
+//!    CLOCK;
+//! 4. **iterations** — one run per iteration, each ending in exactly one CLOCK. Between runs
+//!    the main thread evaluates the objective from [`Cluster::snapshot`]s; that evaluation
+//!    is not part of the iteration time.
+//!
+//! Worker-local state that lives across runs (LDA's topic assignments, PageRank's last
+//! propagated ranks) is kept in a `Vec<Mutex<_>>` indexed by worker id, so each lock is only
+//! ever taken by its own worker. Iteration functions never decide *which* rows to touch
+//! from values they read, so a virtual iteration (where reads return zeros) touches the
+//! same rows as a real one.
+//!
+//! Under BSP (staleness 0) a store-backed app computes the same model as its limit
+//! implementation: LDA exactly, PageRank to rounding, MF to rounding (the store sums a
+//! worker's deltas of a row before adding them). Each app returns a [`RunReport`].
+//!
+//! This module knows nothing of files or the command line.
+
+pub mod lda;
+pub mod mf;
+pub mod pagerank;
+mod report;
+
+pub use report::{IterRecord, PatternSummary, RunReport};
+
+use iterstore::{Cluster, Config, Element, Mode, Staleness, Worker};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Instant;
+
+/// How an app runs on the store: cluster shape, consistency, store mode and iteration count.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppConfig {
+    /// Worker threads `W` (also the number of data partitions).
+    pub workers: usize,
+    /// Server shards.
+    pub shards: usize,
+    /// The consistency model (`Staleness::BSP` makes runs deterministic).
+    pub staleness: Staleness,
+    /// How the store obtains the access pattern; [`Mode::Virtual`] runs a virtual
+    /// iteration before initialisation.
+    pub mode: Mode,
+    /// Iterations (passes over the data) after initialisation; at least 1.
+    pub iterations: usize,
+}
+
+impl Default for AppConfig {
+    /// Two workers, one shard, BSP, virtual-iteration mode, ten iterations.
+    fn default() -> Self {
+        Self {
+            workers: 2,
+            shards: 1,
+            staleness: Staleness::BSP,
+            mode: Mode::Virtual,
+            iterations: 10,
+        }
+    }
+}
+
+impl AppConfig {
+    /// Checks every setting, naming the first offending one.
+    pub fn validate(&self) -> Result<(), AppError> {
+        if self.iterations == 0 {
+            return Err(AppError::Invalid("iterations must be at least 1".into()));
+        }
+        self.store_config()
+            .validate()
+            .map_err(|e| AppError::Invalid(e.to_string()))
+    }
+
+    /// The store configuration this app configuration starts a cluster with.
+    pub fn store_config(&self) -> Config {
+        Config::new(self.workers)
+            .with_shards(self.shards)
+            .with_staleness(self.staleness)
+            .with_mode(self.mode)
+    }
+}
+
+/// Why an app run failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AppError {
+    /// A parameter or the input data was rejected before any work started.
+    #[error("{0}")]
+    Invalid(String),
+    /// The parameter server failed.
+    #[error("parameter server: {0}")]
+    Store(#[from] iterstore::Error),
+}
+
+impl From<String> for AppError {
+    fn from(message: String) -> Self {
+        AppError::Invalid(message)
+    }
+}
+
+/// Per-iteration callback: receives each iteration's record as soon as it is evaluated.
+pub type Observer<'a> = &'a mut dyn FnMut(&IterRecord);
+
+/// Runs `f` and returns its result with the seconds it took.
+pub(crate) fn timed<R>(f: impl FnOnce() -> R) -> (R, f64) {
+    let start = Instant::now();
+    let result = f();
+    (result, start.elapsed().as_secs_f64())
+}
+
+/// Starts a cluster for `cfg` (already validated).
+pub(crate) fn start(cfg: &AppConfig) -> Result<Cluster, AppError> {
+    Ok(Cluster::start(cfg.store_config())?)
+}
+
+/// In [`Mode::Virtual`], runs `iteration` once as the virtual iteration and returns its
+/// time and a summary of the gathered pattern; in other modes does nothing.
+pub(crate) fn preprocess<F>(
+    cluster: &mut Cluster,
+    cfg: &AppConfig,
+    iteration: F,
+) -> Result<(f64, Option<PatternSummary>), AppError>
+where
+    F: Fn(&mut Worker<'_>) -> iterstore::Result<()> + Sync,
+{
+    if cfg.mode != Mode::Virtual {
+        return Ok((0.0, None));
+    }
+    let (pattern, seconds) = timed(|| {
+        cluster
+            .virtual_iteration(iteration)
+            .map(PatternSummary::from)
+    });
+    Ok((seconds, Some(pattern?)))
+}
+
+/// Runs one real run of `f` on every worker and returns its time.
+pub(crate) fn timed_run<F>(cluster: &mut Cluster, f: F) -> Result<f64, AppError>
+where
+    F: Fn(&mut Worker<'_>) -> iterstore::Result<()> + Sync,
+{
+    let (result, seconds) = timed(|| cluster.run(f));
+    result?;
+    Ok(seconds)
+}
+
+/// Builds one value per worker `0..workers` in parallel (inline for one worker).
+pub(crate) fn par_build<T: Send>(workers: usize, f: impl Fn(usize) -> T + Sync) -> Vec<T> {
+    if workers == 1 {
+        return vec![f(0)];
+    }
+    std::thread::scope(|s| {
+        let f = &f;
+        let handles: Vec<_> = (0..workers).map(|w| s.spawn(move || f(w))).collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
+    })
+}
+
+/// Locks a worker's state; a poisoned lock (a worker panicked earlier, which the cluster
+/// already reported) still yields the state.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A row-major `rows × width` table from a [`Cluster::snapshot`]; absent rows are zeros and
+/// rows outside `0..rows` are ignored.
+pub(crate) fn dense<T: Element>(snapshot: Vec<(u64, Vec<T>)>, rows: usize, width: usize) -> Vec<T> {
+    let mut out = vec![T::default(); rows * width];
+    for (row, values) in snapshot {
+        if let Ok(row) = usize::try_from(row) {
+            if row < rows && values.len() == width {
+                out[row * width..][..width].copy_from_slice(&values);
+            }
+        }
+    }
+    out
+}

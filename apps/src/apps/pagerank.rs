@@ -1,0 +1,329 @@
+//! PageRank by power iteration on the parameter server, in *delta-propagation* form.
+//!
+//! **Tables.** `pagerank.rank` (f64) holds vertices in blocks of `B` ([`PageRankParams::block`]):
+//! row `b` covers vertices `bB..(b+1)B`, so a worker reads and updates a few hundred
+//! contiguous values per store operation instead of one. `pagerank.dangling` (f64, width 1,
+//! row 0) holds the global dangling sum `G`. The rank of `v` is `r(v) = S(v) + d·G/N`,
+//! where `S(v)` is its entry in the rank table; the math is [`crate::algo::pagerank`].
+//!
+//! **Invariant.** After every completed clock,
+//! `S(v) = (1−d)/N + d·Σ_{u→v} p(u)/outdeg(u)` and `G = Σ_{dangling u} p(u)` (plus a
+//! one-off `1` before the first iteration), where `p(u)` is the rank the worker holding the
+//! edge (or owning the dangling vertex) last *propagated* for `u`. No table is ever reset:
+//! each iteration, each worker READs the blocks of its sources (and of the dangling vertices
+//! it owns), computes their current ranks, and UPDATEs the target blocks by
+//! `d·(r(u) − p(u))/outdeg(u)` summed over its edges (accumulated locally, one dense UPDATE
+//! per touched block), and the dangling row by `Σ (r(u) − p(u))` over its dangling vertices;
+//! then it CLOCKs once. Worker `w` owns the edges [`partition`]`(E, W, w)` and the dangling
+//! vertices of the blocks [`partition`]`(⌈N/B⌉, W, w)`.
+//!
+//! Under BSP every worker propagates the ranks of the previous iteration, so after `t`
+//! iterations `r` is exactly `t` textbook power-iteration steps from `1/N` (networkx's
+//! dangling semantics), equal to [`crate::algo::pagerank::reference`] up to rounding. Under
+//! SSP a stale READ only delays a propagation: the invariant holds whatever was read, so the
+//! iteration still converges to the true PageRank.
+//!
+//! **Initialisation.** Each block is UPDATEd by `(1−d)/N` per vertex by one worker (the
+//! first whose edges point into it, so initialisation writes rows the worker updates anyway;
+//! else the block's owner), and worker 0 UPDATEs `G` by 1, so that
+//! `r = (1−d)/N + d/N = 1/N`; worker 0 withdraws that 1 in its first iteration. **Evaluation** (not timed): the main thread snapshots both tables and reports
+//! the L1 change of the ranks.
+//!
+//! **Output** ([`PageRankOutcome::write_ranks`], the CLI's `--output`): one
+//! `label<TAB>rank` line per vertex, sorted by label (numeric labels numerically, before
+//! non-numeric ones, which sort as strings).
+
+use std::cmp::Ordering;
+use std::io::{self, Write};
+use std::sync::Mutex;
+
+use iterstore::{Cluster, Table, Worker};
+
+use super::{
+    dense, lock, par_build, preprocess, start, timed, timed_run, AppConfig, AppError, IterRecord,
+    Observer, RunReport,
+};
+use crate::algo::pagerank::{check_graph, l1_change, out_degrees, share, PageRankConfig};
+use crate::data::Graph;
+use plan::{init_writers, Plan, Shape};
+
+mod plan;
+
+/// PageRank's parameters: the algorithm's and the table layout's.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PageRankParams {
+    /// The algorithm's parameters (the damping factor).
+    pub config: PageRankConfig,
+    /// Vertices per row of the rank table (`B`).
+    pub block: usize,
+}
+
+impl Default for PageRankParams {
+    /// Damping 0.85, blocks of 256 vertices.
+    fn default() -> Self {
+        Self {
+            config: PageRankConfig::default(),
+            block: 256,
+        }
+    }
+}
+
+impl PageRankParams {
+    /// Checks the damping factor and the block size.
+    pub fn validate(&self) -> Result<(), String> {
+        self.config.validate()?;
+        if self.block == 0 || self.block > 1 << 20 {
+            return Err(format!(
+                "pagerank: block {} must be in 1..=1048576",
+                self.block
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The outcome of a store-backed PageRank run.
+#[derive(Debug, Clone)]
+pub struct PageRankOutcome {
+    /// Timings and objectives.
+    pub report: RunReport,
+    /// The final rank of every vertex (dense ids).
+    pub ranks: Vec<f64>,
+}
+
+impl PageRankOutcome {
+    /// Writes `label<TAB>rank` lines sorted by label (see the module docs); `labels[v]` names
+    /// vertex `v`, and dense ids are used when `labels` is `None`.
+    pub fn write_ranks(&self, labels: Option<&[String]>, out: &mut dyn Write) -> io::Result<()> {
+        let ids: Vec<String>;
+        let labels = match labels {
+            Some(l) if l.len() == self.ranks.len() => l,
+            Some(l) => {
+                return Err(io::Error::other(format!(
+                    "{} labels for {} vertices",
+                    l.len(),
+                    self.ranks.len()
+                )))
+            }
+            None => {
+                ids = (0..self.ranks.len()).map(|v| v.to_string()).collect();
+                &ids
+            }
+        };
+        let mut order: Vec<usize> = (0..self.ranks.len()).collect();
+        order.sort_by(|&a, &b| label_order(&labels[a], &labels[b]));
+        for v in order {
+            writeln!(out, "{}\t{}", labels[v], self.ranks[v])?;
+        }
+        Ok(())
+    }
+}
+
+/// Numeric labels by value, before other labels by string order.
+fn label_order(a: &str, b: &str) -> Ordering {
+    match (a.parse::<i128>(), b.parse::<i128>()) {
+        (Ok(x), Ok(y)) => x.cmp(&y).then_with(|| a.cmp(b)),
+        (Ok(_), Err(_)) => Ordering::Less,
+        (Err(_), Ok(_)) => Ordering::Greater,
+        (Err(_), Err(_)) => a.cmp(b),
+    }
+}
+
+/// The rank and dangling tables.
+#[derive(Clone, Copy)]
+struct Tables {
+    ranks: Table<f64>,
+    dangling: Table<f64>,
+}
+
+/// One worker's state across runs.
+#[derive(Clone)]
+struct State {
+    /// Per slot: what was last propagated — `d·r(u)/outdeg(u)` for a source, `r(u)` for an
+    /// owned dangling vertex.
+    last: Vec<f64>,
+    /// Per slot: this iteration's change of `d·r(u)/outdeg(u)`.
+    change: Vec<f64>,
+    /// Per target block, `B` accumulated incoming changes.
+    acc: Vec<f64>,
+    /// Still to be withdrawn from `G` (worker 0's initial 1).
+    offset: f64,
+}
+
+impl State {
+    fn new(plan: &Plan, block: usize) -> Self {
+        Self {
+            last: vec![0.0; plan.reads.len()],
+            change: vec![0.0; plan.reads.len()],
+            acc: vec![0.0; plan.target_blocks.len() * block],
+            offset: 0.0,
+        }
+    }
+}
+
+/// One iteration of one worker: the function both the virtual iteration and the real
+/// iterations run.
+fn iteration(
+    w: &mut Worker<'_>,
+    t: Tables,
+    shape: &Shape,
+    plan: &Plan,
+    st: &mut State,
+) -> iterstore::Result<()> {
+    let (d, b) = (shape.damping, shape.block);
+    let mut g = [0.0];
+    w.read(&t.dangling, 0, &mut g)?;
+    let spread = d * g[0] / shape.vertices as f64;
+    let mut dangling_change = 0.0;
+    for (i, &block) in plan.read_blocks.iter().enumerate() {
+        let slots = plan.block_starts[i]..plan.block_starts[i + 1];
+        let State { last, change, .. } = &mut *st;
+        w.read_with(&t.ranks, block, |row| {
+            for s in slots {
+                let r = row[plan.reads[s] as usize % b] + spread;
+                let deg = plan.degrees[s];
+                if deg == 0 {
+                    dangling_change += r - last[s];
+                    last[s] = r;
+                } else {
+                    let new = d * share(r, deg);
+                    change[s] = new - last[s];
+                    last[s] = new;
+                }
+            }
+        })?;
+    }
+    st.acc.fill(0.0);
+    for &(s, a) in &plan.edges {
+        st.acc[a as usize] += st.change[s as usize];
+    }
+    for (i, &block) in plan.target_blocks.iter().enumerate() {
+        w.update(&t.ranks, block, &st.acc[i * b..(i + 1) * b])?;
+    }
+    dangling_change -= std::mem::take(&mut st.offset);
+    w.update(&t.dangling, 0, &[dangling_change])?;
+    w.clock()
+}
+
+/// The current ranks `S(v) + d·G/N`, read back from the servers.
+fn snapshot(cluster: &Cluster, t: Tables, shape: &Shape) -> Result<Vec<f64>, AppError> {
+    let (n, b) = (shape.vertices, shape.block);
+    let mut ranks = dense(cluster.snapshot(&t.ranks)?, n.div_ceil(b), b);
+    ranks.truncate(n);
+    let g = dense(cluster.snapshot(&t.dangling)?, 1, 1)[0];
+    let spread = shape.damping * g / n as f64;
+    for r in &mut ranks {
+        *r += spread;
+    }
+    Ok(ranks)
+}
+
+/// Runs PageRank on `graph` with `cfg`. See the module docs for the layout and phases.
+pub fn run(
+    cfg: &AppConfig,
+    params: &PageRankParams,
+    graph: &Graph,
+) -> Result<PageRankOutcome, AppError> {
+    run_observed(cfg, params, graph, &mut |_| {})
+}
+
+/// [`run`], calling `observer` after each iteration is evaluated.
+pub fn run_observed(
+    cfg: &AppConfig,
+    params: &PageRankParams,
+    graph: &Graph,
+    observer: Observer<'_>,
+) -> Result<PageRankOutcome, AppError> {
+    cfg.validate()?;
+    params.validate()?;
+    check_graph(graph)?;
+    let mut report = RunReport::new("pagerank", "l1_change", cfg);
+    report.dataset.insert("vertices", graph.num_vertices.into());
+    report.dataset.insert("edges", graph.edges.len() as u64);
+    report.param("damping", params.config.damping);
+    report.param("block", params.block);
+
+    let workers = cfg.workers;
+    let shape = Shape {
+        damping: params.config.damping,
+        vertices: graph.num_vertices as usize,
+        block: params.block,
+    };
+    let (setup, setup_s) = timed(|| -> Result<_, AppError> {
+        let degrees = out_degrees(graph);
+        let writers = init_writers(graph, &shape, workers);
+        let plans = par_build(workers, |w| {
+            Plan::new(graph, &degrees, &writers, &shape, workers, w)
+        });
+        let states: Vec<Mutex<State>> = plans
+            .iter()
+            .map(|p| Mutex::new(State::new(p, shape.block)))
+            .collect();
+        let mut cluster = start(cfg)?;
+        let t = Tables {
+            ranks: cluster.create_table::<f64>("pagerank.rank", shape.block)?,
+            dangling: cluster.create_table::<f64>("pagerank.dangling", 1)?,
+        };
+        Ok((plans, states, cluster, t))
+    });
+    let (plans, states, mut cluster, t) = setup?;
+    report.setup_s = setup_s;
+
+    let (pre_s, pattern) = preprocess(&mut cluster, cfg, |w| {
+        let mut scratch = lock(&states[w.id()]).clone();
+        iteration(w, t, &shape, &plans[w.id()], &mut scratch)
+    })?;
+    report.preprocess_s = pre_s;
+    report.pattern = pattern;
+
+    report.init_s = timed_run(&mut cluster, |w| {
+        let (n, b) = (shape.vertices, shape.block);
+        let teleport = (1.0 - shape.damping) / n as f64;
+        let mut row = vec![0.0; b];
+        for &block in &plans[w.id()].init_blocks {
+            let valid = (n - block as usize * b).min(b);
+            row[..valid].fill(teleport);
+            row[valid..].fill(0.0);
+            w.update(&t.ranks, block, &row)?;
+        }
+        if w.id() == 0 {
+            lock(&states[0]).offset = 1.0;
+            w.update(&t.dangling, 0, &[1.0])?;
+        }
+        w.clock()
+    })?;
+
+    let mut ranks = snapshot(&cluster, t, &shape)?;
+    // First-iter mode records the first real iteration (not the initialisation run).
+    cluster.gather_next_run();
+    for iter in 0..cfg.iterations {
+        let seconds = timed_run(&mut cluster, |w| {
+            let mut st = lock(&states[w.id()]);
+            iteration(w, t, &shape, &plans[w.id()], &mut st)
+        })?;
+        let next = snapshot(&cluster, t, &shape)?;
+        let record = IterRecord {
+            iter,
+            seconds,
+            objective: l1_change(&next, &ranks),
+            test_rmse: None,
+        };
+        ranks = next;
+        observer(&record);
+        report.iterations.push(record);
+    }
+    cluster.shutdown()?;
+    Ok(PageRankOutcome { report, ranks })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_sort_numerically_then_as_strings() {
+        let mut labels = vec!["b", "10", "9", "a", "-1", "010"];
+        labels.sort_by(|a, b| label_order(a, b));
+        assert_eq!(labels, ["-1", "9", "010", "10", "a", "b"]);
+    }
+}

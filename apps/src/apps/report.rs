@@ -1,0 +1,225 @@
+//! [`RunReport`]: what one app run cost and achieved, as the CLI prints it and writes it
+//! as JSON (`--json`).
+//!
+//! The JSON object has the keys `app`, `objective_name`, `mode`, `workers`, `shards`,
+//! `staleness` (a number, or `"async"`), `setup_s`, `preprocess_s` (virtual iteration; 0 in
+//! other modes), `init_s`, `iterations` (a list of `{iter, seconds, objective}`, plus
+//! `test_rmse` for MF), `dataset` (sizes), `params` (the app's hyper-parameters) and
+//! `pattern` (the virtual iteration's access-pattern size, or `null`). This module knows
+//! nothing of how the numbers were measured.
+
+use std::collections::BTreeMap;
+
+use iterstore::{AccessPattern, Staleness};
+use serde::{Serialize, Serializer};
+
+use super::AppConfig;
+
+/// One iteration's time and objective.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct IterRecord {
+    /// 0-based iteration index.
+    pub iter: usize,
+    /// Wall-clock seconds of the iteration's run (evaluation excluded).
+    pub seconds: f64,
+    /// The objective after the iteration: training RMSE (MF), log-likelihood (LDA) or L1
+    /// change of the ranks (PageRank).
+    pub objective: f64,
+    /// RMSE on the held-out ratings (MF with a test set only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub test_rmse: Option<f64>,
+}
+
+/// The size of the access pattern a virtual iteration gathered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct PatternSummary {
+    /// Distinct rows touched in one iteration.
+    pub rows: usize,
+    /// READs and UPDATEs in one iteration, all workers together.
+    pub accesses: u64,
+    /// CLOCKs per iteration.
+    pub clocks: u64,
+}
+
+impl From<&AccessPattern> for PatternSummary {
+    fn from(p: &AccessPattern) -> Self {
+        Self {
+            rows: p.rows().len(),
+            accesses: p.accesses(),
+            clocks: p.clocks(),
+        }
+    }
+}
+
+/// What one app run cost and achieved.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunReport {
+    /// `mf`, `lda` or `pagerank`.
+    pub app: &'static str,
+    /// What `objective` means: `train_rmse`, `log_likelihood` or `l1_change`.
+    pub objective_name: &'static str,
+    /// Store mode (`generic`, `first-iter`, `virtual`).
+    pub mode: &'static str,
+    /// Worker threads.
+    pub workers: usize,
+    /// Server shards.
+    pub shards: usize,
+    /// Staleness bound.
+    #[serde(serialize_with = "staleness_json")]
+    pub staleness: Staleness,
+    /// Seconds to partition the data, start the cluster and create the tables.
+    pub setup_s: f64,
+    /// Seconds of the virtual iteration (pattern gathering); 0 outside virtual mode.
+    pub preprocess_s: f64,
+    /// Seconds of the initialisation run.
+    pub init_s: f64,
+    /// Every iteration, in order.
+    pub iterations: Vec<IterRecord>,
+    /// Dataset sizes (e.g. `users`, `train_ratings`, `vertices`, `edges`).
+    pub dataset: BTreeMap<&'static str, u64>,
+    /// The app's hyper-parameters.
+    pub params: BTreeMap<&'static str, serde_json::Value>,
+    /// The gathered access pattern's size (virtual mode only).
+    pub pattern: Option<PatternSummary>,
+}
+
+fn staleness_json<S: Serializer>(s: &Staleness, ser: S) -> Result<S::Ok, S::Error> {
+    match s {
+        Staleness::Bounded(n) => ser.serialize_u32(*n),
+        Staleness::Unbounded => ser.serialize_str("async"),
+    }
+}
+
+impl RunReport {
+    /// An empty report of `app` run with `cfg`.
+    pub fn new(app: &'static str, objective_name: &'static str, cfg: &AppConfig) -> Self {
+        Self {
+            app,
+            objective_name,
+            mode: cfg.mode.name(),
+            workers: cfg.workers,
+            shards: cfg.shards,
+            staleness: cfg.staleness,
+            setup_s: 0.0,
+            preprocess_s: 0.0,
+            init_s: 0.0,
+            iterations: Vec::with_capacity(cfg.iterations),
+            dataset: BTreeMap::new(),
+            params: BTreeMap::new(),
+            pattern: None,
+        }
+    }
+
+    /// Records a parameter.
+    pub fn param(&mut self, name: &'static str, value: impl Into<serde_json::Value>) {
+        self.params.insert(name, value.into());
+    }
+
+    /// The objective after the last iteration.
+    pub fn final_objective(&self) -> Option<f64> {
+        self.iterations.last().map(|r| r.objective)
+    }
+
+    /// Mean seconds per iteration (0 when there were none).
+    pub fn mean_iteration_s(&self) -> f64 {
+        if self.iterations.is_empty() {
+            return 0.0;
+        }
+        self.iterations.iter().map(|r| r.seconds).sum::<f64>() / self.iterations.len() as f64
+    }
+
+    /// The report as one pretty-printed JSON object.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("a report always serializes")
+    }
+
+    /// A human-readable objective, e.g. `train RMSE 0.3012 (test 0.3350)`.
+    pub fn objective_text(&self) -> String {
+        let Some(last) = self.iterations.last() else {
+            return "no iterations".into();
+        };
+        let main = match self.objective_name {
+            "train_rmse" => format!("train RMSE {:.4}", last.objective),
+            "log_likelihood" => format!("log-likelihood {:.6e}", last.objective),
+            "l1_change" => format!("L1 change {:.3e}", last.objective),
+            other => format!("{other} {}", last.objective),
+        };
+        match last.test_rmse {
+            Some(t) => format!("{main} (test {t:.4})"),
+            None => main,
+        }
+    }
+
+    /// A short multi-line summary for a terminal.
+    pub fn summary(&self) -> String {
+        let staleness = match self.staleness {
+            Staleness::Bounded(n) => n.to_string(),
+            Staleness::Unbounded => "async".into(),
+        };
+        let data: Vec<String> = self
+            .dataset
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
+        format!(
+            "{app}: {iters} iterations, mode {mode}, {w} workers, {s} shard(s), staleness {staleness}\n\
+             data: {data}\n\
+             final {objective}\n\
+             mean iteration {mean:.4} s; setup {setup:.3} s, preprocess {pre:.3} s, init {init:.3} s",
+            app = self.app,
+            iters = self.iterations.len(),
+            mode = self.mode,
+            w = self.workers,
+            s = self.shards,
+            data = data.join(", "),
+            objective = self.objective_text(),
+            mean = self.mean_iteration_s(),
+            setup = self.setup_s,
+            pre = self.preprocess_s,
+            init = self.init_s,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_has_the_contract_keys() {
+        let mut r = RunReport::new("mf", "train_rmse", &AppConfig::default());
+        r.iterations.push(IterRecord {
+            iter: 0,
+            seconds: 0.5,
+            objective: 1.0,
+            test_rmse: Some(1.5),
+        });
+        r.iterations.push(IterRecord {
+            iter: 1,
+            seconds: 1.5,
+            objective: 0.5,
+            test_rmse: Some(0.7),
+        });
+        r.dataset.insert("users", 3);
+        let v: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap();
+        for key in [
+            "app",
+            "mode",
+            "workers",
+            "staleness",
+            "preprocess_s",
+            "init_s",
+        ] {
+            assert!(v.get(key).is_some(), "{key}");
+        }
+        assert_eq!(v["mode"], "virtual");
+        assert_eq!(v["staleness"], 0);
+        assert_eq!(v["iterations"][1]["test_rmse"], 0.7);
+        assert_eq!(v["dataset"]["users"], 3);
+        assert_eq!(r.mean_iteration_s(), 1.0);
+        assert!(r.summary().contains("test 0.7000"), "{}", r.summary());
+        r.staleness = Staleness::Unbounded;
+        let v: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap();
+        assert_eq!(v["staleness"], "async");
+    }
+}

@@ -1,0 +1,210 @@
+//! The command line: argument definitions (clap derive), their validation, and dispatch to
+//! [`run`] and [`demo`].
+//!
+//! Every option is checked before any data is loaded or any thread started: numbers are
+//! range-checked by their parsers, app-specific options given to the wrong app are
+//! rejected, and the apps' own `validate` methods run on the assembled parameters.
+
+mod demo;
+mod run;
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Result};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use iterstore::{Mode, Staleness};
+use iterstore_apps::data::synth::SIZES;
+
+/// What `--output` writes, shown in `iterstore run --help`.
+const OUTPUT_FORMATS: &str = "\
+Output formats (--output FILE):
+  pagerank  one `label<TAB>rank` line per vertex, labels as in the input file, sorted by
+            label (numeric labels numerically, before any others).
+  mf        `# iterstore mf model: rank=K users=U items=I`, then one line per user
+            `u<TAB>id<TAB>f_1<TAB>...<TAB>f_K`, then one per item `i<TAB>id<TAB>f_1...`;
+            ids are the dense ids the loader assigned (order of first appearance).
+  lda       `# iterstore lda model: topics=K vocab=V`, a line `totals<TAB>n_0...n_{K-1}`,
+            then one line `word<TAB>n_w0<TAB>...<TAB>n_w{K-1}` per word id 0..V.
+
+--json FILE writes one object: app, mode, workers, staleness, setup_s, preprocess_s
+(virtual iteration), init_s, iterations [{iter, seconds, objective[, test_rmse]}],
+dataset sizes, params and the gathered access pattern's size.";
+
+/// `iterstore`: a parameter server for iterative ML that specializes itself to the
+/// application's repeating access pattern.
+#[derive(Debug, Parser)]
+#[command(name = "iterstore", version, propagate_version = true)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run one app (MF, LDA or PageRank) on the parameter server.
+    Run(Box<RunArgs>),
+    /// Run all three apps quickly on tiny synthetic data (virtual mode, 2 workers).
+    Demo,
+}
+
+/// The bundled apps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum App {
+    /// Matrix factorization by SGD (input: ratings).
+    Mf,
+    /// LDA by collapsed Gibbs sampling (input: a bag-of-words corpus).
+    Lda,
+    /// PageRank by power iteration (input: a directed graph).
+    Pagerank,
+}
+
+impl App {
+    fn name(self) -> &'static str {
+        match self {
+            App::Mf => "mf",
+            App::Lda => "lda",
+            App::Pagerank => "pagerank",
+        }
+    }
+}
+
+/// Options of `iterstore run`.
+#[derive(Debug, Args)]
+#[command(after_long_help = OUTPUT_FORMATS, allow_negative_numbers = true)]
+pub struct RunArgs {
+    /// The app to run.
+    #[arg(value_enum)]
+    pub app: App,
+    /// Input file (gzip read transparently): ratings for mf (MovieLens u.data, CSV,
+    /// RecBole .inter), a corpus for lda (LDA-C .ldac, UCI docword), a graph for pagerank
+    /// (edge list, graph-tool .gt).
+    #[arg(long, value_name = "PATH", conflicts_with = "synthetic")]
+    pub data: Option<PathBuf>,
+    /// Generate seeded synthetic input of this size instead of reading --data: tiny,
+    /// small, medium, large or xlarge [default: small].
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub synthetic: Option<String>,
+    /// Store mode: generic, first-iter or virtual.
+    #[arg(long, default_value = "virtual", value_parser = parse_mode)]
+    pub mode: Mode,
+    /// Worker threads.
+    #[arg(long, default_value_t = 2, value_name = "N", value_parser = at_least_one)]
+    pub workers: usize,
+    /// Server shards.
+    #[arg(long, default_value_t = 1, value_name = "N", value_parser = at_least_one)]
+    pub shards: usize,
+    /// Iterations after initialisation.
+    #[arg(long, default_value_t = 10, value_name = "N", value_parser = at_least_one)]
+    pub iters: usize,
+    /// Staleness bound: 0 (BSP), a positive integer (SSP) or async.
+    #[arg(long, default_value = "0", value_parser = parse_staleness)]
+    pub staleness: Staleness,
+    /// Write the run report as JSON to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Write the model to FILE (formats below).
+    #[arg(long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Seed of the initial model, the sampler and the train/test split.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+
+    /// mf: latent factors per row [default: 16].
+    #[arg(long, help_heading = "MF options", value_parser = at_least_one)]
+    pub rank: Option<usize>,
+    /// mf: SGD learning rate [default: 0.003].
+    #[arg(long, help_heading = "MF options")]
+    pub lr: Option<f32>,
+    /// mf: L2 regularisation [default: 0.01].
+    #[arg(long, help_heading = "MF options")]
+    pub reg: Option<f32>,
+    /// mf: initial factors are uniform in [0, SCALE) [default: 0.2].
+    #[arg(long, value_name = "SCALE", help_heading = "MF options")]
+    pub init_scale: Option<f32>,
+    /// mf: fraction of the ratings held out for the test RMSE [default: 0.1].
+    #[arg(long, value_name = "F", help_heading = "MF options")]
+    pub test_fraction: Option<f64>,
+
+    /// lda: number of topics [default: the planted number for --synthetic, else 100].
+    #[arg(long, help_heading = "LDA options", value_parser = at_least_one)]
+    pub topics: Option<usize>,
+    /// lda: document-topic prior [default: 0.1].
+    #[arg(long, help_heading = "LDA options")]
+    pub alpha: Option<f64>,
+    /// lda: topic-word prior [default: 0.01].
+    #[arg(long, help_heading = "LDA options")]
+    pub beta: Option<f64>,
+
+    /// pagerank: damping factor [default: 0.85].
+    #[arg(long, help_heading = "PageRank options")]
+    pub damping: Option<f64>,
+    /// pagerank: vertices per row of the rank table [default: 256].
+    #[arg(long, value_name = "B", help_heading = "PageRank options", value_parser = at_least_one)]
+    pub block: Option<usize>,
+}
+
+impl RunArgs {
+    /// Rejects options that belong to another app.
+    fn check_app_options(&self) -> Result<()> {
+        let given = [
+            ("--rank", self.rank.is_some(), App::Mf),
+            ("--lr", self.lr.is_some(), App::Mf),
+            ("--reg", self.reg.is_some(), App::Mf),
+            ("--init-scale", self.init_scale.is_some(), App::Mf),
+            ("--test-fraction", self.test_fraction.is_some(), App::Mf),
+            ("--topics", self.topics.is_some(), App::Lda),
+            ("--alpha", self.alpha.is_some(), App::Lda),
+            ("--beta", self.beta.is_some(), App::Lda),
+            ("--damping", self.damping.is_some(), App::Pagerank),
+            ("--block", self.block.is_some(), App::Pagerank),
+        ];
+        for (flag, is_given, app) in given {
+            if is_given && app != self.app {
+                bail!(
+                    "{flag} is an option of `run {}`, not of `run {}`",
+                    app.name(),
+                    self.app.name()
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Runs the parsed command line.
+pub fn main(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Run(args) => {
+            args.check_app_options()?;
+            run::run(&args)
+        }
+        Command::Demo => demo::demo(),
+    }
+}
+
+fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+fn parse_mode(s: &str) -> Result<Mode, String> {
+    s.parse()
+}
+
+fn parse_staleness(s: &str) -> Result<Staleness, String> {
+    s.parse()
+}
+
+fn parse_size(s: &str) -> Result<String, String> {
+    let lower = s.to_ascii_lowercase();
+    if SIZES.contains(&lower.as_str()) {
+        Ok(lower)
+    } else {
+        Err(format!("'{s}' is not one of {}", SIZES.join(", ")))
+    }
+}

@@ -1,0 +1,200 @@
+//! The `iterstore` binary as scripts use it: files written by `run`, error reporting and
+//! exit statuses, and the demo.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use iterstore_apps::algo::pagerank::{reference, PageRankConfig};
+use iterstore_apps::data::load_edges;
+
+use crate::util::fixture;
+
+fn iterstore(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_iterstore"))
+        .args(args)
+        .output()
+        .expect("the iterstore binary runs")
+}
+
+/// A fresh scratch directory for one test.
+fn scratch(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("cli-{name}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn json(path: &PathBuf) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn pagerank_writes_labelled_ranks_and_a_json_report() {
+    let dir = scratch("pagerank");
+    let (ranks, report) = (dir.join("r.tsv"), dir.join("out.json"));
+    let graph = fixture("graph30.tsv");
+    let out = iterstore(&[
+        "run",
+        "pagerank",
+        "--data",
+        graph.to_str().unwrap(),
+        "--iters",
+        "50",
+        "--block",
+        "8",
+        "--output",
+        ranks.to_str().unwrap(),
+        "--json",
+        report.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("L1 change"));
+
+    let labeled = load_edges(&graph).unwrap();
+    let want = reference(&labeled.graph, &PageRankConfig::default(), 50);
+    let text = std::fs::read_to_string(&ranks).unwrap();
+    let lines: Vec<(u64, f64)> = text
+        .lines()
+        .map(|l| {
+            let (label, rank) = l.split_once('\t').expect("label<TAB>rank");
+            (label.parse().unwrap(), rank.parse().unwrap())
+        })
+        .collect();
+    assert_eq!(lines.len(), 30);
+    assert!(lines.windows(2).all(|w| w[0].0 < w[1].0), "sorted by label");
+    for (label, rank) in &lines {
+        let v = labeled
+            .labels
+            .iter()
+            .position(|l| l == &label.to_string())
+            .unwrap();
+        assert!((rank - want[v]).abs() < 1e-9, "vertex {label}");
+    }
+
+    let v = json(&report);
+    assert_eq!(v["app"], "pagerank");
+    assert_eq!(v["mode"], "virtual");
+    assert_eq!(v["workers"], 2);
+    assert_eq!(v["staleness"], 0);
+    assert!(v["preprocess_s"].as_f64().unwrap() >= 0.0);
+    assert!(v["init_s"].as_f64().unwrap() >= 0.0);
+    assert_eq!(v["dataset"]["vertices"], 30);
+    let iters = v["iterations"].as_array().unwrap();
+    assert_eq!(iters.len(), 50);
+    assert_eq!(iters[49]["iter"], 49);
+    assert!(iters[49]["seconds"].as_f64().unwrap() >= 0.0);
+    assert!(iters[49]["objective"].as_f64().unwrap() < iters[0]["objective"].as_f64().unwrap());
+}
+
+#[test]
+fn malformed_data_reports_file_and_line() {
+    let dir = scratch("malformed");
+    let bad = dir.join("bad.tsv");
+    std::fs::write(&bad, "1 2\n2 3\n3\n").unwrap();
+    let out = iterstore(&["run", "pagerank", "--data", bad.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("bad.tsv:3"), "{}", stderr(&out));
+}
+
+#[test]
+fn invalid_options_are_rejected_with_a_clear_message() {
+    for (args, needle) in [
+        (&["run", "mf", "--workers", "0"][..], "--workers"),
+        (&["run", "mf", "--iters", "0"][..], "--iters"),
+        (
+            &["run", "mf", "--mode", "fast"][..],
+            "generic, first-iter, virtual",
+        ),
+        (&["run", "lda", "--staleness", "-2"][..], "staleness"),
+        (&["run", "lda", "--synthetic", "huge"][..], "tiny, small"),
+        (&["run", "mf", "--topics", "4"][..], "--topics"),
+        (&["run", "mf", "--lr", "-1"][..], "learning_rate"),
+        (&["run", "pagerank", "--damping", "2"][..], "damping"),
+        (
+            &["run", "mf", "--data", "x", "--synthetic", "tiny"][..],
+            "--synthetic",
+        ),
+    ] {
+        let out = iterstore(args);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(stderr(&out).contains(needle), "{args:?}: {}", stderr(&out));
+    }
+}
+
+#[test]
+fn mf_and_lda_write_their_models() {
+    let dir = scratch("models");
+    let (model, report) = (dir.join("mf.txt"), dir.join("mf.json"));
+    let out = iterstore(&[
+        "run",
+        "mf",
+        "--synthetic",
+        "tiny",
+        "--iters",
+        "3",
+        "--mode",
+        "generic",
+        "--output",
+        model.to_str().unwrap(),
+        "--json",
+        report.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = std::fs::read_to_string(&model).unwrap();
+    assert!(text.starts_with("# iterstore mf model: rank=16 users=200 items=100\n"));
+    assert_eq!(text.lines().filter(|l| l.starts_with("u\t")).count(), 200);
+    assert_eq!(text.lines().filter(|l| l.starts_with("i\t")).count(), 100);
+    assert_eq!(text.lines().nth(1).unwrap().split('\t').count(), 2 + 16);
+    let v = json(&report);
+    assert_eq!(v["mode"], "generic");
+    assert!(v["iterations"][2]["test_rmse"].as_f64().is_some());
+
+    let model = dir.join("lda.txt");
+    let out = iterstore(&[
+        "run",
+        "lda",
+        "--synthetic",
+        "tiny",
+        "--iters",
+        "2",
+        "--staleness",
+        "1",
+        "--output",
+        model.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = std::fs::read_to_string(&model).unwrap();
+    let mut lines = text.lines();
+    assert_eq!(
+        lines.next(),
+        Some("# iterstore lda model: topics=5 vocab=500")
+    );
+    let totals: i64 = lines
+        .next()
+        .unwrap()
+        .split('\t')
+        .skip(1)
+        .map(|n| n.parse::<i64>().unwrap())
+        .sum();
+    let counts: i64 = lines
+        .clone()
+        .flat_map(|l| l.split('\t').skip(1))
+        .map(|n| n.parse::<i64>().unwrap())
+        .sum();
+    assert_eq!(lines.count(), 500);
+    assert_eq!(totals, counts);
+}
+
+#[test]
+fn demo_runs_every_app() {
+    let out = iterstore(&["demo"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    for app in ["mf ", "lda ", "pagerank "] {
+        assert!(text.lines().any(|l| l.starts_with(app)), "{text}");
+    }
+}

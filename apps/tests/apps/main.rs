@@ -1,0 +1,12 @@
+//! Integration tests of the store-backed apps and the `iterstore` CLI (one test binary).
+//!
+//! Each app is checked against its oracle (`algo::*::reference`), against its limit
+//! implementation under BSP, across the three store modes (which must give identical models
+//! under BSP), and on planted data for the quality of what it learns. The CLI tests run the
+//! built binary.
+
+mod cli;
+mod lda;
+mod mf;
+mod pagerank;
+mod util;

@@ -1,0 +1,116 @@
+//! MF on the store: quality on planted low-rank data, agreement with the limit
+//! implementation under BSP, and identical models in every store mode.
+
+use iterstore::Mode;
+use iterstore_apps::algo::mf::MfConfig;
+use iterstore_apps::apps::mf::run;
+use iterstore_apps::data::{split_ratings, Rating, Ratings, RatingsSpec};
+use iterstore_apps::limit::{self, LimitConfig};
+
+use crate::util::{bsp, MODES};
+
+/// Standard deviation of the noise on the planted ratings.
+const NOISE: f64 = 0.1;
+
+/// Planted rank-3 ratings (400 users × 100 items, ~50 per user), split 90/10.
+fn planted() -> (Ratings, Vec<Rating>) {
+    let spec = RatingsSpec {
+        num_users: 400,
+        num_items: 100,
+        rank: 3,
+        ratings_per_user: 50,
+        noise_std: NOISE as f32,
+        seed: 9,
+    };
+    let (train, test) = split_ratings(&spec.generate(), 0.1, 1);
+    (train, test.ratings)
+}
+
+fn params() -> MfConfig {
+    MfConfig {
+        rank: 3,
+        learning_rate: 0.02,
+        regularization: 0.001,
+        init_scale: 0.3,
+        seed: 1,
+    }
+}
+
+#[test]
+fn planted_data_is_learned_to_the_noise_level() {
+    let (train, test) = planted();
+    let out = run(&bsp(Mode::Virtual, 2, 60), &params(), &train, &test).unwrap();
+    let it = &out.report.iterations;
+    let last = it.last().unwrap();
+    assert!(
+        last.objective < 1.2 * NOISE,
+        "train RMSE {}",
+        last.objective
+    );
+    let test_rmse = last.test_rmse.unwrap();
+    assert!(test_rmse < 1.5 * NOISE, "test RMSE {test_rmse}");
+    assert!(it[0].objective > 3.0 * last.objective);
+    assert_eq!(out.model.users.len(), 400 * 3);
+}
+
+#[test]
+fn matches_the_limit_implementation_under_bsp() {
+    let (train, test) = planted();
+    for workers in [1, 2, 3] {
+        let limit = LimitConfig {
+            threads: workers,
+            iterations: 8,
+        };
+        let want = limit::mf::run(&params(), &limit, &train, Some(&test)).unwrap();
+        let got = run(&bsp(Mode::Generic, workers, 8), &params(), &train, &test).unwrap();
+        let close = |a: &[f32], b: &[f32]| {
+            a.iter()
+                .zip(b)
+                .all(|(x, y)| (x - y).abs() <= 1e-4 * (1.0 + y.abs()))
+        };
+        assert!(
+            close(&got.model.users, &want.model.users),
+            "{workers} workers"
+        );
+        assert!(
+            close(&got.model.items, &want.model.items),
+            "{workers} workers"
+        );
+        for (a, b) in got.report.iterations.iter().zip(&want.stats) {
+            assert!(
+                (a.objective - b.objective).abs() < 1e-4,
+                "{workers} workers"
+            );
+            assert!((a.test_rmse.unwrap() - b.held_out.unwrap()).abs() < 1e-4);
+        }
+    }
+}
+
+#[test]
+fn every_mode_gives_the_same_model() {
+    let (train, test) = planted();
+    for workers in [1, 2] {
+        let runs: Vec<_> = MODES
+            .iter()
+            .map(|&mode| run(&bsp(mode, workers, 4), &params(), &train, &test).unwrap())
+            .collect();
+        for out in &runs[1..] {
+            assert_eq!(out.model, runs[0].model, "{} × {workers}", out.report.mode);
+        }
+    }
+}
+
+#[test]
+fn bad_input_is_rejected_before_work_starts() {
+    let (train, _) = planted();
+    let bad = [Rating {
+        user: 400,
+        item: 0,
+        value: 1.0,
+    }];
+    let e = run(&bsp(Mode::Virtual, 2, 1), &params(), &train, &bad).unwrap_err();
+    assert!(e.to_string().contains("test set"), "{e}");
+    let mut p = params();
+    p.rank = 0;
+    assert!(run(&bsp(Mode::Virtual, 2, 1), &p, &train, &[]).is_err());
+}

@@ -1,0 +1,273 @@
+//! [`ProcessArena`]: the specialized process cache — every planned row in one contiguous
+//! arena, indexed by the plan's read-only map, refreshed chunk by chunk as whole slices.
+//!
+//! Readers never lock: each chunk is a sequence lock (a version counter that is odd while
+//! the communication thread rewrites the chunk), and the arena is made of `AtomicU64` words
+//! read and written with relaxed loads and stores, so a reader that raced a writer simply
+//! retries. Each chunk carries the data clock of its last refresh.
+
+use crate::consistency::Clock;
+use crate::msg::{Endpoint, Msg, ProcessId};
+use crate::plan::Plan;
+use crate::transport::Transport;
+use crate::{Error, Result, RowKey};
+use std::sync::atomic::{fence, AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
+
+/// Marks a chunk never refreshed.
+const EMPTY: Clock = Clock::MAX;
+
+/// The specialized process cache (see module docs).
+pub(crate) struct ProcessArena {
+    pub(crate) plan: Plan,
+    /// This plan's number (arena replies for other plans are stale and dropped).
+    pub(crate) id: u32,
+    words: Box<[AtomicU64]>,
+    versions: Box<[AtomicU64]>,
+    chunk_clocks: Box<[AtomicU64]>,
+    /// Per shard: global index of its first chunk.
+    first_chunk: Vec<u32>,
+    /// Outstanding refresh requests: `(chunk or all, required clock)`. A request is
+    /// shared only by readers with the same requirement: a reply to a higher one may wait
+    /// for the very worker that needs a lower one.
+    requested: Mutex<Vec<(Option<u32>, Clock)>>,
+    batched: bool,
+}
+
+fn atomics(n: usize, v: u64) -> Box<[AtomicU64]> {
+    (0..n).map(|_| AtomicU64::new(v)).collect()
+}
+
+impl ProcessArena {
+    /// An arena for `plan`, every chunk empty. `batched`: refresh all chunks with one
+    /// request per shard (prefetch batching) instead of chunk by chunk on demand.
+    pub(crate) fn new(plan: Plan, id: u32, batched: bool) -> Self {
+        let chunks = plan.chunks.len();
+        let mut first_chunk = vec![0u32; plan.shards.len()];
+        for (i, c) in plan.chunks.iter().enumerate().rev() {
+            first_chunk[c.shard as usize] = i as u32;
+        }
+        ProcessArena {
+            words: atomics(plan.arena_bytes / 8, 0),
+            versions: atomics(chunks, 0),
+            chunk_clocks: atomics(chunks, EMPTY),
+            first_chunk,
+            requested: Mutex::new(Vec::new()),
+            batched,
+            plan,
+            id,
+        }
+    }
+
+    /// The slot of `key`, if planned.
+    #[inline]
+    pub(crate) fn slot(&self, key: RowKey) -> Option<u32> {
+        self.plan.index.get(&key).copied()
+    }
+
+    /// Copies slot `slot` into `dst` (its length) if its chunk holds a snapshot with data
+    /// clock `>= required`; returns that data clock.
+    #[inline]
+    pub(crate) fn read_fresh(&self, slot: u32, required: Clock, dst: &mut [u8]) -> Option<Clock> {
+        let s = &self.plan.slots[slot as usize];
+        let chunk = s.chunk as usize;
+        let words = &self.words[s.offset / 8..(s.offset + s.len).div_ceil(8)];
+        loop {
+            let v1 = self.versions[chunk].load(Ordering::Acquire);
+            if v1 & 1 == 1 {
+                std::hint::spin_loop();
+                continue;
+            }
+            let clock = self.chunk_clocks[chunk].load(Ordering::Relaxed);
+            if clock == EMPTY || clock < required {
+                return None;
+            }
+            let mut full = dst.chunks_exact_mut(8);
+            for (d, w) in (&mut full).zip(words) {
+                d.copy_from_slice(&w.load(Ordering::Relaxed).to_le_bytes());
+            }
+            let rest = full.into_remainder();
+            if !rest.is_empty() {
+                let last = words[words.len() - 1].load(Ordering::Relaxed).to_le_bytes();
+                let n = rest.len();
+                rest.copy_from_slice(&last[..n]);
+            }
+            fence(Ordering::Acquire);
+            if self.versions[chunk].load(Ordering::Relaxed) == v1 {
+                return Some(clock);
+            }
+        }
+    }
+
+    /// Writes a refreshed chunk (`chunk` is shard-local). Called by the communication
+    /// thread only. A chunk of the wrong size or index is an error.
+    pub(crate) fn write_chunk(
+        &self,
+        shard: u32,
+        chunk: u32,
+        data_clock: Clock,
+        bytes: &[u8],
+    ) -> Result<()> {
+        let global = self
+            .first_chunk
+            .get(shard as usize)
+            .map(|f| (f + chunk) as usize)
+            .filter(|&g| self.plan.chunks.get(g).is_some_and(|c| c.shard == shard))
+            .ok_or_else(|| {
+                Error::failed(
+                    format!("server shard {shard}"),
+                    format!("sent unknown chunk {chunk}"),
+                )
+            })?;
+        let span = &self.plan.chunks[global].bytes;
+        if span.len() != bytes.len() {
+            return Err(Error::failed(
+                format!("server shard {shard}"),
+                format!(
+                    "chunk {chunk} has {} bytes, the plan {}",
+                    bytes.len(),
+                    span.len()
+                ),
+            ));
+        }
+        let old = self.chunk_clocks[global].load(Ordering::Relaxed);
+        if old != EMPTY && old > data_clock {
+            return Ok(()); // never replace a newer snapshot
+        }
+        let v = self.versions[global].load(Ordering::Relaxed);
+        self.versions[global].store(v + 1, Ordering::Relaxed);
+        fence(Ordering::Release);
+        let words = &self.words[span.start / 8..span.end / 8];
+        for (w, b) in words.iter().zip(bytes.chunks_exact(8)) {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(b);
+            w.store(u64::from_le_bytes(word), Ordering::Relaxed);
+        }
+        self.chunk_clocks[global].store(data_clock, Ordering::Relaxed);
+        self.versions[global].store(v + 2, Ordering::Release);
+        Ok(())
+    }
+
+    /// Makes sure a refresh that will satisfy `required` has been asked for: with
+    /// batching, every chunk of every shard in one request per shard; without, only the
+    /// chunk holding `slot` (if given).
+    pub(crate) fn request(
+        &self,
+        process: ProcessId,
+        transport: &dyn Transport,
+        required: Clock,
+        slot: Option<u32>,
+    ) -> Result<()> {
+        let send = |shard: u32, chunk: Option<u32>| {
+            transport
+                .send(
+                    Endpoint::Shard(shard),
+                    Msg::SlabFetch {
+                        from: process,
+                        required,
+                        chunk,
+                    },
+                )
+                .map_err(|e| Error::failed(format!("server shard {shard}"), e))
+        };
+        let chunk = match (self.batched, slot) {
+            (true, _) => None,
+            (false, Some(slot)) => Some(self.plan.slots[slot as usize].chunk),
+            (false, None) => return Ok(()),
+        };
+        {
+            let mut requested = self
+                .requested
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            // Forget requests every chunk they cover has been refreshed past.
+            requested.retain(|&(c, r)| self.covered_clock(c) < r);
+            if requested.contains(&(chunk, required)) {
+                return Ok(());
+            }
+            requested.push((chunk, required));
+        }
+        match chunk {
+            None => {
+                for span in self.plan.shards.iter().filter(|s| !s.slots.is_empty()) {
+                    send(span.shard, None)?;
+                }
+            }
+            Some(c) => {
+                let shard = self.plan.chunks[c as usize].shard;
+                send(shard, Some(c - self.first_chunk[shard as usize]))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The oldest data clock among `chunk` (or every chunk); 0 if one was never filled.
+    fn covered_clock(&self, chunk: Option<u32>) -> Clock {
+        let clock = |c: &AtomicU64| match c.load(Ordering::Acquire) {
+            EMPTY => 0,
+            d => d,
+        };
+        match chunk {
+            Some(c) => clock(&self.chunk_clocks[c as usize]),
+            None => self.chunk_clocks.iter().map(clock).min().unwrap_or(0),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gather::{Access, AccessLog, AccessPattern};
+    use crate::plan::{build, PlanConfig};
+    use crate::{ElemType, TableMeta};
+
+    fn arena() -> ProcessArena {
+        let mut log = AccessLog::default();
+        for r in 0..10 {
+            log.record(RowKey::new(0, r), Access::Read);
+        }
+        let tables = [TableMeta {
+            id: 0,
+            name: "t".into(),
+            width: 3,
+            elem: ElemType::I32,
+        }];
+        let cfg = PlanConfig {
+            workers: 1,
+            shards: 1,
+            chunks: 2,
+            thread_caches: false,
+            contention_threshold: 1.0,
+        };
+        ProcessArena::new(
+            build(&AccessPattern::from_logs(&[log]), &tables, &cfg),
+            1,
+            true,
+        )
+    }
+
+    #[test]
+    fn reads_only_fresh_chunks_and_keeps_newer_snapshots() {
+        let a = arena();
+        let slot = a.slot(RowKey::new(0, 7)).unwrap();
+        let mut dst = [0u8; 12];
+        assert_eq!(a.read_fresh(slot, 0, &mut dst), None, "never refreshed");
+        let chunk = &a.plan.chunks[1];
+        let mut bytes = vec![0u8; chunk.bytes.len()];
+        let at = a.plan.slots[slot as usize].offset - chunk.bytes.start;
+        bytes[at..at + 12].copy_from_slice(bytemuck::cast_slice(&[1i32, 2, 3]));
+        a.write_chunk(0, 1, 4, &bytes).unwrap();
+        assert_eq!(a.read_fresh(slot, 4, &mut dst), Some(4));
+        assert_eq!(bytemuck::cast_slice::<u8, i32>(&dst), &[1, 2, 3]);
+        assert_eq!(a.read_fresh(slot, 5, &mut dst), None, "stale for clock 5");
+        a.write_chunk(0, 1, 3, &vec![0u8; chunk.bytes.len()])
+            .unwrap();
+        assert_eq!(
+            a.read_fresh(slot, 4, &mut dst),
+            Some(4),
+            "older snapshot ignored"
+        );
+        assert!(a.write_chunk(0, 1, 5, &[0u8; 3]).is_err());
+        assert!(a.write_chunk(0, 9, 5, &bytes).is_err());
+    }
+}

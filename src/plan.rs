@@ -1,0 +1,243 @@
+//! The planner: pure functions from an [`AccessPattern`] to a [`Plan`] — which rows the
+//! process caches statically, where each lives in the contiguous arena, which rows get
+//! per-thread copies, what each worker's update buffer holds, and how each shard's refresh
+//! is cut into chunks.
+//!
+//! No IO, no threads, no store state: the planner only lays things out, so it can be tested
+//! on synthetic patterns.
+
+use crate::gather::AccessPattern;
+use crate::server::shard_of;
+use crate::{RowKey, TableMeta};
+use rustc_hash::FxHashMap;
+use std::ops::Range;
+
+/// Planner settings (taken from [`Config`](crate::Config)).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PlanConfig {
+    /// Worker threads in the process.
+    pub workers: usize,
+    /// Server shards.
+    pub shards: usize,
+    /// Chunks per shard refresh.
+    pub chunks: usize,
+    /// Whether contended rows get per-thread copies.
+    pub thread_caches: bool,
+    /// The contention threshold (see [`Config::contention_threshold`](crate::Config)).
+    pub contention_threshold: f64,
+}
+
+/// Where one row lives in the process arena.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Slot {
+    /// The row.
+    pub key: RowKey,
+    /// Byte offset in the arena (8-byte aligned).
+    pub offset: usize,
+    /// Row size in bytes.
+    pub len: usize,
+    /// The shard holding the row.
+    pub shard: u32,
+    /// The refresh chunk the row belongs to (global chunk index).
+    pub chunk: u32,
+}
+
+/// A contiguous part of the arena: one shard's rows, or one chunk of them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Span {
+    /// The shard.
+    pub shard: u32,
+    /// Slot indices.
+    pub slots: Range<usize>,
+    /// Byte range in the arena.
+    pub bytes: Range<usize>,
+}
+
+/// The layout of a specialized process (see module docs).
+#[derive(Debug, Clone, Default)]
+pub struct Plan {
+    /// Every cached row; grouped by shard, in first-use order within a shard.
+    pub slots: Vec<Slot>,
+    /// Per shard: its contiguous part of the arena.
+    pub shards: Vec<Span>,
+    /// Refresh chunks, shard by shard, each in first-use order.
+    pub chunks: Vec<Span>,
+    /// Arena size in bytes.
+    pub arena_bytes: usize,
+    /// The pre-built read-only index: row -> slot.
+    pub index: FxHashMap<RowKey, u32>,
+    /// Per worker: the slots it updates, ascending.
+    pub updates: Vec<Vec<u32>>,
+    /// Per worker: the slots it keeps a private copy of (contended rows).
+    pub thread_cached: Vec<Vec<u32>>,
+}
+
+/// Lays out `pattern` (rows of tables unknown to `tables` are left out).
+pub fn build(pattern: &AccessPattern, tables: &[TableMeta], cfg: &PlanConfig) -> Plan {
+    let shards = cfg.shards.max(1);
+    // Rows grouped by shard; within a shard, first-use order (the pattern's order).
+    let mut by_shard: Vec<Vec<usize>> = vec![Vec::new(); shards];
+    for (i, row) in pattern.rows().iter().enumerate() {
+        if tables.get(row.key.table as usize).is_some() {
+            by_shard[shard_of(row.key, shards)].push(i);
+        }
+    }
+    let mut plan = Plan {
+        updates: vec![Vec::new(); cfg.workers],
+        thread_cached: vec![Vec::new(); cfg.workers],
+        ..Plan::default()
+    };
+    let total_accesses = pattern.accesses().max(1) as f64;
+    let mut offset = 0usize;
+    for (shard, rows) in by_shard.iter().enumerate() {
+        let shard_start = (plan.slots.len(), offset);
+        let per_chunk = rows.len().div_ceil(cfg.chunks.max(1)).max(1);
+        for (n, &i) in rows.iter().enumerate() {
+            let row = &pattern.rows()[i];
+            let len = tables[row.key.table as usize].row_bytes();
+            let slot = plan.slots.len() as u32;
+            if n % per_chunk == 0 {
+                plan.chunks.push(Span {
+                    shard: shard as u32,
+                    slots: plan.slots.len()..plan.slots.len(),
+                    bytes: offset..offset,
+                });
+            }
+            let chunk = plan.chunks.len() as u32 - 1;
+            plan.slots.push(Slot {
+                key: row.key,
+                offset,
+                len,
+                shard: shard as u32,
+                chunk,
+            });
+            offset += len.div_ceil(8) * 8;
+            let span = plan.chunks.last_mut().expect("pushed above");
+            span.slots.end = plan.slots.len();
+            span.bytes.end = offset;
+            plan.index.insert(row.key, slot);
+            for &(w, _) in &row.updaters {
+                if let Some(u) = plan.updates.get_mut(w as usize) {
+                    u.push(slot);
+                }
+            }
+            let threads = row.workers();
+            let contention = row.accesses() as f64 / total_accesses * threads.len() as f64;
+            if cfg.thread_caches && threads.len() >= 2 && contention >= cfg.contention_threshold {
+                for w in threads {
+                    if let Some(t) = plan.thread_cached.get_mut(w as usize) {
+                        t.push(slot);
+                    }
+                }
+            }
+        }
+        plan.shards.push(Span {
+            shard: shard as u32,
+            slots: shard_start.0..plan.slots.len(),
+            bytes: shard_start.1..offset,
+        });
+    }
+    plan.arena_bytes = offset;
+    plan
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gather::{Access, AccessLog};
+    use crate::ElemType;
+
+    fn tables() -> Vec<TableMeta> {
+        vec![
+            TableMeta {
+                id: 0,
+                name: "a".into(),
+                width: 3,
+                elem: ElemType::F32,
+            },
+            TableMeta {
+                id: 1,
+                name: "hot".into(),
+                width: 2,
+                elem: ElemType::I64,
+            },
+        ]
+    }
+
+    fn pattern() -> AccessPattern {
+        let mut logs = vec![AccessLog::default(), AccessLog::default()];
+        for (w, log) in logs.iter_mut().enumerate() {
+            for r in 0..20u64 {
+                let key = RowKey::new(0, r * 2 + w as u64);
+                log.record(key, Access::Read);
+                log.record(key, Access::Update);
+                log.record(RowKey::new(1, 0), Access::Read);
+                log.record(RowKey::new(1, 0), Access::Update);
+            }
+            log.record(RowKey::new(9, 0), Access::Read); // unknown table: left out
+            log.clocks = 1;
+        }
+        AccessPattern::from_logs(&logs)
+    }
+
+    #[test]
+    fn lays_out_rows_by_shard_in_first_use_order_aligned() {
+        let cfg = PlanConfig {
+            workers: 2,
+            shards: 2,
+            chunks: 3,
+            thread_caches: true,
+            contention_threshold: 0.1,
+        };
+        let plan = build(&pattern(), &tables(), &cfg);
+        assert_eq!(plan.slots.len(), 41);
+        assert_eq!(plan.index.len(), 41);
+        for (i, s) in plan.slots.iter().enumerate() {
+            assert_eq!(s.offset % 8, 0);
+            assert_eq!(plan.index[&s.key] as usize, i);
+            let span = &plan.chunks[s.chunk as usize];
+            assert!(span.slots.contains(&i) && span.shard == s.shard);
+        }
+        // Shards are contiguous and cover the arena; chunks tile each shard in order.
+        assert_eq!(plan.shards[0].bytes.start, 0);
+        assert_eq!(plan.shards[0].bytes.end, plan.shards[1].bytes.start);
+        assert_eq!(plan.shards[1].bytes.end, plan.arena_bytes);
+        for shard in &plan.shards {
+            let chunks: Vec<_> = plan
+                .chunks
+                .iter()
+                .filter(|c| c.shard == shard.shard)
+                .collect();
+            assert!(chunks.len() <= 3);
+            assert_eq!(chunks.first().unwrap().bytes.start, shard.bytes.start);
+            assert_eq!(chunks.last().unwrap().bytes.end, shard.bytes.end);
+        }
+        // Within a shard, slots follow first use.
+        for shard in &plan.shards {
+            let uses: Vec<u64> = plan.slots[shard.slots.clone()]
+                .iter()
+                .map(|s| pattern().get(s.key).unwrap().first_use)
+                .collect();
+            assert!(uses.windows(2).all(|w| w[0] <= w[1]), "{uses:?}");
+        }
+        // Each worker updates its 20 rows plus the hot row.
+        assert_eq!(plan.updates[0].len(), 21);
+        // Only the hot row is contended enough for per-thread copies.
+        let hot = plan.index[&RowKey::new(1, 0)];
+        assert_eq!(plan.thread_cached, vec![vec![hot], vec![hot]]);
+    }
+
+    #[test]
+    fn thread_caches_can_be_switched_off() {
+        let cfg = PlanConfig {
+            workers: 2,
+            shards: 1,
+            chunks: 1,
+            thread_caches: false,
+            contention_threshold: 0.0,
+        };
+        let plan = build(&pattern(), &tables(), &cfg);
+        assert!(plan.thread_cached.iter().all(Vec::is_empty));
+        assert_eq!(plan.chunks.len(), 1);
+    }
+}
