@@ -78,6 +78,7 @@ pub struct AccessPattern {
     accesses: u64,
     rows: Vec<RowUse>,
     index: FxHashMap<RowKey, usize>,
+    sequences: Vec<Vec<RowKey>>,
 }
 
 impl AccessPattern {
@@ -120,7 +121,17 @@ impl AccessPattern {
             accesses,
             rows,
             index,
+            sequences: logs
+                .iter()
+                .map(|l| l.events.iter().map(|(k, _)| *k).collect())
+                .collect(),
         }
+    }
+
+    /// The rows worker `worker` touched, in the order it touched them (one entry per
+    /// access).
+    pub fn sequence(&self, worker: usize) -> &[RowKey] {
+        self.sequences.get(worker).map_or(&[], Vec::as_slice)
     }
 
     /// Number of workers whose logs were merged.

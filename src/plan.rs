@@ -70,6 +70,9 @@ pub struct Plan {
     pub updates: Vec<Vec<u32>>,
     /// Per worker: the slots it keeps a private copy of (contended rows).
     pub thread_cached: Vec<Vec<u32>>,
+    /// Per worker: its accesses of one iteration in order, resolved to slots ahead of
+    /// time, so that a worker repeating the pattern finds each slot without hashing.
+    pub sequences: Vec<Vec<(RowKey, u32)>>,
 }
 
 /// Lays out `pattern` (rows of tables unknown to `tables` are left out).
@@ -138,6 +141,13 @@ pub fn build(pattern: &AccessPattern, tables: &[TableMeta], cfg: &PlanConfig) ->
         });
     }
     plan.arena_bytes = offset;
+    plan.sequences = (0..cfg.workers)
+        .map(|w| {
+            let seq = pattern.sequence(w).iter();
+            seq.filter_map(|k| Some((*k, *plan.index.get(k)?)))
+                .collect()
+        })
+        .collect();
     plan
 }
 
@@ -222,6 +232,12 @@ mod tests {
         }
         // Each worker updates its 20 rows plus the hot row.
         assert_eq!(plan.updates[0].len(), 21);
+        // Each worker's accesses are resolved to slots in order.
+        assert_eq!(plan.sequences[1].len(), 80);
+        assert_eq!(
+            plan.sequences[1][0],
+            (RowKey::new(0, 1), plan.index[&RowKey::new(0, 1)])
+        );
         // Only the hot row is contended enough for per-thread copies.
         let hot = plan.index[&RowKey::new(1, 0)];
         assert_eq!(plan.thread_cached, vec![vec![hot], vec![hot]]);

@@ -10,6 +10,7 @@ use crate::server::shard_of;
 use crate::transport::Transport;
 use crate::{Error, Result, RowKey};
 use rustc_hash::FxHashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -27,7 +28,9 @@ pub(crate) struct Fetcher {
     /// worker that needs a lower one.
     in_flight: Mutex<FxHashMap<RowKey, Vec<Clock>>>,
     queue: Mutex<Queue>,
-    generation: Mutex<u64>,
+    /// Bumped (under `signal`) whenever a reply arrives; read without locking.
+    generation: AtomicU64,
+    signal: Mutex<()>,
     arrived: Condvar,
 }
 
@@ -89,22 +92,27 @@ impl Fetcher {
         }
     }
 
-    /// The current reply generation; pass it to [`wait`](Self::wait).
+    /// The current reply generation (no lock); pass it to [`wait`](Self::wait).
+    #[inline]
     pub(crate) fn generation(&self) -> u64 {
-        *lock(&self.generation)
+        self.generation.load(Ordering::Acquire)
     }
 
     /// Wakes every waiting worker.
     pub(crate) fn notify(&self) {
-        *lock(&self.generation) += 1;
+        let guard = lock(&self.signal);
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        drop(guard);
         self.arrived.notify_all();
     }
 
     /// Waits until something arrived after `generation` was read, or `timeout` passed.
+    /// The generation is bumped under the same lock this checks it under, so a reply
+    /// that lands between the caller's check and this wait is never missed.
     pub(crate) fn wait(&self, generation: u64, timeout: Duration) {
-        let g = lock(&self.generation);
-        if *g == generation {
-            let _ = self.arrived.wait_timeout(g, timeout);
+        let guard = lock(&self.signal);
+        if self.generation.load(Ordering::Acquire) == generation {
+            let _ = self.arrived.wait_timeout(guard, timeout);
         }
     }
 }

@@ -157,6 +157,9 @@ impl<'a> Worker<'a> {
             self.oplog.contains_key(&key) || self.recent.iter().any(|(_, l)| l.contains_key(&key));
         if !own && slot.is_none() {
             let required = self.required();
+            if let Some(entry) = self.shared.cache.get_fresh(key, required) {
+                return Ok(f(entry.data.cast()));
+            }
             loop {
                 let generation = self.shared.fetcher.generation();
                 if let Some(entry) = self.shared.cache.get_fresh(key, required) {
@@ -354,8 +357,8 @@ impl<'a> Worker<'a> {
 
     /// The arena slot of `key`, if the store is specialized and `key` is planned.
     #[inline]
-    fn special_slot(&self, key: RowKey) -> Option<u32> {
-        self.special.as_ref()?.arena.slot(key)
+    fn special_slot(&mut self, key: RowKey) -> Option<u32> {
+        self.special.as_mut()?.slot(key)
     }
 
     /// Reads `slot` through the specialized path and adds this worker's own specialized
@@ -375,6 +378,10 @@ impl<'a> Worker<'a> {
     /// returns the snapshot's data clock.
     fn fetch_fresh(&self, key: RowKey, mut copy: impl FnMut(&AlignedBuf)) -> Result<Clock> {
         let required = self.required();
+        if let Some(entry) = self.shared.cache.get_fresh(key, required) {
+            copy(&entry.data);
+            return Ok(entry.data_clock);
+        }
         loop {
             let generation = self.shared.fetcher.generation();
             if let Some(entry) = self.shared.cache.get_fresh(key, required) {

@@ -5,7 +5,7 @@
 use crate::client::{ClientShared, ProcessArena, WAIT_SLICE};
 use crate::consistency::Clock;
 use crate::server::padded;
-use crate::{AlignedBuf, ElemType, Result};
+use crate::{AlignedBuf, ElemType, Result, RowKey};
 use std::collections::VecDeque;
 use std::ops::Range;
 use std::sync::Arc;
@@ -55,6 +55,9 @@ pub(crate) struct Special {
     recent: VecDeque<(Clock, AlignedBuf, Vec<bool>)>,
     copies: RowBuffer,
     copy_clocks: Vec<Clock>,
+    /// Position in this worker's pre-resolved access sequence.
+    cursor: usize,
+    worker: usize,
 }
 
 impl Special {
@@ -96,7 +99,31 @@ impl Special {
             recent: VecDeque::new(),
             copies,
             copy_clocks,
+            cursor: 0,
+            worker,
         }
+    }
+
+    /// The arena slot of `key`: the next entry of the pre-resolved access sequence when
+    /// the worker is following its pattern (no hashing), else the plan's index.
+    #[inline]
+    pub(crate) fn slot(&mut self, key: RowKey) -> Option<u32> {
+        let seq = &self.arena.plan.sequences[self.worker];
+        if let Some(&(expected, slot)) = seq.get(self.cursor) {
+            if expected == key {
+                self.cursor += 1;
+                if self.cursor == seq.len() {
+                    self.cursor = 0; // the next iteration starts over
+                }
+                return Some(slot);
+            }
+        }
+        let slot = self.arena.slot(key)?;
+        // A deviation; resynchronise if this is where an iteration starts.
+        if seq.first().is_some_and(|(k, _)| *k == key) {
+            self.cursor = 1 % seq.len();
+        }
+        Some(slot)
     }
 
     /// Copies slot `slot` (a snapshot with data clock `>= required`) into `dst`, waiting
@@ -203,6 +230,9 @@ fn wait_read(
     dst: &mut [u8],
 ) -> Result<Clock> {
     loop {
+        if let Some(clock) = arena.read_fresh(slot, required, dst) {
+            return Ok(clock);
+        }
         let generation = shared.fetcher.generation();
         if let Some(clock) = arena.read_fresh(slot, required, dst) {
             return Ok(clock);
