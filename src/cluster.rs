@@ -14,8 +14,26 @@ use crate::worker::{Role, Worker};
 use crate::{server, AccessLog, AccessPattern, Config, Element, Error, Mode, Result, Table};
 use std::hash::{BuildHasher, Hasher};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
 use std::thread::JoinHandle;
+
+/// What the store has done so far: how rows reached the process, and what the current
+/// plan holds. For observability and for tests that a specialization is really in use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct Stats {
+    /// Rows fetched one by one through the generic path (misses and stale rows).
+    pub row_fetches: u64,
+    /// Arena refresh requests sent (one per shard per batched refresh, or per chunk).
+    pub arena_refreshes: u64,
+    /// Rows in the current plan's static arena.
+    pub planned_rows: usize,
+    /// Per-thread row copies in the current plan, summed over workers.
+    pub thread_cached_rows: usize,
+    /// Plans made so far.
+    pub plans: u32,
+}
 
 /// A running cluster. Dropping it shuts it down.
 pub struct Cluster {
@@ -236,6 +254,22 @@ impl Cluster {
             .then(|| ProcessArena::new(plan, self.plans, specs.prefetch_batching));
         self.shared.set_arena(arena);
         Ok(())
+    }
+
+    /// Counters describing what the store has done so far (see [`Stats`]).
+    pub fn stats(&self) -> Stats {
+        let arena = self.shared.arena();
+        Stats {
+            row_fetches: self.shared.fetcher.rows_requested.load(Ordering::Relaxed),
+            arena_refreshes: arena
+                .as_ref()
+                .map_or(0, |a| a.requests_sent.load(Ordering::Relaxed)),
+            planned_rows: arena.as_ref().map_or(0, |a| a.plan.slots.len()),
+            thread_cached_rows: arena
+                .as_ref()
+                .map_or(0, |a| a.plan.thread_cached.iter().map(Vec::len).sum()),
+            plans: self.plans,
+        }
     }
 
     /// The access pattern gathered so far, if any.

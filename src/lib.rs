@@ -56,7 +56,7 @@ pub mod transport;
 mod worker;
 
 pub use buf::AlignedBuf;
-pub use cluster::Cluster;
+pub use cluster::{Cluster, Stats};
 pub use config::{Config, Mode, Specializations, Staleness, MAX_SHARDS, MAX_WORKERS};
 pub use element::{ElemType, Element};
 pub use error::{Error, Result};

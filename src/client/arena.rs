@@ -32,6 +32,8 @@ pub(crate) struct ProcessArena {
     /// for the very worker that needs a lower one.
     requested: Mutex<Vec<(Option<u32>, Clock)>>,
     batched: bool,
+    /// Refresh requests sent so far (observability).
+    pub(crate) requests_sent: AtomicU64,
 }
 
 fn atomics(n: usize, v: u64) -> Box<[AtomicU64]> {
@@ -53,6 +55,7 @@ impl ProcessArena {
             chunk_clocks: atomics(chunks, EMPTY),
             first_chunk,
             requested: Mutex::new(Vec::new()),
+            requests_sent: AtomicU64::new(0),
             batched,
             plan,
             id,
@@ -159,6 +162,7 @@ impl ProcessArena {
         slot: Option<u32>,
     ) -> Result<()> {
         let send = |shard: u32, chunk: Option<u32>| {
+            self.requests_sent.fetch_add(1, Ordering::Relaxed);
             transport
                 .send(
                     Endpoint::Shard(shard),

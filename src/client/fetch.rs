@@ -32,6 +32,8 @@ pub(crate) struct Fetcher {
     generation: AtomicU64,
     signal: Mutex<()>,
     arrived: Condvar,
+    /// Rows asked for so far (observability).
+    pub(crate) rows_requested: AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -70,6 +72,8 @@ impl Fetcher {
                 return Ok(());
             }
             drop(q);
+            self.rows_requested
+                .fetch_add(batch.len() as u64, Ordering::Relaxed);
             let sent = send_batch(process, shards, transport, batch);
             q = lock(&self.queue);
             if let Err(e) = sent {
