@@ -19,6 +19,9 @@ pub(crate) struct Entry {
     pub(crate) data_clock: Clock,
 }
 
+/// A read guard on one cached entry.
+pub(crate) type CacheRef<'a> = Ref<'a, RowKey, Entry>;
+
 /// The process cache (see module docs).
 pub(crate) struct ProcessCache {
     map: DashMap<RowKey, Entry, FxBuildHasher>,
@@ -41,7 +44,7 @@ impl ProcessCache {
     /// miss or a stale entry. The returned guard holds a read lock on part of the map:
     /// drop it before doing anything else with the cache.
     #[inline]
-    pub(crate) fn get_fresh(&self, key: RowKey, required: Clock) -> Option<Ref<'_, RowKey, Entry>> {
+    pub(crate) fn get_fresh(&self, key: RowKey, required: Clock) -> Option<CacheRef<'_>> {
         let entry = self.map.get(&key)?;
         if entry.data_clock < required {
             return None;

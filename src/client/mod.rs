@@ -10,7 +10,7 @@ mod cache;
 mod fetch;
 
 pub(crate) use arena::ProcessArena;
-pub(crate) use cache::ProcessCache;
+pub(crate) use cache::{CacheRef, ProcessCache};
 pub(crate) use fetch::Fetcher;
 
 use crate::consistency::Clock;

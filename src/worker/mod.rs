@@ -7,7 +7,7 @@
 
 mod special;
 
-use crate::client::{ClientShared, WAIT_SLICE};
+use crate::client::{CacheRef, ClientShared, WAIT_SLICE};
 use crate::consistency::Clock;
 use crate::gather::{Access, AccessLog};
 use crate::msg::{Endpoint, Msg, RowBatch};
@@ -156,17 +156,8 @@ impl<'a> Worker<'a> {
         let own =
             self.oplog.contains_key(&key) || self.recent.iter().any(|(_, l)| l.contains_key(&key));
         if !own && slot.is_none() {
-            let required = self.required();
-            if let Some(entry) = self.shared.cache.get_fresh(key, required) {
-                return Ok(f(entry.data.cast()));
-            }
-            loop {
-                let generation = self.shared.fetcher.generation();
-                if let Some(entry) = self.shared.cache.get_fresh(key, required) {
-                    return Ok(f(entry.data.cast()));
-                }
-                self.request_and_wait(key, required, generation)?;
-            }
+            let entry = self.fresh_entry(key)?;
+            return Ok(f(entry.data.cast()));
         }
         let mut scratch = std::mem::take(&mut self.scratch);
         if scratch.len() != meta.row_bytes() {
@@ -376,17 +367,24 @@ impl<'a> Worker<'a> {
 
     /// Runs `copy` on a fresh-enough snapshot of `key`, fetching it first if needed;
     /// returns the snapshot's data clock.
-    fn fetch_fresh(&self, key: RowKey, mut copy: impl FnMut(&AlignedBuf)) -> Result<Clock> {
+    fn fetch_fresh(&self, key: RowKey, copy: impl FnOnce(&AlignedBuf)) -> Result<Clock> {
+        let entry = self.fresh_entry(key)?;
+        copy(&entry.data);
+        Ok(entry.data_clock)
+    }
+
+    /// The cached snapshot of `key`, fetched first if missing or too stale. The guard
+    /// read-locks part of the process cache: drop it promptly.
+    fn fresh_entry(&self, key: RowKey) -> Result<CacheRef<'a>> {
         let required = self.required();
+        // Fast path first: the reply-generation signal is only read on a miss.
         if let Some(entry) = self.shared.cache.get_fresh(key, required) {
-            copy(&entry.data);
-            return Ok(entry.data_clock);
+            return Ok(entry);
         }
         loop {
             let generation = self.shared.fetcher.generation();
             if let Some(entry) = self.shared.cache.get_fresh(key, required) {
-                copy(&entry.data);
-                return Ok(entry.data_clock);
+                return Ok(entry);
             }
             self.request_and_wait(key, required, generation)?;
         }
