@@ -6,5 +6,6 @@
 
 pub mod algo;
 pub mod apps;
+pub mod bench;
 pub mod data;
 pub mod limit;

@@ -1,0 +1,1 @@
+//! SVG charts of benchmark results (stacked per-phase bars, scaling lines).
