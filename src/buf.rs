@@ -38,32 +38,38 @@ impl AlignedBuf {
     }
 
     /// Length in bytes.
+    #[inline]
     pub fn len(&self) -> usize {
         self.len
     }
 
     /// Whether the buffer holds no bytes.
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
     /// The bytes.
+    #[inline]
     pub fn as_bytes(&self) -> &[u8] {
         &bytemuck::cast_slice::<u64, u8>(&self.words)[..self.len]
     }
 
     /// The bytes, mutably.
+    #[inline]
     pub fn as_bytes_mut(&mut self) -> &mut [u8] {
         &mut bytemuck::cast_slice_mut::<u64, u8>(&mut self.words)[..self.len]
     }
 
     /// A zero-copy view as elements. Panics if the length is not a multiple of
     /// `size_of::<T>()`, which the store never lets happen for a table's rows.
+    #[inline]
     pub fn cast<T: Element>(&self) -> &[T] {
         bytemuck::cast_slice(self.as_bytes())
     }
 
     /// A zero-copy mutable view as elements (same contract as [`cast`](Self::cast)).
+    #[inline]
     pub fn cast_mut<T: Element>(&mut self) -> &mut [T] {
         bytemuck::cast_slice_mut(self.as_bytes_mut())
     }

@@ -49,6 +49,7 @@ impl ElemType {
 
     /// Adds `src` into `dst` element-wise. Both must hold the same whole number of
     /// elements of this type.
+    #[inline]
     pub(crate) fn add(self, dst: &mut [u8], src: &[u8]) {
         match self {
             ElemType::F32 => add_as::<f32>(dst, src),

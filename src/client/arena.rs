@@ -36,6 +36,28 @@ pub(crate) struct ProcessArena {
     pub(crate) requests_sent: AtomicU64,
 }
 
+/// Copies `words` (relaxed loads) into `dst`, whose length is at most theirs in bytes.
+#[inline(always)]
+fn copy_words(words: &[AtomicU64], dst: &mut [u8]) {
+    if let Ok(dst) = bytemuck::try_cast_slice_mut::<u8, u64>(dst) {
+        // The usual case: an 8-byte-aligned whole-word row, copied word by word.
+        for (d, w) in dst.iter_mut().zip(words) {
+            *d = u64::from_le(w.load(Ordering::Relaxed));
+        }
+        return;
+    }
+    let mut full = dst.chunks_exact_mut(8);
+    for (d, w) in (&mut full).zip(words) {
+        d.copy_from_slice(&w.load(Ordering::Relaxed).to_le_bytes());
+    }
+    let rest = full.into_remainder();
+    if !rest.is_empty() {
+        let last = words[words.len() - 1].load(Ordering::Relaxed).to_le_bytes();
+        let n = rest.len();
+        rest.copy_from_slice(&last[..n]);
+    }
+}
+
 fn atomics(n: usize, v: u64) -> Box<[AtomicU64]> {
     (0..n).map(|_| AtomicU64::new(v)).collect()
 }
@@ -70,11 +92,25 @@ impl ProcessArena {
 
     /// Copies slot `slot` into `dst` (its length) if its chunk holds a snapshot with data
     /// clock `>= required`; returns that data clock.
-    #[inline]
+    #[cfg(test)]
     pub(crate) fn read_fresh(&self, slot: u32, required: Clock, dst: &mut [u8]) -> Option<Clock> {
         let s = &self.plan.slots[slot as usize];
-        let chunk = s.chunk as usize;
-        let words = &self.words[s.offset / 8..(s.offset + s.len).div_ceil(8)];
+        self.read_at(s.chunk, (s.offset / 8) as u32, required, dst)
+    }
+
+    /// [`read_fresh`](Self::read_fresh) of the row at arena word `word` of chunk `chunk`,
+    /// both resolved ahead of time (no look-up in the plan).
+    #[inline]
+    pub(crate) fn read_at(
+        &self,
+        chunk: u32,
+        word: u32,
+        required: Clock,
+        dst: &mut [u8],
+    ) -> Option<Clock> {
+        let chunk = chunk as usize;
+        let word = word as usize;
+        let words = &self.words[word..word + dst.len().div_ceil(8)];
         loop {
             let v1 = self.versions[chunk].load(Ordering::Acquire);
             if v1 & 1 == 1 {
@@ -85,16 +121,7 @@ impl ProcessArena {
             if clock == EMPTY || clock < required {
                 return None;
             }
-            let mut full = dst.chunks_exact_mut(8);
-            for (d, w) in (&mut full).zip(words) {
-                d.copy_from_slice(&w.load(Ordering::Relaxed).to_le_bytes());
-            }
-            let rest = full.into_remainder();
-            if !rest.is_empty() {
-                let last = words[words.len() - 1].load(Ordering::Relaxed).to_le_bytes();
-                let n = rest.len();
-                rest.copy_from_slice(&last[..n]);
-            }
+            copy_words(words, dst);
             fence(Ordering::Acquire);
             if self.versions[chunk].load(Ordering::Relaxed) == v1 {
                 return Some(clock);

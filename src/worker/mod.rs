@@ -13,9 +13,9 @@ use crate::gather::{Access, AccessLog};
 use crate::msg::{Endpoint, Msg, RowBatch};
 use crate::server::shard_of;
 use crate::table::resolve;
-use crate::{AlignedBuf, ElemType, Element, Error, Result, RowKey, Staleness, Table, TableMeta};
+use crate::{AlignedBuf, Element, Error, Result, RowKey, Staleness, Table, TableMeta};
 use rustc_hash::FxHashMap;
-use special::Special;
+use special::{Place, Special};
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 
@@ -122,18 +122,17 @@ impl<'a> Worker<'a> {
     /// Copies row `row` of `table` into `out` (which must have the table's width): a value
     /// at most `s` clocks stale, plus every update this worker has made.
     pub fn read<T: Element>(&mut self, table: &Table<T>, row: u64, out: &mut [T]) -> Result<()> {
-        let meta = self.check(table, row, out.len())?;
+        self.check(table, row, out.len())?;
         let key = table.key(row);
         if self.record(key, Access::Read) {
             out.fill(T::default());
             return Ok(());
         }
-        let dst: &mut [u8] = bytemuck::cast_slice_mut(out);
-        let data_clock = match self.special_slot(key) {
-            Some(slot) => self.read_special(slot, meta.elem, dst)?,
-            None => self.fetch_fresh(key, |data| dst.copy_from_slice(data.as_bytes()))?,
+        let data_clock = match self.special_place(key) {
+            Some(place) => self.read_special(place, out)?,
+            None => self.fetch_fresh(key, |data| out.copy_from_slice(data.cast()))?,
         };
-        self.add_own(key, data_clock, meta.elem, dst);
+        self.add_own(key, data_clock, out);
         Ok(())
     }
 
@@ -152,10 +151,10 @@ impl<'a> Worker<'a> {
             let zeros = vec![T::default(); table.width];
             return Ok(f(&zeros));
         }
-        let slot = self.special_slot(key);
+        let place = self.special_place(key);
         let own =
             self.oplog.contains_key(&key) || self.recent.iter().any(|(_, l)| l.contains_key(&key));
-        if !own && slot.is_none() {
+        if !own && place.is_none() {
             let entry = self.fresh_entry(key)?;
             return Ok(f(entry.data.cast()));
         }
@@ -163,13 +162,13 @@ impl<'a> Worker<'a> {
         if scratch.len() != meta.row_bytes() {
             scratch = AlignedBuf::zeroed(meta.row_bytes());
         }
-        let data_clock = match slot {
-            Some(slot) => self.read_special(slot, meta.elem, scratch.as_bytes_mut())?,
+        let data_clock = match place {
+            Some(place) => self.read_special(place, scratch.cast_mut::<T>())?,
             None => self.fetch_fresh(key, |data| {
                 scratch.as_bytes_mut().copy_from_slice(data.as_bytes());
             })?,
         };
-        self.add_own(key, data_clock, meta.elem, scratch.as_bytes_mut());
+        self.add_own(key, data_clock, scratch.cast_mut::<T>());
         let result = f(scratch.cast());
         self.scratch = scratch;
         Ok(result)
@@ -182,21 +181,20 @@ impl<'a> Worker<'a> {
         if self.record(table.key(row), Access::Update) {
             return Ok(());
         }
-        let bytes: &[u8] = bytemuck::cast_slice(delta);
         let key = table.key(row);
-        if let Some(slot) = self.special_slot(key) {
+        if let Some(place) = self.special_place(key) {
             if let Some(sp) = &mut self.special {
-                if sp.update(slot, T::TYPE, 0, bytes) {
+                if sp.update(place, 0, delta) {
                     return Ok(());
                 }
             }
         }
         match self.oplog.entry(key) {
             std::collections::hash_map::Entry::Occupied(mut e) => {
-                T::TYPE.add(e.get_mut().as_bytes_mut(), bytes);
+                T::add_slice(e.get_mut().cast_mut(), delta);
             }
             std::collections::hash_map::Entry::Vacant(e) => {
-                e.insert(AlignedBuf::from_bytes(bytes));
+                e.insert(AlignedBuf::from_slice(delta));
             }
         }
         Ok(())
@@ -222,10 +220,9 @@ impl<'a> Worker<'a> {
         if self.record(table.key(row), Access::Update) {
             return Ok(());
         }
-        if let Some(slot) = self.special_slot(table.key(row)) {
+        if let Some(place) = self.special_place(table.key(row)) {
             if let Some(sp) = &mut self.special {
-                let at = column * T::TYPE.size();
-                if sp.update(slot, T::TYPE, at, bytemuck::bytes_of(&delta)) {
+                if sp.update(place, column, std::slice::from_ref(&delta)) {
                     return Ok(());
                 }
             }
@@ -346,22 +343,24 @@ impl<'a> Worker<'a> {
         Ok(meta)
     }
 
-    /// The arena slot of `key`, if the store is specialized and `key` is planned.
-    #[inline]
-    fn special_slot(&mut self, key: RowKey) -> Option<u32> {
-        self.special.as_mut()?.slot(key)
+    /// Where `key` lives in the specialized store, if the store is specialized and `key`
+    /// is planned.
+    #[inline(always)]
+    fn special_place(&mut self, key: RowKey) -> Option<Place> {
+        self.special.as_mut()?.place(key)
     }
 
-    /// Reads `slot` through the specialized path and adds this worker's own specialized
-    /// updates; returns the snapshot's data clock.
-    fn read_special(&mut self, slot: u32, elem: ElemType, dst: &mut [u8]) -> Result<Clock> {
+    /// Reads the row at `place` through the specialized path and adds this worker's own
+    /// specialized updates; returns the snapshot's data clock.
+    #[inline(always)]
+    fn read_special<T: Element>(&mut self, place: Place, dst: &mut [T]) -> Result<Clock> {
         let required = self.required();
         let shared = self.shared;
         let Some(sp) = &mut self.special else {
             return Err(Error::failed("worker", "specialized read without a plan"));
         };
-        let data_clock = sp.read(shared, slot, required, dst)?;
-        sp.add_own(slot, data_clock, elem, dst);
+        let data_clock = sp.read(shared, place, required, bytemuck::cast_slice_mut(dst))?;
+        sp.add_own(place, data_clock, dst);
         Ok(data_clock)
     }
 
@@ -405,12 +404,14 @@ impl<'a> Worker<'a> {
     }
 
     /// Adds this worker's updates that a snapshot at `data_clock` does not include.
-    #[inline]
-    fn add_own(&self, key: RowKey, data_clock: Clock, elem: ElemType, dst: &mut [u8]) {
-        for (clock, log) in &self.recent {
-            if *clock >= data_clock && !log.is_empty() {
-                if let Some(delta) = log.get(&key) {
-                    elem.add(dst, delta.as_bytes());
+    #[inline(always)]
+    fn add_own<T: Element>(&self, key: RowKey, data_clock: Clock, dst: &mut [T]) {
+        if !self.recent.is_empty() {
+            for (clock, log) in &self.recent {
+                if *clock >= data_clock && !log.is_empty() {
+                    if let Some(delta) = log.get(&key) {
+                        T::add_slice(dst, delta.cast());
+                    }
                 }
             }
         }
@@ -419,7 +420,7 @@ impl<'a> Worker<'a> {
             return;
         }
         if let Some(delta) = self.oplog.get(&key) {
-            elem.add(dst, delta.as_bytes());
+            T::add_slice(dst, delta.cast());
         }
     }
 }

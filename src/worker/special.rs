@@ -5,7 +5,7 @@
 use crate::client::{ClientShared, ProcessArena, WAIT_SLICE};
 use crate::consistency::Clock;
 use crate::server::padded;
-use crate::{AlignedBuf, ElemType, Result, RowKey};
+use crate::{AlignedBuf, Element, Result, RowKey};
 use std::collections::VecDeque;
 use std::ops::Range;
 use std::sync::Arc;
@@ -45,6 +45,24 @@ impl RowBuffer {
     }
 }
 
+/// Where a planned row lives, resolved once when the worker's state is built: the
+/// arena position the read path copies from and this worker's delta and copy rows.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Place {
+    slot: u32,
+    chunk: u32,
+    /// Arena word (8 bytes) where the row starts.
+    word: u32,
+    /// Row of this worker's delta buffer, or [`NONE`].
+    delta: u32,
+    /// Byte offset of that row in the delta buffer.
+    delta_at: u32,
+    /// Row of this worker's private copies, or [`NONE`].
+    copy: u32,
+    /// Row size in bytes.
+    len: u32,
+}
+
 /// Per-worker specialized state (see module docs).
 pub(crate) struct Special {
     pub(crate) arena: Arc<ProcessArena>,
@@ -55,9 +73,10 @@ pub(crate) struct Special {
     recent: VecDeque<(Clock, AlignedBuf, Vec<bool>)>,
     copies: RowBuffer,
     copy_clocks: Vec<Clock>,
-    /// Position in this worker's pre-resolved access sequence.
+    /// This worker's accesses of one iteration, each resolved to its [`Place`].
+    steps: Vec<(RowKey, Place)>,
+    /// Position in `steps`.
     cursor: usize,
-    worker: usize,
 }
 
 impl Special {
@@ -91,106 +110,162 @@ impl Special {
         let touched = vec![false; updates.len()];
         let copy_clocks = vec![Clock::MAX; copies.len()];
         let copies = RowBuffer::new(&arena, copies);
-        Special {
-            arena,
+        let mut special = Special {
             deltas,
             touched,
             shard_bytes,
             recent: VecDeque::new(),
             copies,
             copy_clocks,
+            steps: Vec::new(),
             cursor: 0,
-            worker,
+            arena: Arc::clone(&arena),
+        };
+        if let Some(seq) = arena.plan.sequences.get(worker) {
+            special.steps = seq
+                .iter()
+                .map(|&(key, slot)| (key, special.place_of(slot)))
+                .collect();
+        }
+        special
+    }
+
+    /// Resolves `slot` to its [`Place`].
+    fn place_of(&self, slot: u32) -> Place {
+        let s = &self.arena.plan.slots[slot as usize];
+        let (delta, delta_at) = match self.deltas.as_ref().and_then(|d| Some((d.row(slot)?, d))) {
+            Some((r, d)) => (r, d.offsets[r as usize] as u32),
+            None => (NONE, 0),
+        };
+        Place {
+            slot,
+            chunk: s.chunk,
+            word: (s.offset / 8) as u32,
+            delta,
+            delta_at,
+            copy: self.copies.row(slot).unwrap_or(NONE),
+            len: s.len as u32,
         }
     }
 
-    /// The arena slot of `key`: the next entry of the pre-resolved access sequence when
-    /// the worker is following its pattern (no hashing), else the plan's index.
-    #[inline]
-    pub(crate) fn slot(&mut self, key: RowKey) -> Option<u32> {
-        let seq = &self.arena.plan.sequences[self.worker];
-        if let Some(&(expected, slot)) = seq.get(self.cursor) {
+    /// Where `key` lives: the next step of the pre-resolved access sequence when the
+    /// worker is following its pattern (no hashing), else the plan's index.
+    #[inline(always)]
+    pub(crate) fn place(&mut self, key: RowKey) -> Option<Place> {
+        if let Some(&(expected, place)) = self.steps.get(self.cursor) {
             if expected == key {
                 self.cursor += 1;
-                if self.cursor == seq.len() {
+                if self.cursor == self.steps.len() {
                     self.cursor = 0; // the next iteration starts over
                 }
-                return Some(slot);
+                return Some(place);
             }
         }
-        let slot = self.arena.slot(key)?;
-        // A deviation; resynchronise if this is where an iteration starts.
-        if seq.first().is_some_and(|(k, _)| *k == key) {
-            self.cursor = 1 % seq.len();
-        }
-        Some(slot)
+        self.deviate(key)
     }
 
-    /// Copies slot `slot` (a snapshot with data clock `>= required`) into `dst`, waiting
-    /// for a refresh if needed; returns the snapshot's data clock.
+    /// [`place`](Self::place) of a key off the expected sequence.
+    #[cold]
+    fn deviate(&mut self, key: RowKey) -> Option<Place> {
+        let slot = self.arena.slot(key)?;
+        // Resynchronise if this is where an iteration starts.
+        if self.steps.first().is_some_and(|(k, _)| *k == key) {
+            self.cursor = 1 % self.steps.len();
+        }
+        Some(self.place_of(slot))
+    }
+
+    /// Copies the row at `place` (a snapshot with data clock `>= required`) into `dst`,
+    /// waiting for a refresh if needed; returns the snapshot's data clock.
+    #[inline(always)]
     pub(crate) fn read(
         &mut self,
         shared: &ClientShared,
-        slot: u32,
+        place: Place,
         required: Clock,
         dst: &mut [u8],
     ) -> Result<Clock> {
-        if let Some(r) = self.copies.row(slot) {
-            let r = r as usize;
-            let at = self.copies.offsets[r];
-            let len = dst.len();
-            if self.copy_clocks[r] == Clock::MAX || self.copy_clocks[r] < required {
-                let row = &mut self.copies.data.as_bytes_mut()[at..at + len];
-                self.copy_clocks[r] = wait_read(shared, &self.arena, slot, required, row)?;
-            }
-            dst.copy_from_slice(&self.copies.data.as_bytes()[at..at + len]);
-            return Ok(self.copy_clocks[r]);
+        if place.copy != NONE {
+            return self.read_copy(shared, place, required, dst);
         }
-        wait_read(shared, &self.arena, slot, required, dst)
+        if let Some(clock) = self.arena.read_at(place.chunk, place.word, required, dst) {
+            return Ok(clock);
+        }
+        wait_read(shared, &self.arena, place, required, dst)
     }
 
-    /// Adds this worker's updates to `slot` that a snapshot at `data_clock` lacks.
-    #[inline]
-    pub(crate) fn add_own(&self, slot: u32, data_clock: Clock, elem: ElemType, dst: &mut [u8]) {
-        let Some(deltas) = &self.deltas else { return };
-        let Some(r) = deltas.row(slot) else { return };
-        let r = r as usize;
-        let at = deltas.offsets[r];
+    /// [`read`](Self::read) of a row this worker keeps a private copy of.
+    fn read_copy(
+        &mut self,
+        shared: &ClientShared,
+        place: Place,
+        required: Clock,
+        dst: &mut [u8],
+    ) -> Result<Clock> {
+        let r = place.copy as usize;
+        let at = self.copies.offsets[r];
         let len = dst.len();
-        for (clock, buf, touched) in &self.recent {
-            if *clock >= data_clock && touched[r] {
-                elem.add(dst, &buf.as_bytes()[at..at + len]);
+        if self.copy_clocks[r] == Clock::MAX || self.copy_clocks[r] < required {
+            let row = &mut self.copies.data.as_bytes_mut()[at..at + len];
+            self.copy_clocks[r] = wait_read(shared, &self.arena, place, required, row)?;
+        }
+        dst.copy_from_slice(&self.copies.data.as_bytes()[at..at + len]);
+        Ok(self.copy_clocks[r])
+    }
+
+    /// Adds this worker's updates to the row at `place` that a snapshot at `data_clock`
+    /// lacks.
+    #[inline(always)]
+    pub(crate) fn add_own<T: Element>(&self, place: Place, data_clock: Clock, dst: &mut [T]) {
+        let (Some(deltas), r) = (&self.deltas, place.delta as usize) else {
+            return;
+        };
+        if place.delta == NONE {
+            return;
+        }
+        let at = place.delta_at as usize;
+        let len = std::mem::size_of_val(dst);
+        if !self.recent.is_empty() {
+            for (clock, buf, touched) in &self.recent {
+                if *clock >= data_clock && touched[r] {
+                    T::add_slice(dst, bytemuck::cast_slice(&buf.as_bytes()[at..at + len]));
+                }
             }
         }
         if self.touched[r] {
-            elem.add(dst, &deltas.data.as_bytes()[at..at + len]);
+            T::add_slice(
+                dst,
+                bytemuck::cast_slice(&deltas.data.as_bytes()[at..at + len]),
+            );
         }
     }
 
-    /// Adds `delta` to `slot`'s row at byte `at` (a whole row: `at == 0`). Returns `false`
-    /// when the row is not in this worker's delta buffer (the caller logs it generically).
-    #[inline]
-    pub(crate) fn update(&mut self, slot: u32, elem: ElemType, at: usize, delta: &[u8]) -> bool {
+    /// Adds `delta` to the row at `place`, starting at element `column` (a whole row:
+    /// `column == 0` and the row's width). Returns `false` when the row is not in this
+    /// worker's delta buffer (the caller logs it generically).
+    #[inline(always)]
+    pub(crate) fn update<T: Element>(&mut self, place: Place, column: usize, delta: &[T]) -> bool {
         let Some(deltas) = &mut self.deltas else {
             return false;
         };
-        let Some(r) = deltas.row(slot) else {
+        if place.delta == NONE {
             return false;
-        };
-        let r = r as usize;
-        let start = deltas.offsets[r];
-        let len = self.arena.plan.slots[slot as usize].len;
-        let row = &mut deltas.data.as_bytes_mut()[start..start + len];
+        }
+        let r = place.delta as usize;
+        let start = place.delta_at as usize;
+        let len = place.len as usize;
+        let row: &mut [T] =
+            bytemuck::cast_slice_mut(&mut deltas.data.as_bytes_mut()[start..start + len]);
         if !self.touched[r] {
             // First update of the clock: the delta is the value (as the generic log does).
-            row.fill(0);
             self.touched[r] = true;
-            if delta.len() == len {
+            if delta.len() == row.len() {
                 row.copy_from_slice(delta);
                 return true;
             }
+            row.fill(T::default());
         }
-        elem.add(&mut row[at..at + delta.len()], delta);
+        T::add_slice(&mut row[column..column + delta.len()], delta);
         true
     }
 
@@ -221,20 +296,21 @@ impl Special {
     }
 }
 
-/// Reads `slot` from the arena, asking for a refresh and waiting while it is too stale.
+/// Reads the row at `place` from the arena, asking for a refresh and waiting while it is
+/// too stale.
 fn wait_read(
     shared: &ClientShared,
     arena: &ProcessArena,
-    slot: u32,
+    place: Place,
     required: Clock,
     dst: &mut [u8],
 ) -> Result<Clock> {
     loop {
-        if let Some(clock) = arena.read_fresh(slot, required, dst) {
+        if let Some(clock) = arena.read_at(place.chunk, place.word, required, dst) {
             return Ok(clock);
         }
         let generation = shared.fetcher.generation();
-        if let Some(clock) = arena.read_fresh(slot, required, dst) {
+        if let Some(clock) = arena.read_at(place.chunk, place.word, required, dst) {
             return Ok(clock);
         }
         shared.check()?;
@@ -242,7 +318,7 @@ fn wait_read(
             shared.process,
             shared.transport.as_ref(),
             required,
-            Some(slot),
+            Some(place.slot),
         )?;
         shared.fetcher.wait(generation, WAIT_SLICE);
     }
