@@ -17,6 +17,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 /// What the store has done so far: how rows reached the process, and what the current
 /// plan holds. For observability and for tests that a specialization is really in use.
@@ -33,6 +34,9 @@ pub struct Stats {
     pub thread_cached_rows: usize,
     /// Plans made so far.
     pub plans: u32,
+    /// Wall time spent building plans from gathered patterns and switching the store to
+    /// them, summed over all plans (the "build" half of preprocessing).
+    pub specialize_time: Duration,
 }
 
 /// A running cluster. Dropping it shuts it down.
@@ -47,6 +51,8 @@ pub struct Cluster {
     pattern: Option<AccessPattern>,
     /// Number of plans made so far (the current plan's id).
     plans: u32,
+    /// Time spent in [`Cluster::specialize`] so far.
+    specialize_time: Duration,
     /// In first-iter mode: record the next run (the first real iteration) and specialize.
     gather_next: bool,
     down: bool,
@@ -88,6 +94,7 @@ impl Cluster {
             pattern: None,
             gather_next: true,
             plans: 0,
+            specialize_time: Duration::ZERO,
             shared,
             transport,
             threads,
@@ -140,6 +147,27 @@ impl Cluster {
         R: Send,
         F: Fn(&mut Worker<'_>) -> Result<R> + Sync,
     {
+        self.run_as(f, true)
+    }
+
+    /// A [`run`](Self::run) that writes the initial parameters: the same in every way
+    /// except that `first-iter` mode never records it, so the first *ordinary* run (the
+    /// first real iteration) is the one gathered. In `virtual` mode it already runs on the
+    /// specialized store.
+    pub fn init_run<R, F>(&mut self, f: F) -> Result<Vec<R>>
+    where
+        R: Send,
+        F: Fn(&mut Worker<'_>) -> Result<R> + Sync,
+    {
+        self.run_as(f, false)
+    }
+
+    /// [`run`](Self::run); `may_gather`: this run may be the one `first-iter` records.
+    fn run_as<R, F>(&mut self, f: F, may_gather: bool) -> Result<Vec<R>>
+    where
+        R: Send,
+        F: Fn(&mut Worker<'_>) -> Result<R> + Sync,
+    {
         self.check()?;
         let start = self.clocks.iter().copied().max().unwrap_or(0);
         for worker in 0..self.config.workers {
@@ -153,7 +181,7 @@ impl Cluster {
                 )?;
             }
         }
-        let gather_first = self.config.mode == Mode::FirstIter && self.gather_next;
+        let gather_first = may_gather && self.config.mode == Mode::FirstIter && self.gather_next;
         let role = if gather_first {
             Role::Recording
         } else {
@@ -171,9 +199,11 @@ impl Cluster {
     }
 
     /// In `first-iter` mode, makes the next [`run`](Self::run) the one whose accesses are
-    /// recorded and specialized for (by default it is the first run). Call it before the
-    /// run of the first real iteration when earlier runs (initialisation, say) touch rows
-    /// differently. No effect in other modes.
+    /// recorded and specialized for (by default it is the first `run`; [`init_run`]s are
+    /// never recorded), for example to re-gather after the pattern changed. No effect in
+    /// other modes.
+    ///
+    /// [`init_run`]: Self::init_run
     pub fn gather_next_run(&mut self) {
         self.gather_next = self.config.mode == Mode::FirstIter;
     }
@@ -207,6 +237,7 @@ impl Cluster {
         let Some(pattern) = &self.pattern else {
             return Ok(());
         };
+        let started = Instant::now();
         let specs = self.config.specializations;
         let workers = self.config.workers;
         let cfg = PlanConfig {
@@ -253,6 +284,7 @@ impl Cluster {
             .static_cache
             .then(|| ProcessArena::new(plan, self.plans, specs.prefetch_batching));
         self.shared.set_arena(arena);
+        self.specialize_time += started.elapsed();
         Ok(())
     }
 
@@ -269,6 +301,7 @@ impl Cluster {
                 .as_ref()
                 .map_or(0, |a| a.plan.thread_cached.iter().map(Vec::len).sum()),
             plans: self.plans,
+            specialize_time: self.specialize_time,
         }
     }
 

@@ -4,6 +4,7 @@
 //! final tables must be bit-identical to generic mode's. The virtual iteration may also
 //! deviate from the real one (rows it never saw, rows it saw that are skipped).
 
+use std::time::Duration;
 use crate::util::within;
 use iterstore::{Cluster, Config, Mode, Specializations, Staleness, Table, Worker};
 use proptest::prelude::*;
@@ -284,8 +285,10 @@ fn specialized_modes_use_the_arena_and_generic_mode_does_not() {
         generic.row_fetches > 0 && generic.arena_refreshes == 0,
         "{generic:?}"
     );
+    assert_eq!(generic.specialize_time, Duration::ZERO, "{generic:?}");
     let special = stats(Mode::Virtual, Specializations::ALL);
     assert_eq!(special.row_fetches, 0, "{special:?}");
+    assert!(special.specialize_time > Duration::ZERO, "{special:?}");
     assert!(special.arena_refreshes > 0, "{special:?}");
     assert_eq!(special.planned_rows, ROWS as usize + 3, "{special:?}");
     // Row (i, 0) is read by both workers in every step: (12 of 38 accesses) x 2 threads
@@ -298,4 +301,41 @@ fn specialized_modes_use_the_arena_and_generic_mode_does_not() {
         fallback.row_fetches > 0 && fallback.planned_rows == 0,
         "{fallback:?}"
     );
+}
+
+/// In first-iter mode an `init_run` is never the gathered run: the first ordinary run is,
+/// and the store specializes once, for it.
+#[test]
+fn first_iter_gathers_the_first_run_after_init_runs() {
+    let mut cluster = Cluster::start(Config::new(2).with_mode(Mode::FirstIter)).unwrap();
+    let t = cluster.create_table::<f32>("t", 2).unwrap();
+    cluster
+        .init_run(|w| {
+            for row in 100..110 {
+                w.update(&t, row, &[1.0, 1.0])?;
+            }
+            w.clock()
+        })
+        .unwrap();
+    assert!(cluster.access_pattern().is_none(), "init runs are not gathered");
+    assert_eq!(cluster.stats().plans, 0);
+    cluster
+        .run(|w| {
+            let mut out = [0.0f32; 2];
+            w.read(&t, w.id() as u64, &mut out)?;
+            w.update(&t, w.id() as u64, &[1.0, 0.0])?;
+            w.clock()
+        })
+        .unwrap();
+    let rows: Vec<u64> = cluster
+        .access_pattern()
+        .expect("the first ordinary run is gathered")
+        .rows()
+        .iter()
+        .map(|r| r.key.row)
+        .collect();
+    assert_eq!(rows, vec![0, 1]);
+    assert_eq!(cluster.stats().plans, 1);
+    assert_eq!(cluster.stats().planned_rows, 2);
+    cluster.shutdown().unwrap();
 }
