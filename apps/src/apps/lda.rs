@@ -34,8 +34,8 @@ use std::sync::Mutex;
 use iterstore::{Cluster, Table, Worker};
 
 use super::{
-    dense, lock, par_build, preprocess, start, timed, timed_run, AppConfig, AppError, IterRecord,
-    Observer, RunReport,
+    dense, lock, par_build, preprocess, start, timed, timed_init_run, timed_run, AppConfig,
+    AppError, IterRecord, Observer, RunReport,
 };
 use crate::algo::lda::{
     check_corpus, count_doc, doc_rng, doc_term, init_doc, topic_totals_term, word_rows_term,
@@ -223,7 +223,7 @@ pub fn run_observed(
     report.preprocess_s = pre_s;
     report.pattern = pattern;
 
-    report.init_s = timed_run(&mut cluster, |w| {
+    report.init_s = timed_init_run(&mut cluster, |w| {
         let z = lock(&z[w.id()]);
         let mut delta = vec![0i32; k];
         let words = corpus.docs[range(w.id())].iter().flatten();
@@ -237,7 +237,6 @@ pub fn run_observed(
 
     let (mut word_topic, mut topic_totals) = (Vec::new(), Vec::new());
     // First-iter mode records the first real iteration (not the initialisation run).
-    cluster.gather_next_run();
     for iter in 0..cfg.iterations {
         let seconds = timed_run(&mut cluster, |w| {
             let mut z = lock(&z[w.id()]);
@@ -261,6 +260,7 @@ pub fn run_observed(
         observer(&record);
         report.iterations.push(record);
     }
+    report.specialize_s = cluster.stats().specialize_time.as_secs_f64();
     cluster.shutdown()?;
     let mut assignments = Vec::with_capacity(num_docs);
     for (w, z) in z.into_iter().enumerate() {

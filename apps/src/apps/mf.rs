@@ -26,8 +26,8 @@ use iterstore::{Cluster, Table, Worker};
 use std::io::{self, Write};
 
 use super::{
-    dense, preprocess, start, timed, timed_run, AppConfig, AppError, IterRecord, Observer,
-    RunReport,
+    dense, preprocess, start, timed, timed_init_run, timed_run, AppConfig, AppError, IterRecord,
+    Observer, RunReport,
 };
 use crate::algo::mf::{check_ratings, init_row, rmse, sgd_step, Factor, MfConfig, MfModel};
 use crate::algo::partition;
@@ -210,7 +210,7 @@ pub fn run_observed(
     report.preprocess_s = pre_s;
     report.pattern = pattern;
 
-    report.init_s = timed_run(&mut cluster, |w| {
+    report.init_s = timed_init_run(&mut cluster, |w| {
         let mut row = vec![0.0f32; k];
         let (users, items) = &owners[w.id()];
         for (table, kind, ids) in [
@@ -227,7 +227,6 @@ pub fn run_observed(
 
     let mut model = snapshot(&cluster, t, train, k)?;
     // First-iter mode records the first real iteration (not the initialisation run).
-    cluster.gather_next_run();
     for iter in 0..cfg.iterations {
         let seconds = timed_run(&mut cluster, |w| {
             iteration(w, t, params, mine(w), &mut Scratch::new(k))
@@ -242,6 +241,7 @@ pub fn run_observed(
         observer(&record);
         report.iterations.push(record);
     }
+    report.specialize_s = cluster.stats().specialize_time.as_secs_f64();
     cluster.shutdown()?;
     Ok(MfOutcome { report, model })
 }

@@ -36,7 +36,7 @@ mod report;
 
 pub use report::{IterRecord, PatternSummary, RunReport};
 
-use iterstore::{Cluster, Config, Element, Mode, Staleness, Worker};
+use iterstore::{Cluster, Config, Element, Mode, Specializations, Staleness, Worker};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
@@ -54,6 +54,9 @@ pub struct AppConfig {
     pub mode: Mode,
     /// Iterations (passes over the data) after initialisation; at least 1.
     pub iterations: usize,
+    /// Which specializations a specialized mode applies (all by default; the benchmark's
+    /// ablations switch them off one at a time).
+    pub specializations: Specializations,
 }
 
 impl Default for AppConfig {
@@ -65,6 +68,7 @@ impl Default for AppConfig {
             staleness: Staleness::BSP,
             mode: Mode::Virtual,
             iterations: 10,
+            specializations: Specializations::ALL,
         }
     }
 }
@@ -86,6 +90,7 @@ impl AppConfig {
             .with_shards(self.shards)
             .with_staleness(self.staleness)
             .with_mode(self.mode)
+            .with_specializations(self.specializations)
     }
 }
 
@@ -149,6 +154,17 @@ where
     F: Fn(&mut Worker<'_>) -> iterstore::Result<()> + Sync,
 {
     let (result, seconds) = timed(|| cluster.run(f));
+    result?;
+    Ok(seconds)
+}
+
+/// Runs the initialisation run of `f` on every worker ([`Cluster::init_run`]) and returns
+/// its time.
+pub(crate) fn timed_init_run<F>(cluster: &mut Cluster, f: F) -> Result<f64, AppError>
+where
+    F: Fn(&mut Worker<'_>) -> iterstore::Result<()> + Sync,
+{
+    let (result, seconds) = timed(|| cluster.init_run(f));
     result?;
     Ok(seconds)
 }

@@ -40,8 +40,8 @@ use std::sync::Mutex;
 use iterstore::{Cluster, Table, Worker};
 
 use super::{
-    dense, lock, par_build, preprocess, start, timed, timed_run, AppConfig, AppError, IterRecord,
-    Observer, RunReport,
+    dense, lock, par_build, preprocess, start, timed, timed_init_run, timed_run, AppConfig,
+    AppError, IterRecord, Observer, RunReport,
 };
 use crate::algo::pagerank::{check_graph, l1_change, out_degrees, share, PageRankConfig};
 use crate::data::Graph;
@@ -276,7 +276,7 @@ pub fn run_observed(
     report.preprocess_s = pre_s;
     report.pattern = pattern;
 
-    report.init_s = timed_run(&mut cluster, |w| {
+    report.init_s = timed_init_run(&mut cluster, |w| {
         let (n, b) = (shape.vertices, shape.block);
         let teleport = (1.0 - shape.damping) / n as f64;
         let mut row = vec![0.0; b];
@@ -295,7 +295,6 @@ pub fn run_observed(
 
     let mut ranks = snapshot(&cluster, t, &shape)?;
     // First-iter mode records the first real iteration (not the initialisation run).
-    cluster.gather_next_run();
     for iter in 0..cfg.iterations {
         let seconds = timed_run(&mut cluster, |w| {
             let mut st = lock(&states[w.id()]);
@@ -312,6 +311,7 @@ pub fn run_observed(
         observer(&record);
         report.iterations.push(record);
     }
+    report.specialize_s = cluster.stats().specialize_time.as_secs_f64();
     cluster.shutdown()?;
     Ok(PageRankOutcome { report, ranks })
 }

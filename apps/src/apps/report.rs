@@ -3,7 +3,7 @@
 //!
 //! The JSON object has the keys `app`, `objective_name`, `mode`, `workers`, `shards`,
 //! `staleness` (a number, or `"async"`), `setup_s`, `preprocess_s` (virtual iteration; 0 in
-//! other modes), `init_s`, `iterations` (a list of `{iter, seconds, objective}`, plus
+//! other modes), `specialize_s` (plan building), `init_s`, `iterations` (a list of `{iter, seconds, objective}`, plus
 //! `test_rmse` for MF), `dataset` (sizes), `params` (the app's hyper-parameters) and
 //! `pattern` (the virtual iteration's access-pattern size, or `null`). This module knows
 //! nothing of how the numbers were measured.
@@ -71,6 +71,10 @@ pub struct RunReport {
     pub setup_s: f64,
     /// Seconds of the virtual iteration (pattern gathering); 0 outside virtual mode.
     pub preprocess_s: f64,
+    /// Seconds the store spent building its plan from the gathered pattern and switching
+    /// to it: part of `preprocess_s` in virtual mode, part of the first iteration in
+    /// first-iter mode, 0 in generic mode.
+    pub specialize_s: f64,
     /// Seconds of the initialisation run.
     pub init_s: f64,
     /// Every iteration, in order.
@@ -102,6 +106,7 @@ impl RunReport {
             staleness: cfg.staleness,
             setup_s: 0.0,
             preprocess_s: 0.0,
+            specialize_s: 0.0,
             init_s: 0.0,
             iterations: Vec::with_capacity(cfg.iterations),
             dataset: BTreeMap::new(),

@@ -27,6 +27,7 @@ pub fn demo() -> Result<()> {
         staleness: Staleness::BSP,
         mode: Mode::Virtual,
         iterations: ITERS,
+        ..AppConfig::default()
     };
     println!(
         "iterstore demo: the bundled apps on tiny synthetic data, {} workers, mode {}, BSP, \

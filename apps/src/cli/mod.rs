@@ -5,6 +5,7 @@
 //! range-checked by their parsers, app-specific options given to the wrong app are
 //! rejected, and the apps' own `validate` methods run on the assembled parameters.
 
+mod bench;
 mod demo;
 mod run;
 
@@ -47,6 +48,64 @@ pub enum Command {
     Run(Box<RunArgs>),
     /// Run all three apps quickly on tiny synthetic data (virtual mode, 2 workers).
     Demo,
+    /// Benchmark the store modes: every app in generic, first-iter and virtual mode and
+    /// each ablation, against the limit and the peers; writes JSON, Markdown and SVG charts.
+    Bench(Box<BenchArgs>),
+}
+
+/// Options of `iterstore bench`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Apps to benchmark, comma-separated [default: mf,lda,pagerank].
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub apps: Vec<App>,
+    /// Ratings file for mf (else --synthetic).
+    #[arg(long, value_name = "PATH")]
+    pub mf_data: Option<PathBuf>,
+    /// Corpus file for lda (else --synthetic).
+    #[arg(long, value_name = "PATH")]
+    pub lda_data: Option<PathBuf>,
+    /// Graph file for pagerank (else --synthetic).
+    #[arg(long, value_name = "PATH")]
+    pub pagerank_data: Option<PathBuf>,
+    /// Synthetic input size for apps given no file.
+    #[arg(long, value_name = "SIZE", default_value = "small", value_parser = parse_size)]
+    pub synthetic: String,
+    /// Worker threads.
+    #[arg(long, default_value_t = 2, value_name = "N", value_parser = at_least_one)]
+    pub workers: usize,
+    /// Server shards.
+    #[arg(long, default_value_t = 1, value_name = "N", value_parser = at_least_one)]
+    pub shards: usize,
+    /// Iterations per run (at least 2).
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    pub iters: usize,
+    /// Variants to run, comma-separated [default: all: generic, first-iter, virtual,
+    /// virtual-no-static-cache, virtual-no-thread-caches, virtual-no-contiguous-index,
+    /// virtual-no-prefetch-batching].
+    #[arg(long, value_delimiter = ',', value_name = "NAMES")]
+    pub variants: Option<Vec<String>>,
+    /// lda: topics [default: the planted number for synthetic input, else 100].
+    #[arg(long, value_parser = at_least_one)]
+    pub topics: Option<usize>,
+    /// Skip the limit implementations.
+    #[arg(long)]
+    pub no_limit: bool,
+    /// Skip the peers (LIBMF, the Python lda package, scipy PageRank).
+    #[arg(long)]
+    pub no_peers: bool,
+    /// Also measure per-iteration time against input size on synthetic inputs.
+    #[arg(long)]
+    pub scaling: bool,
+    /// Synthetic sizes of the scaling sweep, comma-separated.
+    #[arg(long, value_delimiter = ',', value_parser = parse_size, default_value = "tiny,small,medium,large")]
+    pub scaling_sizes: Vec<String>,
+    /// Iterations per scaling run (at least 2).
+    #[arg(long, default_value_t = 3, value_name = "N")]
+    pub scaling_iters: usize,
+    /// Directory for report.json, report.md and the SVG charts.
+    #[arg(long, value_name = "DIR", default_value_os_t = bench::default_out())]
+    pub out: PathBuf,
 }
 
 /// The bundled apps.
@@ -61,7 +120,7 @@ pub enum App {
 }
 
 impl App {
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             App::Mf => "mf",
             App::Lda => "lda",
@@ -181,6 +240,7 @@ pub fn main(cli: Cli) -> Result<()> {
             run::run(&args)
         }
         Command::Demo => demo::demo(),
+        Command::Bench(args) => bench::bench(&args),
     }
 }
 

@@ -78,6 +78,7 @@ pub fn run(args: &RunArgs) -> Result<()> {
         staleness: args.staleness,
         mode: args.mode,
         iterations: args.iters,
+        ..AppConfig::default()
     };
     cfg.validate()?;
     let input = Input::of(args);

@@ -16,6 +16,7 @@ pub fn bsp(mode: Mode, workers: usize, iterations: usize) -> AppConfig {
         staleness: Staleness::BSP,
         mode,
         iterations,
+        ..AppConfig::default()
     }
 }
 

@@ -1,0 +1,356 @@
+//! [`BenchReport`]: everything one `iterstore bench` measured, and its renderings — JSON,
+//! a terminal table, Markdown for `BENCHMARKS.md`, and SVG charts (one stacked bar chart
+//! per app in the shape of IterStore's Figure 5, one scaling chart per app).
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use super::chart::{self, Bar, Series, StackedChart};
+use super::peers::PeerOutcome;
+use super::scaling::Scaling;
+use super::{AppBench, PHASES};
+
+/// The bars an app's specialized store must meet (issue 5): virtual mode's per-iteration
+/// time at most `max_vs_generic` of generic's and at most `max_vs_limit` times the limit's.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Target {
+    /// Largest allowed virtual / generic ratio.
+    pub max_vs_generic: f64,
+    /// Largest allowed virtual / limit ratio.
+    pub max_vs_limit: f64,
+}
+
+impl Target {
+    /// IterStore's range: a third saved for MF and LDA, 90 % for PageRank; within 2x of
+    /// the limit for all.
+    pub fn of(app: &str) -> Target {
+        let max_vs_generic = if app == "pagerank" { 0.1 } else { 2.0 / 3.0 };
+        Target {
+            max_vs_generic,
+            max_vs_limit: 2.0,
+        }
+    }
+}
+
+/// One app's headline ratios and whether they meet its [`Target`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Verdict {
+    /// The app.
+    pub app: &'static str,
+    /// The target.
+    pub target: Target,
+    /// Virtual / generic mean later-iteration time.
+    pub virtual_vs_generic: Option<f64>,
+    /// Virtual / limit mean later-iteration time.
+    pub virtual_vs_limit: Option<f64>,
+    /// Virtual mode's per-iteration time / the peer's.
+    pub virtual_vs_peer: Option<f64>,
+    /// Both ratios measured and within the target.
+    pub met: bool,
+}
+
+impl Verdict {
+    /// The verdict on `bench`.
+    pub fn of(bench: &AppBench) -> Verdict {
+        let target = Target::of(bench.app);
+        let vg = bench.ratio("virtual", "generic");
+        let vl = bench.ratio_to_limit("virtual");
+        let vp = match (&bench.peer, bench.run("virtual")) {
+            (Some(PeerOutcome::Ran(p)), Some(v)) if p.per_iter_s > 0.0 => {
+                Some(v.breakdown.rest_mean_s / p.per_iter_s)
+            }
+            _ => None,
+        };
+        Verdict {
+            app: bench.app,
+            target,
+            virtual_vs_generic: vg,
+            virtual_vs_limit: vl,
+            virtual_vs_peer: vp,
+            met: vg.is_some_and(|r| r <= target.max_vs_generic)
+                && vl.is_some_and(|r| r <= target.max_vs_limit),
+        }
+    }
+}
+
+/// The whole benchmark report.
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchReport {
+    /// When the run started (UTC, RFC 3339).
+    pub started: String,
+    /// The command line that produced it.
+    pub command: String,
+    /// The machine: CPU model, logical CPUs, load average at the start.
+    pub machine: String,
+    /// One entry per app benchmarked.
+    pub apps: Vec<AppBench>,
+    /// One verdict per app.
+    pub verdicts: Vec<Verdict>,
+    /// One scaling curve per app (empty when scaling was not run).
+    pub scaling: Vec<Scaling>,
+}
+
+/// Seconds as a short human-readable figure (`12.3 ms`, `1.20 s`).
+pub fn seconds(s: f64) -> String {
+    if !s.is_finite() {
+        "-".into()
+    } else if s >= 1.0 {
+        format!("{s:.2} s")
+    } else if s >= 1e-3 {
+        format!("{:.2} ms", s * 1e3)
+    } else {
+        format!("{:.1} µs", s * 1e6)
+    }
+}
+
+fn ratio(r: Option<f64>) -> String {
+    r.map_or("-".into(), |r| format!("{r:.3}"))
+}
+
+fn quality(objective: f64, test_rmse: Option<f64>) -> String {
+    match test_rmse {
+        Some(t) => format!("{objective:.4} (test {t:.4})"),
+        None => format!("{objective:.6e}"),
+    }
+}
+
+impl BenchReport {
+    /// Assembles a report, computing the verdicts.
+    pub fn new(command: String, apps: Vec<AppBench>, scaling: Vec<Scaling>) -> Self {
+        let verdicts = apps.iter().map(Verdict::of).collect();
+        BenchReport {
+            started: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+            command,
+            machine: machine(),
+            apps,
+            verdicts,
+            scaling,
+        }
+    }
+
+    /// The report as pretty-printed JSON.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("a report always serializes")
+    }
+
+    /// The per-app tables as Markdown (also readable on a terminal).
+    pub fn markdown(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "Machine: {}. Started {}.\n",
+            self.machine, self.started
+        );
+        let _ = writeln!(out, "Command: `{}`\n", self.command);
+        for bench in &self.apps {
+            app_table(&mut out, bench);
+        }
+        if !self.verdicts.is_empty() {
+            let _ = writeln!(
+                out,
+                "| app | virtual / generic | target | virtual / limit | target | virtual / peer | met |\n|---|---:|---:|---:|---:|---:|---|"
+            );
+            for v in &self.verdicts {
+                let _ = writeln!(
+                    out,
+                    "| {} | {} | ≤ {:.3} | {} | ≤ {:.1} | {} | {} |",
+                    v.app,
+                    ratio(v.virtual_vs_generic),
+                    v.target.max_vs_generic,
+                    ratio(v.virtual_vs_limit),
+                    v.target.max_vs_limit,
+                    ratio(v.virtual_vs_peer),
+                    if v.met { "yes" } else { "**no**" }
+                );
+            }
+            out.push('\n');
+        }
+        for s in &self.scaling {
+            let _ = writeln!(
+                out,
+                "Scaling, {} ({} per iteration; seconds per later iteration):\n\n| size | {} | generic | virtual | limit | virtual / generic | virtual / limit |\n|---|---:|---:|---:|---:|---:|---:|",
+                s.app, s.work_unit, s.work_unit
+            );
+            for p in &s.points {
+                let _ = writeln!(
+                    out,
+                    "| {} | {} | {} | {} | {} | {:.3} | {:.2} |",
+                    p.size,
+                    p.work,
+                    seconds(p.generic_s),
+                    seconds(p.virtual_s),
+                    seconds(p.limit_s),
+                    p.virtual_s / p.generic_s,
+                    p.virtual_s / p.limit_s
+                );
+            }
+            out.push('\n');
+        }
+        out
+    }
+
+    /// The charts as `(file name, SVG)`: `breakdown-<app>.svg` and `scaling-<app>.svg`.
+    pub fn charts(&self) -> Result<Vec<(String, String)>, chart::ChartError> {
+        let mut charts = Vec::new();
+        for bench in &self.apps {
+            let bars: Vec<Bar> = bench
+                .runs
+                .iter()
+                .map(|r| Bar {
+                    label: r.variant.name.replace("virtual-no-", "no "),
+                    segments: r.breakdown.segments().to_vec(),
+                })
+                .collect();
+            let title = format!(
+                "{} on {}, {} workers: time per phase",
+                bench.app, bench.dataset, bench.workers
+            );
+            let mut chart = StackedChart::new(&title, "seconds", &PHASES);
+            if let Some(limit) = &bench.limit {
+                chart = chart.with_reference("limit, per iteration", limit.breakdown.rest_mean_s);
+            }
+            charts.push((format!("breakdown-{}.svg", bench.app), chart.render(&bars)?));
+        }
+        for s in &self.scaling {
+            let series = |label: &str, f: fn(&super::scaling::ScalingPoint) -> f64| Series {
+                label: label.to_string(),
+                points: s
+                    .points
+                    .iter()
+                    .map(|p| (p.work as f64, f(p)))
+                    .filter(|&(_, y)| y.is_finite() && y > 0.0)
+                    .collect(),
+            };
+            let all = [
+                series("generic", |p| p.generic_s),
+                series("virtual", |p| p.virtual_s),
+                series("limit", |p| p.limit_s),
+            ];
+            let svg = chart::scaling_svg(
+                &format!("{}: seconds per iteration against input size", s.app),
+                s.work_unit,
+                "seconds per iteration",
+                &all,
+            )?;
+            charts.push((format!("scaling-{}.svg", s.app), svg));
+        }
+        Ok(charts)
+    }
+
+    /// Writes `report.json`, `report.md` and the charts into `dir` (created if needed);
+    /// returns the paths written.
+    pub fn write_to(&self, dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+        std::fs::create_dir_all(dir)?;
+        let mut written = Vec::new();
+        let mut put = |name: &str, text: &str| -> std::io::Result<()> {
+            let path = dir.join(name);
+            std::fs::write(&path, text)?;
+            written.push(path);
+            Ok(())
+        };
+        put("report.json", &self.to_json())?;
+        put("report.md", &self.markdown())?;
+        let charts = self
+            .charts()
+            .map_err(|e| std::io::Error::other(format!("drawing the charts: {e}")))?;
+        for (name, svg) in charts {
+            put(&name, &svg)?;
+        }
+        Ok(written)
+    }
+}
+
+/// One app's table: a row per variant, then the limit and the peer.
+fn app_table(out: &mut String, b: &AppBench) {
+    let _ = writeln!(
+        out,
+        "{}: {} ({} {}), {} workers, {} iterations\n\n| run | preprocess | init | first iteration | later iterations (mean) | / generic | / limit | objective |\n|---|---:|---:|---:|---:|---:|---:|---|",
+        b.app, b.dataset, b.work, b.work_unit, b.workers, b.iterations
+    );
+    for r in &b.runs {
+        let d = &r.breakdown;
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            r.variant.name,
+            seconds(d.preprocess_s),
+            seconds(d.init_s),
+            seconds(d.first_iter_s),
+            seconds(d.rest_mean_s),
+            ratio(b.ratio(&r.variant.name, "generic")),
+            ratio(b.ratio_to_limit(&r.variant.name)),
+            quality(r.objective, r.test_rmse),
+        );
+    }
+    if let Some(l) = &b.limit {
+        let d = &l.breakdown;
+        let generic = b
+            .run("generic")
+            .map(|g| d.rest_mean_s / g.breakdown.rest_mean_s);
+        let _ = writeln!(
+            out,
+            "| limit (plain arrays) | - | - | {} | {} | {} | 1.000 | {} |",
+            seconds(d.first_iter_s),
+            seconds(d.rest_mean_s),
+            ratio(generic),
+            quality(l.objective, l.test_rmse),
+        );
+    }
+    match &b.peer {
+        Some(PeerOutcome::Ran(p)) => {
+            let metric = p
+                .metric
+                .as_ref()
+                .map_or(String::new(), |(name, v)| format!("{name} {v:.6}"));
+            let _ = writeln!(
+                out,
+                "| peer: {} | - | - | - | {} | {} | {} | {} |",
+                p.peer,
+                seconds(p.per_iter_s),
+                ratio(
+                    b.run("generic")
+                        .map(|g| p.per_iter_s / g.breakdown.rest_mean_s)
+                ),
+                ratio(
+                    b.limit
+                        .as_ref()
+                        .map(|l| p.per_iter_s / l.breakdown.rest_mean_s)
+                ),
+                metric
+            );
+            out.push('\n');
+            if let Some(note) = &p.note {
+                let _ = writeln!(out, "Peer note: {note}");
+            }
+        }
+        Some(PeerOutcome::Skipped(why)) => {
+            let _ = writeln!(out, "\nPeer skipped: {why}");
+        }
+        Some(PeerOutcome::Failed(why)) => {
+            let _ = writeln!(out, "\nPeer failed: {why}");
+        }
+        None => {}
+    }
+    out.push('\n');
+}
+
+/// CPU model, logical CPUs and load average, as far as this system tells.
+fn machine() -> String {
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let load = std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().map(str::to_string))
+        .unwrap_or_else(|| "?".into());
+    format!("{model}, {cpus} logical CPUs, load average {load} at start")
+}

@@ -1,0 +1,326 @@
+//! Running one app in every [`Variant`], as its limit implementation, and as its peer, on
+//! the same loaded input: [`Workload`] and [`bench_app`].
+
+use std::path::{Path, PathBuf};
+
+use iterstore::Staleness;
+use serde::Serialize;
+
+use super::peers::{self, LdaPeerParams, LibmfParams, PeerOutcome};
+use super::{Breakdown, Variant};
+use crate::algo::lda::LdaConfig;
+use crate::algo::mf::MfConfig;
+use crate::apps::pagerank::PageRankParams;
+use crate::apps::{lda, mf, pagerank, AppConfig, AppError, RunReport};
+use crate::data::{Corpus, Graph, Ratings};
+use crate::limit::{self, IterStats, LimitConfig};
+
+/// An app with its input loaded and its hyper-parameters chosen.
+#[derive(Debug, Clone)]
+pub enum Workload {
+    /// Matrix factorization: training and held-out ratings.
+    Mf {
+        /// Training ratings.
+        train: Ratings,
+        /// Held-out ratings (may be empty).
+        test: Ratings,
+        /// Hyper-parameters.
+        params: MfConfig,
+    },
+    /// LDA on a corpus.
+    Lda {
+        /// The corpus.
+        corpus: Corpus,
+        /// Hyper-parameters.
+        params: LdaConfig,
+    },
+    /// PageRank on a graph.
+    PageRank {
+        /// The graph.
+        graph: Graph,
+        /// Hyper-parameters.
+        params: PageRankParams,
+    },
+}
+
+impl Workload {
+    /// `mf`, `lda` or `pagerank`.
+    pub fn app(&self) -> &'static str {
+        match self {
+            Workload::Mf { .. } => "mf",
+            Workload::Lda { .. } => "lda",
+            Workload::PageRank { .. } => "pagerank",
+        }
+    }
+
+    /// The work of one iteration in the app's natural unit (see [`work_unit`](Self::work_unit)).
+    pub fn work(&self) -> u64 {
+        match self {
+            Workload::Mf { train, .. } => train.ratings.len() as u64,
+            Workload::Lda { corpus, .. } => corpus.docs.iter().map(|d| d.len() as u64).sum(),
+            Workload::PageRank { graph, .. } => graph.edges.len() as u64,
+        }
+    }
+
+    /// What [`work`](Self::work) counts.
+    pub fn work_unit(&self) -> &'static str {
+        match self {
+            Workload::Mf { .. } => "ratings",
+            Workload::Lda { .. } => "tokens",
+            Workload::PageRank { .. } => "edges",
+        }
+    }
+
+    /// Runs the store-backed app.
+    pub fn run(&self, cfg: &AppConfig) -> Result<RunReport, AppError> {
+        Ok(match self {
+            Workload::Mf {
+                train,
+                test,
+                params,
+            } => mf::run(cfg, params, train, &test.ratings)?.report,
+            Workload::Lda { corpus, params } => lda::run(cfg, params, corpus)?.report,
+            Workload::PageRank { graph, params } => pagerank::run(cfg, params, graph)?.report,
+        })
+    }
+
+    /// Runs the limit implementation with `threads` threads.
+    pub fn run_limit(&self, threads: usize, iterations: usize) -> Result<LimitResult, AppError> {
+        let cfg = LimitConfig {
+            threads,
+            iterations,
+        };
+        let stats = match self {
+            Workload::Mf {
+                train,
+                test,
+                params,
+            } => limit::mf::run(params, &cfg, train, Some(&test.ratings))?.stats,
+            Workload::Lda { corpus, params } => limit::lda::run(params, &cfg, corpus)?.stats,
+            Workload::PageRank { graph, params } => {
+                limit::pagerank::run(&params.config, &cfg, graph)?.stats
+            }
+        };
+        Ok(LimitResult::new(&stats))
+    }
+
+    /// Runs this app's peer (LIBMF for MF, the Python scripts for LDA and PageRank).
+    pub fn run_peer(&self, threads: usize, iterations: usize, workdir: &Path) -> PeerOutcome {
+        match self {
+            Workload::Mf {
+                train,
+                test,
+                params,
+            } => {
+                let p = LibmfParams {
+                    rank: params.rank,
+                    iterations,
+                    learning_rate: params.learning_rate,
+                    lambda: params.regularization,
+                    threads,
+                };
+                let test = (!test.ratings.is_empty()).then_some(test);
+                peers::libmf(train, test, &p)
+            }
+            Workload::Lda { corpus, params } => {
+                let p = LdaPeerParams {
+                    topics: params.topics,
+                    iterations,
+                    alpha: params.alpha,
+                    beta: params.beta,
+                    seed: params.seed,
+                };
+                peers::python_lda(corpus, &p, workdir)
+            }
+            Workload::PageRank { graph, params } => {
+                peers::python_pagerank(graph, iterations, params.config.damping, workdir)
+            }
+        }
+    }
+}
+
+/// How [`bench_app`] runs.
+#[derive(Debug, Clone)]
+pub struct BenchOptions {
+    /// Worker threads (and limit threads).
+    pub workers: usize,
+    /// Server shards.
+    pub shards: usize,
+    /// Iterations per run (at least 2, so there is a mean of later iterations).
+    pub iterations: usize,
+    /// The variants to run, in order.
+    pub variants: Vec<Variant>,
+    /// Run the limit implementation.
+    pub limit: bool,
+    /// Run the peer.
+    pub peers: bool,
+    /// Scratch directory for the peers' input files.
+    pub workdir: PathBuf,
+}
+
+impl BenchOptions {
+    /// Checks the options before any work starts.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.workers == 0 || self.shards == 0 {
+            return Err("workers and shards must be at least 1".into());
+        }
+        if self.iterations < 2 {
+            return Err(format!(
+                "iterations must be at least 2 (the first iteration and the mean of later \
+                 ones are reported separately), got {}",
+                self.iterations
+            ));
+        }
+        if self.variants.is_empty() {
+            return Err("no variant to run".into());
+        }
+        Ok(())
+    }
+}
+
+/// One variant's run of one app.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunResult {
+    /// The store configuration.
+    pub variant: Variant,
+    /// Seconds per phase.
+    pub breakdown: Breakdown,
+    /// The objective after the last iteration.
+    pub objective: f64,
+    /// MF's held-out RMSE after the last iteration.
+    pub test_rmse: Option<f64>,
+    /// The app's full report (every iteration).
+    pub report: RunReport,
+}
+
+/// The limit implementation's run.
+#[derive(Debug, Clone, Serialize)]
+pub struct LimitResult {
+    /// Seconds per phase (iterations only).
+    pub breakdown: Breakdown,
+    /// The objective after the last iteration.
+    pub objective: f64,
+    /// MF's held-out RMSE after the last iteration.
+    pub test_rmse: Option<f64>,
+}
+
+impl LimitResult {
+    fn new(stats: &[IterStats]) -> Self {
+        let last = stats.last();
+        LimitResult {
+            breakdown: Breakdown::of_limit(stats),
+            objective: last.map_or(f64::NAN, |s| s.objective),
+            test_rmse: last.and_then(|s| s.held_out),
+        }
+    }
+}
+
+/// Everything measured for one app on one input.
+#[derive(Debug, Clone, Serialize)]
+pub struct AppBench {
+    /// `mf`, `lda` or `pagerank`.
+    pub app: &'static str,
+    /// Where the input came from (a file name or `synthetic <size>`).
+    pub dataset: String,
+    /// Per-iteration work, in `work_unit`s.
+    pub work: u64,
+    /// What `work` counts.
+    pub work_unit: &'static str,
+    /// Worker threads.
+    pub workers: usize,
+    /// Iterations per run.
+    pub iterations: usize,
+    /// One result per variant, in the order run.
+    pub runs: Vec<RunResult>,
+    /// The limit implementation, if run.
+    pub limit: Option<LimitResult>,
+    /// The peer, if asked for.
+    pub peer: Option<PeerOutcome>,
+}
+
+impl AppBench {
+    /// The run of the variant named `name`.
+    pub fn run(&self, name: &str) -> Option<&RunResult> {
+        self.runs.iter().find(|r| r.variant.name == name)
+    }
+
+    /// Mean later-iteration time of variant `a` over that of variant `b`.
+    pub fn ratio(&self, a: &str, b: &str) -> Option<f64> {
+        Some(self.run(a)?.breakdown.rest_mean_s / self.run(b)?.breakdown.rest_mean_s)
+    }
+
+    /// Mean later-iteration time of variant `name` over the limit's.
+    pub fn ratio_to_limit(&self, name: &str) -> Option<f64> {
+        Some(self.run(name)?.breakdown.rest_mean_s / self.limit.as_ref()?.breakdown.rest_mean_s)
+    }
+}
+
+/// Runs `workload` in every variant of `opts`, then the limit and the peer; `progress`
+/// hears one line per finished run.
+pub fn bench_app(
+    workload: &Workload,
+    dataset: &str,
+    opts: &BenchOptions,
+    progress: &mut dyn FnMut(&str),
+) -> Result<AppBench, AppError> {
+    opts.validate()?;
+    let app = workload.app();
+    let mut runs = Vec::with_capacity(opts.variants.len());
+    for variant in &opts.variants {
+        let cfg = AppConfig {
+            workers: opts.workers,
+            shards: opts.shards,
+            staleness: Staleness::BSP,
+            mode: variant.mode,
+            iterations: opts.iterations,
+            specializations: variant.specializations,
+        };
+        let report = workload.run(&cfg)?;
+        let breakdown = Breakdown::of_report(&report);
+        progress(&format!(
+            "{app} {:<28} {:>10.4} s per later iteration",
+            variant.name, breakdown.rest_mean_s
+        ));
+        let last = report.iterations.last();
+        runs.push(RunResult {
+            variant: variant.clone(),
+            breakdown,
+            objective: last.map_or(f64::NAN, |r| r.objective),
+            test_rmse: last.and_then(|r| r.test_rmse),
+            report,
+        });
+    }
+    let limit = if opts.limit {
+        let l = workload.run_limit(opts.workers, opts.iterations)?;
+        progress(&format!(
+            "{app} {:<28} {:>10.4} s per later iteration",
+            "limit", l.breakdown.rest_mean_s
+        ));
+        Some(l)
+    } else {
+        None
+    };
+    let peer = opts.peers.then(|| {
+        let outcome = workload.run_peer(opts.workers, opts.iterations, &opts.workdir);
+        progress(&match &outcome {
+            PeerOutcome::Ran(r) => format!(
+                "{app} {:<28} {:>10.4} s per iteration",
+                r.peer, r.per_iter_s
+            ),
+            PeerOutcome::Skipped(why) => format!("{app} peer skipped: {why}"),
+            PeerOutcome::Failed(why) => format!("{app} peer failed: {why}"),
+        });
+        outcome
+    });
+    Ok(AppBench {
+        app,
+        dataset: dataset.to_string(),
+        work: workload.work(),
+        work_unit: workload.work_unit(),
+        workers: opts.workers,
+        iterations: opts.iterations,
+        runs,
+        limit,
+        peer,
+    })
+}

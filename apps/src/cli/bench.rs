@@ -1,0 +1,201 @@
+//! `iterstore bench`: loads (or generates) each app's input once, runs every store variant,
+//! the limit and the peer on it, optionally the scaling sweep on synthetic inputs, then
+//! prints the tables and writes `report.json`, `report.md` and the SVG charts.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use iterstore_apps::algo::lda::LdaConfig;
+use iterstore_apps::algo::mf::MfConfig;
+use iterstore_apps::apps::pagerank::PageRankParams;
+use iterstore_apps::bench::report::BenchReport;
+use iterstore_apps::bench::scaling::scaling;
+use iterstore_apps::bench::{bench_app, BenchOptions, Variant, Workload};
+use iterstore_apps::data::{
+    load_corpus, load_graph, load_ratings, split_ratings, CorpusSpec, GraphSpec, RatingsSpec,
+};
+
+use super::run::{MF_INIT_SCALE, MF_LR, MF_RANK, MF_REG, MF_TEST_FRACTION};
+use super::{App, BenchArgs};
+
+/// Seed of every input split, initial model and sampler in the benchmark.
+const SEED: u64 = 42;
+
+/// Runs `iterstore bench` with parsed arguments.
+pub fn bench(args: &BenchArgs) -> Result<()> {
+    let apps = if args.apps.is_empty() {
+        vec![App::Mf, App::Lda, App::Pagerank]
+    } else {
+        args.apps.clone()
+    };
+    for (flag, given, app) in [
+        ("--mf-data", &args.mf_data, App::Mf),
+        ("--lda-data", &args.lda_data, App::Lda),
+        ("--pagerank-data", &args.pagerank_data, App::Pagerank),
+    ] {
+        if let Some(path) = given {
+            if !apps.contains(&app) {
+                bail!(
+                    "{flag} given but {} is not benchmarked (--apps)",
+                    app.name()
+                );
+            }
+            if !path.is_file() {
+                bail!("{flag} {}: no such file", path.display());
+            }
+        }
+    }
+    let variants = match &args.variants {
+        None => Variant::all(),
+        Some(names) => names
+            .iter()
+            .map(|n| Variant::by_name(n))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(anyhow::Error::msg)?,
+    };
+    let workdir = args.out.join("peers");
+    let opts = BenchOptions {
+        workers: args.workers,
+        shards: args.shards,
+        iterations: args.iters,
+        variants,
+        limit: !args.no_limit,
+        peers: !args.no_peers,
+        workdir: workdir.clone(),
+    };
+    opts.validate().map_err(anyhow::Error::msg)?;
+    let scaling_opts = BenchOptions {
+        iterations: args.scaling_iters,
+        ..opts.clone()
+    };
+    if args.scaling {
+        scaling_opts.validate().map_err(anyhow::Error::msg)?;
+    }
+    std::fs::create_dir_all(&workdir)
+        .with_context(|| format!("cannot create {}", workdir.display()))?;
+
+    let mut progress = |line: &str| eprintln!("  {line}");
+    let mut results = Vec::new();
+    for &app in &apps {
+        let (name, workload) = load(app, args)?;
+        eprintln!(
+            "{}: {name} ({} {})",
+            app.name(),
+            workload.work(),
+            workload.work_unit()
+        );
+        results.push(bench_app(&workload, &name, &opts, &mut progress)?);
+    }
+    let mut curves = Vec::new();
+    if args.scaling {
+        for &app in &apps {
+            eprintln!(
+                "{}: scaling over {}",
+                app.name(),
+                args.scaling_sizes.join(", ")
+            );
+            let workloads = args
+                .scaling_sizes
+                .iter()
+                .map(|size| Ok((size.clone(), synthetic(app, size, args)?)))
+                .collect::<Result<Vec<_>>>()?;
+            curves.extend(scaling(&workloads, &scaling_opts, &mut progress)?);
+        }
+    }
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    let report = BenchReport::new(command, results, curves);
+    println!("{}", report.markdown());
+    let written = report
+        .write_to(&args.out)
+        .with_context(|| format!("writing the report into {}", args.out.display()))?;
+    for path in written {
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+/// The input of `app`: its file if one was given, else the `--synthetic` preset.
+fn load(app: App, args: &BenchArgs) -> Result<(String, Workload)> {
+    let file = match app {
+        App::Mf => &args.mf_data,
+        App::Lda => &args.lda_data,
+        App::Pagerank => &args.pagerank_data,
+    };
+    let Some(path) = file else {
+        let name = format!("synthetic {}", args.synthetic);
+        return Ok((name, synthetic(app, &args.synthetic, args)?));
+    };
+    let name = file_name(path);
+    let workload = match app {
+        App::Mf => mf_workload(load_ratings(path)?),
+        App::Lda => Workload::Lda {
+            corpus: load_corpus(path)?,
+            params: lda_params(args.topics.unwrap_or(LdaConfig::default().topics)),
+        },
+        App::Pagerank => Workload::PageRank {
+            graph: load_graph(path)?.graph,
+            params: PageRankParams::default(),
+        },
+    };
+    Ok((name, workload))
+}
+
+/// The seeded synthetic input of `app` at preset `size`.
+fn synthetic(app: App, size: &str, args: &BenchArgs) -> Result<Workload> {
+    Ok(match app {
+        App::Mf => mf_workload(
+            RatingsSpec::preset(size)
+                .map_err(anyhow::Error::msg)?
+                .generate(),
+        ),
+        App::Lda => {
+            let spec = CorpusSpec::preset(size).map_err(anyhow::Error::msg)?;
+            let topics = args.topics.unwrap_or(spec.num_topics as usize);
+            Workload::Lda {
+                corpus: spec.generate().0,
+                params: lda_params(topics),
+            }
+        }
+        App::Pagerank => Workload::PageRank {
+            graph: GraphSpec::preset(size)
+                .map_err(anyhow::Error::msg)?
+                .generate(),
+            params: PageRankParams::default(),
+        },
+    })
+}
+
+fn mf_workload(ratings: iterstore_apps::data::Ratings) -> Workload {
+    let (train, test) = split_ratings(&ratings, MF_TEST_FRACTION, SEED);
+    Workload::Mf {
+        train,
+        test,
+        params: MfConfig {
+            rank: MF_RANK,
+            learning_rate: MF_LR,
+            regularization: MF_REG,
+            init_scale: MF_INIT_SCALE,
+            seed: SEED,
+        },
+    }
+}
+
+fn lda_params(topics: usize) -> LdaConfig {
+    LdaConfig {
+        topics,
+        seed: SEED,
+        ..LdaConfig::default()
+    }
+}
+
+fn file_name(path: &Path) -> String {
+    path.file_name().map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into(),
+    )
+}
+
+/// The default output directory.
+pub(crate) fn default_out() -> PathBuf {
+    PathBuf::from("bench-out")
+}
