@@ -10,12 +10,12 @@ use crate::msg::{Endpoint, Msg};
 use crate::plan::{self, PlanConfig};
 use crate::table::{resolve, Registry};
 use crate::transport::{InProcTransport, Transport};
-use crate::worker::{Role, Worker};
+use crate::worker::{Role, Special, Worker};
 use crate::{server, AccessLog, AccessPattern, Config, Element, Error, Mode, Result, Table};
 use std::hash::{BuildHasher, Hasher};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -48,6 +48,8 @@ pub struct Cluster {
     transport: Arc<dyn Transport>,
     threads: Vec<JoinHandle<()>>,
     clocks: Vec<Clock>,
+    /// Per worker: its specialized state, kept between runs (built once per plan).
+    specials: Vec<Mutex<Option<Special>>>,
     pattern: Option<AccessPattern>,
     /// Number of plans made so far (the current plan's id).
     plans: u32,
@@ -89,6 +91,7 @@ impl Cluster {
                 .build_hasher()
                 .finish(),
             clocks: vec![0; config.workers],
+            specials: (0..config.workers).map(|_| Mutex::new(None)).collect(),
             config,
             registry: Registry::default(),
             pattern: None,
@@ -322,15 +325,20 @@ impl Cluster {
         F: Fn(&mut Worker<'_>) -> Result<R> + Sync,
     {
         let (shared, tables, id) = (&*self.shared, self.registry.tables(), self.id);
+        let specials = &self.specials;
         let outcomes: Vec<_> = std::thread::scope(|scope| {
             let handles: Vec<_> = (0..self.config.workers)
                 .map(|w| {
                     std::thread::Builder::new()
                         .name(format!("iterstore-worker-{w}"))
                         .spawn_scoped(scope, move || {
-                            let mut worker = Worker::new(shared, tables, id, w, start, role);
+                            let kept = lock(&specials[w]).take();
+                            let mut worker = Worker::new(shared, tables, id, w, start, role, kept);
                             let result = catch_unwind(AssertUnwindSafe(|| f(&mut worker)));
                             let finished = worker.finish();
+                            if finished.is_ok() {
+                                *lock(&specials[w]) = worker.take_special();
+                            }
                             (result, finished, worker.take_log().unwrap_or_default())
                         })
                 })
@@ -458,4 +466,10 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     } else {
         "non-string panic payload".to_string()
     }
+}
+
+/// Locks `m`; a poisoned lock (a worker panicked, which the run already reports) still
+/// yields the value.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }

@@ -15,9 +15,11 @@ use crate::server::shard_of;
 use crate::table::resolve;
 use crate::{AlignedBuf, Element, Error, Result, RowKey, Staleness, Table, TableMeta};
 use rustc_hash::FxHashMap;
-use special::{Place, Special};
+use special::Place;
+pub(crate) use special::Special;
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 type Oplog = FxHashMap<RowKey, AlignedBuf>;
 
@@ -62,6 +64,7 @@ impl<'a> Worker<'a> {
         id: usize,
         clock: Clock,
         role: Role,
+        kept: Option<Special>,
     ) -> Self {
         Worker {
             shared,
@@ -77,11 +80,22 @@ impl<'a> Worker<'a> {
             virtual_only: role == Role::Virtual,
             special: match role {
                 Role::Virtual => None,
-                _ => shared.arena().map(|arena| {
-                    Special::new(arena, id, shared.config.specializations.contiguous_index)
+                _ => shared.arena().map(|arena| match kept {
+                    // The same plan as last run: reuse the structures built for it.
+                    Some(mut sp) if Arc::ptr_eq(&sp.arena, &arena) => {
+                        sp.start_run();
+                        sp
+                    }
+                    _ => Special::new(arena, id, shared.config.specializations.contiguous_index),
                 }),
             },
         }
+    }
+
+    /// The specialized state, to be handed to this worker's next run ([`Worker::new`]'s
+    /// `kept`) so it is built once per plan rather than once per run.
+    pub(crate) fn take_special(&mut self) -> Option<Special> {
+        self.special.take()
     }
 
     /// Whether this worker is running a virtual iteration (reads return zeros and updates
@@ -295,7 +309,7 @@ impl<'a> Worker<'a> {
         if self.virtual_only {
             return Ok(self.clock);
         }
-        if !self.oplog.is_empty() {
+        if !self.oplog.is_empty() || self.special.as_ref().is_some_and(Special::has_updates) {
             self.clock()?;
         }
         for shard in 0..self.shared.config.shards {

@@ -269,6 +269,19 @@ impl Special {
         true
     }
 
+    /// Readies state kept from an earlier run for a new one: the run starts at the top of
+    /// the access sequence, and sent updates of earlier runs are no longer tracked for
+    /// read-my-writes (as for a freshly built state).
+    pub(crate) fn start_run(&mut self) {
+        self.cursor = 0;
+        self.recent.clear();
+    }
+
+    /// Whether updates of the current clock are waiting to be sent.
+    pub(crate) fn has_updates(&self) -> bool {
+        self.touched.contains(&true)
+    }
+
     /// Takes this clock's delta slabs, one per shard, and starts a new clock.
     pub(crate) fn take_slabs(&mut self, clock: Clock, keep_recent: bool) -> Vec<AlignedBuf> {
         let Some(deltas) = &mut self.deltas else {

@@ -4,10 +4,10 @@
 //! final tables must be bit-identical to generic mode's. The virtual iteration may also
 //! deviate from the real one (rows it never saw, rows it saw that are skipped).
 
-use std::time::Duration;
 use crate::util::within;
 use iterstore::{Cluster, Config, Mode, Specializations, Staleness, Table, Worker};
 use proptest::prelude::*;
+use std::time::Duration;
 
 #[derive(Debug, Clone, Copy)]
 enum Op {
@@ -317,7 +317,10 @@ fn first_iter_gathers_the_first_run_after_init_runs() {
             w.clock()
         })
         .unwrap();
-    assert!(cluster.access_pattern().is_none(), "init runs are not gathered");
+    assert!(
+        cluster.access_pattern().is_none(),
+        "init runs are not gathered"
+    );
     assert_eq!(cluster.stats().plans, 0);
     cluster
         .run(|w| {
@@ -338,4 +341,33 @@ fn first_iter_gathers_the_first_run_after_init_runs() {
     assert_eq!(cluster.stats().plans, 1);
     assert_eq!(cluster.stats().planned_rows, 2);
     cluster.shutdown().unwrap();
+}
+
+/// Updates made after a run's last CLOCK are sent when the run ends, in every mode: the
+/// specialized delta buffer is flushed like the generic log.
+#[test]
+fn updates_after_the_last_clock_are_not_lost() {
+    for mode in [Mode::Generic, Mode::FirstIter, Mode::Virtual] {
+        let mut cluster = Cluster::start(Config::new(2).with_mode(mode)).unwrap();
+        let t = cluster.create_table::<i64>("t", 3).unwrap();
+        let body = |w: &mut Worker<'_>| {
+            w.update(&t, w.id() as u64, &[1, 2, 3])?;
+            w.clock()?;
+            w.update(&t, 5, &[10, 0, 0]) // no CLOCK after this one
+        };
+        cluster.virtual_iteration(body).unwrap();
+        for _ in 0..3 {
+            cluster.run(body).unwrap();
+        }
+        let snapshot = cluster.snapshot(&t).unwrap();
+        let row = |r: u64| {
+            snapshot
+                .iter()
+                .find(|(k, _)| *k == r)
+                .map(|(_, v)| v.clone())
+        };
+        assert_eq!(row(0), Some(vec![3, 6, 9]), "{mode:?}");
+        assert_eq!(row(5), Some(vec![60, 0, 0]), "{mode:?}");
+        cluster.shutdown().unwrap();
+    }
 }
