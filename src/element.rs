@@ -37,6 +37,12 @@ impl ElemType {
         }
     }
 
+    /// Whether addition of this type is exact, hence associative (wrapping integers), so
+    /// that adding updates one by one gives the same bits as adding their sum.
+    pub const fn exact(self) -> bool {
+        matches!(self, ElemType::I32 | ElemType::I64)
+    }
+
     /// The Rust name of the type.
     pub const fn name(self) -> &'static str {
         match self {

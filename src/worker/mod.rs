@@ -86,7 +86,10 @@ impl<'a> Worker<'a> {
                         sp.start_run();
                         sp
                     }
-                    _ => Special::new(arena, id, shared.config.specializations.contiguous_index),
+                    _ => {
+                        let specs = shared.config.specializations;
+                        Special::new(arena, id, specs.contiguous_index, specs.thread_caches)
+                    }
                 }),
             },
         }
@@ -166,6 +169,14 @@ impl<'a> Worker<'a> {
             return Ok(f(&zeros));
         }
         let place = self.special_place(key);
+        if let Some(place) = place {
+            let required = self.required();
+            if let Some(sp) = &mut self.special {
+                if let Some((view, _)) = sp.view::<T>(self.shared, place, required)? {
+                    return Ok(f(view));
+                }
+            }
+        }
         let own =
             self.oplog.contains_key(&key) || self.recent.iter().any(|(_, l)| l.contains_key(&key));
         if !own && place.is_none() {
@@ -373,6 +384,12 @@ impl<'a> Worker<'a> {
         let Some(sp) = &mut self.special else {
             return Err(Error::failed("worker", "specialized read without a plan"));
         };
+        if let Some((view, data_clock)) = sp.view::<T>(shared, place, required)? {
+            // The view holds all of this worker's updates of the row (none go to the
+            // generic log), so the caller's generic merge adds nothing.
+            dst.copy_from_slice(view);
+            return Ok(data_clock);
+        }
         let data_clock = sp.read(shared, place, required, bytemuck::cast_slice_mut(dst))?;
         sp.add_own(place, data_clock, dst);
         Ok(data_clock)

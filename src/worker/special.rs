@@ -73,6 +73,13 @@ pub(crate) struct Special {
     recent: VecDeque<(Clock, AlignedBuf, Vec<bool>)>,
     copies: RowBuffer,
     copy_clocks: Vec<Clock>,
+    /// Per row of `deltas` (same layout): the row as this worker sees it — a snapshot
+    /// plus every update this worker made since — kept current by its updates, so a read
+    /// is one copy (or none) with no lock and no merge. Used for integer tables only,
+    /// whose addition is exact. `None` when thread caches are off.
+    views: Option<AlignedBuf>,
+    /// Per row of `views`: the snapshot's data clock, or `Clock::MAX` if not filled.
+    view_clocks: Vec<Clock>,
     /// This worker's accesses of one iteration, each resolved to its [`Place`].
     steps: Vec<(RowKey, Place)>,
     /// Position in `steps`.
@@ -80,8 +87,9 @@ pub(crate) struct Special {
 }
 
 impl Special {
-    /// State for worker `worker`; `deltas`: keep an arena-shaped delta buffer.
-    pub(crate) fn new(arena: Arc<ProcessArena>, worker: usize, deltas: bool) -> Self {
+    /// State for worker `worker`; `deltas`: keep an arena-shaped delta buffer; `views`:
+    /// and a private view of every row in it (thread caches).
+    pub(crate) fn new(arena: Arc<ProcessArena>, worker: usize, deltas: bool, views: bool) -> Self {
         let plan = &arena.plan;
         let updates = plan.updates.get(worker).map(Vec::as_slice).unwrap_or(&[]);
         let copies = plan
@@ -108,6 +116,13 @@ impl Special {
             (None, vec![0..0; plan.shards.len()])
         };
         let touched = vec![false; updates.len()];
+        let (views, view_clocks) = match &deltas {
+            Some(d) if views => (
+                Some(AlignedBuf::zeroed(d.data.len())),
+                vec![Clock::MAX; updates.len()],
+            ),
+            _ => (None, Vec::new()),
+        };
         let copy_clocks = vec![Clock::MAX; copies.len()];
         let copies = RowBuffer::new(&arena, copies);
         let mut special = Special {
@@ -117,6 +132,8 @@ impl Special {
             recent: VecDeque::new(),
             copies,
             copy_clocks,
+            views,
+            view_clocks,
             steps: Vec::new(),
             cursor: 0,
             arena: Arc::clone(&arena),
@@ -194,6 +211,62 @@ impl Special {
         wait_read(shared, &self.arena, place, required, dst)
     }
 
+    /// The row at `place` from this worker's view, refreshed first if its snapshot is older
+    /// than `required`: the snapshot plus every update this worker made since, and the
+    /// snapshot's data clock. `None` if
+    /// the row has no view (this worker does not update it, or thread caches are off).
+    #[inline(always)]
+    pub(crate) fn view<T: Element>(
+        &mut self,
+        shared: &ClientShared,
+        place: Place,
+        required: Clock,
+    ) -> Result<Option<(&[T], Clock)>> {
+        // Only where adding updates one by one equals adding their sum: a float view
+        // would read other bits than the generic store (snapshot + summed updates).
+        if !T::TYPE.exact() || place.delta == NONE || self.views.is_none() {
+            return Ok(None);
+        }
+        let r = place.delta as usize;
+        let clock = self.view_clocks[r];
+        if clock == Clock::MAX || clock < required {
+            self.refresh_view::<T>(shared, place, required)?;
+        }
+        let (at, len) = (place.delta_at as usize, place.len as usize);
+        let views = self.views.as_ref().expect("checked above");
+        let row = bytemuck::cast_slice(&views.as_bytes()[at..at + len]);
+        Ok(Some((row, self.view_clocks[r])))
+    }
+
+    /// Refills the view of the row at `place` from a snapshot `>= required` and adds this
+    /// worker's updates the snapshot lacks.
+    #[cold]
+    fn refresh_view<T: Element>(
+        &mut self,
+        shared: &ClientShared,
+        place: Place,
+        required: Clock,
+    ) -> Result<()> {
+        let (r, at, len) = (
+            place.delta as usize,
+            place.delta_at as usize,
+            place.len as usize,
+        );
+        let mut views = self.views.take().expect("a view row was asked for");
+        let row = &mut views.as_bytes_mut()[at..at + len];
+        let data_clock = match self.read(shared, place, required, row) {
+            Ok(clock) => clock,
+            Err(e) => {
+                self.views = Some(views);
+                return Err(e);
+            }
+        };
+        self.add_own::<T>(place, data_clock, bytemuck::cast_slice_mut(row));
+        self.views = Some(views);
+        self.view_clocks[r] = data_clock;
+        Ok(())
+    }
+
     /// [`read`](Self::read) of a row this worker keeps a private copy of.
     fn read_copy(
         &mut self,
@@ -254,6 +327,13 @@ impl Special {
         let r = place.delta as usize;
         let start = place.delta_at as usize;
         let len = place.len as usize;
+        if let Some(views) = &mut self.views {
+            if self.view_clocks[r] != Clock::MAX {
+                let row: &mut [T] =
+                    bytemuck::cast_slice_mut(&mut views.as_bytes_mut()[start..start + len]);
+                T::add_slice(&mut row[column..column + delta.len()], delta);
+            }
+        }
         let row: &mut [T] =
             bytemuck::cast_slice_mut(&mut deltas.data.as_bytes_mut()[start..start + len]);
         if !self.touched[r] {
@@ -275,6 +355,7 @@ impl Special {
     pub(crate) fn start_run(&mut self) {
         self.cursor = 0;
         self.recent.clear();
+        self.view_clocks.fill(Clock::MAX);
     }
 
     /// Whether updates of the current clock are waiting to be sent.
