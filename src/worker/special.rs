@@ -80,8 +80,11 @@ pub(crate) struct Special {
     views: Option<AlignedBuf>,
     /// Per row of `views`: the snapshot's data clock, or `Clock::MAX` if not filled.
     view_clocks: Vec<Clock>,
-    /// This worker's accesses of one iteration, each resolved to its [`Place`].
-    steps: Vec<(RowKey, Place)>,
+    /// Per slot of the plan: its key and [`Place`], resolved once.
+    places: Vec<(RowKey, Place)>,
+    /// This worker's accesses of one iteration, as slots: 4 bytes per access, so that
+    /// walking the sequence costs little memory bandwidth.
+    steps: Vec<u32>,
     /// Position in `steps`.
     cursor: usize,
 }
@@ -134,15 +137,16 @@ impl Special {
             copy_clocks,
             views,
             view_clocks,
+            places: Vec::new(),
             steps: Vec::new(),
             cursor: 0,
             arena: Arc::clone(&arena),
         };
+        special.places = (0..arena.plan.slots.len() as u32)
+            .map(|slot| (arena.plan.slots[slot as usize].key, special.place_of(slot)))
+            .collect();
         if let Some(seq) = arena.plan.sequences.get(worker) {
-            special.steps = seq
-                .iter()
-                .map(|&(key, slot)| (key, special.place_of(slot)))
-                .collect();
+            special.steps = seq.iter().map(|&(_, slot)| slot).collect();
         }
         special
     }
@@ -169,7 +173,8 @@ impl Special {
     /// worker is following its pattern (no hashing), else the plan's index.
     #[inline(always)]
     pub(crate) fn place(&mut self, key: RowKey) -> Option<Place> {
-        if let Some(&(expected, place)) = self.steps.get(self.cursor) {
+        if let Some(&slot) = self.steps.get(self.cursor) {
+            let (expected, place) = self.places[slot as usize];
             if expected == key {
                 self.cursor += 1;
                 if self.cursor == self.steps.len() {
@@ -186,10 +191,10 @@ impl Special {
     fn deviate(&mut self, key: RowKey) -> Option<Place> {
         let slot = self.arena.slot(key)?;
         // Resynchronise if this is where an iteration starts.
-        if self.steps.first().is_some_and(|(k, _)| *k == key) {
+        if self.steps.first() == Some(&slot) {
             self.cursor = 1 % self.steps.len();
         }
-        Some(self.place_of(slot))
+        Some(self.places[slot as usize].1)
     }
 
     /// Copies the row at `place` (a snapshot with data clock `>= required`) into `dst`,
