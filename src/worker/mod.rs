@@ -384,10 +384,9 @@ impl<'a> Worker<'a> {
         let Some(sp) = &mut self.special else {
             return Err(Error::failed("worker", "specialized read without a plan"));
         };
-        if let Some((view, data_clock)) = sp.view::<T>(shared, place, required)? {
-            // The view holds all of this worker's updates of the row (none go to the
-            // generic log), so the caller's generic merge adds nothing.
-            dst.copy_from_slice(view);
+        if let Some(data_clock) = sp.read_view(shared, place, required, dst)? {
+            // A row with a view takes all of this worker's updates in its delta buffer
+            // (none go to the generic log), so the caller's generic merge adds nothing.
             return Ok(data_clock);
         }
         let data_clock = sp.read(shared, place, required, bytemuck::cast_slice_mut(dst))?;

@@ -229,7 +229,44 @@ impl Special {
     ) -> Result<Option<(&[T], Clock)>> {
         // Only where adding updates one by one equals adding their sum: a float view
         // would read other bits than the generic store (snapshot + summed updates).
-        if !T::TYPE.exact() || place.delta == NONE || self.views.is_none() {
+        if !T::TYPE.exact() {
+            return Ok(None);
+        }
+        self.fresh_view::<T>(shared, place, required)
+    }
+
+    /// Copies the row at `place` into `dst` from this worker's view (refreshed first if
+    /// older than `required`), with this worker's updates; returns the snapshot's data
+    /// clock, or `None` if the row has no view. Float views hold the snapshot alone (the
+    /// updates are added on each read, as the generic store adds them); integer views
+    /// already include them.
+    #[inline(always)]
+    pub(crate) fn read_view<T: Element>(
+        &mut self,
+        shared: &ClientShared,
+        place: Place,
+        required: Clock,
+        dst: &mut [T],
+    ) -> Result<Option<Clock>> {
+        let Some((row, clock)) = self.fresh_view::<T>(shared, place, required)? else {
+            return Ok(None);
+        };
+        dst.copy_from_slice(row);
+        if !T::TYPE.exact() {
+            self.add_own(place, clock, dst);
+        }
+        Ok(Some(clock))
+    }
+
+    /// The view row at `place` and its data clock, refreshed if older than `required`.
+    #[inline(always)]
+    fn fresh_view<T: Element>(
+        &mut self,
+        shared: &ClientShared,
+        place: Place,
+        required: Clock,
+    ) -> Result<Option<(&[T], Clock)>> {
+        if place.delta == NONE || self.views.is_none() {
             return Ok(None);
         }
         let r = place.delta as usize;
@@ -266,7 +303,9 @@ impl Special {
                 return Err(e);
             }
         };
-        self.add_own::<T>(place, data_clock, bytemuck::cast_slice_mut(row));
+        if T::TYPE.exact() {
+            self.add_own::<T>(place, data_clock, bytemuck::cast_slice_mut(row));
+        }
         self.views = Some(views);
         self.view_clocks[r] = data_clock;
         Ok(())
@@ -332,7 +371,7 @@ impl Special {
         let r = place.delta as usize;
         let start = place.delta_at as usize;
         let len = place.len as usize;
-        if let Some(views) = &mut self.views {
+        if let (Some(views), true) = (&mut self.views, T::TYPE.exact()) {
             if self.view_clocks[r] != Clock::MAX {
                 let row: &mut [T] =
                     bytemuck::cast_slice_mut(&mut views.as_bytes_mut()[start..start + len]);

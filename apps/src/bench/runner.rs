@@ -15,6 +15,9 @@ use crate::apps::{lda, mf, pagerank, AppConfig, AppError, RunReport};
 use crate::data::{Corpus, Graph, Ratings};
 use crate::limit::{self, IterStats, LimitConfig};
 
+/// LIBMF's default initial learning rate (`eta`).
+const LIBMF_LEARNING_RATE: f32 = 0.1;
+
 /// An app with its input loaded and its hyper-parameters chosen.
 #[derive(Debug, Clone)]
 pub enum Workload {
@@ -115,7 +118,9 @@ impl Workload {
                 let p = LibmfParams {
                     rank: params.rank,
                     iterations,
-                    learning_rate: params.learning_rate,
+                    // LIBMF's own default: its step is AdaGrad-scaled per row, so our plain
+                    // SGD step would not mean the same thing.
+                    learning_rate: LIBMF_LEARNING_RATE,
                     lambda: params.regularization,
                     threads,
                 };
