@@ -82,7 +82,10 @@ pub struct Specializations {
     /// Rows in the pattern live in a static, never-evicted contiguous process cache
     /// (arena) refreshed as whole slices. Off: they go through the generic cache.
     pub static_cache: bool,
-    /// Rows many threads contend for get per-thread copies.
+    /// Each worker keeps a private view of the rows it updates (read with no lock; for
+    /// integer tables its own updates are folded in), and rows many threads contend for
+    /// get per-thread copies. Off: reads go to the shared arena and merge the worker's
+    /// deltas every time.
     pub thread_caches: bool,
     /// Rows resolve to arena offsets through the pre-built read-only index, and each
     /// worker's updates accumulate in an arena-shaped delta buffer sent as one slice.
