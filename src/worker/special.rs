@@ -248,12 +248,31 @@ impl Special {
         required: Clock,
         dst: &mut [T],
     ) -> Result<Option<Clock>> {
-        let Some((row, clock)) = self.fresh_view::<T>(shared, place, required)? else {
+        let Some((_, clock)) = self.fresh_view::<T>(shared, place, required)? else {
             return Ok(None);
         };
-        dst.copy_from_slice(row);
-        if !T::TYPE.exact() {
-            self.add_own(place, clock, dst);
+        let (r, at, len) = (
+            place.delta as usize,
+            place.delta_at as usize,
+            place.len as usize,
+        );
+        let views = self.views.as_ref().expect("fresh_view returned a row");
+        let view: &[T] = bytemuck::cast_slice(&views.as_bytes()[at..at + len]);
+        match &self.deltas {
+            // The common float case in one pass: the snapshot plus this clock's delta (the
+            // same additions as copying, then adding the delta).
+            Some(deltas) if !T::TYPE.exact() && self.touched[r] && self.recent.is_empty() => {
+                let delta: &[T] = bytemuck::cast_slice(&deltas.data.as_bytes()[at..at + len]);
+                for ((d, v), u) in dst.iter_mut().zip(view).zip(delta) {
+                    *d = v.add(*u);
+                }
+            }
+            _ => {
+                dst.copy_from_slice(view);
+                if !T::TYPE.exact() {
+                    self.add_own(place, clock, dst);
+                }
+            }
         }
         Ok(Some(clock))
     }
