@@ -174,16 +174,17 @@ impl BenchReport {
                 s.app, s.work_unit, s.work_unit
             );
             for p in &s.points {
+                let finite = |r: f64| r.is_finite().then_some(r);
                 let _ = writeln!(
                     out,
-                    "| {} | {} | {} | {} | {} | {:.3} | {:.2} |",
+                    "| {} | {} | {} | {} | {} | {} | {} |",
                     p.size,
                     p.work,
                     seconds(p.generic_s),
                     seconds(p.virtual_s),
                     seconds(p.limit_s),
-                    p.virtual_s / p.generic_s,
-                    p.virtual_s / p.limit_s
+                    ratio(finite(p.virtual_s / p.generic_s)),
+                    ratio(finite(p.virtual_s / p.limit_s)),
                 );
             }
             out.push('\n');

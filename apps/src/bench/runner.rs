@@ -283,7 +283,7 @@ pub fn bench_app(
         let report = workload.run(&cfg)?;
         let breakdown = Breakdown::of_report(&report);
         progress(&format!(
-            "{app} {:<28} {:>10.4} s per later iteration",
+            "{app:<9}{:<32} {:>10.4} s per later iteration",
             variant.name, breakdown.rest_mean_s
         ));
         let last = report.iterations.last();
@@ -298,7 +298,7 @@ pub fn bench_app(
     let limit = if opts.limit {
         let l = workload.run_limit(opts.workers, opts.iterations)?;
         progress(&format!(
-            "{app} {:<28} {:>10.4} s per later iteration",
+            "{app:<9}{:<32} {:>10.4} s per later iteration",
             "limit", l.breakdown.rest_mean_s
         ));
         Some(l)
@@ -309,7 +309,7 @@ pub fn bench_app(
         let outcome = workload.run_peer(opts.workers, opts.iterations, &opts.workdir);
         progress(&match &outcome {
             PeerOutcome::Ran(r) => format!(
-                "{app} {:<28} {:>10.4} s per iteration",
+                "{app:<9}{:<32} {:>10.4} s per iteration",
                 r.peer, r.per_iter_s
             ),
             PeerOutcome::Skipped(why) => format!("{app} peer skipped: {why}"),

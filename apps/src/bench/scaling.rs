@@ -19,7 +19,7 @@ pub struct ScalingPoint {
     pub generic_s: f64,
     /// Virtual mode, seconds per later iteration.
     pub virtual_s: f64,
-    /// The limit implementation, seconds per later iteration.
+    /// The limit implementation, seconds per later iteration (NaN when not run).
     pub limit_s: f64,
 }
 
@@ -34,7 +34,7 @@ pub struct Scaling {
     pub points: Vec<ScalingPoint>,
 }
 
-/// Runs generic, virtual and the limit on each of `workloads` (`(size, workload)`, all of
+/// Runs generic, virtual and (unless `opts.limit` is off) the limit on each of `workloads` (`(size, workload)`, all of
 /// one app, smallest first) with `opts`' workers and iterations; `progress` hears one line
 /// per run.
 pub fn scaling(
@@ -47,7 +47,6 @@ pub fn scaling(
     };
     let opts = BenchOptions {
         variants: vec![Variant::mode(Mode::Generic), Variant::mode(Mode::Virtual)],
-        limit: true,
         peers: false,
         ..opts.clone()
     };

@@ -28,6 +28,14 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
     } else {
         args.apps.clone()
     };
+    no_repeats("--apps", apps.iter().map(|a| a.name()))?;
+    if let Some(names) = &args.variants {
+        no_repeats("--variants", names.iter().map(String::as_str))?;
+    }
+    no_repeats(
+        "--scaling-sizes",
+        args.scaling_sizes.iter().map(String::as_str),
+    )?;
     for (flag, given, app) in [
         ("--mf-data", &args.mf_data, App::Mf),
         ("--lda-data", &args.lda_data, App::Lda),
@@ -69,23 +77,32 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
         ..opts.clone()
     };
     if args.scaling {
-        scaling_opts.validate().map_err(anyhow::Error::msg)?;
+        scaling_opts
+            .validate()
+            .map_err(|e| anyhow::anyhow!("--scaling-iters: {e}"))?;
     }
-    std::fs::create_dir_all(&workdir)
-        .with_context(|| format!("cannot create {}", workdir.display()))?;
+    // Every input is read before any output is written or any run starts.
+    let workloads = apps
+        .iter()
+        .map(|&app| load(app, args))
+        .collect::<Result<Vec<_>>>()?;
+    if opts.peers {
+        std::fs::create_dir_all(&workdir)
+            .with_context(|| format!("cannot create {}", workdir.display()))?;
+    }
 
     let mut progress = |line: &str| eprintln!("  {line}");
     let mut results = Vec::new();
-    for &app in &apps {
-        let (name, workload) = load(app, args)?;
+    for (name, workload) in &workloads {
         eprintln!(
             "{}: {name} ({} {})",
-            app.name(),
+            workload.app(),
             workload.work(),
             workload.work_unit()
         );
-        results.push(bench_app(&workload, &name, &opts, &mut progress)?);
+        results.push(bench_app(workload, name, &opts, &mut progress)?);
     }
+    drop(workloads);
     let mut curves = Vec::new();
     if args.scaling {
         for &app in &apps {
@@ -110,6 +127,17 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
         .with_context(|| format!("writing the report into {}", args.out.display()))?;
     for path in written {
         eprintln!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+/// Fails if `names` (the values of `flag`) repeat one.
+fn no_repeats<'a>(flag: &str, names: impl Iterator<Item = &'a str>) -> Result<()> {
+    let mut seen = std::collections::BTreeSet::new();
+    for name in names {
+        if !seen.insert(name) {
+            bail!("{flag} lists '{name}' more than once");
+        }
     }
     Ok(())
 }

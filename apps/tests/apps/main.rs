@@ -5,6 +5,7 @@
 //! under BSP), and on planted data for the quality of what it learns. The CLI tests run the
 //! built binary.
 
+mod bench_cli;
 mod cli;
 mod lda;
 mod mf;
