@@ -102,6 +102,7 @@ struct Sweep<'a> {
 fn iteration(w: &mut Worker<'_>, t: Tables, s: &Sweep<'_>, z: &mut [u32]) -> iterstore::Result<()> {
     let k = s.cfg.topics;
     let mut sampler = TopicSampler::new(s.cfg, s.vocab);
+    let pattern_only = w.is_virtual();
     let (mut row, mut totals) = (vec![0i32; k], vec![0i32; k]);
     let (mut delta, mut doc_topic) = (vec![0i32; k], vec![0i32; k]);
     w.read(&t.totals, 0, &mut totals)?;
@@ -114,7 +115,13 @@ fn iteration(w: &mut Worker<'_>, t: Tables, s: &Sweep<'_>, z: &mut [u32]) -> ite
         for (&word, topic) in doc.iter().zip(zd.iter_mut()) {
             let word_row = u64::from(word);
             w.read(&t.words, word_row, &mut row)?;
-            let new = sampler.sample(&row, &totals, &doc_topic, *topic, &mut rng);
+            // A virtual iteration reads zeros and its pattern does not depend on the topic
+            // drawn (only rows are gathered): skip the sampling arithmetic there.
+            let new = if pattern_only {
+                *topic
+            } else {
+                sampler.sample(&row, &totals, &doc_topic, *topic, &mut rng)
+            };
             let (old, new) = (*topic as usize, new as usize);
             w.update_col(&t.words, word_row, old, -1)?;
             w.update_col(&t.words, word_row, new, 1)?;
