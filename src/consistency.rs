@@ -31,6 +31,17 @@ impl Staleness {
         }
     }
 
+    /// [`required_data_clock`](Self::required_data_clock) for a worker in a run that
+    /// started at clock `run_start`: also every clock before the run. A run starts after
+    /// every worker finished all earlier clocks, so this waits for no other worker, only
+    /// for the servers to apply what was already sent; and since a worker does not carry
+    /// its sent updates from one run to the next, it is what keeps read-my-writes across
+    /// runs.
+    #[inline]
+    pub fn required_in_run(self, worker_clock: Clock, run_start: Clock) -> Clock {
+        self.required_data_clock(worker_clock).max(run_start)
+    }
+
     /// Whether a value with `data_clock` is fresh enough for a worker at `worker_clock`.
     #[inline]
     pub fn is_fresh(self, data_clock: Clock, worker_clock: Clock) -> bool {
@@ -155,6 +166,14 @@ impl<R> DeferredReads<R> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_run_requires_every_clock_before_it() {
+        let s = Staleness::Bounded(2);
+        assert_eq!(s.required_in_run(5, 4), 4);
+        assert_eq!(s.required_in_run(9, 4), 7);
+        assert_eq!(Staleness::Unbounded.required_in_run(9, 4), 4);
+    }
 
     #[test]
     fn freshness_rule_matches_ssp_definition() {

@@ -101,11 +101,40 @@ pub trait Element:
     #[inline]
     fn add_slice(dst: &mut [Self], src: &[Self]) {
         debug_assert_eq!(dst.len(), src.len());
-        for (d, s) in dst.iter_mut().zip(src) {
+        // Fixed-size lanes, so the compiler emits vector adds.
+        let mut d = dst.chunks_exact_mut(LANES);
+        let mut s = src.chunks_exact(LANES);
+        for (d, s) in (&mut d).zip(&mut s) {
+            for k in 0..LANES {
+                d[k] = d[k].add(s[k]);
+            }
+        }
+        for (d, s) in d.into_remainder().iter_mut().zip(s.remainder()) {
             *d = d.add(*s);
         }
     }
+
+    /// Writes `a + b` into `dst` element-wise (lengths must match): the same additions
+    /// as copying `a` into `dst` and then [`add_slice`](Self::add_slice) of `b`.
+    #[inline]
+    fn sum_into(dst: &mut [Self], a: &[Self], b: &[Self]) {
+        debug_assert!(dst.len() == a.len() && a.len() == b.len());
+        let mut d = dst.chunks_exact_mut(LANES);
+        let (mut x, mut y) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
+        for ((d, x), y) in (&mut d).zip(&mut x).zip(&mut y) {
+            for k in 0..LANES {
+                d[k] = x[k].add(y[k]);
+            }
+        }
+        let rest = d.into_remainder().iter_mut();
+        for ((d, x), y) in rest.zip(x.remainder()).zip(y.remainder()) {
+            *d = x.add(*y);
+        }
+    }
 }
+
+/// Elements handled together by the slice additions.
+const LANES: usize = 8;
 
 impl Element for f32 {
     const TYPE: ElemType = ElemType::F32;

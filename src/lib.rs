@@ -50,6 +50,7 @@ mod error;
 pub mod gather;
 pub mod msg;
 pub mod plan;
+mod prefetch;
 mod server;
 mod table;
 pub mod transport;

@@ -129,6 +129,14 @@ impl ProcessArena {
         }
     }
 
+    /// Hints that the row starting at arena word `word` will be read soon.
+    #[inline(always)]
+    pub(crate) fn prefetch(&self, word: u32) {
+        if let Some(w) = self.words.get(word as usize) {
+            crate::prefetch::prefetch(w);
+        }
+    }
+
     /// Writes a refreshed chunk (`chunk` is shard-local). Called by the communication
     /// thread only. A chunk of the wrong size or index is an error.
     pub(crate) fn write_chunk(

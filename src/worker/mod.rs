@@ -33,6 +33,8 @@ pub struct Worker<'a> {
     id: usize,
     workers: usize,
     clock: Clock,
+    /// The clock this run started at (see [`Staleness::required_in_run`]).
+    run_start: Clock,
     oplog: Oplog,
     /// This worker's sent updates of recent clocks, for read-my-writes under SSP `s > 0`.
     recent: VecDeque<(Clock, Oplog)>,
@@ -73,6 +75,7 @@ impl<'a> Worker<'a> {
             id,
             workers: shared.config.workers,
             clock,
+            run_start: clock,
             oplog: Oplog::default(),
             recent: VecDeque::new(),
             scratch: AlignedBuf::default(),
@@ -138,9 +141,24 @@ impl<'a> Worker<'a> {
 
     /// Copies row `row` of `table` into `out` (which must have the table's width): a value
     /// at most `s` clocks stale, plus every update this worker has made.
+    #[inline(always)]
     pub fn read<T: Element>(&mut self, table: &Table<T>, row: u64, out: &mut [T]) -> Result<()> {
         self.check(table, row, out.len())?;
         let key = table.key(row);
+        if self.log.is_none() {
+            let required = self.required();
+            if let Some(sp) = &mut self.special {
+                if sp.read_fast(key, required, out) {
+                    return Ok(());
+                }
+            }
+        }
+        self.read_slow(key, out)
+    }
+
+    /// [`read`](Self::read) off the specialized fast path.
+    #[inline(never)]
+    fn read_slow<T: Element>(&mut self, key: RowKey, out: &mut [T]) -> Result<()> {
         if self.record(key, Access::Read) {
             out.fill(T::default());
             return Ok(());
@@ -201,12 +219,26 @@ impl<'a> Worker<'a> {
 
     /// Adds `delta` (the table's width) to row `row` of `table`. Visible to this worker at
     /// once, to the others after this worker's next [`clock`](Self::clock) as SSP allows.
+    #[inline(always)]
     pub fn update<T: Element>(&mut self, table: &Table<T>, row: u64, delta: &[T]) -> Result<()> {
         self.check(table, row, delta.len())?;
-        if self.record(table.key(row), Access::Update) {
+        let key = table.key(row);
+        if self.log.is_none() {
+            if let Some(sp) = &mut self.special {
+                if sp.update_fast(key, delta) {
+                    return Ok(());
+                }
+            }
+        }
+        self.update_slow(key, delta)
+    }
+
+    /// [`update`](Self::update) off the specialized fast path.
+    #[inline(never)]
+    fn update_slow<T: Element>(&mut self, key: RowKey, delta: &[T]) -> Result<()> {
+        if self.record(key, Access::Update) {
             return Ok(());
         }
-        let key = table.key(row);
         if let Some(place) = self.special_place(key) {
             if let Some(sp) = &mut self.special {
                 if sp.update(place, 0, delta) {
@@ -349,8 +381,12 @@ impl<'a> Worker<'a> {
     #[inline]
     fn required(&self) -> Clock {
         match self.shared.config.staleness {
-            Staleness::Unbounded => self.shared.known_min.load(Ordering::Acquire),
-            bounded => bounded.required_data_clock(self.clock),
+            Staleness::Unbounded => self
+                .shared
+                .known_min
+                .load(Ordering::Acquire)
+                .max(self.run_start),
+            bounded => bounded.required_in_run(self.clock, self.run_start),
         }
     }
 

@@ -1,9 +1,16 @@
-//! A worker's specialized state: its arena-shaped delta buffer (every row it updates, in
-//! arena order, resolved to offsets once), per-thread copies of contended rows, and the
-//! read path through the [`ProcessArena`]. No hashing beyond the plan's index, no locks.
+//! A worker's specialized state: one contiguous buffer of **blocks**, one per row the
+//! worker updates (in arena order), each a small header (the row's key, its view's data
+//! clock, a touched flag) followed by the row's view and this clock's delta; per-thread
+//! copies of contended rows; and the read path through the [`ProcessArena`].
+//!
+//! A worker following its pattern finds each access's block straight from its pre-resolved
+//! access sequence, so a READ or UPDATE of a row it updates touches one block (two or
+//! three adjacent cache lines) and nothing else, and the blocks a few steps ahead are
+//! prefetched. No hashing beyond the plan's index (only for deviating accesses), no locks.
 
 use crate::client::{ClientShared, ProcessArena, WAIT_SLICE};
 use crate::consistency::Clock;
+use crate::prefetch::prefetch;
 use crate::server::padded;
 use crate::{AlignedBuf, Element, Result, RowKey};
 use std::collections::VecDeque;
@@ -11,161 +18,148 @@ use std::ops::Range;
 use std::sync::Arc;
 
 const NONE: u32 = u32::MAX;
+/// Marks a step that names a plan slot (a row without a block) instead of a block.
+const SLOT_STEP: u32 = 1 << 31;
+/// How many steps ahead of the cursor blocks are prefetched.
+const AHEAD: usize = 16;
 
-/// A worker's rows as a contiguous buffer: per slot, where the row sits (if it does).
-struct RowBuffer {
-    pos: Vec<u32>,
-    offsets: Vec<usize>,
-    data: AlignedBuf,
-}
+/// Words (8 bytes) of a block header: `row`, `table | touched << 32`, view data clock,
+/// `slot | len << 32` (`len`: the row's size in bytes).
+const HEADER_WORDS: usize = 4;
+const TOUCHED: u64 = 1 << 32;
 
-impl RowBuffer {
-    fn new(arena: &ProcessArena, slots: &[u32]) -> Self {
-        let mut pos = vec![NONE; arena.plan.slots.len()];
-        let mut offsets = Vec::with_capacity(slots.len());
-        let mut at = 0;
-        for (i, &s) in slots.iter().enumerate() {
-            pos[s as usize] = i as u32;
-            offsets.push(at);
-            at += padded(arena.plan.slots[s as usize].len);
-        }
-        RowBuffer {
-            pos,
-            offsets,
-            data: AlignedBuf::zeroed(at),
-        }
-    }
-
-    #[inline]
-    fn row(&self, slot: u32) -> Option<u32> {
-        match self.pos[slot as usize] {
-            NONE => None,
-            r => Some(r),
-        }
-    }
-}
-
-/// Where a planned row lives, resolved once when the worker's state is built: the
-/// arena position the read path copies from and this worker's delta and copy rows.
+/// Where a planned row lives, as the fast path finds it.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Place {
     slot: u32,
+    /// First word of this worker's block of the row, or [`NONE`].
+    block: u32,
+}
+
+/// What a plan slot resolves to, kept for the paths off the per-step fast path.
+#[derive(Debug, Clone, Copy)]
+struct SlotInfo {
+    key: RowKey,
     chunk: u32,
     /// Arena word (8 bytes) where the row starts.
     word: u32,
-    /// Row of this worker's delta buffer, or [`NONE`].
-    delta: u32,
-    /// Byte offset of that row in the delta buffer.
-    delta_at: u32,
     /// Row of this worker's private copies, or [`NONE`].
     copy: u32,
-    /// Row size in bytes.
-    len: u32,
+    /// This worker's block of the row, or [`NONE`].
+    block: u32,
+}
+
+/// A worker's private copies of contended rows, contiguous.
+struct Copies {
+    offsets: Vec<usize>,
+    clocks: Vec<Clock>,
+    data: AlignedBuf,
 }
 
 /// Per-worker specialized state (see module docs).
 pub(crate) struct Special {
     pub(crate) arena: Arc<ProcessArena>,
-    deltas: Option<RowBuffer>,
-    touched: Vec<bool>,
-    /// Per shard: its part of `deltas`.
-    shard_bytes: Vec<Range<usize>>,
-    recent: VecDeque<(Clock, AlignedBuf, Vec<bool>)>,
-    copies: RowBuffer,
-    copy_clocks: Vec<Clock>,
-    /// Per row of `deltas` (same layout): the row as this worker sees it — a snapshot
-    /// plus every update this worker made since — kept current by its updates, so a read
-    /// is one copy (or none) with no lock and no merge. Used for integer tables only,
-    /// whose addition is exact. `None` when thread caches are off.
-    views: Option<AlignedBuf>,
-    /// Per row of `views`: the snapshot's data clock, or `Clock::MAX` if not filled.
-    view_clocks: Vec<Clock>,
-    /// Per slot of the plan: its key and [`Place`], resolved once.
-    places: Vec<(RowKey, Place)>,
-    /// This worker's accesses of one iteration, as slots: 4 bytes per access, so that
-    /// walking the sequence costs little memory bandwidth.
+    /// The blocks (see module docs), or empty when delta buffers are off.
+    words: Vec<u64>,
+    /// First word of each block, in arena order.
+    blocks: Vec<u32>,
+    /// Whether blocks hold a view (thread caches on) before the delta.
+    views: bool,
+    /// Per shard: its blocks (a range of `blocks`).
+    shard_blocks: Vec<Range<usize>>,
+    /// Sent updates kept for read-my-writes under SSP: the blocks as they were sent.
+    recent: VecDeque<(Clock, Vec<u64>)>,
+    copies: Copies,
+    /// Per slot of the plan, resolved once.
+    slots: Vec<SlotInfo>,
+    /// This worker's accesses of one iteration: a block's first word, or a slot with
+    /// [`SLOT_STEP`] set. 4 bytes per access, so walking the sequence costs little memory
+    /// bandwidth.
     steps: Vec<u32>,
     /// Position in `steps`.
     cursor: usize,
+    /// A row's worth of bytes for refreshing views.
+    scratch: AlignedBuf,
 }
 
 impl Special {
-    /// State for worker `worker`; `deltas`: keep an arena-shaped delta buffer; `views`:
-    /// and a private view of every row in it (thread caches).
+    /// State for worker `worker`; `deltas`: keep a block (delta buffer) per row it updates;
+    /// `views`: with a private view of the row (thread caches).
     pub(crate) fn new(arena: Arc<ProcessArena>, worker: usize, deltas: bool, views: bool) -> Self {
         let plan = &arena.plan;
-        let updates = plan.updates.get(worker).map(Vec::as_slice).unwrap_or(&[]);
-        let copies = plan
-            .thread_cached
-            .get(worker)
-            .map(Vec::as_slice)
-            .unwrap_or(&[]);
-        let (deltas, shard_bytes) = if deltas {
-            let buf = RowBuffer::new(&arena, updates);
-            let mut ranges = vec![0..0; plan.shards.len()];
-            for (i, &s) in updates.iter().enumerate() {
-                let shard = plan.slots[s as usize].shard as usize;
-                let start = buf.offsets[i];
-                let end = start + padded(plan.slots[s as usize].len);
-                let r: &mut Range<usize> = &mut ranges[shard];
-                *r = if r.start == r.end {
-                    start..end
-                } else {
-                    r.start..end
-                };
-            }
-            (Some(buf), ranges)
-        } else {
-            (None, vec![0..0; plan.shards.len()])
-        };
-        let touched = vec![false; updates.len()];
-        let (views, view_clocks) = match &deltas {
-            Some(d) if views => (
-                Some(AlignedBuf::zeroed(d.data.len())),
-                vec![Clock::MAX; updates.len()],
-            ),
-            _ => (None, Vec::new()),
-        };
-        let copy_clocks = vec![Clock::MAX; copies.len()];
-        let copies = RowBuffer::new(&arena, copies);
-        let mut special = Special {
-            deltas,
-            touched,
-            shard_bytes,
-            recent: VecDeque::new(),
-            copies,
-            copy_clocks,
-            views,
-            view_clocks,
-            places: Vec::new(),
-            steps: Vec::new(),
-            cursor: 0,
-            arena: Arc::clone(&arena),
-        };
-        special.places = (0..arena.plan.slots.len() as u32)
-            .map(|slot| (arena.plan.slots[slot as usize].key, special.place_of(slot)))
+        let none: &[u32] = &[];
+        let updates = plan.updates.get(worker).map_or(none, Vec::as_slice);
+        let copied = plan.thread_cached.get(worker).map_or(none, Vec::as_slice);
+        let mut slots: Vec<SlotInfo> = plan
+            .slots
+            .iter()
+            .map(|s| SlotInfo {
+                key: s.key,
+                chunk: s.chunk,
+                word: (s.offset / 8) as u32,
+                copy: NONE,
+                block: NONE,
+            })
             .collect();
-        if let Some(seq) = arena.plan.sequences.get(worker) {
-            special.steps = seq.iter().map(|&(_, slot)| slot).collect();
+        let (mut words, mut blocks) = (Vec::new(), Vec::new());
+        let mut shard_blocks = vec![0..0; plan.shards.len()];
+        if deltas {
+            for &s in updates {
+                let slot = &plan.slots[s as usize];
+                let row_words = padded(slot.len) / 8;
+                let b = words.len();
+                if b >= SLOT_STEP as usize {
+                    break; // beyond 16 GiB of blocks: the rest take the generic path
+                }
+                let r = blocks.len();
+                let range = &mut shard_blocks[slot.shard as usize];
+                *range = if range.start == range.end {
+                    r..r + 1
+                } else {
+                    range.start..r + 1
+                };
+                blocks.push(b as u32);
+                slots[s as usize].block = b as u32;
+                words.extend_from_slice(&[
+                    slot.key.row,
+                    u64::from(slot.key.table),
+                    Clock::MAX,
+                    u64::from(s) | (slot.len as u64) << 32,
+                ]);
+                words.resize(b + HEADER_WORDS + row_words * (1 + usize::from(views)), 0);
+            }
         }
-        special
-    }
-
-    /// Resolves `slot` to its [`Place`].
-    fn place_of(&self, slot: u32) -> Place {
-        let s = &self.arena.plan.slots[slot as usize];
-        let (delta, delta_at) = match self.deltas.as_ref().and_then(|d| Some((d.row(slot)?, d))) {
-            Some((r, d)) => (r, d.offsets[r as usize] as u32),
-            None => (NONE, 0),
-        };
-        Place {
-            slot,
-            chunk: s.chunk,
-            word: (s.offset / 8) as u32,
-            delta,
-            delta_at,
-            copy: self.copies.row(slot).unwrap_or(NONE),
-            len: s.len as u32,
+        let mut offsets = Vec::with_capacity(copied.len());
+        let mut at = 0;
+        for (i, &s) in copied.iter().enumerate() {
+            slots[s as usize].copy = i as u32;
+            offsets.push(at);
+            at += padded(plan.slots[s as usize].len);
+        }
+        let steps = plan.sequences.get(worker).map_or_else(Vec::new, |seq| {
+            seq.iter()
+                .map(|&(_, slot)| match slots[slot as usize].block {
+                    NONE => slot | SLOT_STEP,
+                    b => b,
+                })
+                .collect()
+        });
+        Special {
+            words,
+            blocks,
+            views,
+            shard_blocks,
+            recent: VecDeque::new(),
+            copies: Copies {
+                clocks: vec![Clock::MAX; offsets.len()],
+                offsets,
+                data: AlignedBuf::zeroed(at),
+            },
+            slots,
+            steps,
+            cursor: 0,
+            scratch: AlignedBuf::default(),
+            arena,
         }
     }
 
@@ -173,28 +167,163 @@ impl Special {
     /// worker is following its pattern (no hashing), else the plan's index.
     #[inline(always)]
     pub(crate) fn place(&mut self, key: RowKey) -> Option<Place> {
-        if let Some(&slot) = self.steps.get(self.cursor) {
-            let (expected, place) = self.places[slot as usize];
-            if expected == key {
-                self.cursor += 1;
-                if self.cursor == self.steps.len() {
-                    self.cursor = 0; // the next iteration starts over
-                }
+        if let Some(&step) = self.steps.get(self.cursor) {
+            let hit = if step & SLOT_STEP == 0 {
+                let h = &self.words[step as usize..step as usize + HEADER_WORDS];
+                (h[0] == key.row && h[1] as u32 == key.table).then_some(Place {
+                    slot: h[3] as u32,
+                    block: step,
+                })
+            } else {
+                let slot = step & !SLOT_STEP;
+                let info = &self.slots[slot as usize];
+                (info.key == key).then_some(Place {
+                    slot,
+                    block: info.block,
+                })
+            };
+            if let Some(place) = hit {
+                self.advance();
                 return Some(place);
             }
         }
         self.deviate(key)
     }
 
+    /// The fast path of a READ that follows the pattern: if the next step is `key`'s block
+    /// and its view is fresh enough for `required`, copies the row as this worker sees it
+    /// into `dst` (the table's width) and returns `true`. Otherwise changes nothing and
+    /// returns `false`: the caller takes the general path.
+    #[inline(always)]
+    pub(crate) fn read_fast<T: Element>(
+        &mut self,
+        key: RowKey,
+        required: Clock,
+        dst: &mut [T],
+    ) -> bool {
+        let Some(&step) = self.steps.get(self.cursor) else {
+            return false;
+        };
+        let exact = T::TYPE.exact();
+        if step & SLOT_STEP != 0 || !self.views || (!exact && !self.recent.is_empty()) {
+            return false;
+        }
+        let (b, n) = (step as usize, dst.len());
+        let row_words = padded(size_of_val(dst)) / 8;
+        let Some(block) = self.words.get(b..b + HEADER_WORDS + 2 * row_words) else {
+            return false;
+        };
+        let clock = block[2];
+        if block[0] != key.row || block[1] as u32 != key.table || clock == Clock::MAX {
+            return false;
+        }
+        if clock < required {
+            return false;
+        }
+        let (view, delta) = block[HEADER_WORDS..].split_at(row_words);
+        let view = &bytemuck::cast_slice::<u64, T>(view)[..n];
+        if !exact && block[1] & TOUCHED != 0 {
+            // Floats: the snapshot plus this clock's delta, in one pass (integer views
+            // already hold this worker's updates).
+            T::sum_into(dst, view, &bytemuck::cast_slice::<u64, T>(delta)[..n]);
+        } else {
+            dst.copy_from_slice(view);
+        }
+        self.advance();
+        true
+    }
+
+    /// The fast path of a whole-row UPDATE that follows the pattern: if the next step is
+    /// `key`'s block, adds `delta` to it and returns `true`; otherwise changes nothing
+    /// and returns `false`.
+    #[inline(always)]
+    pub(crate) fn update_fast<T: Element>(&mut self, key: RowKey, delta: &[T]) -> bool {
+        let Some(&step) = self.steps.get(self.cursor) else {
+            return false;
+        };
+        if step & SLOT_STEP != 0 {
+            return false;
+        }
+        let (b, n) = (step as usize, delta.len());
+        let row_words = padded(size_of_val(delta)) / 8;
+        let view_words = if self.views { row_words } else { 0 };
+        let Some(block) = self
+            .words
+            .get_mut(b..b + HEADER_WORDS + view_words + row_words)
+        else {
+            return false;
+        };
+        if block[0] != key.row || block[1] as u32 != key.table {
+            return false;
+        }
+        let (header, rows) = block.split_at_mut(HEADER_WORDS);
+        let (view, row) = rows.split_at_mut(view_words);
+        if T::TYPE.exact() && self.views && header[2] != Clock::MAX {
+            T::add_slice(&mut bytemuck::cast_slice_mut::<u64, T>(view)[..n], delta);
+        }
+        let row = &mut bytemuck::cast_slice_mut::<u64, T>(row)[..n];
+        if header[1] & TOUCHED == 0 {
+            // First update of the clock: the delta is the value (as the generic log does).
+            header[1] |= TOUCHED;
+            row.copy_from_slice(delta);
+        } else {
+            T::add_slice(row, delta);
+        }
+        self.advance();
+        true
+    }
+
+    /// Moves to the next step and prefetches what a step [`AHEAD`] will touch.
+    #[inline(always)]
+    fn advance(&mut self) {
+        self.cursor += 1;
+        if self.cursor == self.steps.len() {
+            self.cursor = 0; // the next iteration starts over
+        }
+        if let Some(&ahead) = self.steps.get(self.cursor + AHEAD) {
+            if ahead & SLOT_STEP == 0 {
+                let b = ahead as usize;
+                for line in [b, b + 8, b + 16] {
+                    if let Some(w) = self.words.get(line) {
+                        prefetch(w);
+                    }
+                }
+            } else if let Some(info) = self.slots.get((ahead & !SLOT_STEP) as usize) {
+                self.arena.prefetch(info.word);
+            }
+        }
+    }
+
     /// [`place`](Self::place) of a key off the expected sequence.
     #[cold]
     fn deviate(&mut self, key: RowKey) -> Option<Place> {
         let slot = self.arena.slot(key)?;
+        let block = self.slots[slot as usize].block;
         // Resynchronise if this is where an iteration starts.
-        if self.steps.first() == Some(&slot) {
+        let step = if block == NONE {
+            slot | SLOT_STEP
+        } else {
+            block
+        };
+        if self.steps.first() == Some(&step) {
             self.cursor = 1 % self.steps.len();
         }
-        Some(self.places[slot as usize].1)
+        Some(Place { slot, block })
+    }
+
+    /// The size in bytes of the row in the block at word `b`.
+    #[inline(always)]
+    fn block_len(&self, b: usize) -> usize {
+        (self.words[b + 3] >> 32) as usize
+    }
+
+    /// The words of the view and of the delta of the block at word `b`.
+    #[inline(always)]
+    fn block_parts(&self, b: usize) -> (Range<usize>, Range<usize>) {
+        let row_words = padded(self.block_len(b)) / 8;
+        let view = b + HEADER_WORDS;
+        let delta = view + if self.views { row_words } else { 0 };
+        (view..view + row_words, delta..delta + row_words)
     }
 
     /// Copies the row at `place` (a snapshot with data clock `>= required`) into `dst`,
@@ -207,19 +336,20 @@ impl Special {
         required: Clock,
         dst: &mut [u8],
     ) -> Result<Clock> {
-        if place.copy != NONE {
-            return self.read_copy(shared, place, required, dst);
+        let info = self.slots[place.slot as usize];
+        if info.copy != NONE {
+            return self.read_copy(shared, place.slot, required, dst);
         }
-        if let Some(clock) = self.arena.read_at(place.chunk, place.word, required, dst) {
+        if let Some(clock) = self.arena.read_at(info.chunk, info.word, required, dst) {
             return Ok(clock);
         }
-        wait_read(shared, &self.arena, place, required, dst)
+        wait_read(shared, &self.arena, place.slot, &info, required, dst)
     }
 
     /// The row at `place` from this worker's view, refreshed first if its snapshot is older
     /// than `required`: the snapshot plus every update this worker made since, and the
-    /// snapshot's data clock. `None` if
-    /// the row has no view (this worker does not update it, or thread caches are off).
+    /// snapshot's data clock. `None` if the row has no view (this worker does not update
+    /// it, or thread caches are off), or its elements are floats.
     #[inline(always)]
     pub(crate) fn view<T: Element>(
         &mut self,
@@ -232,7 +362,14 @@ impl Special {
         if !T::TYPE.exact() {
             return Ok(None);
         }
-        self.fresh_view::<T>(shared, place, required)
+        let Some(clock) = self.fresh_view::<T>(shared, place, required)? else {
+            return Ok(None);
+        };
+        let b = place.block as usize;
+        let (view, _) = self.block_parts(b);
+        let n = self.block_len(b) / size_of::<T>();
+        let row = &bytemuck::cast_slice::<u64, T>(&self.words[view])[..n];
+        Ok(Some((row, clock)))
     }
 
     /// Copies the row at `place` into `dst` from this worker's view (refreshed first if
@@ -248,226 +385,225 @@ impl Special {
         required: Clock,
         dst: &mut [T],
     ) -> Result<Option<Clock>> {
-        let Some((_, clock)) = self.fresh_view::<T>(shared, place, required)? else {
+        let Some(clock) = self.fresh_view::<T>(shared, place, required)? else {
             return Ok(None);
         };
-        let (r, at, len) = (
-            place.delta as usize,
-            place.delta_at as usize,
-            place.len as usize,
-        );
-        let views = self.views.as_ref().expect("fresh_view returned a row");
-        let view: &[T] = bytemuck::cast_slice(&views.as_bytes()[at..at + len]);
-        match &self.deltas {
+        let b = place.block as usize;
+        let (view, delta) = self.block_parts(b);
+        let n = dst.len();
+        let view_row = &bytemuck::cast_slice::<u64, T>(&self.words[view])[..n];
+        let touched = self.words[b + 1] & TOUCHED != 0;
+        if !T::TYPE.exact() && touched && self.recent.is_empty() {
             // The common float case in one pass: the snapshot plus this clock's delta (the
             // same additions as copying, then adding the delta).
-            Some(deltas) if !T::TYPE.exact() && self.touched[r] && self.recent.is_empty() => {
-                let delta: &[T] = bytemuck::cast_slice(&deltas.data.as_bytes()[at..at + len]);
-                for ((d, v), u) in dst.iter_mut().zip(view).zip(delta) {
-                    *d = v.add(*u);
-                }
-            }
-            _ => {
-                dst.copy_from_slice(view);
-                if !T::TYPE.exact() {
-                    self.add_own(place, clock, dst);
-                }
+            let delta_row = &bytemuck::cast_slice::<u64, T>(&self.words[delta])[..n];
+            T::sum_into(dst, view_row, delta_row);
+        } else {
+            dst.copy_from_slice(view_row);
+            if !T::TYPE.exact() {
+                self.add_own(place, clock, dst);
             }
         }
         Ok(Some(clock))
     }
 
-    /// The view row at `place` and its data clock, refreshed if older than `required`.
+    /// The data clock of the view of the row at `place`, refreshed first if older than
+    /// `required`; `None` if the row has no view.
     #[inline(always)]
     fn fresh_view<T: Element>(
         &mut self,
         shared: &ClientShared,
         place: Place,
         required: Clock,
-    ) -> Result<Option<(&[T], Clock)>> {
-        if place.delta == NONE || self.views.is_none() {
+    ) -> Result<Option<Clock>> {
+        if place.block == NONE || !self.views {
             return Ok(None);
         }
-        let r = place.delta as usize;
-        let clock = self.view_clocks[r];
+        let b = place.block as usize;
+        let clock = self.words[b + 2];
         if clock == Clock::MAX || clock < required {
-            self.refresh_view::<T>(shared, place, required)?;
+            return self.refresh_view::<T>(shared, place, required).map(Some);
         }
-        let (at, len) = (place.delta_at as usize, place.len as usize);
-        let views = self.views.as_ref().expect("checked above");
-        let row = bytemuck::cast_slice(&views.as_bytes()[at..at + len]);
-        Ok(Some((row, self.view_clocks[r])))
+        Ok(Some(clock))
     }
 
-    /// Refills the view of the row at `place` from a snapshot `>= required` and adds this
-    /// worker's updates the snapshot lacks.
+    /// Refills the view of the row at `place` from a snapshot `>= required` and, for
+    /// integer rows, adds this worker's updates the snapshot lacks; returns its data clock.
     #[cold]
     fn refresh_view<T: Element>(
         &mut self,
         shared: &ClientShared,
         place: Place,
         required: Clock,
-    ) -> Result<()> {
-        let (r, at, len) = (
-            place.delta as usize,
-            place.delta_at as usize,
-            place.len as usize,
-        );
-        let mut views = self.views.take().expect("a view row was asked for");
-        let row = &mut views.as_bytes_mut()[at..at + len];
-        let data_clock = match self.read(shared, place, required, row) {
-            Ok(clock) => clock,
-            Err(e) => {
-                self.views = Some(views);
-                return Err(e);
-            }
-        };
-        if T::TYPE.exact() {
-            self.add_own::<T>(place, data_clock, bytemuck::cast_slice_mut(row));
+    ) -> Result<Clock> {
+        let b = place.block as usize;
+        let len = self.block_len(b);
+        let mut row = std::mem::take(&mut self.scratch);
+        if row.len() != len {
+            row = AlignedBuf::zeroed(len);
         }
-        self.views = Some(views);
-        self.view_clocks[r] = data_clock;
-        Ok(())
+        let data_clock = self.read(shared, place, required, row.as_bytes_mut())?;
+        if T::TYPE.exact() {
+            self.add_own::<T>(place, data_clock, row.cast_mut());
+        }
+        let (view, _) = self.block_parts(b);
+        bytemuck::cast_slice_mut::<u64, u8>(&mut self.words[view])[..len]
+            .copy_from_slice(row.as_bytes());
+        self.words[b + 2] = data_clock;
+        self.scratch = row;
+        Ok(data_clock)
     }
 
     /// [`read`](Self::read) of a row this worker keeps a private copy of.
     fn read_copy(
         &mut self,
         shared: &ClientShared,
-        place: Place,
+        slot: u32,
         required: Clock,
         dst: &mut [u8],
     ) -> Result<Clock> {
-        let r = place.copy as usize;
+        let info = self.slots[slot as usize];
+        let r = info.copy as usize;
         let at = self.copies.offsets[r];
         let len = dst.len();
-        if self.copy_clocks[r] == Clock::MAX || self.copy_clocks[r] < required {
+        let clock = self.copies.clocks[r];
+        if clock == Clock::MAX || clock < required {
             let row = &mut self.copies.data.as_bytes_mut()[at..at + len];
-            self.copy_clocks[r] = wait_read(shared, &self.arena, place, required, row)?;
+            self.copies.clocks[r] = wait_read(shared, &self.arena, slot, &info, required, row)?;
         }
         dst.copy_from_slice(&self.copies.data.as_bytes()[at..at + len]);
-        Ok(self.copy_clocks[r])
+        Ok(self.copies.clocks[r])
     }
 
     /// Adds this worker's updates to the row at `place` that a snapshot at `data_clock`
     /// lacks.
     #[inline(always)]
     pub(crate) fn add_own<T: Element>(&self, place: Place, data_clock: Clock, dst: &mut [T]) {
-        let (Some(deltas), r) = (&self.deltas, place.delta as usize) else {
-            return;
-        };
-        if place.delta == NONE {
+        if place.block == NONE {
             return;
         }
-        let at = place.delta_at as usize;
-        let len = std::mem::size_of_val(dst);
-        if !self.recent.is_empty() {
-            for (clock, buf, touched) in &self.recent {
-                if *clock >= data_clock && touched[r] {
-                    T::add_slice(dst, bytemuck::cast_slice(&buf.as_bytes()[at..at + len]));
-                }
+        let b = place.block as usize;
+        let (_, delta) = self.block_parts(b);
+        let n = dst.len();
+        for (clock, words) in &self.recent {
+            if *clock >= data_clock && words[b + 1] & TOUCHED != 0 {
+                let sent = &bytemuck::cast_slice::<u64, T>(&words[delta.clone()])[..n];
+                T::add_slice(dst, sent);
             }
         }
-        if self.touched[r] {
-            T::add_slice(
-                dst,
-                bytemuck::cast_slice(&deltas.data.as_bytes()[at..at + len]),
-            );
+        if self.words[b + 1] & TOUCHED != 0 {
+            T::add_slice(dst, &bytemuck::cast_slice(&self.words[delta])[..n]);
         }
     }
 
     /// Adds `delta` to the row at `place`, starting at element `column` (a whole row:
-    /// `column == 0` and the row's width). Returns `false` when the row is not in this
-    /// worker's delta buffer (the caller logs it generically).
+    /// `column == 0` and the row's width). Returns `false` when the row has no block in
+    /// this worker (the caller logs it generically).
     #[inline(always)]
     pub(crate) fn update<T: Element>(&mut self, place: Place, column: usize, delta: &[T]) -> bool {
-        let Some(deltas) = &mut self.deltas else {
-            return false;
-        };
-        if place.delta == NONE {
+        if place.block == NONE {
             return false;
         }
-        let r = place.delta as usize;
-        let start = place.delta_at as usize;
-        let len = place.len as usize;
-        if let (Some(views), true) = (&mut self.views, T::TYPE.exact()) {
-            if self.view_clocks[r] != Clock::MAX {
-                let row: &mut [T] =
-                    bytemuck::cast_slice_mut(&mut views.as_bytes_mut()[start..start + len]);
-                T::add_slice(&mut row[column..column + delta.len()], delta);
-            }
+        let b = place.block as usize;
+        let n = self.block_len(b) / size_of::<T>();
+        let cols = column..column + delta.len();
+        let (view, delta_words) = self.block_parts(b);
+        if self.views && T::TYPE.exact() && self.words[b + 2] != Clock::MAX {
+            let row = &mut bytemuck::cast_slice_mut::<u64, T>(&mut self.words[view])[..n];
+            T::add_slice(&mut row[cols.clone()], delta);
         }
-        let row: &mut [T] =
-            bytemuck::cast_slice_mut(&mut deltas.data.as_bytes_mut()[start..start + len]);
-        if !self.touched[r] {
+        let first = self.words[b + 1] & TOUCHED == 0;
+        self.words[b + 1] |= TOUCHED;
+        let row = &mut bytemuck::cast_slice_mut::<u64, T>(&mut self.words[delta_words])[..n];
+        if first {
             // First update of the clock: the delta is the value (as the generic log does).
-            self.touched[r] = true;
-            if delta.len() == row.len() {
+            if delta.len() == n {
                 row.copy_from_slice(delta);
                 return true;
             }
             row.fill(T::default());
         }
-        T::add_slice(&mut row[column..column + delta.len()], delta);
+        T::add_slice(&mut row[cols], delta);
         true
     }
 
     /// Readies state kept from an earlier run for a new one: the run starts at the top of
-    /// the access sequence, and sent updates of earlier runs are no longer tracked for
-    /// read-my-writes (as for a freshly built state).
+    /// the access sequence, views are refilled, and sent updates of earlier runs are no
+    /// longer tracked for read-my-writes (as for a freshly built state).
     pub(crate) fn start_run(&mut self) {
         self.cursor = 0;
         self.recent.clear();
-        self.view_clocks.fill(Clock::MAX);
+        for &b in &self.blocks {
+            self.words[b as usize + 2] = Clock::MAX;
+        }
     }
 
     /// Whether updates of the current clock are waiting to be sent.
     pub(crate) fn has_updates(&self) -> bool {
-        self.touched.contains(&true)
+        self.blocks
+            .iter()
+            .any(|&b| self.words[b as usize + 1] & TOUCHED != 0)
     }
 
-    /// Takes this clock's delta slabs, one per shard, and starts a new clock.
+    /// Takes this clock's delta slabs, one per shard (every row the worker updates in
+    /// arena order, zeros where untouched), and starts a new clock.
     pub(crate) fn take_slabs(&mut self, clock: Clock, keep_recent: bool) -> Vec<AlignedBuf> {
-        let Some(deltas) = &mut self.deltas else {
-            return vec![AlignedBuf::default(); self.shard_bytes.len()];
-        };
         let slabs = self
-            .shard_bytes
+            .shard_blocks
             .iter()
-            .map(|r| AlignedBuf::from_bytes(&deltas.data.as_bytes()[r.clone()]))
+            .map(|range| {
+                let blocks = &self.blocks[range.clone()];
+                let bytes = blocks
+                    .iter()
+                    .map(|&b| padded(self.block_len(b as usize)))
+                    .sum();
+                let mut slab = AlignedBuf::zeroed(bytes);
+                let out = slab.as_bytes_mut();
+                let mut at = 0;
+                for &b in blocks {
+                    let (_, delta) = self.block_parts(b as usize);
+                    let row: &[u8] = bytemuck::cast_slice(&self.words[delta]);
+                    if self.words[b as usize + 1] & TOUCHED != 0 {
+                        out[at..at + row.len()].copy_from_slice(row);
+                    }
+                    at += row.len();
+                }
+                slab
+            })
             .collect();
         if keep_recent {
-            self.recent
-                .push_back((clock, deltas.data.clone(), self.touched.clone()));
+            self.recent.push_back((clock, self.words.clone()));
         }
-        deltas.data.clear();
-        self.touched.fill(false);
+        for &b in &self.blocks {
+            self.words[b as usize + 1] &= !TOUCHED;
+        }
         slabs
     }
 
     /// Forgets sent updates every readable snapshot already includes.
     pub(crate) fn prune(&mut self, floor: Clock) {
-        while self.recent.front().is_some_and(|(c, _, _)| *c < floor) {
+        while self.recent.front().is_some_and(|(c, _)| *c < floor) {
             self.recent.pop_front();
         }
     }
 }
 
-/// Reads the row at `place` from the arena, asking for a refresh and waiting while it is
-/// too stale.
+/// Reads the row of `slot` (described by `info`) from the arena, asking for a refresh and
+/// waiting while it is too stale.
 fn wait_read(
     shared: &ClientShared,
     arena: &ProcessArena,
-    place: Place,
+    slot: u32,
+    info: &SlotInfo,
     required: Clock,
     dst: &mut [u8],
 ) -> Result<Clock> {
     loop {
-        if let Some(clock) = arena.read_at(place.chunk, place.word, required, dst) {
+        if let Some(clock) = arena.read_at(info.chunk, info.word, required, dst) {
             return Ok(clock);
         }
         let generation = shared.fetcher.generation();
-        if let Some(clock) = arena.read_at(place.chunk, place.word, required, dst) {
+        if let Some(clock) = arena.read_at(info.chunk, info.word, required, dst) {
             return Ok(clock);
         }
         shared.check()?;
@@ -475,7 +611,7 @@ fn wait_read(
             shared.process,
             shared.transport.as_ref(),
             required,
-            Some(place.slot),
+            Some(slot),
         )?;
         shared.fetcher.wait(generation, WAIT_SLICE);
     }

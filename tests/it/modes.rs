@@ -397,3 +397,57 @@ fn updates_after_the_last_clock_are_not_lost() {
         cluster.shutdown().unwrap();
     }
 }
+
+/// Read-my-writes of float rows under SSP in every mode and ablation: a worker's reads of
+/// the row only it updates show every update it made, including those already sent but
+/// not yet in the (stale) snapshot it reads. The values are small integers, exact in
+/// floating point, so the expected value is exact.
+#[test]
+fn float_rows_keep_read_my_writes_under_ssp() {
+    const CLOCKS: usize = 4;
+    for staleness in [Staleness::Bounded(1), Staleness::Bounded(3)] {
+        for variant in variants() {
+            let name = variant.name;
+            let failures = within(30, move || {
+                let config = Config::new(2)
+                    .with_mode(variant.mode)
+                    .with_specializations(variant.specs)
+                    .with_staleness(staleness);
+                let mut cluster = Cluster::start(config).unwrap();
+                let t: Table<f32> = cluster.create_table("t", 3).unwrap();
+                let step = |w: &mut Worker<'_>, counted: bool| -> iterstore::Result<Vec<String>> {
+                    let (me, other) = (w.id() as u64, 1 - w.id() as u64);
+                    let mut bad = Vec::new();
+                    let mut row = [0.0f32; 3];
+                    for clock in 0..CLOCKS {
+                        for n in 0..2 {
+                            w.update(&t, me, &[1.0, 2.0, 0.5])?;
+                            w.read(&t, me, &mut row)?;
+                            w.read(&t, other, &mut [0.0; 3])?;
+                            let mine = (w.current_clock() as usize * 2 + n + 1) as f32;
+                            if counted && row[0] != mine {
+                                bad.push(format!("clock {clock}: read {} want {mine}", row[0]));
+                            }
+                        }
+                        w.clock()?;
+                    }
+                    Ok(bad)
+                };
+                if variant.mode == Mode::Virtual {
+                    cluster
+                        .virtual_iteration(|w| step(w, false).map(drop))
+                        .unwrap();
+                }
+                let mut bad = Vec::new();
+                for _ in 0..3 {
+                    for b in cluster.run(|w| step(w, true)).unwrap() {
+                        bad.extend(b);
+                    }
+                }
+                cluster.shutdown().unwrap();
+                bad
+            });
+            assert!(failures.is_empty(), "{name} {staleness:?}: {failures:?}");
+        }
+    }
+}
