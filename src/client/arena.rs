@@ -58,6 +58,20 @@ fn copy_words(words: &[AtomicU64], dst: &mut [u8]) {
     }
 }
 
+/// The arena's words, as [`ProcessArena::read_chunk`] lends them.
+pub(crate) struct ArenaWords<'a>(&'a [AtomicU64]);
+
+impl ArenaWords<'_> {
+    /// Copies the `dst.len()` words starting at arena word `word` into `dst`.
+    #[inline]
+    pub(crate) fn copy_row(&self, word: u32, dst: &mut [u64]) {
+        let (word, n) = (word as usize, dst.len());
+        for (d, w) in dst.iter_mut().zip(&self.0[word..word + n]) {
+            *d = u64::from_le(w.load(Ordering::Relaxed)); // as `copy_words` does
+        }
+    }
+}
+
 fn atomics(n: usize, v: u64) -> Box<[AtomicU64]> {
     (0..n).map(|_| AtomicU64::new(v)).collect()
 }
@@ -122,6 +136,35 @@ impl ProcessArena {
                 return None;
             }
             copy_words(words, dst);
+            fence(Ordering::Acquire);
+            if self.versions[chunk].load(Ordering::Relaxed) == v1 {
+                return Some(clock);
+            }
+        }
+    }
+
+    /// Runs `copy` on the arena's words while chunk `chunk` holds a snapshot with data
+    /// clock `>= required`, and returns that clock; `None` if the chunk is older. If the
+    /// communication thread rewrote the chunk meanwhile, `copy` runs again: it must only
+    /// copy (out of the chunk's rows, through [`ArenaWords::copy_row`]).
+    pub(crate) fn read_chunk(
+        &self,
+        chunk: u32,
+        required: Clock,
+        mut copy: impl FnMut(&ArenaWords<'_>),
+    ) -> Option<Clock> {
+        let chunk = chunk as usize;
+        loop {
+            let v1 = self.versions[chunk].load(Ordering::Acquire);
+            if v1 & 1 == 1 {
+                std::hint::spin_loop();
+                continue;
+            }
+            let clock = self.chunk_clocks[chunk].load(Ordering::Relaxed);
+            if clock == EMPTY || clock < required {
+                return None;
+            }
+            copy(&ArenaWords(&self.words));
             fence(Ordering::Acquire);
             if self.versions[chunk].load(Ordering::Relaxed) == v1 {
                 return Some(clock);

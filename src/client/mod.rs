@@ -9,7 +9,7 @@ mod arena;
 mod cache;
 mod fetch;
 
-pub(crate) use arena::ProcessArena;
+pub(crate) use arena::{ArenaWords, ProcessArena};
 pub(crate) use cache::{CacheRef, ProcessCache};
 pub(crate) use fetch::Fetcher;
 

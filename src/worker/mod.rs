@@ -91,7 +91,13 @@ impl<'a> Worker<'a> {
                     }
                     _ => {
                         let specs = shared.config.specializations;
-                        Special::new(arena, id, specs.contiguous_index, specs.thread_caches)
+                        Special::new(
+                            arena,
+                            tables,
+                            id,
+                            specs.contiguous_index,
+                            specs.thread_caches,
+                        )
                     }
                 }),
             },

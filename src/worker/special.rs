@@ -12,7 +12,7 @@ use crate::client::{ClientShared, ProcessArena, WAIT_SLICE};
 use crate::consistency::Clock;
 use crate::prefetch::prefetch;
 use crate::server::padded;
-use crate::{AlignedBuf, Element, Result, RowKey};
+use crate::{AlignedBuf, ElemType, Element, Result, RowKey, TableMeta};
 use std::collections::VecDeque;
 use std::ops::Range;
 use std::sync::Arc;
@@ -49,6 +49,16 @@ struct SlotInfo {
     block: u32,
 }
 
+/// A row with a view, as the chunk refresh finds it.
+#[derive(Debug, Clone, Copy)]
+struct ViewRow {
+    /// First word of its block.
+    block: u32,
+    /// Arena word where the row starts.
+    word: u32,
+    elem: ElemType,
+}
+
 /// A worker's private copies of contended rows, contiguous.
 struct Copies {
     offsets: Vec<usize>,
@@ -67,6 +77,8 @@ pub(crate) struct Special {
     views: bool,
     /// Per shard: its blocks (a range of `blocks`).
     shard_blocks: Vec<Range<usize>>,
+    /// Per refresh chunk of the arena: the rows in it this worker keeps a view of.
+    chunk_views: Vec<Vec<ViewRow>>,
     /// Sent updates kept for read-my-writes under SSP: the blocks as they were sent.
     recent: VecDeque<(Clock, Vec<u64>)>,
     copies: Copies,
@@ -78,14 +90,19 @@ pub(crate) struct Special {
     steps: Vec<u32>,
     /// Position in `steps`.
     cursor: usize,
-    /// A row's worth of bytes for refreshing views.
-    scratch: AlignedBuf,
 }
 
 impl Special {
-    /// State for worker `worker`; `deltas`: keep a block (delta buffer) per row it updates;
-    /// `views`: with a private view of the row (thread caches).
-    pub(crate) fn new(arena: Arc<ProcessArena>, worker: usize, deltas: bool, views: bool) -> Self {
+    /// State for worker `worker` of a store with `tables`; `deltas`: keep a block (delta
+    /// buffer) per row it updates; `views`: with a private view of the row (thread
+    /// caches).
+    pub(crate) fn new(
+        arena: Arc<ProcessArena>,
+        tables: &[TableMeta],
+        worker: usize,
+        deltas: bool,
+        views: bool,
+    ) -> Self {
         let plan = &arena.plan;
         let none: &[u32] = &[];
         let updates = plan.updates.get(worker).map_or(none, Vec::as_slice);
@@ -103,6 +120,7 @@ impl Special {
             .collect();
         let (mut words, mut blocks) = (Vec::new(), Vec::new());
         let mut shard_blocks = vec![0..0; plan.shards.len()];
+        let mut chunk_views = vec![Vec::new(); if views { plan.chunks.len() } else { 0 }];
         if deltas {
             for &s in updates {
                 let slot = &plan.slots[s as usize];
@@ -120,6 +138,15 @@ impl Special {
                 };
                 blocks.push(b as u32);
                 slots[s as usize].block = b as u32;
+                if let Some(rows) = chunk_views.get_mut(slot.chunk as usize) {
+                    rows.push(ViewRow {
+                        block: b as u32,
+                        word: (slot.offset / 8) as u32,
+                        elem: tables
+                            .get(slot.key.table as usize)
+                            .map_or(ElemType::F64, |t| t.elem),
+                    });
+                }
                 words.extend_from_slice(&[
                     slot.key.row,
                     u64::from(slot.key.table),
@@ -149,6 +176,7 @@ impl Special {
             blocks,
             views,
             shard_blocks,
+            chunk_views,
             recent: VecDeque::new(),
             copies: Copies {
                 clocks: vec![Clock::MAX; offsets.len()],
@@ -158,7 +186,6 @@ impl Special {
             slots,
             steps,
             cursor: 0,
-            scratch: AlignedBuf::default(),
             arena,
         }
     }
@@ -320,10 +347,7 @@ impl Special {
     /// The words of the view and of the delta of the block at word `b`.
     #[inline(always)]
     fn block_parts(&self, b: usize) -> (Range<usize>, Range<usize>) {
-        let row_words = padded(self.block_len(b)) / 8;
-        let view = b + HEADER_WORDS;
-        let delta = view + if self.views { row_words } else { 0 };
-        (view..view + row_words, delta..delta + row_words)
+        block_parts(&self.words, self.views, b)
     }
 
     /// Copies the row at `place` (a snapshot with data clock `>= required`) into `dst`,
@@ -362,7 +386,7 @@ impl Special {
         if !T::TYPE.exact() {
             return Ok(None);
         }
-        let Some(clock) = self.fresh_view::<T>(shared, place, required)? else {
+        let Some(clock) = self.fresh_view(shared, place, required)? else {
             return Ok(None);
         };
         let b = place.block as usize;
@@ -385,7 +409,7 @@ impl Special {
         required: Clock,
         dst: &mut [T],
     ) -> Result<Option<Clock>> {
-        let Some(clock) = self.fresh_view::<T>(shared, place, required)? else {
+        let Some(clock) = self.fresh_view(shared, place, required)? else {
             return Ok(None);
         };
         let b = place.block as usize;
@@ -410,7 +434,7 @@ impl Special {
     /// The data clock of the view of the row at `place`, refreshed first if older than
     /// `required`; `None` if the row has no view.
     #[inline(always)]
-    fn fresh_view<T: Element>(
+    fn fresh_view(
         &mut self,
         shared: &ClientShared,
         place: Place,
@@ -422,36 +446,59 @@ impl Special {
         let b = place.block as usize;
         let clock = self.words[b + 2];
         if clock == Clock::MAX || clock < required {
-            return self.refresh_view::<T>(shared, place, required).map(Some);
+            return self.refresh_views(shared, place, required).map(Some);
         }
         Ok(Some(clock))
     }
 
-    /// Refills the view of the row at `place` from a snapshot `>= required` and, for
-    /// integer rows, adds this worker's updates the snapshot lacks; returns its data clock.
+    /// Refills the views of every row of the refresh chunk holding `place` from one
+    /// snapshot `>= required` of the chunk (waiting for it if needed) and, in integer
+    /// rows, adds this worker's updates that snapshot lacks; returns its data clock.
     #[cold]
-    fn refresh_view<T: Element>(
+    fn refresh_views(
         &mut self,
         shared: &ClientShared,
         place: Place,
         required: Clock,
     ) -> Result<Clock> {
-        let b = place.block as usize;
+        let info = self.slots[place.slot as usize];
+        let rows = &self.chunk_views[info.chunk as usize];
+        let (views, words) = (self.views, &mut self.words);
+        let copy = |arena: &crate::client::ArenaWords<'_>| {
+            for row in rows {
+                let (view, _) = block_parts(words, views, row.block as usize);
+                arena.copy_row(row.word, &mut words[view]);
+            }
+        };
+        let clock = wait_chunk(shared, &self.arena, place.slot, info.chunk, required, copy)?;
+        for i in 0..self.chunk_views[info.chunk as usize].len() {
+            let row = self.chunk_views[info.chunk as usize][i];
+            let b = row.block as usize;
+            self.words[b + 2] = clock;
+            if row.elem.exact() {
+                self.add_own_to_view(b, clock, row.elem);
+            }
+        }
+        Ok(clock)
+    }
+
+    /// Adds to the view of the block at word `b` (a snapshot at `data_clock` of a row of
+    /// `elem`s) this worker's updates it lacks.
+    fn add_own_to_view(&mut self, b: usize, data_clock: Clock, elem: ElemType) {
         let len = self.block_len(b);
-        let mut row = std::mem::take(&mut self.scratch);
-        if row.len() != len {
-            row = AlignedBuf::zeroed(len);
+        let (view, delta) = self.block_parts(b);
+        let touched = self.words[b + 1] & TOUCHED != 0;
+        let (head, tail) = self.words.split_at_mut(delta.start);
+        let view: &mut [u8] = &mut bytemuck::cast_slice_mut(&mut head[view])[..len];
+        for (clock, sent) in &self.recent {
+            if *clock >= data_clock && sent[b + 1] & TOUCHED != 0 {
+                elem.add(view, &bytemuck::cast_slice(&sent[delta.clone()])[..len]);
+            }
         }
-        let data_clock = self.read(shared, place, required, row.as_bytes_mut())?;
-        if T::TYPE.exact() {
-            self.add_own::<T>(place, data_clock, row.cast_mut());
+        if touched {
+            let delta_row: &[u8] = bytemuck::cast_slice(&tail[..delta.len()]);
+            elem.add(view, &delta_row[..len]);
         }
-        let (view, _) = self.block_parts(b);
-        bytemuck::cast_slice_mut::<u64, u8>(&mut self.words[view])[..len]
-            .copy_from_slice(row.as_bytes());
-        self.words[b + 2] = data_clock;
-        self.scratch = row;
-        Ok(data_clock)
     }
 
     /// [`read`](Self::read) of a row this worker keeps a private copy of.
@@ -585,6 +632,46 @@ impl Special {
         while self.recent.front().is_some_and(|(c, _)| *c < floor) {
             self.recent.pop_front();
         }
+    }
+}
+
+/// The words of the view and of the delta of the block at word `b` of `words`, whose
+/// blocks hold views if `views`.
+#[inline(always)]
+fn block_parts(words: &[u64], views: bool, b: usize) -> (Range<usize>, Range<usize>) {
+    let row_words = padded((words[b + 3] >> 32) as usize) / 8;
+    let view = b + HEADER_WORDS;
+    let delta = view + if views { row_words } else { 0 };
+    (view..view + row_words, delta..delta + row_words)
+}
+
+/// Runs `copy` on a snapshot `>= required` of arena chunk `chunk` (see
+/// [`ProcessArena::read_chunk`]), asking for a refresh of the chunk holding `slot` and
+/// waiting while it is too stale; returns the snapshot's data clock.
+fn wait_chunk(
+    shared: &ClientShared,
+    arena: &ProcessArena,
+    slot: u32,
+    chunk: u32,
+    required: Clock,
+    mut copy: impl FnMut(&crate::client::ArenaWords<'_>),
+) -> Result<Clock> {
+    loop {
+        if let Some(clock) = arena.read_chunk(chunk, required, &mut copy) {
+            return Ok(clock);
+        }
+        let generation = shared.fetcher.generation();
+        if let Some(clock) = arena.read_chunk(chunk, required, &mut copy) {
+            return Ok(clock);
+        }
+        shared.check()?;
+        arena.request(
+            shared.process,
+            shared.transport.as_ref(),
+            required,
+            Some(slot),
+        )?;
+        shared.fetcher.wait(generation, WAIT_SLICE);
     }
 }
 
