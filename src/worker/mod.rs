@@ -153,8 +153,9 @@ impl<'a> Worker<'a> {
         let key = table.key(row);
         if self.log.is_none() {
             let required = self.required();
+            let no_generic_updates = self.oplog.is_empty() && self.recent.is_empty();
             if let Some(sp) = &mut self.special {
-                if sp.read_fast(key, required, out) {
+                if sp.read_fast(key, required, no_generic_updates, out) {
                     return Ok(());
                 }
             }

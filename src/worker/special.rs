@@ -222,17 +222,24 @@ impl Special {
     /// into `dst` (the table's width) and returns `true`. Otherwise changes nothing and
     /// returns `false`: the caller takes the general path.
     #[inline(always)]
+    /// `no_generic_updates`: the worker's generic log holds no updates (of this clock or
+    /// of recent ones) that a row without a block might need added.
     pub(crate) fn read_fast<T: Element>(
         &mut self,
         key: RowKey,
         required: Clock,
+        no_generic_updates: bool,
         dst: &mut [T],
     ) -> bool {
         let Some(&step) = self.steps.get(self.cursor) else {
             return false;
         };
+        if step & SLOT_STEP != 0 {
+            return no_generic_updates
+                && self.read_slot_fast(step & !SLOT_STEP, key, required, dst);
+        }
         let exact = T::TYPE.exact();
-        if step & SLOT_STEP != 0 || !self.views || (!exact && !self.recent.is_empty()) {
+        if !self.views || (!exact && !self.recent.is_empty()) {
             return false;
         }
         let (b, n) = (step as usize, dst.len());
@@ -258,6 +265,44 @@ impl Special {
         }
         self.advance();
         true
+    }
+
+    /// [`read_fast`](Self::read_fast) of a row without a block (one this worker reads but
+    /// does not update): straight from the arena, or from this worker's copy of a
+    /// contended row, when fresh enough.
+    #[inline(always)]
+    fn read_slot_fast<T: Element>(
+        &mut self,
+        slot: u32,
+        key: RowKey,
+        required: Clock,
+        dst: &mut [T],
+    ) -> bool {
+        let Some(info) = self.slots.get(slot as usize) else {
+            return false;
+        };
+        if info.key != key || info.block != NONE {
+            return false;
+        }
+        let dst: &mut [u8] = bytemuck::cast_slice_mut(dst);
+        let fresh = if info.copy == NONE {
+            self.arena
+                .read_at(info.chunk, info.word, required, dst)
+                .is_some()
+        } else {
+            let r = info.copy as usize;
+            let clock = self.copies.clocks[r];
+            let fresh = clock != Clock::MAX && clock >= required;
+            if fresh {
+                let at = self.copies.offsets[r];
+                dst.copy_from_slice(&self.copies.data.as_bytes()[at..at + dst.len()]);
+            }
+            fresh
+        };
+        if fresh {
+            self.advance();
+        }
+        fresh
     }
 
     /// The fast path of a whole-row UPDATE that follows the pattern: if the next step is
