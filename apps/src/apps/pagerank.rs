@@ -14,8 +14,8 @@
 //! it owns), computes their current ranks, and UPDATEs the target blocks by
 //! `d·(r(u) − p(u))/outdeg(u)` summed over its edges (accumulated locally, one dense UPDATE
 //! per touched block), and the dangling row by `Σ (r(u) − p(u))` over its dangling vertices;
-//! then it CLOCKs once. Worker `w` owns the edges [`partition`]`(E, W, w)` and the dangling
-//! vertices of the blocks [`partition`]`(⌈N/B⌉, W, w)`.
+//! then it CLOCKs once. Worker `w` owns the edges [`partition`](crate::algo::partition)`(E, W, w)`
+//! and the dangling vertices of the blocks [`partition`](crate::algo::partition)`(⌈N/B⌉, W, w)`.
 //!
 //! Under BSP every worker propagates the ranks of the previous iteration, so after `t`
 //! iterations `r` is exactly `t` textbook power-iteration steps from `1/N` (networkx's

@@ -1,6 +1,10 @@
 //! [`BenchReport`]: everything one `iterstore bench` measured, and its renderings — JSON,
 //! a terminal table, Markdown for `BENCHMARKS.md`, and SVG charts (one stacked bar chart
-//! per app in the shape of IterStore's Figure 5, one scaling chart per app).
+//! per workload in the shape of IterStore's Figure 5, one scaling chart per app).
+//!
+//! One app may have several workloads (PageRank at several block sizes): every table row,
+//! verdict and chart names its workload, and [`breakdown_chart_names`] keeps the chart
+//! files apart.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -34,11 +38,13 @@ impl Target {
     }
 }
 
-/// One app's headline ratios and whether they meet its [`Target`].
+/// One workload's headline ratios and whether they meet its app's [`Target`].
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Verdict {
     /// The app.
     pub app: &'static str,
+    /// The workload's name ([`AppBench::dataset`]).
+    pub dataset: String,
     /// The target.
     pub target: Target,
     /// Virtual / generic mean later-iteration time.
@@ -65,6 +71,7 @@ impl Verdict {
         };
         Verdict {
             app: bench.app,
+            dataset: bench.dataset.clone(),
             target,
             virtual_vs_generic: vg,
             virtual_vs_limit: vl,
@@ -84,9 +91,9 @@ pub struct BenchReport {
     pub command: String,
     /// The machine: CPU model, logical CPUs, load average at the start.
     pub machine: String,
-    /// One entry per app benchmarked.
+    /// One entry per workload benchmarked (per app; for PageRank, per block size).
     pub apps: Vec<AppBench>,
-    /// One verdict per app.
+    /// One verdict per entry of `apps`, in the same order.
     pub verdicts: Vec<Verdict>,
     /// One scaling curve per app (empty when scaling was not run).
     pub scaling: Vec<Scaling>,
@@ -150,13 +157,14 @@ impl BenchReport {
         if !self.verdicts.is_empty() {
             let _ = writeln!(
                 out,
-                "| app | virtual / generic | target | virtual / limit | target | virtual / peer | met |\n|---|---:|---:|---:|---:|---:|---|"
+                "| app | input | virtual / generic | target | virtual / limit | target | virtual / peer | met |\n|---|---|---:|---:|---:|---:|---:|---|"
             );
             for v in &self.verdicts {
                 let _ = writeln!(
                     out,
-                    "| {} | {} | ≤ {:.3} | {} | ≤ {:.1} | {} | {} |",
+                    "| {} | {} | {} | ≤ {:.3} | {} | ≤ {:.1} | {} | {} |",
                     v.app,
+                    v.dataset,
                     ratio(v.virtual_vs_generic),
                     v.target.max_vs_generic,
                     ratio(v.virtual_vs_limit),
@@ -168,9 +176,10 @@ impl BenchReport {
             out.push('\n');
         }
         for s in &self.scaling {
+            let block = s.block.map_or(String::new(), |b| format!("block {b}; "));
             let _ = writeln!(
                 out,
-                "Scaling, {} ({} per iteration; seconds per later iteration):\n\n| size | {} | generic | virtual | limit | virtual / generic | virtual / limit |\n|---|---:|---:|---:|---:|---:|---:|",
+                "Scaling, {} ({block}{} per iteration; seconds per later iteration):\n\n| size | {} | generic | virtual | limit | virtual / generic | virtual / limit |\n|---|---:|---:|---:|---:|---:|---:|",
                 s.app, s.work_unit, s.work_unit
             );
             for p in &s.points {
@@ -192,10 +201,11 @@ impl BenchReport {
         out
     }
 
-    /// The charts as `(file name, SVG)`: `breakdown-<app>.svg` and `scaling-<app>.svg`.
+    /// The charts as `(file name, SVG)`: one breakdown chart per workload, named by
+    /// [`breakdown_chart_names`], and `scaling-<app>.svg`.
     pub fn charts(&self) -> Result<Vec<(String, String)>, chart::ChartError> {
         let mut charts = Vec::new();
-        for bench in &self.apps {
+        for (bench, name) in self.apps.iter().zip(breakdown_chart_names(&self.apps)) {
             let bars: Vec<Bar> = bench
                 .runs
                 .iter()
@@ -212,7 +222,7 @@ impl BenchReport {
             if let Some(limit) = &bench.limit {
                 chart = chart.with_reference("limit, per iteration", limit.breakdown.rest_mean_s);
             }
-            charts.push((format!("breakdown-{}.svg", bench.app), chart.render(&bars)?));
+            charts.push((name, chart.render(&bars)?));
         }
         for s in &self.scaling {
             let series = |label: &str, f: fn(&super::scaling::ScalingPoint) -> f64| Series {
@@ -229,8 +239,9 @@ impl BenchReport {
                 series("virtual", |p| p.virtual_s),
                 series("limit", |p| p.limit_s),
             ];
+            let block = s.block.map_or(String::new(), |b| format!(" (block {b})"));
             let svg = chart::scaling_svg(
-                &format!("{}: seconds per iteration against input size", s.app),
+                &format!("{}: seconds per iteration against input size{block}", s.app),
                 s.work_unit,
                 "seconds per iteration",
                 &all,
@@ -263,7 +274,35 @@ impl BenchReport {
     }
 }
 
-/// One app's table: a row per variant, then the limit and the peer.
+/// The file name of each workload's breakdown chart, in the order of `benches`, all
+/// distinct: `breakdown-<app>.svg` when `<app>` has one workload; when it has several,
+/// `breakdown-<app>-b<B>.svg` by PageRank block size, or `breakdown-<app>-<n>.svg` (the
+/// 1-based position among the app's workloads) for workloads without a block or sharing
+/// one.
+pub fn breakdown_chart_names(benches: &[AppBench]) -> Vec<String> {
+    benches
+        .iter()
+        .enumerate()
+        .map(|(i, bench)| {
+            let app = bench.app;
+            let same_app = || benches.iter().filter(move |b| b.app == app);
+            if same_app().count() == 1 {
+                return format!("breakdown-{app}.svg");
+            }
+            match bench.block {
+                Some(block) if same_app().filter(|b| b.block == Some(block)).count() == 1 => {
+                    format!("breakdown-{app}-b{block}.svg")
+                }
+                _ => {
+                    let n = benches[..=i].iter().filter(|b| b.app == app).count();
+                    format!("breakdown-{app}-{n}.svg")
+                }
+            }
+        })
+        .collect()
+}
+
+/// One workload's table: a row per variant, then the limit and the peer.
 fn app_table(out: &mut String, b: &AppBench) {
     let _ = writeln!(
         out,
@@ -354,4 +393,66 @@ fn machine() -> String {
         .and_then(|s| s.split_whitespace().next().map(str::to_string))
         .unwrap_or_else(|| "?".into());
     format!("{model}, {cpus} logical CPUs, load average {load} at start")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A workload's bench with nothing measured.
+    fn bench(app: &'static str, block: Option<usize>) -> AppBench {
+        AppBench {
+            app,
+            dataset: format!("synthetic tiny, block {block:?}"),
+            block,
+            work: 1,
+            work_unit: "edges",
+            workers: 1,
+            iterations: 2,
+            runs: Vec::new(),
+            limit: None,
+            peer: None,
+        }
+    }
+
+    #[test]
+    fn one_workload_per_app_keeps_the_plain_chart_names() {
+        let benches = [
+            bench("mf", None),
+            bench("lda", None),
+            bench("pagerank", Some(256)),
+        ];
+        assert_eq!(
+            breakdown_chart_names(&benches),
+            [
+                "breakdown-mf.svg",
+                "breakdown-lda.svg",
+                "breakdown-pagerank.svg"
+            ]
+        );
+    }
+
+    #[test]
+    fn several_workloads_of_an_app_get_distinct_chart_names() {
+        let benches = [
+            bench("pagerank", Some(1)),
+            bench("mf", None),
+            bench("pagerank", Some(16)),
+            bench("pagerank", Some(16)),
+            bench("lda", None),
+            bench("lda", None),
+        ];
+        let names = breakdown_chart_names(&benches);
+        assert_eq!(
+            names,
+            [
+                "breakdown-pagerank-b1.svg",
+                "breakdown-mf.svg",
+                "breakdown-pagerank-2.svg",
+                "breakdown-pagerank-3.svg",
+                "breakdown-lda-1.svg",
+                "breakdown-lda-2.svg",
+            ]
+        );
+    }
 }

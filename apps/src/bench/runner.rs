@@ -65,6 +65,14 @@ impl Workload {
         }
     }
 
+    /// PageRank's rank-table block size (vertices per row); `None` for the other apps.
+    pub fn block(&self) -> Option<usize> {
+        match self {
+            Workload::PageRank { params, .. } => Some(params.block),
+            Workload::Mf { .. } | Workload::Lda { .. } => None,
+        }
+    }
+
     /// What [`work`](Self::work) counts.
     pub fn work_unit(&self) -> &'static str {
         match self {
@@ -220,13 +228,18 @@ impl LimitResult {
     }
 }
 
-/// Everything measured for one app on one input.
+/// Everything measured for one workload: one app on one input (for PageRank, at one block
+/// size).
 #[derive(Debug, Clone, Serialize)]
 pub struct AppBench {
     /// `mf`, `lda` or `pagerank`.
     pub app: &'static str,
-    /// Where the input came from (a file name or `synthetic <size>`).
+    /// The workload's name as passed to [`bench_app`]: `iterstore bench` names the input (a
+    /// file name or `synthetic <size>`), for PageRank followed by `, block <B>`; the
+    /// scaling sweep names the size.
     pub dataset: String,
+    /// PageRank's rank-table block size (vertices per row); `None` for the other apps.
+    pub block: Option<usize>,
     /// Per-iteration work, in `work_unit`s.
     pub work: u64,
     /// What `work` counts.
@@ -320,6 +333,7 @@ pub fn bench_app(
     Ok(AppBench {
         app,
         dataset: dataset.to_string(),
+        block: workload.block(),
         work: workload.work(),
         work_unit: workload.work_unit(),
         workers: opts.workers,

@@ -30,6 +30,8 @@ pub struct Scaling {
     pub app: &'static str,
     /// What `work` counts.
     pub work_unit: &'static str,
+    /// PageRank's rank-table block size (vertices per row); `None` for the other apps.
+    pub block: Option<usize>,
     /// One point per size, in the order given.
     pub points: Vec<ScalingPoint>,
 }
@@ -73,6 +75,7 @@ pub fn scaling(
     Ok(Some(Scaling {
         app: first.app(),
         work_unit: first.work_unit(),
+        block: first.block(),
         points,
     }))
 }

@@ -1,7 +1,11 @@
 //! `iterstore bench`: loads (or generates) each app's input once, runs every store variant,
 //! the limit and the peer on it, optionally the scaling sweep on synthetic inputs, then
 //! prints the tables and writes `report.json`, `report.md` and the SVG charts.
+//!
+//! PageRank's input is one workload per `--pagerank-block` size (the same graph, named
+//! `<input>, block <B>`); the scaling sweep uses the default block.
 
+use std::fmt::Display;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
@@ -36,6 +40,10 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
         "--scaling-sizes",
         args.scaling_sizes.iter().map(String::as_str),
     )?;
+    if args.pagerank_block.is_some() && !apps.contains(&App::Pagerank) {
+        bail!("--pagerank-block given but pagerank is not benchmarked (--apps)");
+    }
+    let blocks = pagerank_blocks(args.pagerank_block.as_deref())?;
     for (flag, given, app) in [
         ("--mf-data", &args.mf_data, App::Mf),
         ("--lda-data", &args.lda_data, App::Lda),
@@ -82,10 +90,11 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
             .map_err(|e| anyhow::anyhow!("--scaling-iters: {e}"))?;
     }
     // Every input is read before any output is written or any run starts.
-    let workloads = apps
-        .iter()
-        .map(|&app| load(app, args))
-        .collect::<Result<Vec<_>>>()?;
+    let mut workloads = Vec::new();
+    for &app in &apps {
+        let (name, workload) = load(app, args)?;
+        workloads.extend(per_block(name, workload, &blocks));
+    }
     if opts.peers {
         std::fs::create_dir_all(&workdir)
             .with_context(|| format!("cannot create {}", workdir.display()))?;
@@ -132,7 +141,10 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
 }
 
 /// Fails if `names` (the values of `flag`) repeat one.
-fn no_repeats<'a>(flag: &str, names: impl Iterator<Item = &'a str>) -> Result<()> {
+fn no_repeats<T: Ord + Display + Copy>(
+    flag: &str,
+    names: impl IntoIterator<Item = T>,
+) -> Result<()> {
     let mut seen = std::collections::BTreeSet::new();
     for name in names {
         if !seen.insert(name) {
@@ -142,7 +154,51 @@ fn no_repeats<'a>(flag: &str, names: impl Iterator<Item = &'a str>) -> Result<()
     Ok(())
 }
 
-/// The input of `app`: its file if one was given, else the `--synthetic` preset.
+/// The PageRank block sizes to benchmark: `given` (`--pagerank-block`) once each and each
+/// valid for [`PageRankParams`], else the default block alone.
+fn pagerank_blocks(given: Option<&[usize]>) -> Result<Vec<usize>> {
+    let default = PageRankParams::default();
+    let Some(blocks) = given else {
+        return Ok(vec![default.block]);
+    };
+    if blocks.is_empty() {
+        bail!("--pagerank-block lists no block size");
+    }
+    no_repeats("--pagerank-block", blocks)?;
+    for &block in blocks {
+        PageRankParams {
+            block,
+            ..default.clone()
+        }
+        .validate()
+        .map_err(|e| anyhow::anyhow!("--pagerank-block: {e}"))?;
+    }
+    Ok(blocks.to_vec())
+}
+
+/// `workload` once per block size in `blocks`, named `<name>, block <B>`, if it is
+/// PageRank's (each with its own copy of the graph); any other workload as it is.
+fn per_block(name: String, workload: Workload, blocks: &[usize]) -> Vec<(String, Workload)> {
+    let Workload::PageRank { graph, params } = workload else {
+        return vec![(name, workload)];
+    };
+    blocks
+        .iter()
+        .map(|&block| {
+            let workload = Workload::PageRank {
+                graph: graph.clone(),
+                params: PageRankParams {
+                    block,
+                    ..params.clone()
+                },
+            };
+            (format!("{name}, block {block}"), workload)
+        })
+        .collect()
+}
+
+/// The input of `app`: its file if one was given, else the `--synthetic` preset; PageRank's
+/// at the default block.
 fn load(app: App, args: &BenchArgs) -> Result<(String, Workload)> {
     let file = match app {
         App::Mf => &args.mf_data,
@@ -168,7 +224,8 @@ fn load(app: App, args: &BenchArgs) -> Result<(String, Workload)> {
     Ok((name, workload))
 }
 
-/// The seeded synthetic input of `app` at preset `size`.
+/// The seeded synthetic input of `app` at preset `size`; PageRank's at the default block
+/// (which the scaling sweep keeps, and [`per_block`] replaces for the main workloads).
 fn synthetic(app: App, size: &str, args: &BenchArgs) -> Result<Workload> {
     Ok(match app {
         App::Mf => mf_workload(
@@ -226,4 +283,70 @@ fn file_name(path: &Path) -> String {
 /// The default output directory.
 pub(crate) fn default_out() -> PathBuf {
     PathBuf::from("bench-out")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn graph_workload() -> Workload {
+        Workload::PageRank {
+            graph: GraphSpec::preset("tiny").unwrap().generate(),
+            params: PageRankParams::default(),
+        }
+    }
+
+    #[test]
+    fn pagerank_blocks_default_to_the_documented_256() {
+        // `--pagerank-block --help` promises 256.
+        assert_eq!(pagerank_blocks(None).unwrap(), [256]);
+        assert_eq!(pagerank_blocks(Some(&[1, 16, 256])).unwrap(), [1, 16, 256]);
+    }
+
+    #[test]
+    fn pagerank_blocks_reject_repeats_empty_lists_and_oversized_blocks() {
+        let err = |given: &[usize]| pagerank_blocks(Some(given)).unwrap_err().to_string();
+        assert_eq!(
+            err(&[16, 4, 16]),
+            "--pagerank-block lists '16' more than once"
+        );
+        assert_eq!(err(&[]), "--pagerank-block lists no block size");
+        let too_big = err(&[4, 1 << 21]);
+        assert!(
+            too_big.starts_with("--pagerank-block: ") && too_big.contains("2097152"),
+            "{too_big}"
+        );
+    }
+
+    #[test]
+    fn per_block_makes_one_named_pagerank_workload_per_block() {
+        let split = per_block("g.tsv".into(), graph_workload(), &[1, 16]);
+        let names: Vec<&str> = split.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["g.tsv, block 1", "g.tsv, block 16"]);
+        let Workload::PageRank { graph, params } = graph_workload() else {
+            unreachable!()
+        };
+        for ((_, w), block) in split.iter().zip([1, 16]) {
+            let Workload::PageRank {
+                graph: g,
+                params: p,
+            } = w
+            else {
+                panic!("not pagerank: {w:?}")
+            };
+            assert_eq!(g.edges, graph.edges);
+            assert_eq!(g.num_vertices, graph.num_vertices);
+            assert_eq!(p.block, block);
+            assert_eq!(p.config, params.config);
+        }
+    }
+
+    #[test]
+    fn per_block_leaves_other_apps_alone() {
+        let ratings = RatingsSpec::preset("tiny").unwrap().generate();
+        let split = per_block("r.inter".into(), mf_workload(ratings), &[1, 16]);
+        assert_eq!(split.len(), 1);
+        assert_eq!(split[0].0, "r.inter");
+        assert_eq!(split[0].1.app(), "mf");
+    }
 }

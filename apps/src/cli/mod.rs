@@ -68,6 +68,11 @@ pub struct BenchArgs {
     /// Graph file for pagerank (else --synthetic).
     #[arg(long, value_name = "PATH")]
     pub pagerank_data: Option<PathBuf>,
+    /// pagerank: rank-table block sizes (vertices per row), comma-separated; each is
+    /// benchmarked as its own workload, named `<input>, block <B>` [default: 256]. The
+    /// scaling sweep always uses 256.
+    #[arg(long, value_delimiter = ',', value_name = "B", value_parser = at_least_one)]
+    pub pagerank_block: Option<Vec<usize>>,
     /// Synthetic input size for apps given no file.
     #[arg(long, value_name = "SIZE", default_value = "small", value_parser = parse_size)]
     pub synthetic: String,

@@ -29,7 +29,16 @@ const TABLE_HEADER: &str = "| run | preprocess | init | first iteration | \
                             later iterations (mean) | / generic | / limit | objective |";
 
 /// The start of the verdict table's header row.
-const VERDICT_HEADER: &str = "| app | virtual / generic | target | virtual / limit |";
+const VERDICT_HEADER: &str = "| app | input | virtual / generic | target | virtual / limit |";
+
+/// The name of each app's workload on `--synthetic tiny` at the default PageRank block.
+fn tiny_dataset(app: &str) -> &'static str {
+    if app == "pagerank" {
+        "synthetic tiny, block 256"
+    } else {
+        "synthetic tiny"
+    }
+}
 
 /// A fresh directory under the system temp dir, unique to this process, removed on drop.
 struct TempDir(PathBuf);
@@ -159,13 +168,14 @@ fn quick_full_run_reports_every_app_variant_and_size() {
     );
     assert!(out.status.success(), "{}", stderr(&out));
 
-    // The files, the charts titled after their app.
+    // The files, the charts titled after their app and workload.
     for name in ["report.json", "report.md"] {
         assert!(out_dir.join(name).is_file(), "{name} missing");
     }
     for app in APPS {
+        let dataset = tiny_dataset(app);
         for (chart, title) in [
-            ("breakdown", format!("{app} on synthetic tiny, 2 workers")),
+            ("breakdown", format!("{app} on {dataset}, 2 workers")),
             ("scaling", format!("{app}: seconds per iteration")),
         ] {
             let path = out_dir.join(format!("{chart}-{app}.svg"));
@@ -182,7 +192,13 @@ fn quick_full_run_reports_every_app_variant_and_size() {
     assert_eq!(names(apps, "app"), APPS);
     for app in apps {
         let name = app["app"].as_str().unwrap();
-        assert_eq!(app["dataset"], "synthetic tiny", "{name}");
+        assert_eq!(app["dataset"], tiny_dataset(name), "{name}");
+        let block = if name == "pagerank" {
+            Value::from(256)
+        } else {
+            Value::Null
+        };
+        assert_eq!(app["block"], block, "{name}");
         assert_eq!(app["workers"], 2, "{name}");
         assert_eq!(app["iterations"], 2, "{name}");
         assert!(app["work"].as_u64().unwrap() > 0, "{name}");
@@ -243,6 +259,7 @@ fn quick_full_run_reports_every_app_variant_and_size() {
     assert_eq!(names(verdicts, "app"), APPS);
     for (v, app) in verdicts.iter().zip(apps) {
         let name = app["app"].as_str().unwrap();
+        assert_eq!(v["dataset"], app["dataset"], "{name}");
         let vg = v["virtual_vs_generic"]
             .as_f64()
             .unwrap_or_else(|| panic!("{name}: no virtual_vs_generic in {v}"));
@@ -270,6 +287,7 @@ fn quick_full_run_reports_every_app_variant_and_size() {
     for (curve, app) in scaling.iter().zip(apps) {
         let name = app["app"].as_str().unwrap();
         assert_eq!(curve["work_unit"], app["work_unit"], "{name}");
+        assert_eq!(curve["block"], app["block"], "{name}: the default block");
         let points = array(curve, "points");
         assert_eq!(names(points, "size"), ["tiny", "small"], "{name}");
         let work: Vec<u64> = points.iter().map(|p| p["work"].as_u64().unwrap()).collect();
@@ -296,11 +314,24 @@ fn quick_full_run_reports_every_app_variant_and_size() {
         assert_eq!(text.matches(&row).count(), 3, "{variant}: {text}");
     }
     for app in APPS {
+        let dataset = tiny_dataset(app);
+        assert!(
+            text.contains(&format!("\n{app}: {dataset} (")),
+            "{app}: {text}"
+        );
+        assert!(
+            text.contains(&format!("\n| {app} | {dataset} | ")),
+            "{app}: {text}"
+        );
         assert!(
             text.contains(&format!("\nScaling, {app} (")),
             "{app}: {text}"
         );
     }
+    assert!(
+        text.contains("\nScaling, pagerank (block 256; edges per iteration"),
+        "{text}"
+    );
     let md = std::fs::read_to_string(out_dir.join("report.md")).unwrap();
     assert_eq!(
         text.trim_end(),
@@ -365,6 +396,115 @@ fn chosen_variants_without_the_limit_report_only_those() {
 }
 
 #[test]
+fn each_pagerank_block_is_its_own_workload_with_its_own_rows_and_chart() {
+    let tmp = TempDir::new("blocks");
+    let out_dir = tmp.join("out");
+    let out = bench(
+        &[
+            "--apps",
+            "mf,pagerank",
+            "--synthetic",
+            "tiny",
+            "--pagerank-block",
+            "16,1",
+            "--variants",
+            "generic,virtual",
+            "--no-peers",
+            "--iters",
+            "2",
+        ],
+        &out_dir,
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let datasets = [
+        "synthetic tiny",
+        "synthetic tiny, block 16",
+        "synthetic tiny, block 1",
+    ];
+
+    let report = read_json(&out_dir.join("report.json"));
+    let apps = array(&report, "apps");
+    assert_eq!(names(apps, "app"), ["mf", "pagerank", "pagerank"]);
+    assert_eq!(names(apps, "dataset"), datasets);
+    let (b16, b1) = (&apps[1], &apps[2]);
+    // The block changes the table layout, not the work or the model.
+    assert_eq!(b16["work"], b1["work"]);
+    for (app, block) in [(b16, 16), (b1, 1)] {
+        assert_eq!(app["block"], block);
+        assert_eq!(run_names(app), ["generic", "virtual"], "block {block}");
+        for r in array(app, "runs") {
+            assert_eq!(r["report"]["params"]["block"], block, "block {block}");
+        }
+        assert!(app["limit"].is_object(), "block {block}: no limit");
+    }
+    let objective = |app: &Value| run(app, "generic")["objective"].as_f64().unwrap();
+    assert_close(objective(b16), objective(b1), 1e-9, "blocks 16 and 1");
+    let verdicts = array(&report, "verdicts");
+    assert_eq!(names(verdicts, "dataset"), datasets);
+
+    // One breakdown chart per workload: mf's alone keeps its plain name.
+    for (chart, title) in [
+        ("breakdown-mf.svg", "mf on synthetic tiny, 2 workers"),
+        (
+            "breakdown-pagerank-b16.svg",
+            "pagerank on synthetic tiny, block 16, 2 workers",
+        ),
+        (
+            "breakdown-pagerank-b1.svg",
+            "pagerank on synthetic tiny, block 1, 2 workers",
+        ),
+    ] {
+        let svg =
+            std::fs::read_to_string(out_dir.join(chart)).unwrap_or_else(|e| panic!("{chart}: {e}"));
+        assert!(svg.contains(title), "{chart} lacks {title:?}");
+    }
+    assert!(!out_dir.join("breakdown-pagerank.svg").exists());
+
+    // A table per workload, headed by its name, and a verdict row naming it.
+    let text = stdout(&out);
+    assert_eq!(text.matches(TABLE_HEADER).count(), 3, "{text}");
+    assert_eq!(text.matches("\n| generic | ").count(), 3, "{text}");
+    for (app, dataset) in ["mf", "pagerank", "pagerank"].into_iter().zip(datasets) {
+        for line in [
+            format!("\n{app}: {dataset} ("),
+            format!("\n| {app} | {dataset} | "),
+        ] {
+            assert_eq!(text.matches(&line).count(), 1, "{line:?}: {text}");
+        }
+    }
+}
+
+#[test]
+fn one_pagerank_block_keeps_the_plain_chart_name() {
+    let tmp = TempDir::new("one-block");
+    let out_dir = tmp.join("out");
+    let out = bench(
+        &[
+            "--apps",
+            "pagerank",
+            "--synthetic",
+            "tiny",
+            "--pagerank-block",
+            "16",
+            "--variants",
+            "virtual",
+            "--no-limit",
+            "--no-peers",
+            "--iters",
+            "2",
+        ],
+        &out_dir,
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report = read_json(&out_dir.join("report.json"));
+    let apps = array(&report, "apps");
+    assert_eq!(names(apps, "dataset"), ["synthetic tiny, block 16"]);
+    let svg = std::fs::read_to_string(out_dir.join("breakdown-pagerank.svg")).unwrap();
+    assert!(svg.contains("pagerank on synthetic tiny, block 16, 2 workers"));
+    assert!(!out_dir.join("breakdown-pagerank-b16.svg").exists());
+}
+
+#[test]
 fn invalid_options_fail_with_a_clear_message_and_write_nothing() {
     let tmp = TempDir::new("errors");
     let ratings = tmp.join("ratings.inter");
@@ -376,7 +516,7 @@ fn invalid_options_fail_with_a_clear_message_and_write_nothing() {
     let ratings = ratings.to_str().unwrap();
     let mut valid_names = VARIANTS.to_vec();
     valid_names.push("'fast'");
-    let cases: [(&[&str], &[&str]); 8] = [
+    let cases: [(&[&str], &[&str]); 13] = [
         (&["--iters", "1"], &["at least 2", "got 1"]),
         (&["--variants", "fast"], &valid_names),
         (&["--mf-data", "/nonexistent/file"], &["/nonexistent/file"]),
@@ -393,6 +533,26 @@ fn invalid_options_fail_with_a_clear_message_and_write_nothing() {
         (
             &["--variants", "generic,virtual,generic"],
             &["--variants", "'generic' more than once"],
+        ),
+        (
+            &["--pagerank-block", "16", "--apps", "mf,lda"],
+            &["--pagerank-block", "pagerank is not benchmarked"],
+        ),
+        (
+            &["--pagerank-block", "16,0"],
+            &["--pagerank-block", "must be at least 1"],
+        ),
+        (
+            &["--pagerank-block", "16,x"],
+            &["--pagerank-block", "'x'", "invalid digit"],
+        ),
+        (
+            &["--pagerank-block", "16,4,16"],
+            &["--pagerank-block", "'16' more than once"],
+        ),
+        (
+            &["--pagerank-block", "4194304"],
+            &["--pagerank-block", "4194304", "1..=1048576"],
         ),
     ];
     for (i, (args, needles)) in cases.into_iter().enumerate() {
