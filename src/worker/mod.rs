@@ -39,6 +39,8 @@ pub struct Worker<'a> {
     /// This worker's sent updates of recent clocks, for read-my-writes under SSP `s > 0`.
     recent: VecDeque<(Clock, Oplog)>,
     scratch: AlignedBuf,
+    /// A row's worth of words for the fast path of `read_with` (grown, never shrunk).
+    row_words: Vec<u64>,
     /// Where accesses are logged while the pattern is being gathered.
     log: Option<AccessLog>,
     /// In a virtual iteration: reads return zeros, updates are dropped, nothing is sent.
@@ -79,6 +81,7 @@ impl<'a> Worker<'a> {
             oplog: Oplog::default(),
             recent: VecDeque::new(),
             scratch: AlignedBuf::default(),
+            row_words: Vec::new(),
             log: (role != Role::Normal).then(AccessLog::default),
             virtual_only: role == Role::Virtual,
             special: match role {
@@ -181,6 +184,7 @@ impl<'a> Worker<'a> {
     /// Calls `f` with row `row` of `table` (same value as [`read`](Self::read)) without
     /// copying it when this worker has no unsent updates to the row. `f` runs while the
     /// row is locked for reading: keep it short.
+    #[inline]
     pub fn read_with<T: Element, R>(
         &mut self,
         table: &Table<T>,
@@ -189,6 +193,23 @@ impl<'a> Worker<'a> {
     ) -> Result<R> {
         let meta = self.check(table, row, table.width)?;
         let key = table.key(row);
+        let mut f = f;
+        if self.log.is_none() && self.special.is_some() {
+            let required = self.required();
+            let no_generic_updates = self.oplog.is_empty() && self.recent.is_empty();
+            let words = meta.row_bytes().div_ceil(8);
+            if self.row_words.len() < words {
+                self.row_words.resize(words, 0);
+            }
+            let scratch = &mut bytemuck::cast_slice_mut::<u64, T>(&mut self.row_words[..words])
+                [..table.width];
+            if let Some(sp) = &mut self.special {
+                match sp.read_with_fast(key, required, no_generic_updates, scratch, f) {
+                    Ok(r) => return Ok(r),
+                    Err(back) => f = back,
+                }
+            }
+        }
         if self.record(key, Access::Read) {
             let zeros = vec![T::default(); table.width];
             return Ok(f(&zeros));
@@ -232,7 +253,7 @@ impl<'a> Worker<'a> {
         let key = table.key(row);
         if self.log.is_none() {
             if let Some(sp) = &mut self.special {
-                if sp.update_fast(key, delta) {
+                if sp.update_fast(key, delta.len(), 0, delta) {
                     return Ok(());
                 }
             }
@@ -281,10 +302,18 @@ impl<'a> Worker<'a> {
                 width: table.width,
             });
         }
-        if self.record(table.key(row), Access::Update) {
+        let key = table.key(row);
+        if self.log.is_none() {
+            if let Some(sp) = &mut self.special {
+                if sp.update_fast(key, table.width, column, std::slice::from_ref(&delta)) {
+                    return Ok(());
+                }
+            }
+        }
+        if self.record(key, Access::Update) {
             return Ok(());
         }
-        if let Some(place) = self.special_place(table.key(row)) {
+        if let Some(place) = self.special_place(key) {
             if let Some(sp) = &mut self.special {
                 if sp.update(place, column, std::slice::from_ref(&delta)) {
                     return Ok(());

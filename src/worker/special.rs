@@ -305,19 +305,82 @@ impl Special {
         fresh
     }
 
-    /// The fast path of a whole-row UPDATE that follows the pattern: if the next step is
-    /// `key`'s block, adds `delta` to it and returns `true`; otherwise changes nothing
-    /// and returns `false`.
+    /// The fast path of a READ that lends the row ([`Worker::read_with`]): like
+    /// [`read_fast`](Self::read_fast), calling `f` with the row instead of copying it out.
+    /// A view is lent as it is when it already is the row as this worker sees it (integer
+    /// rows, and float rows not updated in this clock); otherwise the row is built in
+    /// `scratch` (the table's width). Gives `f` back if it could not take the fast path.
+    ///
+    /// [`Worker::read_with`]: super::Worker::read_with
     #[inline(always)]
-    pub(crate) fn update_fast<T: Element>(&mut self, key: RowKey, delta: &[T]) -> bool {
+    pub(crate) fn read_with_fast<T: Element, R, F: FnOnce(&[T]) -> R>(
+        &mut self,
+        key: RowKey,
+        required: Clock,
+        no_generic_updates: bool,
+        scratch: &mut [T],
+        f: F,
+    ) -> std::result::Result<R, F> {
+        let Some(&step) = self.steps.get(self.cursor) else {
+            return Err(f);
+        };
+        if step & SLOT_STEP != 0 {
+            if no_generic_updates && self.read_slot_fast(step & !SLOT_STEP, key, required, scratch)
+            {
+                return Ok(f(scratch));
+            }
+            return Err(f);
+        }
+        let exact = T::TYPE.exact();
+        if !self.views || (!exact && !self.recent.is_empty()) {
+            return Err(f);
+        }
+        let (b, n) = (step as usize, scratch.len());
+        let row_words = padded(size_of_val(scratch)) / 8;
+        let end = b + HEADER_WORDS + 2 * row_words;
+        let Some(block) = self.words.get(b..end) else {
+            return Err(f);
+        };
+        let clock = block[2];
+        if block[0] != key.row || block[1] as u32 != key.table || clock == Clock::MAX {
+            return Err(f);
+        }
+        if clock < required {
+            return Err(f);
+        }
+        let add_delta = !exact && block[1] & TOUCHED != 0;
+        self.advance();
+        let (view, delta) = self.words[b + HEADER_WORDS..end].split_at(row_words);
+        let view = &bytemuck::cast_slice::<u64, T>(view)[..n];
+        if add_delta {
+            T::sum_into(scratch, view, &bytemuck::cast_slice::<u64, T>(delta)[..n]);
+            Ok(f(scratch))
+        } else {
+            Ok(f(view))
+        }
+    }
+
+    /// The fast path of an UPDATE that follows the pattern: if the next step is `key`'s
+    /// block (a row of `width` elements), adds `delta` to it starting at element `column`
+    /// (a whole row: `column == 0`, `delta.len() == width`) and returns `true`; otherwise
+    /// changes nothing and returns `false`.
+    #[inline(always)]
+    pub(crate) fn update_fast<T: Element>(
+        &mut self,
+        key: RowKey,
+        width: usize,
+        column: usize,
+        delta: &[T],
+    ) -> bool {
         let Some(&step) = self.steps.get(self.cursor) else {
             return false;
         };
         if step & SLOT_STEP != 0 {
             return false;
         }
-        let (b, n) = (step as usize, delta.len());
-        let row_words = padded(size_of_val(delta)) / 8;
+        let (b, n) = (step as usize, width);
+        let cols = column..column + delta.len();
+        let row_words = padded(width * size_of::<T>()) / 8;
         let view_words = if self.views { row_words } else { 0 };
         let Some(block) = self
             .words
@@ -331,15 +394,23 @@ impl Special {
         let (header, rows) = block.split_at_mut(HEADER_WORDS);
         let (view, row) = rows.split_at_mut(view_words);
         if T::TYPE.exact() && self.views && header[2] != Clock::MAX {
-            T::add_slice(&mut bytemuck::cast_slice_mut::<u64, T>(view)[..n], delta);
+            T::add_slice(
+                &mut bytemuck::cast_slice_mut::<u64, T>(view)[cols.clone()],
+                delta,
+            );
         }
         let row = &mut bytemuck::cast_slice_mut::<u64, T>(row)[..n];
         if header[1] & TOUCHED == 0 {
             // First update of the clock: the delta is the value (as the generic log does).
             header[1] |= TOUCHED;
-            row.copy_from_slice(delta);
+            if delta.len() == n {
+                row.copy_from_slice(delta);
+            } else {
+                row.fill(T::default());
+                T::add_slice(&mut row[cols], delta);
+            }
         } else {
-            T::add_slice(row, delta);
+            T::add_slice(&mut row[cols], delta);
         }
         self.advance();
         true
