@@ -155,6 +155,9 @@ impl<'a> Worker<'a> {
         self.check(table, row, out.len())?;
         let key = table.key(row);
         if self.log.is_none() {
+            if self.special.is_none() {
+                return self.read_generic(key, out);
+            }
             let required = self.required();
             let no_generic_updates = self.oplog.is_empty() && self.recent.is_empty();
             if let Some(sp) = &mut self.special {
@@ -173,10 +176,21 @@ impl<'a> Worker<'a> {
             out.fill(T::default());
             return Ok(());
         }
-        let data_clock = match self.special_place(key) {
-            Some(place) => self.read_special(place, out)?,
-            None => self.fetch_fresh(key, |data| out.copy_from_slice(data.cast()))?,
-        };
+        match self.special_place(key) {
+            Some(place) => {
+                let data_clock = self.read_special(place, out)?;
+                self.add_own(key, data_clock, out);
+                Ok(())
+            }
+            None => self.read_generic(key, out),
+        }
+    }
+
+    /// [`read`](Self::read) through the generic store: the process cache, then this
+    /// worker's own updates.
+    #[inline(always)]
+    fn read_generic<T: Element>(&mut self, key: RowKey, out: &mut [T]) -> Result<()> {
+        let data_clock = self.fetch_fresh(key, |data| out.copy_from_slice(data.cast()))?;
         self.add_own(key, data_clock, out);
         Ok(())
     }
@@ -252,10 +266,12 @@ impl<'a> Worker<'a> {
         self.check(table, row, delta.len())?;
         let key = table.key(row);
         if self.log.is_none() {
-            if let Some(sp) = &mut self.special {
-                if sp.update_fast(key, delta.len(), 0, delta) {
-                    return Ok(());
-                }
+            let Some(sp) = &mut self.special else {
+                self.update_generic(key, delta);
+                return Ok(());
+            };
+            if sp.update_fast(key, delta.len(), 0, delta) {
+                return Ok(());
             }
         }
         self.update_slow(key, delta)
@@ -274,6 +290,13 @@ impl<'a> Worker<'a> {
                 }
             }
         }
+        self.update_generic(key, delta);
+        Ok(())
+    }
+
+    /// [`update`](Self::update) through the generic store: into this worker's op log.
+    #[inline(always)]
+    fn update_generic<T: Element>(&mut self, key: RowKey, delta: &[T]) {
         match self.oplog.entry(key) {
             std::collections::hash_map::Entry::Occupied(mut e) => {
                 T::add_slice(e.get_mut().cast_mut(), delta);
@@ -282,7 +305,6 @@ impl<'a> Worker<'a> {
                 e.insert(AlignedBuf::from_slice(delta));
             }
         }
-        Ok(())
     }
 
     /// Adds `delta` to column `column` of row `row` of `table` (a sparse update).
