@@ -122,31 +122,16 @@ impl ProcessArena {
         required: Clock,
         dst: &mut [u8],
     ) -> Option<Clock> {
-        let chunk = chunk as usize;
         let word = word as usize;
         let words = &self.words[word..word + dst.len().div_ceil(8)];
-        loop {
-            let v1 = self.versions[chunk].load(Ordering::Acquire);
-            if v1 & 1 == 1 {
-                std::hint::spin_loop();
-                continue;
-            }
-            let clock = self.chunk_clocks[chunk].load(Ordering::Relaxed);
-            if clock == EMPTY || clock < required {
-                return None;
-            }
-            copy_words(words, dst);
-            fence(Ordering::Acquire);
-            if self.versions[chunk].load(Ordering::Relaxed) == v1 {
-                return Some(clock);
-            }
-        }
+        self.read_chunk(chunk, required, |_| copy_words(words, dst))
     }
 
     /// Runs `copy` on the arena's words while chunk `chunk` holds a snapshot with data
     /// clock `>= required`, and returns that clock; `None` if the chunk is older. If the
     /// communication thread rewrote the chunk meanwhile, `copy` runs again: it must only
     /// copy (out of the chunk's rows, through [`ArenaWords::copy_row`]).
+    #[inline(always)]
     pub(crate) fn read_chunk(
         &self,
         chunk: u32,

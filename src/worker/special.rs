@@ -772,23 +772,9 @@ fn wait_chunk(
     required: Clock,
     mut copy: impl FnMut(&crate::client::ArenaWords<'_>),
 ) -> Result<Clock> {
-    loop {
-        if let Some(clock) = arena.read_chunk(chunk, required, &mut copy) {
-            return Ok(clock);
-        }
-        let generation = shared.fetcher.generation();
-        if let Some(clock) = arena.read_chunk(chunk, required, &mut copy) {
-            return Ok(clock);
-        }
-        shared.check()?;
-        arena.request(
-            shared.process,
-            shared.transport.as_ref(),
-            required,
-            Some(slot),
-        )?;
-        shared.fetcher.wait(generation, WAIT_SLICE);
-    }
+    wait_fresh(shared, arena, slot, required, || {
+        arena.read_chunk(chunk, required, &mut copy)
+    })
 }
 
 /// Reads the row of `slot` (described by `info`) from the arena, asking for a refresh and
@@ -801,12 +787,27 @@ fn wait_read(
     required: Clock,
     dst: &mut [u8],
 ) -> Result<Clock> {
+    wait_fresh(shared, arena, slot, required, || {
+        arena.read_at(info.chunk, info.word, required, dst)
+    })
+}
+
+/// Calls `attempt` (a read of the arena that needs data clock `>= required`) until it
+/// succeeds, asking for a refresh of the chunk holding `slot` and waiting for replies in
+/// between; returns the data clock it read.
+fn wait_fresh(
+    shared: &ClientShared,
+    arena: &ProcessArena,
+    slot: u32,
+    required: Clock,
+    mut attempt: impl FnMut() -> Option<Clock>,
+) -> Result<Clock> {
     loop {
-        if let Some(clock) = arena.read_at(info.chunk, info.word, required, dst) {
+        if let Some(clock) = attempt() {
             return Ok(clock);
         }
         let generation = shared.fetcher.generation();
-        if let Some(clock) = arena.read_at(info.chunk, info.word, required, dst) {
+        if let Some(clock) = attempt() {
             return Ok(clock);
         }
         shared.check()?;
