@@ -198,7 +198,7 @@ impl<'a> Worker<'a> {
     /// Calls `f` with row `row` of `table` (same value as [`read`](Self::read)) without
     /// copying it when this worker has no unsent updates to the row. `f` runs while the
     /// row is locked for reading: keep it short.
-    #[inline]
+    #[inline(always)]
     pub fn read_with<T: Element, R>(
         &mut self,
         table: &Table<T>,
@@ -207,8 +207,10 @@ impl<'a> Worker<'a> {
     ) -> Result<R> {
         let meta = self.check(table, row, table.width)?;
         let key = table.key(row);
-        let mut f = f;
-        if self.log.is_none() && self.special.is_some() {
+        if self.log.is_none() {
+            if self.special.is_none() {
+                return self.read_with_generic(key, meta, f);
+            }
             let required = self.required();
             let no_generic_updates = self.oplog.is_empty() && self.recent.is_empty();
             let words = meta.row_bytes().div_ceil(8);
@@ -218,45 +220,77 @@ impl<'a> Worker<'a> {
             let scratch = &mut bytemuck::cast_slice_mut::<u64, T>(&mut self.row_words[..words])
                 [..table.width];
             if let Some(sp) = &mut self.special {
-                match sp.read_with_fast(key, required, no_generic_updates, scratch, f) {
-                    Ok(r) => return Ok(r),
-                    Err(back) => f = back,
-                }
+                return match sp.read_with_fast(key, required, no_generic_updates, scratch, f) {
+                    Ok(r) => Ok(r),
+                    Err(f) => self.read_with_slow(key, meta, f),
+                };
             }
         }
+        self.read_with_slow(key, meta, f)
+    }
+
+    /// [`read_with`](Self::read_with) off the specialized fast path.
+    #[inline(never)]
+    fn read_with_slow<T: Element, R>(
+        &mut self,
+        key: RowKey,
+        meta: &TableMeta,
+        f: impl FnOnce(&[T]) -> R,
+    ) -> Result<R> {
         if self.record(key, Access::Read) {
-            let zeros = vec![T::default(); table.width];
+            let zeros = vec![T::default(); meta.width];
             return Ok(f(&zeros));
         }
-        let place = self.special_place(key);
-        if let Some(place) = place {
-            let required = self.required();
-            if let Some(sp) = &mut self.special {
-                if let Some((view, _)) = sp.view::<T>(self.shared, place, required)? {
-                    return Ok(f(view));
-                }
+        let Some(place) = self.special_place(key) else {
+            return self.read_with_generic(key, meta, f);
+        };
+        let required = self.required();
+        if let Some(sp) = &mut self.special {
+            if let Some((view, _)) = sp.view::<T>(self.shared, place, required)? {
+                return Ok(f(view));
             }
         }
-        let own =
-            self.oplog.contains_key(&key) || self.recent.iter().any(|(_, l)| l.contains_key(&key));
-        if !own && place.is_none() {
-            let entry = self.fresh_entry(key)?;
-            return Ok(f(entry.data.cast()));
-        }
-        let mut scratch = std::mem::take(&mut self.scratch);
-        if scratch.len() != meta.row_bytes() {
-            scratch = AlignedBuf::zeroed(meta.row_bytes());
-        }
-        let data_clock = match place {
-            Some(place) => self.read_special(place, scratch.cast_mut::<T>())?,
-            None => self.fetch_fresh(key, |data| {
-                scratch.as_bytes_mut().copy_from_slice(data.as_bytes());
-            })?,
-        };
+        let mut scratch = self.take_scratch(meta);
+        let data_clock = self.read_special(place, scratch.cast_mut::<T>())?;
         self.add_own(key, data_clock, scratch.cast_mut::<T>());
         let result = f(scratch.cast());
         self.scratch = scratch;
         Ok(result)
+    }
+
+    /// [`read_with`](Self::read_with) through the generic store: lends the cached snapshot
+    /// when this worker has no updates of the row to add, else copies and adds them.
+    #[inline(always)]
+    fn read_with_generic<T: Element, R>(
+        &mut self,
+        key: RowKey,
+        meta: &TableMeta,
+        f: impl FnOnce(&[T]) -> R,
+    ) -> Result<R> {
+        let own =
+            self.oplog.contains_key(&key) || self.recent.iter().any(|(_, l)| l.contains_key(&key));
+        if !own {
+            let entry = self.fresh_entry(key)?;
+            return Ok(f(entry.data.cast()));
+        }
+        let mut scratch = self.take_scratch(meta);
+        let data_clock = self.fetch_fresh(key, |data| {
+            scratch.as_bytes_mut().copy_from_slice(data.as_bytes());
+        })?;
+        self.add_own(key, data_clock, scratch.cast_mut::<T>());
+        let result = f(scratch.cast());
+        self.scratch = scratch;
+        Ok(result)
+    }
+
+    /// The scratch row, sized for a row of `meta` (give it back to `self.scratch`).
+    fn take_scratch(&mut self, meta: &TableMeta) -> AlignedBuf {
+        let scratch = std::mem::take(&mut self.scratch);
+        if scratch.len() == meta.row_bytes() {
+            scratch
+        } else {
+            AlignedBuf::zeroed(meta.row_bytes())
+        }
     }
 
     /// Adds `delta` (the table's width) to row `row` of `table`. Visible to this worker at
@@ -439,13 +473,17 @@ impl<'a> Worker<'a> {
     #[inline]
     fn required(&self) -> Clock {
         match self.shared.config.staleness {
-            Staleness::Unbounded => self
-                .shared
-                .known_min
-                .load(Ordering::Acquire)
-                .max(self.run_start),
+            Staleness::Unbounded => self.required_async(),
             bounded => bounded.required_in_run(self.clock, self.run_start),
         }
+    }
+
+    /// [`required`](Self::required) under asynchronous consistency.
+    fn required_async(&self) -> Clock {
+        self.shared
+            .known_min
+            .load(Ordering::Acquire)
+            .max(self.run_start)
     }
 
     #[inline]
