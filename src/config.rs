@@ -87,9 +87,10 @@ pub struct Specializations {
     /// get per-thread copies. Off: reads go to the shared arena and merge the worker's
     /// deltas every time.
     pub thread_caches: bool,
-    /// Rows resolve to arena offsets through the pre-built read-only index, and each
-    /// worker's updates accumulate in an arena-shaped delta buffer sent as one slice.
-    /// Off: updates go through the generic per-row operation log.
+    /// Each worker keeps a block per row it updates (its delta, next to its view), found
+    /// from the pre-resolved access sequence; the deltas go out as one slab per shard in
+    /// arena order. Off: updates go through the generic per-row operation log (and there
+    /// are no views).
     pub contiguous_index: bool,
     /// One pre-built refresh request per shard per clock, answered in first-use-ordered
     /// chunks. Off: the arena is refreshed chunk by chunk on demand.
