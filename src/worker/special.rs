@@ -90,6 +90,8 @@ pub(crate) struct Special {
     steps: Vec<u32>,
     /// Position in `steps`.
     cursor: usize,
+    /// Blocks touched in this clock.
+    dirty: usize,
 }
 
 impl Special {
@@ -186,6 +188,7 @@ impl Special {
             slots,
             steps,
             cursor: 0,
+            dirty: 0,
             arena,
         }
     }
@@ -403,6 +406,7 @@ impl Special {
         if header[1] & TOUCHED == 0 {
             // First update of the clock: the delta is the value (as the generic log does).
             header[1] |= TOUCHED;
+            self.dirty += 1;
             if delta.len() == n {
                 row.copy_from_slice(delta);
             } else {
@@ -677,6 +681,7 @@ impl Special {
         }
         let first = self.words[b + 1] & TOUCHED == 0;
         self.words[b + 1] |= TOUCHED;
+        self.dirty += usize::from(first);
         let row = &mut bytemuck::cast_slice_mut::<u64, T>(&mut self.words[delta_words])[..n];
         if first {
             // First update of the clock: the delta is the value (as the generic log does).
@@ -691,21 +696,21 @@ impl Special {
     }
 
     /// Readies state kept from an earlier run for a new one: the run starts at the top of
-    /// the access sequence, views are refilled, and sent updates of earlier runs are no
-    /// longer tracked for read-my-writes (as for a freshly built state).
+    /// the access sequence, and sent updates of earlier runs are no longer tracked for
+    /// read-my-writes (as for a freshly built state). The views stay: a run requires data
+    /// of every clock before it ([`Staleness::required_in_run`]), so a view older than that
+    /// is refilled on its first read, and one that is not already holds every update of
+    /// this worker it must show.
+    ///
+    /// [`Staleness::required_in_run`]: crate::Staleness::required_in_run
     pub(crate) fn start_run(&mut self) {
         self.cursor = 0;
         self.recent.clear();
-        for &b in &self.blocks {
-            self.words[b as usize + 2] = Clock::MAX;
-        }
     }
 
     /// Whether updates of the current clock are waiting to be sent.
     pub(crate) fn has_updates(&self) -> bool {
-        self.blocks
-            .iter()
-            .any(|&b| self.words[b as usize + 1] & TOUCHED != 0)
+        self.dirty > 0
     }
 
     /// Takes this clock's delta slabs, one per shard (every row the worker updates in
@@ -740,6 +745,7 @@ impl Special {
         for &b in &self.blocks {
             self.words[b as usize + 1] &= !TOUCHED;
         }
+        self.dirty = 0;
         slabs
     }
 
