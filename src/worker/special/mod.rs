@@ -81,6 +81,8 @@ pub(crate) struct Special {
     views: bool,
     /// Per shard: its blocks (a range of `blocks`).
     shard_blocks: Vec<Range<usize>>,
+    /// Per shard: the size of its slab (its blocks' padded rows).
+    shard_bytes: Vec<usize>,
     /// Per refresh chunk of the arena: the rows in it this worker keeps a view of.
     chunk_views: Vec<Vec<ViewRow>>,
     /// Sent updates kept for read-my-writes under SSP: the blocks as they were sent.
@@ -126,15 +128,20 @@ impl Special {
             .collect();
         let (mut words, mut blocks) = (Vec::new(), Vec::new());
         let mut shard_blocks = vec![0..0; plan.shards.len()];
+        let mut shard_bytes = vec![0; plan.shards.len()];
         let mut chunk_views = vec![Vec::new(); if views { plan.chunks.len() } else { 0 }];
-        if deltas {
+        let block_words = |s: u32| {
+            HEADER_WORDS + padded(plan.slots[s as usize].len) / 8 * (1 + usize::from(views))
+        };
+        // Steps address blocks with 31 bits of words: beyond 16 GiB of blocks, none are
+        // built and every update takes the generic path (a partial layout would not match
+        // the one the servers expect slabs in).
+        let fits = updates.iter().map(|&s| block_words(s)).sum::<usize>() < SLOT_STEP as usize;
+        if deltas && fits {
             for &s in updates {
                 let slot = &plan.slots[s as usize];
                 let row_words = padded(slot.len) / 8;
                 let b = words.len();
-                if b >= SLOT_STEP as usize {
-                    break; // beyond 16 GiB of blocks: the rest take the generic path
-                }
                 let r = blocks.len();
                 let range = &mut shard_blocks[slot.shard as usize];
                 *range = if range.start == range.end {
@@ -159,7 +166,8 @@ impl Special {
                     Clock::MAX,
                     u64::from(s) | (slot.len as u64) << 32,
                 ]);
-                words.resize(b + HEADER_WORDS + row_words * (1 + usize::from(views)), 0);
+                words.resize(b + block_words(s), 0);
+                shard_bytes[slot.shard as usize] += row_words * 8;
             }
         }
         let mut offsets = Vec::with_capacity(copied.len());
@@ -181,6 +189,7 @@ impl Special {
             words,
             blocks,
             views,
+            shard_bytes,
             shard_blocks,
             chunk_views,
             recent: VecDeque::new(),
@@ -499,34 +508,25 @@ impl Special {
     /// Takes this clock's delta slabs, one per shard (every row the worker updates in
     /// arena order, zeros where untouched), and starts a new clock.
     pub(crate) fn take_slabs(&mut self, clock: Clock, keep_recent: bool) -> Vec<AlignedBuf> {
-        let slabs = self
-            .shard_blocks
-            .iter()
-            .map(|range| {
-                let blocks = &self.blocks[range.clone()];
-                let bytes = blocks
-                    .iter()
-                    .map(|&b| padded(self.block_len(b as usize)))
-                    .sum();
-                let mut slab = AlignedBuf::zeroed(bytes);
-                let out = slab.as_bytes_mut();
-                let mut at = 0;
-                for &b in blocks {
-                    let (_, delta) = self.block_parts(b as usize);
-                    let row: &[u8] = bytemuck::cast_slice(&self.words[delta]);
-                    if self.words[b as usize + 1] & TOUCHED != 0 {
-                        out[at..at + row.len()].copy_from_slice(row);
-                    }
-                    at += row.len();
-                }
-                slab
-            })
-            .collect();
         if keep_recent {
             self.recent.push_back((clock, self.words.clone()));
         }
-        for &b in &self.blocks {
-            self.words[b as usize + 1] &= !TOUCHED;
+        // One pass over the blocks: copy the touched deltas, clear the flags.
+        let mut slabs = Vec::with_capacity(self.shard_blocks.len());
+        for (range, &bytes) in self.shard_blocks.iter().zip(&self.shard_bytes) {
+            let mut slab = AlignedBuf::zeroed(bytes);
+            let out = slab.as_bytes_mut();
+            let mut at = 0;
+            for &b in &self.blocks[range.clone()] {
+                let (_, delta) = block_parts(&self.words, self.views, b as usize);
+                let len = delta.len() * 8;
+                if self.words[b as usize + 1] & TOUCHED != 0 {
+                    self.words[b as usize + 1] &= !TOUCHED;
+                    out[at..at + len].copy_from_slice(bytemuck::cast_slice(&self.words[delta]));
+                }
+                at += len;
+            }
+            slabs.push(slab);
         }
         self.dirty = 0;
         slabs
