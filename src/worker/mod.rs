@@ -38,9 +38,9 @@ pub struct Worker<'a> {
     oplog: Oplog,
     /// This worker's sent updates of recent clocks, for read-my-writes under SSP `s > 0`.
     recent: VecDeque<(Clock, Oplog)>,
-    scratch: AlignedBuf,
-    /// A row's worth of words for the fast path of `read_with` (grown, never shrunk).
-    row_words: Vec<u64>,
+    /// A row's worth of words for `read_with` when it cannot lend the row (grown, never
+    /// shrunk; see [`scratch_row`]).
+    scratch: Vec<u64>,
     /// Where accesses are logged while the pattern is being gathered.
     log: Option<AccessLog>,
     /// In a virtual iteration: reads return zeros, updates are dropped, nothing is sent.
@@ -80,8 +80,7 @@ impl<'a> Worker<'a> {
             run_start: clock,
             oplog: Oplog::default(),
             recent: VecDeque::new(),
-            scratch: AlignedBuf::default(),
-            row_words: Vec::new(),
+            scratch: Vec::new(),
             log: (role != Role::Normal).then(AccessLog::default),
             virtual_only: role == Role::Virtual,
             special: match role {
@@ -158,8 +157,7 @@ impl<'a> Worker<'a> {
             if self.special.is_none() {
                 return self.read_generic(key, out);
             }
-            let required = self.required();
-            let no_generic_updates = self.oplog.is_empty() && self.recent.is_empty();
+            let (required, no_generic_updates) = self.fast_read_context();
             if let Some(sp) = &mut self.special {
                 if sp.read_fast(key, required, no_generic_updates, out) {
                     return Ok(());
@@ -211,14 +209,8 @@ impl<'a> Worker<'a> {
             if self.special.is_none() {
                 return self.read_with_generic(key, meta, f);
             }
-            let required = self.required();
-            let no_generic_updates = self.oplog.is_empty() && self.recent.is_empty();
-            let words = meta.row_bytes().div_ceil(8);
-            if self.row_words.len() < words {
-                self.row_words.resize(words, 0);
-            }
-            let scratch = &mut bytemuck::cast_slice_mut::<u64, T>(&mut self.row_words[..words])
-                [..table.width];
+            let (required, no_generic_updates) = self.fast_read_context();
+            let scratch = scratch_row(&mut self.scratch, meta);
             if let Some(sp) = &mut self.special {
                 return match sp.read_with_fast(key, required, no_generic_updates, scratch, f) {
                     Ok(r) => Ok(r),
@@ -250,12 +242,15 @@ impl<'a> Worker<'a> {
                 return Ok(f(view));
             }
         }
-        let mut scratch = self.take_scratch(meta);
-        let data_clock = self.read_special(place, scratch.cast_mut::<T>())?;
-        self.add_own(key, data_clock, scratch.cast_mut::<T>());
-        let result = f(scratch.cast());
-        self.scratch = scratch;
-        Ok(result)
+        let mut words = std::mem::take(&mut self.scratch);
+        let row = scratch_row(&mut words, meta);
+        let read = self.read_special(place, row);
+        let result = read.map(|data_clock| {
+            self.add_own(key, data_clock, row);
+            f(row)
+        });
+        self.scratch = words;
+        result
     }
 
     /// [`read_with`](Self::read_with) through the generic store: lends the cached snapshot
@@ -273,24 +268,15 @@ impl<'a> Worker<'a> {
             let entry = self.fresh_entry(key)?;
             return Ok(f(entry.data.cast()));
         }
-        let mut scratch = self.take_scratch(meta);
-        let data_clock = self.fetch_fresh(key, |data| {
-            scratch.as_bytes_mut().copy_from_slice(data.as_bytes());
-        })?;
-        self.add_own(key, data_clock, scratch.cast_mut::<T>());
-        let result = f(scratch.cast());
-        self.scratch = scratch;
-        Ok(result)
-    }
-
-    /// The scratch row, sized for a row of `meta` (give it back to `self.scratch`).
-    fn take_scratch(&mut self, meta: &TableMeta) -> AlignedBuf {
-        let scratch = std::mem::take(&mut self.scratch);
-        if scratch.len() == meta.row_bytes() {
-            scratch
-        } else {
-            AlignedBuf::zeroed(meta.row_bytes())
-        }
+        let mut words = std::mem::take(&mut self.scratch);
+        let row = scratch_row(&mut words, meta);
+        let fetched = self.fetch_fresh(key, |data| row.copy_from_slice(data.cast()));
+        let result = fetched.map(|data_clock| {
+            self.add_own(key, data_clock, row);
+            f(row)
+        });
+        self.scratch = words;
+        result
     }
 
     /// Adds `delta` (the table's width) to row `row` of `table`. Visible to this worker at
@@ -472,18 +458,23 @@ impl<'a> Worker<'a> {
     /// The smallest data clock this worker may read now.
     #[inline]
     fn required(&self) -> Clock {
-        match self.shared.config.staleness {
-            Staleness::Unbounded => self.required_async(),
-            bounded => bounded.required_in_run(self.clock, self.run_start),
+        let staleness = self.shared.config.staleness;
+        let floor = staleness.required_in_run(self.clock, self.run_start);
+        match staleness {
+            Staleness::Unbounded => floor.max(self.shared.known_min.load(Ordering::Acquire)),
+            Staleness::Bounded(_) => floor,
         }
     }
 
-    /// [`required`](Self::required) under asynchronous consistency.
-    fn required_async(&self) -> Clock {
-        self.shared
-            .known_min
-            .load(Ordering::Acquire)
-            .max(self.run_start)
+    /// What the specialized fast paths need to know of this worker: the data clock a read
+    /// requires, and whether the generic op log holds no updates (of this clock or recent
+    /// ones) that a read of a row without a block would have to add.
+    #[inline(always)]
+    fn fast_read_context(&self) -> (Clock, bool) {
+        (
+            self.required(),
+            self.oplog.is_empty() && self.recent.is_empty(),
+        )
     }
 
     #[inline]
@@ -585,4 +576,14 @@ impl<'a> Worker<'a> {
             T::add_slice(dst, delta.cast());
         }
     }
+}
+
+/// `words` as one row of `meta`'s elements, grown to fit first.
+#[inline(always)]
+fn scratch_row<'w, T: Element>(words: &'w mut Vec<u64>, meta: &TableMeta) -> &'w mut [T] {
+    let n = meta.row_bytes().div_ceil(8);
+    if words.len() < n {
+        words.resize(n, 0);
+    }
+    &mut bytemuck::cast_slice_mut::<u64, T>(&mut words[..n])[..meta.width]
 }

@@ -10,6 +10,30 @@ use crate::prefetch::prefetch;
 use crate::server::padded;
 use crate::{Element, RowKey};
 
+/// A block [`Special::fresh_block`] found: where its view and delta rows are.
+struct FreshBlock {
+    /// First word of the view; the delta follows it.
+    view: usize,
+    row_words: usize,
+    /// Elements per row.
+    n: usize,
+    /// Whether a read must add the delta to the view (a float row touched this clock).
+    add_delta: bool,
+}
+
+impl FreshBlock {
+    /// The view and the delta, as elements.
+    #[inline(always)]
+    fn rows<'a, T: Element>(&self, words: &'a [u64]) -> (&'a [T], &'a [T]) {
+        let rows = &words[self.view..self.view + 2 * self.row_words];
+        let (view, delta) = rows.split_at(self.row_words);
+        (
+            &bytemuck::cast_slice(view)[..self.n],
+            &bytemuck::cast_slice(delta)[..self.n],
+        )
+    }
+}
+
 impl Special {
     /// The fast path of a READ that follows the pattern: if the next step is `key`'s block
     /// and its view is fresh enough for `required`, copies the row as this worker sees it
@@ -32,32 +56,18 @@ impl Special {
             return no_generic_updates
                 && self.read_slot_fast(step & !SLOT_STEP, key, required, dst);
         }
-        let exact = T::TYPE.exact();
-        if !self.views || (!exact && !self.recent.is_empty()) {
-            return false;
-        }
-        let (b, n) = (step as usize, dst.len());
-        let row_words = padded(size_of_val(dst)) / 8;
-        let Some(block) = self.words.get(b..b + HEADER_WORDS + 2 * row_words) else {
+        let Some(fresh) = self.fresh_block::<T>(step, key, required, dst.len()) else {
             return false;
         };
-        let clock = block[2];
-        if block[0] != key.row || block[1] as u32 != key.table || clock == Clock::MAX {
-            return false;
-        }
-        if clock < required {
-            return false;
-        }
-        let (view, delta) = block[HEADER_WORDS..].split_at(row_words);
-        let view = &bytemuck::cast_slice::<u64, T>(view)[..n];
-        if !exact && block[1] & TOUCHED != 0 {
+        self.advance();
+        let (view, delta) = fresh.rows(&self.words);
+        if fresh.add_delta {
             // Floats: the snapshot plus this clock's delta, in one pass (integer views
             // already hold this worker's updates).
-            T::sum_into(dst, view, &bytemuck::cast_slice::<u64, T>(delta)[..n]);
+            T::sum_into(dst, view, delta);
         } else {
             dst.copy_from_slice(view);
         }
-        self.advance();
         true
     }
 
@@ -125,33 +135,47 @@ impl Special {
             }
             return Err(f);
         }
-        let exact = T::TYPE.exact();
-        if !self.views || (!exact && !self.recent.is_empty()) {
-            return Err(f);
-        }
-        let (b, n) = (step as usize, scratch.len());
-        let row_words = padded(size_of_val(scratch)) / 8;
-        let end = b + HEADER_WORDS + 2 * row_words;
-        let Some(block) = self.words.get(b..end) else {
+        let Some(fresh) = self.fresh_block::<T>(step, key, required, scratch.len()) else {
             return Err(f);
         };
-        let clock = block[2];
-        if block[0] != key.row || block[1] as u32 != key.table || clock == Clock::MAX {
-            return Err(f);
-        }
-        if clock < required {
-            return Err(f);
-        }
-        let add_delta = !exact && block[1] & TOUCHED != 0;
         self.advance();
-        let (view, delta) = self.words[b + HEADER_WORDS..end].split_at(row_words);
-        let view = &bytemuck::cast_slice::<u64, T>(view)[..n];
-        if add_delta {
-            T::sum_into(scratch, view, &bytemuck::cast_slice::<u64, T>(delta)[..n]);
+        let (view, delta) = fresh.rows(&self.words);
+        if fresh.add_delta {
+            T::sum_into(scratch, view, delta);
             Ok(f(scratch))
         } else {
             Ok(f(view))
         }
+    }
+
+    /// The block named by `step` if it is `key`'s, its view holds a snapshot fresh enough
+    /// for `required`, and a read can be served from it alone (views on; for floats, no
+    /// sent updates to add under SSP). `n`: the row's width.
+    #[inline(always)]
+    fn fresh_block<T: Element>(
+        &self,
+        step: u32,
+        key: RowKey,
+        required: Clock,
+        n: usize,
+    ) -> Option<FreshBlock> {
+        let exact = T::TYPE.exact();
+        if !self.views || (!exact && !self.recent.is_empty()) {
+            return None;
+        }
+        let b = step as usize;
+        let row_words = padded(n * size_of::<T>()) / 8;
+        let block = self.words.get(b..b + HEADER_WORDS + 2 * row_words)?;
+        let clock = block[2];
+        if block[0] != key.row || block[1] as u32 != key.table || clock == Clock::MAX {
+            return None;
+        }
+        (clock >= required).then_some(FreshBlock {
+            view: b + HEADER_WORDS,
+            row_words,
+            n,
+            add_delta: !exact && block[1] & TOUCHED != 0,
+        })
     }
 
     /// The fast path of an UPDATE that follows the pattern: if the next step is `key`'s
@@ -172,41 +196,12 @@ impl Special {
         if step & SLOT_STEP != 0 {
             return false;
         }
-        let (b, n) = (step as usize, width);
-        let cols = column..column + delta.len();
-        let row_words = padded(width * size_of::<T>()) / 8;
-        let view_words = if self.views { row_words } else { 0 };
-        let Some(block) = self
-            .words
-            .get_mut(b..b + HEADER_WORDS + view_words + row_words)
-        else {
-            return false;
-        };
-        if block[0] != key.row || block[1] as u32 != key.table {
-            return false;
+        let b = step as usize;
+        match self.words.get(b..b + HEADER_WORDS) {
+            Some(h) if h[0] == key.row && h[1] as u32 == key.table => {}
+            _ => return false,
         }
-        let (header, rows) = block.split_at_mut(HEADER_WORDS);
-        let (view, row) = rows.split_at_mut(view_words);
-        if T::TYPE.exact() && self.views && header[2] != Clock::MAX {
-            T::add_slice(
-                &mut bytemuck::cast_slice_mut::<u64, T>(view)[cols.clone()],
-                delta,
-            );
-        }
-        let row = &mut bytemuck::cast_slice_mut::<u64, T>(row)[..n];
-        if header[1] & TOUCHED == 0 {
-            // First update of the clock: the delta is the value (as the generic log does).
-            header[1] |= TOUCHED;
-            self.dirty += 1;
-            if delta.len() == n {
-                row.copy_from_slice(delta);
-            } else {
-                row.fill(T::default());
-                T::add_slice(&mut row[cols], delta);
-            }
-        } else {
-            T::add_slice(&mut row[cols], delta);
-        }
+        self.add_to_block(b, width, column, delta);
         self.advance();
         true
     }

@@ -464,27 +464,39 @@ impl Special {
             return false;
         }
         let b = place.block as usize;
-        let n = self.block_len(b) / size_of::<T>();
+        let width = self.block_len(b) / size_of::<T>();
+        self.add_to_block(b, width, column, delta);
+        true
+    }
+
+    /// Adds `delta` at element `column` of the block at word `b` (a row of `width`
+    /// elements): into its delta (copied on the clock's first touch, as the generic log
+    /// does) and, for integers, into a filled view.
+    #[inline(always)]
+    fn add_to_block<T: Element>(&mut self, b: usize, width: usize, column: usize, delta: &[T]) {
         let cols = column..column + delta.len();
-        let (view, delta_words) = self.block_parts(b);
-        if self.views && T::TYPE.exact() && self.words[b + 2] != Clock::MAX {
-            let row = &mut bytemuck::cast_slice_mut::<u64, T>(&mut self.words[view])[..n];
-            T::add_slice(&mut row[cols.clone()], delta);
+        let row_words = padded(width * size_of::<T>()) / 8;
+        let view_words = if self.views { row_words } else { 0 };
+        let block = &mut self.words[b..b + HEADER_WORDS + view_words + row_words];
+        let (header, rows) = block.split_at_mut(HEADER_WORDS);
+        let (view, row) = rows.split_at_mut(view_words);
+        if T::TYPE.exact() && self.views && header[2] != Clock::MAX {
+            T::add_slice(
+                &mut bytemuck::cast_slice_mut::<u64, T>(view)[cols.clone()],
+                delta,
+            );
         }
-        let first = self.words[b + 1] & TOUCHED == 0;
-        self.words[b + 1] |= TOUCHED;
-        self.dirty += usize::from(first);
-        let row = &mut bytemuck::cast_slice_mut::<u64, T>(&mut self.words[delta_words])[..n];
-        if first {
-            // First update of the clock: the delta is the value (as the generic log does).
-            if delta.len() == n {
+        let row = &mut bytemuck::cast_slice_mut::<u64, T>(row)[..width];
+        if header[1] & TOUCHED == 0 {
+            header[1] |= TOUCHED;
+            self.dirty += 1;
+            if delta.len() == width {
                 row.copy_from_slice(delta);
-                return true;
+                return;
             }
             row.fill(T::default());
         }
         T::add_slice(&mut row[cols], delta);
-        true
     }
 
     /// Readies state kept from an earlier run for a new one: the run starts at the top of
