@@ -242,15 +242,7 @@ impl<'a> Worker<'a> {
                 return Ok(f(view));
             }
         }
-        let mut words = std::mem::take(&mut self.scratch);
-        let row = scratch_row(&mut words, meta);
-        let read = self.read_special(place, row);
-        let result = read.map(|data_clock| {
-            self.add_own(key, data_clock, row);
-            f(row)
-        });
-        self.scratch = words;
-        result
+        self.lend_own_row(key, meta, |w, row| w.read_special(place, row), f)
     }
 
     /// [`read_with`](Self::read_with) through the generic store: lends the cached snapshot
@@ -268,10 +260,25 @@ impl<'a> Worker<'a> {
             let entry = self.fresh_entry(key)?;
             return Ok(f(entry.data.cast()));
         }
+        let fill = |w: &mut Self, row: &mut [T]| {
+            w.fetch_fresh(key, |data| row.copy_from_slice(data.cast()))
+        };
+        self.lend_own_row(key, meta, fill, f)
+    }
+
+    /// Calls `f` with `key`'s row as this worker sees it, built in the scratch row: `fill`
+    /// copies a snapshot in and returns its data clock, then this worker's own updates the
+    /// snapshot lacks are added.
+    fn lend_own_row<T: Element, R>(
+        &mut self,
+        key: RowKey,
+        meta: &TableMeta,
+        fill: impl FnOnce(&mut Self, &mut [T]) -> Result<Clock>,
+        f: impl FnOnce(&[T]) -> R,
+    ) -> Result<R> {
         let mut words = std::mem::take(&mut self.scratch);
         let row = scratch_row(&mut words, meta);
-        let fetched = self.fetch_fresh(key, |data| row.copy_from_slice(data.cast()));
-        let result = fetched.map(|data_clock| {
+        let result = fill(self, row).map(|data_clock| {
             self.add_own(key, data_clock, row);
             f(row)
         });
