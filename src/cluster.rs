@@ -6,12 +6,13 @@
 
 use crate::client::{spawn_comm, ClientShared, ProcessArena};
 use crate::consistency::Clock;
+use crate::gather::AccessLog;
 use crate::msg::{Endpoint, Msg};
 use crate::plan::{self, PlanConfig};
 use crate::table::{resolve, Registry};
 use crate::transport::{InProcTransport, Transport};
-use crate::worker::{Role, Special, Worker};
-use crate::{server, AccessLog, AccessPattern, Config, Element, Error, Mode, Result, Table};
+use crate::worker::{AccessCounters, Kept, Role, Worker, WorkerMemory};
+use crate::{server, AccessPattern, Config, Element, Error, Mode, Result, Table};
 use std::hash::{BuildHasher, Hasher};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
@@ -21,6 +22,10 @@ use std::time::{Duration, Instant};
 
 /// What the store has done so far: how rows reached the process, and what the current
 /// plan holds. For observability and for tests that a specialization is really in use.
+///
+/// A specialized store that silently fell back to its slower paths shows here: accesses
+/// of a specialized worker are counted by how they found their row (the op tape, the
+/// plan's index, or the generic store for rows the plan does not hold).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct Stats {
@@ -37,6 +42,68 @@ pub struct Stats {
     /// Wall time spent building plans from gathered patterns and switching the store to
     /// them, summed over all plans (the "build" half of preprocessing).
     pub specialize_time: Duration,
+    /// Accesses of specialized workers found as the next step of their op tape, with no
+    /// look-up (the fast path). Counted when a run ends.
+    pub tape_accesses: u64,
+    /// Accesses of specialized workers found in the plan's index instead: they deviated
+    /// from the gathered pattern, or came after the end of a tape truncated to fit
+    /// [`Config::tape_budget`].
+    pub indexed_accesses: u64,
+    /// Accesses of specialized workers to rows the plan does not hold, served by the
+    /// generic store.
+    pub unplanned_accesses: u64,
+    /// Accesses the current plan left off the op tapes to stay within
+    /// [`Config::tape_budget`].
+    pub tape_truncated: u64,
+    /// Bytes held by the specialized state, by part.
+    pub memory: SpecialMemory,
+}
+
+/// Bytes held by the parts of the specialized state (heap buffers, by capacity). The
+/// `gathered_*` parts are what existed when the pattern was gathered, before planning;
+/// the others are the current state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct SpecialMemory {
+    /// The workers' access logs when gathering ended (freed as they are merged).
+    pub gathered_logs: usize,
+    /// The merged pattern before planning, with every worker's access sequence.
+    pub gathered_pattern: usize,
+    /// The pattern kept after planning: per-row summaries only (its sequences became the
+    /// op tapes).
+    pub pattern: usize,
+    /// The plan: slots, spans, the read-only index, per-worker update and copy layouts.
+    pub plan: usize,
+    /// The workers' op tapes: 4 bytes per access of an iteration. The only per-access
+    /// state kept while iterating.
+    pub tapes: usize,
+    /// The workers' blocks (per updated row: header, view, delta).
+    pub blocks: usize,
+    /// Each worker's table of the plan's slots resolved for it.
+    pub slot_tables: usize,
+    /// Per-thread copies of contended rows.
+    pub thread_copies: usize,
+    /// Sent blocks kept for read-my-writes under SSP.
+    pub sent_blocks: usize,
+    /// The process arena (every planned row, plus per-chunk clocks and versions).
+    pub process_arena: usize,
+    /// The server shards' arena of the same rows.
+    pub server_arenas: usize,
+}
+
+impl SpecialMemory {
+    /// Bytes of the current state (every part but the `gathered_*` ones).
+    pub fn current(&self) -> usize {
+        self.pattern
+            + self.plan
+            + self.tapes
+            + self.blocks
+            + self.slot_tables
+            + self.thread_copies
+            + self.sent_blocks
+            + self.process_arena
+            + self.server_arenas
+    }
 }
 
 /// A running cluster. Dropping it shuts it down.
@@ -48,9 +115,16 @@ pub struct Cluster {
     transport: Arc<dyn Transport>,
     threads: Vec<JoinHandle<()>>,
     clocks: Vec<Clock>,
-    /// Per worker: its specialized state, kept between runs (built once per plan).
-    specials: Vec<Mutex<Option<Special>>>,
+    /// Per worker: its specialized state (or the op tape to build it from), kept between
+    /// runs.
+    specials: Vec<Mutex<Kept>>,
     pattern: Option<AccessPattern>,
+    /// How specialized workers' accesses found their rows, summed over finished runs.
+    counters: AccessCounters,
+    /// Accesses the current plan left off the tapes.
+    tape_truncated: u64,
+    /// Bytes of the logs and of the merged pattern when the pattern was last gathered.
+    gathered: (usize, usize),
     /// Number of plans made so far (the current plan's id).
     plans: u32,
     /// Time spent in [`Cluster::specialize`] so far.
@@ -91,10 +165,13 @@ impl Cluster {
                 .build_hasher()
                 .finish(),
             clocks: vec![0; config.workers],
-            specials: (0..config.workers).map(|_| Mutex::new(None)).collect(),
+            specials: (0..config.workers).map(|_| Mutex::default()).collect(),
             config,
             registry: Registry::default(),
             pattern: None,
+            counters: AccessCounters::default(),
+            tape_truncated: 0,
+            gathered: (0, 0),
             gather_next: true,
             plans: 0,
             specialize_time: Duration::ZERO,
@@ -195,7 +272,7 @@ impl Cluster {
             // First-iteration gathering: this run was generic and logged; every update is
             // on the servers now, so the conversion loses nothing.
             self.gather_next = false;
-            self.pattern = Some(AccessPattern::from_logs(&logs));
+            self.gather(logs);
             self.specialize()?;
         }
         Ok(results)
@@ -227,16 +304,27 @@ impl Cluster {
         self.check()?;
         let start = self.clocks.iter().copied().max().unwrap_or(0);
         let (_, logs) = self.on_workers(Role::Virtual, start, &f)?;
-        self.pattern = Some(AccessPattern::from_logs(&logs));
+        self.gather(logs);
         if self.config.mode == Mode::Virtual {
             self.specialize()?;
         }
         Ok(self.pattern.as_ref().expect("set above"))
     }
 
+    /// Merges the workers' logs into the cluster's pattern, noting what they took.
+    fn gather(&mut self, logs: Vec<AccessLog>) {
+        let log_bytes = logs.iter().map(AccessLog::bytes).sum();
+        let pattern = AccessPattern::from_logs(logs);
+        self.gathered = (log_bytes, pattern.bytes());
+        self.pattern = Some(pattern);
+    }
+
     /// Builds the plan from the gathered pattern and switches the servers and this
-    /// process to it.
+    /// process to it. The pattern's sequences become the workers' op tapes.
     fn specialize(&mut self) -> Result<()> {
+        let Some(sequences) = self.pattern.as_mut().map(AccessPattern::take_sequences) else {
+            return Ok(());
+        };
         let Some(pattern) = &self.pattern else {
             return Ok(());
         };
@@ -283,18 +371,65 @@ impl Cluster {
             };
             self.send(span.shard as usize, msg)?;
         }
+        let budget = self.config.tape_budget.or_else(default_tape_budget);
+        let tapes = plan::tapes(pattern, &plan, sequences, budget);
+        self.tape_truncated = tapes.truncated;
         let arena = specs
             .static_cache
-            .then(|| ProcessArena::new(plan, self.plans, specs.prefetch_batching));
+            .then(|| Arc::new(ProcessArena::new(plan, self.plans, specs.prefetch_batching)));
+        for (kept, tape) in self.specials.iter().zip(tapes.tapes) {
+            *lock(kept) = match &arena {
+                Some(arena) => Kept::Tape(arena.clone(), tape),
+                None => Kept::Nothing,
+            };
+        }
         self.shared.set_arena(arena);
         self.specialize_time += started.elapsed();
         Ok(())
     }
 
-    /// Counters describing what the store has done so far (see [`Stats`]).
+    /// Counters describing what the store has done so far (see [`Stats`]). Meant for use
+    /// between runs.
     pub fn stats(&self) -> Stats {
         let arena = self.shared.arena();
+        let mut workers = WorkerMemory::default();
+        let mut tape_in_kept = 0;
+        for kept in &self.specials {
+            match &*lock(kept) {
+                Kept::Built(sp) => {
+                    let m = sp.memory();
+                    workers.tape += m.tape;
+                    workers.blocks += m.blocks;
+                    workers.slots += m.slots;
+                    workers.copies += m.copies;
+                    workers.recent += m.recent;
+                }
+                Kept::Tape(_, tape) => tape_in_kept += tape.capacity() * 4,
+                Kept::Nothing => {}
+            }
+        }
+        let (plan_bytes, arena_bytes, arena_rows) = arena.as_ref().map_or((0, 0, 0), |a| {
+            (a.plan.bytes(), a.bytes(), a.plan.arena_bytes)
+        });
+        let memory = SpecialMemory {
+            gathered_logs: self.gathered.0,
+            gathered_pattern: self.gathered.1,
+            pattern: self.pattern.as_ref().map_or(0, AccessPattern::bytes),
+            plan: plan_bytes,
+            tapes: workers.tape + tape_in_kept,
+            blocks: workers.blocks,
+            slot_tables: workers.slots,
+            thread_copies: workers.copies,
+            sent_blocks: workers.recent,
+            process_arena: arena_bytes,
+            server_arenas: arena_rows,
+        };
         Stats {
+            tape_accesses: self.counters.tape,
+            indexed_accesses: self.counters.indexed,
+            unplanned_accesses: self.counters.unplanned,
+            tape_truncated: self.tape_truncated,
+            memory,
             row_fetches: self.shared.fetcher.rows_requested.load(Ordering::Relaxed),
             arena_refreshes: arena
                 .as_ref()
@@ -332,14 +467,20 @@ impl Cluster {
                     std::thread::Builder::new()
                         .name(format!("iterstore-worker-{w}"))
                         .spawn_scoped(scope, move || {
-                            let kept = lock(&specials[w]).take();
+                            // A virtual iteration leaves the kept state alone.
+                            let kept = match role {
+                                Role::Virtual => Kept::Nothing,
+                                _ => std::mem::take(&mut *lock(&specials[w])),
+                            };
                             let mut worker = Worker::new(shared, tables, id, w, start, role, kept);
                             let result = catch_unwind(AssertUnwindSafe(|| f(&mut worker)));
                             let finished = worker.finish();
-                            if finished.is_ok() {
-                                *lock(&specials[w]) = worker.take_special();
+                            let (kept, counters) = worker.take_kept(finished.is_ok());
+                            if role != Role::Virtual {
+                                *lock(&specials[w]) = kept;
                             }
-                            (result, finished, worker.take_log().unwrap_or_default())
+                            let log = worker.take_log().unwrap_or_default();
+                            (result, finished, log, counters)
                         })
                 })
                 .collect();
@@ -357,12 +498,15 @@ impl Cluster {
         for (w, outcome) in outcomes.into_iter().enumerate() {
             let result = match outcome {
                 Err(e) => Err(e),
-                Ok(Err(payload)) | Ok(Ok((Err(payload), _, _))) => Err(Error::WorkerPanicked {
+                Ok(Err(payload)) | Ok(Ok((Err(payload), _, _, _))) => Err(Error::WorkerPanicked {
                     worker: w,
                     message: panic_message(payload.as_ref()),
                 }),
-                Ok(Ok((Ok(result), finished, log))) => {
+                Ok(Ok((Ok(result), finished, log, counters))) => {
                     logs.push(log);
+                    self.counters.tape += counters.tape;
+                    self.counters.indexed += counters.indexed;
+                    self.counters.unplanned += counters.unplanned;
                     if let Ok(clock) = &finished {
                         self.clocks[w] = *clock;
                     }
@@ -451,6 +595,15 @@ impl Drop for Cluster {
     fn drop(&mut self) {
         let _ = self.shutdown();
     }
+}
+
+/// The default [`Config::tape_budget`]: a quarter of the memory available now, or none if
+/// that cannot be read.
+fn default_tape_budget() -> Option<usize> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = meminfo.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: usize = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib.saturating_mul(1024) / 4)
 }
 
 /// Errors that are consequences of another failure rather than causes.

@@ -140,6 +140,12 @@ pub struct Config {
     pub contention_threshold: f64,
     /// Chunks each shard's refresh is cut into (first-use order).
     pub prefetch_chunks: usize,
+    /// Bytes the workers' op tapes (their pre-resolved access sequences, 4 bytes per
+    /// access) may take together. A worker's accesses beyond its share of the budget take
+    /// the indexed path (one look-up in the plan's index) instead of failing; `Stats`
+    /// counts them. `None`: a quarter of the memory available when the plan is made
+    /// (unbounded where that cannot be read).
+    pub tape_budget: Option<usize>,
 }
 
 /// Upper bound on workers per process; far above any machine this runs on.
@@ -158,6 +164,7 @@ impl Default for Config {
             specializations: Specializations::ALL,
             contention_threshold: 0.01,
             prefetch_chunks: 4,
+            tape_budget: None,
         }
     }
 }
@@ -198,6 +205,12 @@ impl Config {
     /// Bounds the process cache to `rows` rows with LRU eviction.
     pub fn with_cache_capacity(mut self, rows: usize) -> Self {
         self.cache_capacity = Some(rows);
+        self
+    }
+
+    /// Bounds the op tapes of all workers to `bytes` (see [`Config::tape_budget`]).
+    pub fn with_tape_budget(mut self, bytes: usize) -> Self {
+        self.tape_budget = Some(bytes);
         self
     }
 

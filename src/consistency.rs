@@ -153,11 +153,13 @@ impl<R> DeferredReads<R> {
     }
 
     /// Number of parked reads.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.waiting.values().map(Vec::len).sum()
     }
 
     /// Whether no read is parked.
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.waiting.is_empty()
     }

@@ -14,8 +14,8 @@
 //!
 //! Internally, server shards (`server`) hold the authoritative rows and the workers'
 //! clocks, the client side (`client`) caches snapshots and fetches on misses, and a
-//! [`Transport`](transport::Transport) moves protocol messages between them. The
-//! consistency rules are a pure state machine in [`consistency`]. See `ARCHITECTURE.md`.
+//! transport moves protocol messages between them. The consistency rules are a pure
+//! state machine. See `ARCHITECTURE.md`.
 //!
 //! ```
 //! use iterstore::{Cluster, Config};
@@ -44,23 +44,24 @@ mod buf;
 mod client;
 mod cluster;
 mod config;
-pub mod consistency;
+mod consistency;
 mod element;
 mod error;
-pub mod gather;
-pub mod msg;
-pub mod plan;
+mod gather;
+mod msg;
+mod plan;
 mod prefetch;
 mod server;
 mod table;
-pub mod transport;
+mod transport;
 mod worker;
 
 pub use buf::AlignedBuf;
 pub use cluster::{Cluster, Stats};
 pub use config::{Config, Mode, Specializations, Staleness, MAX_SHARDS, MAX_WORKERS};
+pub use consistency::Clock;
 pub use element::{ElemType, Element};
 pub use error::{Error, Result};
-pub use gather::{Access, AccessLog, AccessPattern, RowUse};
+pub use gather::{AccessPattern, RowUse};
 pub use table::{RowKey, Table, TableId, TableMeta};
 pub use worker::Worker;

@@ -1,12 +1,12 @@
 //! The planner: pure functions from an [`AccessPattern`] to a [`Plan`] — which rows the
 //! process caches statically, where each lives in the contiguous arena, which rows get
 //! per-thread copies, what each worker's update buffer holds, and how each shard's refresh
-//! is cut into chunks.
+//! is cut into chunks — and from the pattern's per-worker sequences to op [`Tapes`].
 //!
 //! No IO, no threads, no store state: the planner only lays things out, so it can be tested
 //! on synthetic patterns.
 
-use crate::gather::AccessPattern;
+use crate::gather::{map_bytes, AccessPattern};
 use crate::server::shard_of;
 use crate::{RowKey, TableMeta};
 use rustc_hash::FxHashMap;
@@ -70,9 +70,74 @@ pub struct Plan {
     pub updates: Vec<Vec<u32>>,
     /// Per worker: the slots it keeps a private copy of (contended rows).
     pub thread_cached: Vec<Vec<u32>>,
-    /// Per worker: its accesses of one iteration in order, resolved to slots ahead of
-    /// time, so that a worker repeating the pattern finds each slot without hashing.
-    pub sequences: Vec<Vec<(RowKey, u32)>>,
+}
+
+impl Plan {
+    /// Bytes the plan holds: slots, spans, the index and the per-worker layouts.
+    pub fn bytes(&self) -> usize {
+        let lists = |v: &Vec<Vec<u32>>| v.iter().map(|l| l.capacity() * 4).sum::<usize>();
+        self.slots.capacity() * size_of::<Slot>()
+            + (self.shards.capacity() + self.chunks.capacity()) * size_of::<Span>()
+            + map_bytes(self.index.capacity(), size_of::<(RowKey, u32)>())
+            + lists(&self.updates)
+            + lists(&self.thread_cached)
+    }
+}
+
+/// Each worker's op tape: its accesses of one iteration in order, resolved to plan slots
+/// ahead of time, so that a worker repeating the pattern finds each row without hashing.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Tapes {
+    /// Per worker: the slot of each access (accesses of rows the plan leaves out are
+    /// skipped).
+    pub tapes: Vec<Vec<u32>>,
+    /// Accesses left off the tapes to stay within the budget; they take the indexed path.
+    pub truncated: u64,
+}
+
+/// Resolves `sequences` (per worker, indices into `pattern.rows()`, as
+/// [`AccessPattern::take_sequences`] hands them over) into op tapes for `plan`, in place:
+/// no second per-access buffer is allocated. With a `budget` in bytes, each worker keeps
+/// at most its share of it (proportional to its accesses) and the rest of its accesses
+/// are left off.
+pub fn tapes(
+    pattern: &AccessPattern,
+    plan: &Plan,
+    mut sequences: Vec<Vec<u32>>,
+    budget: Option<usize>,
+) -> Tapes {
+    const OUT: u32 = u32::MAX;
+    let slot_of: Vec<u32> = pattern
+        .rows()
+        .iter()
+        .map(|r| plan.index.get(&r.key).copied().unwrap_or(OUT))
+        .collect();
+    let total: usize = sequences.iter().map(Vec::len).sum();
+    let mut truncated = 0u64;
+    for seq in &mut sequences {
+        let mut n = 0;
+        for i in 0..seq.len() {
+            let slot = slot_of[seq[i] as usize];
+            if slot != OUT {
+                seq[n] = slot;
+                n += 1;
+            }
+        }
+        let keep = match budget {
+            Some(bytes) if total > 0 => {
+                let share = (bytes / 4) as u128 * seq.len() as u128 / total as u128;
+                n.min(share as usize)
+            }
+            _ => n,
+        };
+        truncated += (n - keep) as u64;
+        seq.truncate(keep);
+        seq.shrink_to_fit();
+    }
+    Tapes {
+        tapes: sequences,
+        truncated,
+    }
 }
 
 /// Lays out `pattern` (rows of tables unknown to `tables` are left out).
@@ -141,13 +206,6 @@ pub fn build(pattern: &AccessPattern, tables: &[TableMeta], cfg: &PlanConfig) ->
         });
     }
     plan.arena_bytes = offset;
-    plan.sequences = (0..cfg.workers)
-        .map(|w| {
-            let seq = pattern.sequence(w).iter();
-            seq.filter_map(|k| Some((*k, *plan.index.get(k)?)))
-                .collect()
-        })
-        .collect();
     plan
 }
 
@@ -187,7 +245,7 @@ mod tests {
             log.record(RowKey::new(9, 0), Access::Read); // unknown table: left out
             log.clocks = 1;
         }
-        AccessPattern::from_logs(&logs)
+        AccessPattern::from_logs(logs)
     }
 
     #[test]
@@ -232,15 +290,39 @@ mod tests {
         }
         // Each worker updates its 20 rows plus the hot row.
         assert_eq!(plan.updates[0].len(), 21);
-        // Each worker's accesses are resolved to slots in order.
-        assert_eq!(plan.sequences[1].len(), 80);
-        assert_eq!(
-            plan.sequences[1][0],
-            (RowKey::new(0, 1), plan.index[&RowKey::new(0, 1)])
-        );
+        // Each worker's accesses are resolved to slots in order; the unknown table's
+        // access is left off.
+        let mut p = pattern();
+        let sequences = p.take_sequences();
+        let t = tapes(&p, &plan, sequences, None);
+        assert_eq!(t.truncated, 0);
+        assert_eq!(t.tapes[1].len(), 80);
+        assert_eq!(t.tapes[1][0], plan.index[&RowKey::new(0, 1)]);
+        assert_eq!(t.tapes[1][1], plan.index[&RowKey::new(0, 1)]);
+        assert_eq!(t.tapes[1][2], plan.index[&RowKey::new(1, 0)]);
         // Only the hot row is contended enough for per-thread copies.
         let hot = plan.index[&RowKey::new(1, 0)];
         assert_eq!(plan.thread_cached, vec![vec![hot], vec![hot]]);
+    }
+
+    #[test]
+    fn tapes_beyond_the_budget_are_truncated_in_proportion() {
+        let cfg = PlanConfig {
+            workers: 2,
+            shards: 1,
+            chunks: 1,
+            thread_caches: false,
+            contention_threshold: 0.0,
+        };
+        let mut p = pattern();
+        let plan = build(&p, &tables(), &cfg);
+        let sequences = p.take_sequences();
+        // 162 accesses (81 per worker, one of each left out); room for 100 steps.
+        let t = tapes(&p, &plan, sequences, Some(400));
+        assert_eq!(t.tapes[0].len(), 50);
+        assert_eq!(t.tapes[1].len(), 50);
+        assert_eq!(t.truncated, 60);
+        assert_eq!(t.tapes[0][0], plan.index[&RowKey::new(0, 0)]);
     }
 
     #[test]

@@ -98,6 +98,13 @@ impl ProcessArena {
         }
     }
 
+    /// Bytes of the arena's own buffers (rows, per-chunk versions and clocks; the plan is
+    /// counted apart).
+    pub(crate) fn bytes(&self) -> usize {
+        (self.words.len() + self.versions.len() + self.chunk_clocks.len()) * 8
+            + self.first_chunk.capacity() * 4
+    }
+
     /// The slot of `key`, if planned.
     #[inline]
     pub(crate) fn slot(&self, key: RowKey) -> Option<u32> {
@@ -307,7 +314,7 @@ mod tests {
             contention_threshold: 1.0,
         };
         ProcessArena::new(
-            build(&AccessPattern::from_logs(&[log]), &tables, &cfg),
+            build(&AccessPattern::from_logs(vec![log]), &tables, &cfg),
             1,
             true,
         )

@@ -69,8 +69,8 @@ impl ClientShared {
     }
 
     /// Installs (or removes) the specialized process cache; the generic cache is emptied.
-    pub(crate) fn set_arena(&self, arena: Option<ProcessArena>) {
-        *self.arena.write().unwrap_or_else(PoisonError::into_inner) = arena.map(Arc::new);
+    pub(crate) fn set_arena(&self, arena: Option<Arc<ProcessArena>>) {
+        *self.arena.write().unwrap_or_else(PoisonError::into_inner) = arena;
         self.cache.clear();
     }
 

@@ -7,6 +7,7 @@
 
 mod special;
 
+use crate::client::ProcessArena;
 use crate::client::{CacheRef, ClientShared, WAIT_SLICE};
 use crate::consistency::Clock;
 use crate::gather::{Access, AccessLog};
@@ -16,7 +17,7 @@ use crate::table::resolve;
 use crate::{AlignedBuf, Element, Error, Result, RowKey, Staleness, Table, TableMeta};
 use rustc_hash::FxHashMap;
 use special::Place;
-pub(crate) use special::Special;
+pub(crate) use special::{AccessCounters, Special, WorkerMemory};
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -49,6 +50,18 @@ pub struct Worker<'a> {
     special: Option<Special>,
 }
 
+/// What a worker thread keeps between runs: its specialized state, built once per plan.
+#[derive(Default)]
+pub(crate) enum Kept {
+    /// Nothing yet.
+    #[default]
+    Nothing,
+    /// The worker's op tape for the plan of this arena, to build the state from.
+    Tape(Arc<ProcessArena>, Vec<u32>),
+    /// The state itself.
+    Built(Box<Special>),
+}
+
 /// What a worker does with its operations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Role {
@@ -68,7 +81,7 @@ impl<'a> Worker<'a> {
         id: usize,
         clock: Clock,
         role: Role,
-        kept: Option<Special>,
+        kept: Kept,
     ) -> Self {
         Worker {
             shared,
@@ -85,35 +98,56 @@ impl<'a> Worker<'a> {
             virtual_only: role == Role::Virtual,
             special: match role {
                 Role::Virtual => None,
-                _ => shared.arena().map(|arena| match kept {
-                    // The same plan as last run: reuse the structures built for it.
-                    Some(mut sp) if Arc::ptr_eq(&sp.arena, &arena) => {
-                        sp.start_run();
-                        sp
-                    }
-                    _ => {
-                        let specs = shared.config.specializations;
+                _ => shared.arena().map(|arena| {
+                    let specs = shared.config.specializations;
+                    let build = |tape| {
                         Special::new(
-                            arena,
+                            arena.clone(),
                             tables,
                             id,
                             specs.contiguous_index,
                             specs.thread_caches,
+                            tape,
                         )
+                    };
+                    match kept {
+                        // The same plan as last run: reuse the structures built for it.
+                        Kept::Built(mut sp) if Arc::ptr_eq(&sp.arena, &arena) => {
+                            sp.start_run();
+                            *sp
+                        }
+                        Kept::Tape(of, tape) if Arc::ptr_eq(&of, &arena) => build(tape),
+                        // No tape for this plan: every access takes the indexed path.
+                        _ => build(Vec::new()),
                     }
                 }),
             },
         }
     }
 
-    /// The specialized state, to be handed to this worker's next run ([`Worker::new`]'s
-    /// `kept`) so it is built once per plan rather than once per run.
-    pub(crate) fn take_special(&mut self) -> Option<Special> {
-        self.special.take()
+    /// What to hand to this worker's next run ([`Worker::new`]'s `kept`), so that its
+    /// specialized state is built once per plan rather than once per run: the state itself
+    /// if the run finished cleanly (`clean`), else only its op tape (the state may hold
+    /// updates that were never sent). Also returns how its accesses found their rows.
+    pub(crate) fn take_kept(&mut self, clean: bool) -> (Kept, AccessCounters) {
+        match self.special.take() {
+            None => (Kept::Nothing, AccessCounters::default()),
+            Some(mut sp) => {
+                let counters = sp.take_counters();
+                if clean {
+                    (Kept::Built(Box::new(sp)), counters)
+                } else {
+                    let (arena, tape) = sp.into_tape();
+                    (Kept::Tape(arena, tape), counters)
+                }
+            }
+        }
     }
 
     /// Whether this worker is running a virtual iteration (reads return zeros and updates
-    /// are dropped). Application code rarely needs to know.
+    /// are dropped). Code that changes state outside the store (a worker's local
+    /// variables kept across runs, files, counters) must not do so while this is `true`;
+    /// see [`Cluster::virtual_iteration`](crate::Cluster::virtual_iteration).
     pub fn is_virtual(&self) -> bool {
         self.virtual_only
     }

@@ -45,6 +45,8 @@ struct Variant {
     name: &'static str,
     mode: Mode,
     specs: Specializations,
+    /// `Config::tape_budget`.
+    tape_budget: Option<usize>,
 }
 
 fn variants() -> Vec<Variant> {
@@ -59,36 +61,50 @@ fn variants() -> Vec<Variant> {
             name: "generic",
             mode: Mode::Generic,
             specs: all,
+            tape_budget: None,
         },
         Variant {
             name: "first-iter",
             mode: Mode::FirstIter,
             specs: all,
+            tape_budget: None,
         },
         Variant {
             name: "virtual",
             mode: Mode::Virtual,
             specs: all,
+            tape_budget: None,
         },
         Variant {
             name: "virtual-no-static-cache",
             mode: Mode::Virtual,
             specs: off(|s| s.static_cache = false),
+            tape_budget: None,
         },
         Variant {
             name: "virtual-no-thread-caches",
             mode: Mode::Virtual,
             specs: off(|s| s.thread_caches = false),
+            tape_budget: None,
         },
         Variant {
             name: "virtual-no-contiguous-index",
             mode: Mode::Virtual,
             specs: off(|s| s.contiguous_index = false),
+            tape_budget: None,
         },
         Variant {
             name: "virtual-no-prefetch-batching",
             mode: Mode::Virtual,
             specs: off(|s| s.prefetch_batching = false),
+            tape_budget: None,
+        },
+        Variant {
+            // Op tapes of 3 steps: most accesses take the indexed path.
+            name: "virtual-tape-budget-12-bytes",
+            mode: Mode::Virtual,
+            specs: all,
+            tape_budget: Some(12),
         },
     ]
 }
@@ -163,6 +179,7 @@ fn run(variant: Variant, staleness: Staleness, real: &Program, gathered: &Progra
         .with_specializations(variant.specs);
     config.prefetch_chunks = 2;
     config.contention_threshold = 0.0; // every shared row gets per-thread copies
+    config.tape_budget = variant.tape_budget;
     let (real, gathered) = (real.clone(), gathered.clone());
     within(30, move || {
         let mut cluster = Cluster::start(config).unwrap();
@@ -284,34 +301,16 @@ fn specialized_modes_use_the_arena_and_generic_mode_does_not() {
                 .collect()]
         })
         .collect();
-    let stats = |mode: Mode, specs: Specializations| {
-        let program = program.clone();
-        within(30, move || {
-            let mut config = Config::new(2).with_mode(mode).with_specializations(specs);
-            config.contention_threshold = 0.5;
-            let mut cluster = Cluster::start(config).unwrap();
-            let t = Tables {
-                f: cluster.create_table("f", 3).unwrap(),
-                g: cluster.create_table("g", 5).unwrap(),
-                i: cluster.create_table("i", 2).unwrap(),
-            };
-            if mode == Mode::Virtual {
-                cluster
-                    .virtual_iteration(|w| iteration(w, &t, &program, 0))
-                    .unwrap();
-            }
-            for it in 0..3 {
-                cluster.run(|w| iteration(w, &t, &program, it)).unwrap();
-            }
-            cluster.stats()
-        })
-    };
+    let stats =
+        |mode: Mode, specs: Specializations| stats_of(&program, &program, mode, specs, None);
     let generic = stats(Mode::Generic, Specializations::ALL);
     assert!(
         generic.row_fetches > 0 && generic.arena_refreshes == 0,
         "{generic:?}"
     );
     assert_eq!(generic.specialize_time, Duration::ZERO, "{generic:?}");
+    assert_eq!(generic.tape_accesses, 0, "{generic:?}");
+    assert_eq!(generic.memory.current(), 0, "{generic:?}");
     let special = stats(Mode::Virtual, Specializations::ALL);
     assert_eq!(special.row_fetches, 0, "{special:?}");
     assert!(special.specialize_time > Duration::ZERO, "{special:?}");
@@ -320,6 +319,23 @@ fn specialized_modes_use_the_arena_and_generic_mode_does_not() {
     // Row (i, 0) is read by both workers in every step: (12 of 38 accesses) x 2 threads
     // = 0.63 >= 0.5, so it alone gets per-thread copies (the f rows score 0.21).
     assert_eq!(special.thread_cached_rows, 2, "{special:?}");
+    // Every access of the 3 iterations found its row on the op tape.
+    assert_eq!(special.tape_accesses, 3 * 38, "{special:?}");
+    assert_eq!(special.indexed_accesses, 0, "{special:?}");
+    assert_eq!(special.unplanned_accesses, 0, "{special:?}");
+    // The tapes are 4 bytes per access and the pattern gave its sequences up to them.
+    let m = special.memory;
+    assert_eq!(m.tapes, 38 * 4, "{m:?}");
+    assert!(
+        m.gathered_logs >= 38 * 4 && m.gathered_pattern >= 38 * 4,
+        "{m:?}"
+    );
+    assert!(m.pattern < m.gathered_pattern, "{m:?}");
+    assert!(m.plan > 0 && m.blocks > 0 && m.slot_tables > 0, "{m:?}");
+    assert!(
+        m.thread_copies > 0 && m.process_arena > 0 && m.server_arenas > 0,
+        "{m:?}"
+    );
     let mut no_static = Specializations::ALL;
     no_static.static_cache = false;
     let fallback = stats(Mode::Virtual, no_static);
@@ -327,6 +343,98 @@ fn specialized_modes_use_the_arena_and_generic_mode_does_not() {
         fallback.row_fetches > 0 && fallback.planned_rows == 0,
         "{fallback:?}"
     );
+}
+
+/// Accesses off the op tape are counted by how they were served: a real iteration that
+/// deviates from the gathered one, and tapes truncated to a budget.
+#[test]
+fn accesses_off_the_tape_are_counted() {
+    let program: Program = (0..2)
+        .map(|_| {
+            vec![(0..ROWS)
+                .flat_map(|r| [Op::Read(0, r), Op::Update(0, r)])
+                .collect()]
+        })
+        .collect();
+    // The real iteration reads a row the virtual one never touched, once per worker.
+    let mut real = program.clone();
+    for w in &mut real {
+        w[0].insert(0, Op::Read(0, ROWS + 5));
+    }
+    let s = stats_of(&real, &program, Mode::Virtual, Specializations::ALL, None);
+    assert_eq!(s.unplanned_accesses, 3 * 2, "{s:?}");
+    assert_eq!(s.tape_accesses, 3 * 2 * 2 * ROWS, "{s:?}");
+    assert_eq!(s.indexed_accesses, 0, "{s:?}");
+    // Room for 5 steps per worker: the other 7 accesses of each take the index.
+    let s = stats_of(
+        &program,
+        &program,
+        Mode::Virtual,
+        Specializations::ALL,
+        Some(40),
+    );
+    assert_eq!(s.tape_truncated, 2 * 7, "{s:?}");
+    assert_eq!(s.memory.tapes, 40, "{s:?}");
+    assert_eq!(s.tape_accesses, 3 * 2 * 5, "{s:?}");
+    assert_eq!(s.indexed_accesses, 3 * 2 * 7, "{s:?}");
+}
+
+/// A run that fails keeps the op tapes: the next run still follows them.
+#[test]
+fn a_failed_run_keeps_the_op_tapes() {
+    let mut cluster = Cluster::start(Config::new(2).with_mode(Mode::Virtual)).unwrap();
+    let t = cluster.create_table::<f64>("t", 2).unwrap();
+    let body = |w: &mut Worker<'_>, fail: bool| {
+        for r in 0..4 {
+            let mut row = [0.0; 2];
+            w.read(&t, r, &mut row)?;
+            w.update(&t, r, &[1.0, 2.0])?;
+            if fail && r == 1 && w.id() == 1 {
+                return Err(iterstore::Error::app(1, "stop"));
+            }
+        }
+        w.clock()
+    };
+    cluster.virtual_iteration(|w| body(w, false)).unwrap();
+    cluster.run(|w| body(w, false)).unwrap();
+    assert!(cluster.run(|w| body(w, true)).is_err());
+    let before = cluster.stats();
+    cluster.run(|w| body(w, false)).unwrap();
+    let after = cluster.stats();
+    assert_eq!(after.tape_accesses - before.tape_accesses, 16, "{after:?}");
+    assert_eq!(after.indexed_accesses, before.indexed_accesses, "{after:?}");
+    cluster.shutdown().unwrap();
+}
+
+/// Runs `real` for 3 iterations on a store that gathered `gathered`; its stats.
+fn stats_of(
+    real: &Program,
+    gathered: &Program,
+    mode: Mode,
+    specs: Specializations,
+    tape_budget: Option<usize>,
+) -> iterstore::Stats {
+    let (program, gathered) = (real.clone(), gathered.clone());
+    within(30, move || {
+        let mut config = Config::new(2).with_mode(mode).with_specializations(specs);
+        config.contention_threshold = 0.5;
+        config.tape_budget = tape_budget;
+        let mut cluster = Cluster::start(config).unwrap();
+        let t = Tables {
+            f: cluster.create_table("f", 3).unwrap(),
+            g: cluster.create_table("g", 5).unwrap(),
+            i: cluster.create_table("i", 2).unwrap(),
+        };
+        if mode == Mode::Virtual {
+            cluster
+                .virtual_iteration(|w| iteration(w, &t, &gathered, 0))
+                .unwrap();
+        }
+        for it in 0..3 {
+            cluster.run(|w| iteration(w, &t, &program, it)).unwrap();
+        }
+        cluster.stats()
+    })
 }
 
 /// In first-iter mode an `init_run` is never the gathered run: the first ordinary run is,

@@ -209,6 +209,7 @@ impl Special {
     /// Moves to the next step and prefetches what a step [`AHEAD`] will touch.
     #[inline(always)]
     pub(super) fn advance(&mut self) {
+        self.counters.tape += 1;
         self.cursor += 1;
         if self.cursor == self.steps.len() {
             self.cursor = 0; // the next iteration starts over

@@ -98,18 +98,50 @@ pub(crate) struct Special {
     cursor: usize,
     /// Blocks touched in this clock.
     dirty: usize,
+    /// How accesses found their rows (observability: a specialization that silently
+    /// falls back shows here).
+    counters: AccessCounters,
+}
+
+/// How a specialized worker's accesses found their rows.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct AccessCounters {
+    /// Found as the next step of the op tape (no look-up).
+    pub(crate) tape: u64,
+    /// Off the tape (a deviating access, or one beyond a truncated tape), found in the
+    /// plan's index.
+    pub(crate) indexed: u64,
+    /// Rows the plan does not hold: served by the generic path.
+    pub(crate) unplanned: u64,
+}
+
+/// Bytes of one worker's specialized state, by part.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct WorkerMemory {
+    /// The op tape (steps).
+    pub(crate) tape: usize,
+    /// Blocks (headers, views, deltas) and their directories.
+    pub(crate) blocks: usize,
+    /// The per-slot table resolved for this worker.
+    pub(crate) slots: usize,
+    /// Per-thread copies of contended rows.
+    pub(crate) copies: usize,
+    /// Sent blocks kept for read-my-writes under SSP.
+    pub(crate) recent: usize,
 }
 
 impl Special {
     /// State for worker `worker` of a store with `tables`; `deltas`: keep a block (delta
     /// buffer) per row it updates; `views`: with a private view of the row (thread
-    /// caches).
+    /// caches). `tape`: the worker's op tape (plan slots, see [`crate::plan::tapes`]),
+    /// turned into its steps in place.
     pub(crate) fn new(
         arena: Arc<ProcessArena>,
         tables: &[TableMeta],
         worker: usize,
         deltas: bool,
         views: bool,
+        tape: Vec<u32>,
     ) -> Self {
         let plan = &arena.plan;
         let none: &[u32] = &[];
@@ -177,14 +209,17 @@ impl Special {
             offsets.push(at);
             at += padded(plan.slots[s as usize].len);
         }
-        let steps = plan.sequences.get(worker).map_or_else(Vec::new, |seq| {
-            seq.iter()
-                .map(|&(_, slot)| match slots[slot as usize].block {
-                    NONE => slot | SLOT_STEP,
-                    b => b,
-                })
-                .collect()
-        });
+        // The tape becomes the steps in place: a block's first word, or a slot marked as one.
+        let mut steps = tape;
+        if plan.slots.len() >= SLOT_STEP as usize {
+            steps = Vec::new(); // slots beyond 31 bits: every access takes the indexed path
+        }
+        for step in &mut steps {
+            *step = match slots[*step as usize].block {
+                NONE => *step | SLOT_STEP,
+                b => b,
+            };
+        }
         Special {
             words,
             blocks,
@@ -202,7 +237,43 @@ impl Special {
             steps,
             cursor: 0,
             dirty: 0,
+            counters: AccessCounters::default(),
             arena,
+        }
+    }
+
+    /// This state's op tape as plan slots (the steps decoded), to rebuild the state from
+    /// when it cannot be kept (a run failed with updates of this worker unsent).
+    pub(crate) fn into_tape(self) -> (Arc<ProcessArena>, Vec<u32>) {
+        let mut tape = self.steps;
+        for step in &mut tape {
+            *step = if *step & SLOT_STEP != 0 {
+                *step & !SLOT_STEP
+            } else {
+                self.words[*step as usize + 3] as u32
+            };
+        }
+        (self.arena, tape)
+    }
+
+    /// How accesses found their rows since the last call, leaving zeros.
+    pub(crate) fn take_counters(&mut self) -> AccessCounters {
+        std::mem::take(&mut self.counters)
+    }
+
+    /// Bytes of this state, by part.
+    pub(crate) fn memory(&self) -> WorkerMemory {
+        WorkerMemory {
+            tape: self.steps.capacity() * 4,
+            blocks: self.words.capacity() * 8
+                + self.blocks.capacity() * 4
+                + self.chunk_views.iter().map(|v| v.capacity()).sum::<usize>()
+                    * size_of::<ViewRow>(),
+            slots: self.slots.capacity() * size_of::<SlotInfo>(),
+            copies: self.copies.data.as_bytes().len()
+                + self.copies.offsets.capacity() * 8
+                + self.copies.clocks.capacity() * 8,
+            recent: self.recent.iter().map(|(_, w)| w.capacity() * 8).sum(),
         }
     }
 
@@ -236,7 +307,11 @@ impl Special {
     /// [`place`](Self::place) of a key off the expected sequence.
     #[cold]
     fn deviate(&mut self, key: RowKey) -> Option<Place> {
-        let slot = self.arena.slot(key)?;
+        let Some(slot) = self.arena.slot(key) else {
+            self.counters.unplanned += 1;
+            return None;
+        };
+        self.counters.indexed += 1;
         let block = self.slots[slot as usize].block;
         // Resynchronise if this is where an iteration starts.
         let step = if block == NONE {
