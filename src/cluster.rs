@@ -227,7 +227,67 @@ impl Cluster {
         R: Send,
         F: Fn(&mut Worker<'_>) -> Result<R> + Sync,
     {
-        self.run_as(f, true)
+        self.run_as(self.units(), |w, ()| f(w), true)
+    }
+
+    /// A [`run`](Self::run) with per-worker state: worker `w` gets `&mut states[w]`, which
+    /// it keeps across runs (topic assignments, local buffers, random generators). There
+    /// must be exactly one state per worker. Each state is only ever touched by its own
+    /// worker, so it needs no lock.
+    ///
+    /// ```
+    /// use iterstore::{Cluster, Config};
+    ///
+    /// # fn main() -> iterstore::Result<()> {
+    /// let mut cluster = Cluster::start(Config::new(2))?;
+    /// let t = cluster.create_table::<i64>("t", 1)?;
+    /// let mut done = vec![0u32; 2]; // one counter per worker, kept across runs
+    /// for _ in 0..3 {
+    ///     cluster.run_with(&mut done, |w, done| {
+    ///         w.update(&t, 0, &[1])?;
+    ///         *done += 1;
+    ///         w.clock()
+    ///     })?;
+    /// }
+    /// assert_eq!(done, vec![3, 3]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn run_with<S, R, F>(&mut self, states: &mut [S], f: F) -> Result<Vec<R>>
+    where
+        S: Send,
+        R: Send,
+        F: Fn(&mut Worker<'_>, &mut S) -> Result<R> + Sync,
+    {
+        let states = self.per_worker(states.iter_mut())?;
+        self.run_as(states, f, true)
+    }
+
+    /// [`init_run`](Self::init_run) with per-worker state, as [`run_with`](Self::run_with).
+    pub fn init_run_with<S, R, F>(&mut self, states: &mut [S], f: F) -> Result<Vec<R>>
+    where
+        S: Send,
+        R: Send,
+        F: Fn(&mut Worker<'_>, &mut S) -> Result<R> + Sync,
+    {
+        let states = self.per_worker(states.iter_mut())?;
+        self.run_as(states, f, false)
+    }
+
+    /// One unit input per worker.
+    fn units(&self) -> Vec<()> {
+        vec![(); self.config.workers]
+    }
+
+    /// `states` as one input per worker, or an error naming the mismatch.
+    fn per_worker<I: ExactSizeIterator>(&self, states: I) -> Result<Vec<I::Item>> {
+        if states.len() != self.config.workers {
+            return Err(Error::StateCount {
+                given: states.len(),
+                workers: self.config.workers,
+            });
+        }
+        Ok(states.collect())
     }
 
     /// A [`run`](Self::run) that writes the initial parameters: the same in every way
@@ -239,14 +299,16 @@ impl Cluster {
         R: Send,
         F: Fn(&mut Worker<'_>) -> Result<R> + Sync,
     {
-        self.run_as(f, false)
+        self.run_as(self.units(), |w, ()| f(w), false)
     }
 
-    /// [`run`](Self::run); `may_gather`: this run may be the one `first-iter` records.
-    fn run_as<R, F>(&mut self, f: F, may_gather: bool) -> Result<Vec<R>>
+    /// [`run`](Self::run) with `inputs[w]` handed to worker `w`; `may_gather`: this run
+    /// may be the one `first-iter` records.
+    fn run_as<I, R, F>(&mut self, inputs: Vec<I>, f: F, may_gather: bool) -> Result<Vec<R>>
     where
+        I: Send,
         R: Send,
-        F: Fn(&mut Worker<'_>) -> Result<R> + Sync,
+        F: Fn(&mut Worker<'_>, I) -> Result<R> + Sync,
     {
         self.check()?;
         let start = self.clocks.iter().copied().max().unwrap_or(0);
@@ -267,7 +329,7 @@ impl Cluster {
         } else {
             Role::Normal
         };
-        let (results, logs) = self.on_workers(role, start, &f)?;
+        let (results, logs) = self.on_workers(role, start, inputs, &f)?;
         if gather_first {
             // First-iteration gathering: this run was generic and logged; every update is
             // on the servers now, so the conversion loses nothing.
@@ -296,14 +358,45 @@ impl Cluster {
     /// Call it before initialising any parameter. `f` must not depend on values it reads
     /// to decide *which* rows it touches, or the pattern will differ from the real one
     /// (a deviating real iteration still works; it is just not specialized for).
+    ///
+    /// **The virtual iteration really runs `f`**, so every effect `f` has outside the
+    /// store happens too, computed from zeros: a worker's local state changed here would
+    /// carry those values into the real iterations (NaNs from dividing by a zero count are
+    /// the usual symptom). Keep such state in per-worker states and use
+    /// [`virtual_iteration_with`](Self::virtual_iteration_with), which hands `f` a
+    /// throw-away copy, or skip the effect when [`Worker::is_virtual`] is `true`.
     pub fn virtual_iteration<R, F>(&mut self, f: F) -> Result<&AccessPattern>
     where
         R: Send,
         F: Fn(&mut Worker<'_>) -> Result<R> + Sync,
     {
+        self.virtual_as(self.units(), |w, ()| f(w))
+    }
+
+    /// A [`virtual_iteration`](Self::virtual_iteration) of the iteration code that
+    /// [`run_with`](Self::run_with) runs: worker `w` gets a *copy* of `states[w]`, dropped
+    /// when it returns, so nothing the virtual iteration does to a worker's state (from
+    /// the zeros it reads) reaches the real iterations.
+    pub fn virtual_iteration_with<S, R, F>(&mut self, states: &[S], f: F) -> Result<&AccessPattern>
+    where
+        S: Clone + Send,
+        R: Send,
+        F: Fn(&mut Worker<'_>, &mut S) -> Result<R> + Sync,
+    {
+        let copies = self.per_worker(states.iter().cloned())?;
+        self.virtual_as(copies, |w, mut copy| f(w, &mut copy))
+    }
+
+    /// [`virtual_iteration`](Self::virtual_iteration) with `inputs[w]` for worker `w`.
+    fn virtual_as<I, R, F>(&mut self, inputs: Vec<I>, f: F) -> Result<&AccessPattern>
+    where
+        I: Send,
+        R: Send,
+        F: Fn(&mut Worker<'_>, I) -> Result<R> + Sync,
+    {
         self.check()?;
         let start = self.clocks.iter().copied().max().unwrap_or(0);
-        let (_, logs) = self.on_workers(Role::Virtual, start, &f)?;
+        let (_, logs) = self.on_workers(Role::Virtual, start, inputs, &f)?;
         self.gather(logs);
         if self.config.mode == Mode::Virtual {
             self.specialize()?;
@@ -449,21 +542,25 @@ impl Cluster {
     }
 
     /// Runs `f` on every worker thread in `role`; returns results and access logs.
-    fn on_workers<R, F>(
+    fn on_workers<I, R, F>(
         &mut self,
         role: Role,
         start: Clock,
+        inputs: Vec<I>,
         f: &F,
     ) -> Result<(Vec<R>, Vec<AccessLog>)>
     where
+        I: Send,
         R: Send,
-        F: Fn(&mut Worker<'_>) -> Result<R> + Sync,
+        F: Fn(&mut Worker<'_>, I) -> Result<R> + Sync,
     {
         let (shared, tables, id) = (&*self.shared, self.registry.tables(), self.id);
         let specials = &self.specials;
         let outcomes: Vec<_> = std::thread::scope(|scope| {
-            let handles: Vec<_> = (0..self.config.workers)
-                .map(|w| {
+            let handles: Vec<_> = inputs
+                .into_iter()
+                .enumerate()
+                .map(|(w, input)| {
                     std::thread::Builder::new()
                         .name(format!("iterstore-worker-{w}"))
                         .spawn_scoped(scope, move || {
@@ -473,7 +570,7 @@ impl Cluster {
                                 _ => std::mem::take(&mut *lock(&specials[w])),
                             };
                             let mut worker = Worker::new(shared, tables, id, w, start, role, kept);
-                            let result = catch_unwind(AssertUnwindSafe(|| f(&mut worker)));
+                            let result = catch_unwind(AssertUnwindSafe(|| f(&mut worker, input)));
                             let finished = worker.finish();
                             let (kept, counters) = worker.take_kept(finished.is_ok());
                             if role != Role::Virtual {

@@ -20,6 +20,15 @@ pub enum Error {
         /// Why it was rejected.
         reason: String,
     },
+    /// A run with per-worker states was given a number of states other than the number
+    /// of workers.
+    #[error("{given} per-worker states given for {workers} workers (one per worker is needed)")]
+    StateCount {
+        /// States given.
+        given: usize,
+        /// Workers in the cluster.
+        workers: usize,
+    },
     /// No table with this name (or handle) exists in this cluster.
     #[error("unknown table {0}")]
     UnknownTable(String),

@@ -10,7 +10,8 @@
 //! - [`Worker::clock`] — end of a unit of work: buffered updates are sent.
 //!
 //! A [`Cluster`] is started from a validated [`Config`]; [`Cluster::create_table`] makes
-//! typed [`Table`]s; [`Cluster::run`] runs a closure on every worker thread.
+//! typed [`Table`]s; [`Cluster::run`] runs a closure on every worker thread, and
+//! [`Cluster::run_with`] also hands each worker its own state, kept across runs.
 //!
 //! Internally, server shards (`server`) hold the authoritative rows and the workers'
 //! clocks, the client side (`client`) caches snapshots and fetches on misses, and a
@@ -38,6 +39,48 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! ## Specializing: the virtual iteration
+//!
+//! In [`Mode::Virtual`] the application runs its iteration code once through
+//! [`Cluster::virtual_iteration`] before any parameter has a value; the store logs which
+//! rows each worker touches, in which order, and builds its specialized structures from
+//! that ([`Stats`] shows they are used). Two rules:
+//!
+//! - *Which* rows an iteration touches must not depend on the values it reads (reads
+//!   return zeros here). A real iteration that deviates still gives the same answers; it
+//!   is only slower where it deviates.
+//! - The virtual iteration **really runs the code**, on zeros. Anything it changes outside
+//!   the store would carry values computed from zeros into the real run. Keep a worker's
+//!   local state in per-worker states and gather with
+//!   [`Cluster::virtual_iteration_with`], which gives each worker a throw-away copy
+//!   (or skip the effect when [`Worker::is_virtual`] is `true`):
+//!
+//! ```
+//! use iterstore::{Cluster, Config, Mode, Worker, Table};
+//!
+//! # fn main() -> iterstore::Result<()> {
+//! let mut cluster = Cluster::start(Config::new(2).with_mode(Mode::Virtual))?;
+//! let counts = cluster.create_table::<f64>("counts", 1)?;
+//! // Per worker: the share it computed last, kept across iterations.
+//! let mut shares = vec![0.0f64; 2];
+//! let iteration = |w: &mut Worker<'_>, share: &mut f64| -> iterstore::Result<()> {
+//!     let mut total = [0.0];
+//!     w.read(&counts, 0, &mut total)?;
+//!     *share = 1.0 / (total[0] + 1.0); // from zeros in the virtual iteration
+//!     w.update(&counts, 0, &[1.0])?;
+//!     w.clock()
+//! };
+//! cluster.virtual_iteration_with(&shares, iteration)?; // copies: `shares` is untouched
+//! assert_eq!(shares, vec![0.0, 0.0]);
+//! for _ in 0..3 {
+//!     cluster.run_with(&mut shares, iteration)?;
+//! }
+//! assert_eq!(shares, vec![1.0 / 5.0, 1.0 / 5.0]); // read 4 after 2 runs of 2 workers
+//! assert_eq!(cluster.stats().indexed_accesses, 0); // every access followed the pattern
+//! # Ok(())
+//! # }
+//! ```
 #![warn(missing_docs)]
 
 mod buf;
@@ -57,7 +100,7 @@ mod transport;
 mod worker;
 
 pub use buf::AlignedBuf;
-pub use cluster::{Cluster, Stats};
+pub use cluster::{Cluster, SpecialMemory, Stats};
 pub use config::{Config, Mode, Specializations, Staleness, MAX_SHARDS, MAX_WORKERS};
 pub use consistency::Clock;
 pub use element::{ElemType, Element};

@@ -4,3 +4,4 @@ mod api_errors;
 mod modes;
 mod ssp_props;
 mod util;
+mod worker_state;
