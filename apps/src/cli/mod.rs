@@ -143,7 +143,9 @@ pub struct RunArgs {
     pub app: App,
     /// Input file (gzip read transparently): ratings for mf (MovieLens u.data, CSV,
     /// RecBole .inter), a corpus for lda (LDA-C .ldac, UCI docword), a graph for pagerank
-    /// (edge list, graph-tool .gt).
+    /// (graph-tool .gt/.gt.gz, or an edge list: one `source target` pair of non-negative
+    /// integer vertex ids per line, `#` or `%` starting a comment line; any other line is
+    /// an error).
     #[arg(long, value_name = "PATH", conflicts_with = "synthetic")]
     pub data: Option<PathBuf>,
     /// Generate seeded synthetic input of this size instead of reading --data: tiny,

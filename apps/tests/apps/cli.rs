@@ -101,6 +101,29 @@ fn malformed_data_reports_file_and_line() {
 }
 
 #[test]
+fn pagerank_rejects_files_of_other_formats_with_file_and_line() {
+    let dir = scratch("not-a-graph");
+    for (name, text) in [
+        ("corpus.ldac", "3 0:1 5:2 7:1\n2 1:1 2:4\n"),
+        (
+            "ratings.inter",
+            "user_id:token\titem_id:token\trating:float\ttimestamp:float\n1\t2\t3\t4\n",
+        ),
+        ("u.data", "196\t242\t3\t881250949\n"),
+    ] {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        let out = iterstore(&["run", "pagerank", "--data", path.to_str().unwrap()]);
+        let err = stderr(&out);
+        assert!(!out.status.success(), "{name}: {err}");
+        let first = text.lines().next().unwrap();
+        let want = format!("{name}:1: expected two vertex ids, found \"{first}\"");
+        assert!(err.contains(&want), "{name}: {err}");
+        assert!(out.stdout.is_empty(), "{name}");
+    }
+}
+
+#[test]
 fn invalid_options_are_rejected_with_a_clear_message() {
     for (args, needle) in [
         (&["run", "mf", "--workers", "0"][..], "--workers"),
