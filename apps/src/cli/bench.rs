@@ -89,7 +89,9 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
             .validate()
             .map_err(|e| anyhow::anyhow!("--scaling-iters: {e}"))?;
     }
-    // Every input is read before any output is written or any run starts.
+    // The output directory is checked before any input is read, and every input is read
+    // before any output is written or any run starts.
+    check_writable_dir("--out", &args.out)?;
     let mut workloads = Vec::new();
     for &app in &apps {
         let (name, workload) = load(app, args)?;
@@ -138,6 +140,43 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
         eprintln!("wrote {}", path.display());
     }
     Ok(())
+}
+
+/// Fails unless `dir` (the value of `flag`) is a directory this process can create files
+/// in, or can be created as one. Nothing is left behind: a probe file is created and
+/// removed in `dir`, or in its nearest existing ancestor when `dir` does not exist yet.
+fn check_writable_dir(flag: &str, dir: &Path) -> Result<()> {
+    let shown = dir.display();
+    let absolute = std::path::absolute(dir).with_context(|| format!("{flag} {shown}"))?;
+    let existing = absolute
+        .ancestors()
+        .find(|a| a.exists())
+        .expect("the root directory exists");
+    if !existing.is_dir() {
+        if existing == absolute {
+            bail!("{flag} {shown}: not a directory");
+        }
+        bail!(
+            "{flag} {shown}: cannot create it, {} is not a directory",
+            existing.display()
+        );
+    }
+    let probe = existing.join(format!(".iterstore-write-check-{}", std::process::id()));
+    let created = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe);
+    match created {
+        Ok(_) => {
+            let _ = std::fs::remove_file(&probe);
+            Ok(())
+        }
+        Err(e) if existing == absolute => {
+            Err(e).with_context(|| format!("{flag} {shown}: cannot write into it"))
+        }
+        Err(e) => Err(e)
+            .with_context(|| format!("{flag} {shown}: cannot create it in {}", existing.display())),
+    }
 }
 
 /// Fails if `names` (the values of `flag`) repeat one.
@@ -294,6 +333,35 @@ mod tests {
             graph: GraphSpec::preset("tiny").unwrap().generate(),
             params: PageRankParams::default(),
         }
+    }
+
+    #[test]
+    fn out_dirs_are_checked_without_creating_them() {
+        let tmp = std::env::temp_dir().join(format!("iterstore-out-check-{}", std::process::id()));
+        std::fs::create_dir_all(&tmp).unwrap();
+        let listing = || std::fs::read_dir(&tmp).unwrap().count();
+        check_writable_dir("--out", &tmp).unwrap();
+        check_writable_dir("--out", &tmp.join("new/deeper")).unwrap();
+        assert_eq!(listing(), 0, "the check leaves nothing behind");
+        let file = tmp.join("file");
+        std::fs::write(&file, "x").unwrap();
+        let err = check_writable_dir("--out", &file).unwrap_err().to_string();
+        assert!(err.ends_with("file: not a directory"), "{err}");
+        let err = check_writable_dir("--out", &file.join("sub"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("is not a directory"), "{err}");
+        if Path::new("/proc/self").exists() {
+            let err = format!(
+                "{:#}",
+                check_writable_dir("--out", Path::new("/proc/x")).unwrap_err()
+            );
+            assert!(
+                err.starts_with("--out /proc/x: cannot create it in /proc"),
+                "{err}"
+            );
+        }
+        std::fs::remove_dir_all(&tmp).unwrap();
     }
 
     #[test]

@@ -569,6 +569,28 @@ fn invalid_options_fail_with_a_clear_message_and_write_nothing() {
         assert!(out.stdout.is_empty(), "{args:?}: {}", stdout(&out));
         assert!(!out_dir.exists(), "{args:?} wrote {}", out_dir.display());
     }
+    // An output directory that cannot be created fails before any input is generated or
+    // read (the default synthetic size and every app: slow if they were).
+    if Path::new("/proc/self").exists() {
+        let started = std::time::Instant::now();
+        let out = Command::new(env!("CARGO_BIN_EXE_iterstore"))
+            .args(["bench", "--out", "/proc/x"])
+            .output()
+            .unwrap();
+        let err = stderr(&out);
+        assert!(!out.status.success(), "{err}");
+        assert!(
+            err.contains("--out /proc/x: cannot create it in /proc"),
+            "{err}"
+        );
+        assert!(!err.contains("generat") && !err.contains("load"), "{err}");
+        assert!(out.stdout.is_empty(), "{}", stdout(&out));
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+    }
     // A malformed input file is reported with its line before anything is written, peers
     // on or not.
     let bad = tmp.join("bad.inter");
