@@ -6,6 +6,7 @@
 //! verdict and chart names its workload, and [`breakdown_chart_names`] keeps the chart
 //! files apart.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -82,15 +83,59 @@ impl Verdict {
     }
 }
 
+/// Where a benchmark came from and what it ran on, taken when it starts.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BenchMeta {
+    /// The `iterstore` version that ran it.
+    pub iterstore_version: String,
+    /// The command line that produced it, quoted for a shell.
+    pub command_line: String,
+    /// When the run started (UTC, RFC 3339).
+    pub started_at: String,
+    /// The machine: CPU model, logical CPUs, load average at the start.
+    pub machine: String,
+    /// The 1-minute load average at the start (`None` where the system does not say).
+    pub load_average: Option<f64>,
+    /// Logical CPUs.
+    pub cpus: usize,
+    /// Each app's input: the path as given, or `synthetic <size>`.
+    pub inputs: BTreeMap<String, String>,
+}
+
+impl BenchMeta {
+    /// The metadata of a benchmark starting now, run by `command_line` on `inputs`.
+    pub fn now(
+        iterstore_version: &str,
+        command_line: String,
+        inputs: BTreeMap<String, String>,
+    ) -> Self {
+        let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+        let load_average = load_average();
+        BenchMeta {
+            iterstore_version: iterstore_version.into(),
+            command_line,
+            started_at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+            machine: machine(cpus, load_average),
+            load_average,
+            cpus,
+            inputs,
+        }
+    }
+
+    /// Whether other work kept the CPUs busy when the benchmark started (load average at
+    /// least the number of CPUs), so that its times include waiting for a CPU.
+    pub fn busy(&self) -> bool {
+        self.load_average
+            .is_some_and(|l| self.cpus > 0 && l >= self.cpus as f64)
+    }
+}
+
 /// The whole benchmark report.
 #[derive(Debug, Clone, Serialize)]
 pub struct BenchReport {
-    /// When the run started (UTC, RFC 3339).
-    pub started: String,
-    /// The command line that produced it.
-    pub command: String,
-    /// The machine: CPU model, logical CPUs, load average at the start.
-    pub machine: String,
+    /// Version, command line, start time, machine and inputs.
+    #[serde(flatten)]
+    pub meta: BenchMeta,
     /// One entry per workload benchmarked (per app; for PageRank, per block size).
     pub apps: Vec<AppBench>,
     /// One verdict per entry of `apps`, in the same order.
@@ -125,32 +170,49 @@ fn quality(objective: f64, test_rmse: Option<f64>) -> String {
 
 impl BenchReport {
     /// Assembles a report, computing the verdicts.
-    pub fn new(command: String, apps: Vec<AppBench>, scaling: Vec<Scaling>) -> Self {
+    pub fn new(meta: BenchMeta, apps: Vec<AppBench>, scaling: Vec<Scaling>) -> Self {
         let verdicts = apps.iter().map(Verdict::of).collect();
         BenchReport {
-            started: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
-            command,
-            machine: machine(),
+            meta,
             apps,
             verdicts,
             scaling,
         }
     }
 
-    /// The report as pretty-printed JSON.
+    /// The report as pretty-printed JSON, every time (a key `seconds` or ending in `_s`)
+    /// rounded to the nanosecond.
     pub fn to_json(&self) -> String {
-        serde_json::to_string_pretty(self).expect("a report always serializes")
+        let mut value = serde_json::to_value(self).expect("a report always serializes");
+        round_seconds(&mut value);
+        serde_json::to_string_pretty(&value).expect("a value always serializes")
     }
 
     /// The per-app tables as Markdown (also readable on a terminal).
     pub fn markdown(&self) -> String {
         let mut out = String::new();
+        let meta = &self.meta;
         let _ = writeln!(
             out,
-            "Machine: {}. Started {}.\n",
-            self.machine, self.started
+            "iterstore {}. Machine: {}. Started {}.\n",
+            meta.iterstore_version, meta.machine, meta.started_at
         );
-        let _ = writeln!(out, "Command: `{}`\n", self.command);
+        let _ = writeln!(out, "Command: `{}`\n", meta.command_line);
+        let inputs: Vec<String> = meta
+            .inputs
+            .iter()
+            .map(|(app, input)| format!("{app} `{input}`"))
+            .collect();
+        let _ = writeln!(out, "Inputs: {}.\n", inputs.join(", "));
+        if meta.busy() {
+            let _ = writeln!(
+                out,
+                "**Warning:** the load average was {:.2} on {} CPUs at the start: other work \
+                 was competing for the CPUs, so times include waiting for one.\n",
+                meta.load_average.unwrap_or(f64::NAN),
+                meta.cpus
+            );
+        }
         for bench in &self.apps {
             app_table(&mut out, bench);
         }
@@ -376,8 +438,39 @@ fn app_table(out: &mut String, b: &AppBench) {
     out.push('\n');
 }
 
+/// Rounds every number under a key `seconds` or ending in `_s` to the nanosecond.
+fn round_seconds(value: &mut serde_json::Value) {
+    use serde_json::Value;
+    match value {
+        Value::Object(map) => {
+            for (key, v) in map.iter_mut() {
+                match v {
+                    Value::Number(n) if key == "seconds" || key.ends_with("_s") => {
+                        if let Some(x) = n.as_f64().filter(|_| n.is_f64()) {
+                            *v = Value::from((x * 1e9).round() / 1e9);
+                        }
+                    }
+                    _ => round_seconds(v),
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(round_seconds),
+        _ => {}
+    }
+}
+
+/// The 1-minute load average, where the system tells it.
+fn load_average() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
 /// CPU model, logical CPUs and load average, as far as this system tells.
-fn machine() -> String {
+fn machine(cpus: usize, load: Option<f64>) -> String {
     let model = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|s| {
@@ -387,11 +480,7 @@ fn machine() -> String {
                 .map(|m| m.trim().to_string())
         })
         .unwrap_or_else(|| "unknown CPU".into());
-    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
-    let load = std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|s| s.split_whitespace().next().map(str::to_string))
-        .unwrap_or_else(|| "?".into());
+    let load = load.map_or("?".into(), |l| format!("{l:.2}"));
     format!("{model}, {cpus} logical CPUs, load average {load} at start")
 }
 

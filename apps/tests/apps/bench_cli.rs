@@ -187,7 +187,13 @@ fn quick_full_run_reports_every_app_variant_and_size() {
     }
 
     let report = read_json(&out_dir.join("report.json"));
-    assert!(report["command"].as_str().unwrap().contains("bench"));
+    let command = report["command_line"].as_str().unwrap();
+    assert!(command.contains(" bench ") && command.contains("--scaling-sizes tiny,small"));
+    assert_eq!(report["iterstore_version"], env!("CARGO_PKG_VERSION"));
+    assert!(report["started_at"].as_str().unwrap().ends_with('Z'));
+    for app in APPS {
+        assert_eq!(report["inputs"][app], "synthetic tiny", "{app}");
+    }
     let apps = array(&report, "apps");
     assert_eq!(names(apps, "app"), APPS);
     for app in apps {
