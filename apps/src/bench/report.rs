@@ -39,6 +39,24 @@ impl Target {
     }
 }
 
+/// Per-iteration times below this are not measurable on a shared machine: an iteration
+/// of a tiny input is then mostly starting and waking threads, and when other work keeps
+/// the CPUs busy each of those can wait milliseconds for a CPU, whatever the input size.
+pub const MEASURABLE_S: f64 = 1e-3;
+
+/// The note a workload's chart and table carry when the virtual mode's or the limit's
+/// per-iteration time is below [`MEASURABLE_S`].
+fn too_small_note(bench: &AppBench) -> Option<String> {
+    if !Verdict::of(bench).below_measurable {
+        return None;
+    }
+    Some(format!(
+        "Virtual or limit iterations take under {}: too small to measure on a shared \
+         machine; compare on a larger input.",
+        seconds(MEASURABLE_S)
+    ))
+}
+
 /// One workload's headline ratios and whether they meet its app's [`Target`].
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Verdict {
@@ -56,6 +74,9 @@ pub struct Verdict {
     pub virtual_vs_peer: Option<f64>,
     /// Both ratios measured and within the target.
     pub met: bool,
+    /// The virtual mode's or the limit's mean later-iteration time is below
+    /// [`MEASURABLE_S`], so the ratios are mostly noise.
+    pub below_measurable: bool,
 }
 
 impl Verdict {
@@ -79,6 +100,12 @@ impl Verdict {
             virtual_vs_peer: vp,
             met: vg.is_some_and(|r| r <= target.max_vs_generic)
                 && vl.is_some_and(|r| r <= target.max_vs_limit),
+            below_measurable: bench
+                .run("virtual")
+                .map(|r| r.breakdown.rest_mean_s)
+                .into_iter()
+                .chain(bench.limit.as_ref().map(|l| l.breakdown.rest_mean_s))
+                .any(|t| t < MEASURABLE_S),
         }
     }
 }
@@ -232,7 +259,21 @@ impl BenchReport {
                     ratio(v.virtual_vs_limit),
                     v.target.max_vs_limit,
                     ratio(v.virtual_vs_peer),
-                    if v.met { "yes" } else { "**no**" }
+                    match (v.met, v.below_measurable) {
+                        (true, false) => "yes",
+                        (false, false) => "**no**",
+                        (true, true) => "yes (too small to measure)",
+                        (false, true) => "no (too small to measure)",
+                    }
+                );
+            }
+            if self.verdicts.iter().any(|v| v.below_measurable) {
+                let _ = writeln!(
+                    out,
+                    "\n\"Too small to measure\": the virtual mode or the limit takes under {} \
+                     per iteration, where thread wake-ups and, on a busy machine, waiting \
+                     for a CPU dominate; the ratios are not meaningful.",
+                    seconds(MEASURABLE_S)
                 );
             }
             out.push('\n');
@@ -268,21 +309,35 @@ impl BenchReport {
     pub fn charts(&self) -> Result<Vec<(String, String)>, chart::ChartError> {
         let mut charts = Vec::new();
         for (bench, name) in self.apps.iter().zip(breakdown_chart_names(&self.apps)) {
-            let bars: Vec<Bar> = bench
+            // Every bar is one whole run: its one-time phases and all its iterations, so
+            // the stacks are totals of the same thing; the limit is a bar like the others.
+            let whole_run = |label: String, b: &super::Breakdown| Bar {
+                label,
+                segments: vec![
+                    b.preprocess_s,
+                    b.init_s,
+                    b.first_iter_s,
+                    b.rest_mean_s * b.rest_iters as f64,
+                ],
+            };
+            let mut bars: Vec<Bar> = bench
                 .runs
                 .iter()
-                .map(|r| Bar {
-                    label: r.variant.name.replace("virtual-no-", "no "),
-                    segments: r.breakdown.segments().to_vec(),
-                })
+                .map(|r| whole_run(r.variant.name.replace("virtual-no-", "no "), &r.breakdown))
                 .collect();
-            let title = format!(
-                "{} on {}, {} workers: time per phase",
-                bench.app, bench.dataset, bench.workers
-            );
-            let mut chart = StackedChart::new(&title, "seconds", &PHASES);
             if let Some(limit) = &bench.limit {
-                chart = chart.with_reference("limit, per iteration", limit.breakdown.rest_mean_s);
+                bars.push(whole_run("limit".into(), &limit.breakdown));
+            }
+            let title = format!(
+                "{} on {}, {} workers, {} iterations: run time by phase",
+                bench.app, bench.dataset, bench.workers, bench.iterations
+            );
+            let later = format!("later iterations ({})", bench.iterations.saturating_sub(1));
+            let phases = [PHASES[0], PHASES[1], PHASES[2], later.as_str()];
+            let mut chart = StackedChart::new(&title, "seconds", &phases);
+            let note = too_small_note(bench);
+            if let Some(note) = &note {
+                chart = chart.with_note(note);
             }
             charts.push((name, chart.render(&bars)?));
         }
@@ -302,11 +357,29 @@ impl BenchReport {
                 series("limit", |p| p.limit_s),
             ];
             let block = s.block.map_or(String::new(), |b| format!(" (block {b})"));
+            let small = s
+                .points
+                .iter()
+                .filter(|p| {
+                    [p.generic_s, p.virtual_s, p.limit_s]
+                        .iter()
+                        .any(|&t| t < MEASURABLE_S)
+                })
+                .map(|p| p.size.as_str())
+                .collect::<Vec<_>>();
+            let note = (!small.is_empty()).then(|| {
+                format!(
+                    "Below {} per iteration ({}): too small to measure on a shared machine.",
+                    seconds(MEASURABLE_S),
+                    small.join(", ")
+                )
+            });
             let svg = chart::scaling_svg(
                 &format!("{}: seconds per iteration against input size{block}", s.app),
                 s.work_unit,
                 "seconds per iteration",
                 &all,
+                note.as_deref(),
             )?;
             charts.push((format!("scaling-{}.svg", s.app), svg));
         }
