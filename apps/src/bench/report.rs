@@ -44,6 +44,9 @@ impl Target {
 /// the CPUs busy each of those can wait milliseconds for a CPU, whatever the input size.
 pub const MEASURABLE_S: f64 = 1e-3;
 
+/// [`MEASURABLE_S`] as text.
+const MEASURABLE: &str = "1 ms";
+
 /// The note a workload's chart and table carry when the virtual mode's or the limit's
 /// per-iteration time is below [`MEASURABLE_S`].
 fn too_small_note(bench: &AppBench) -> Option<String> {
@@ -51,9 +54,8 @@ fn too_small_note(bench: &AppBench) -> Option<String> {
         return None;
     }
     Some(format!(
-        "Virtual or limit iterations take under {}: too small to measure on a shared \
-         machine; compare on a larger input.",
-        seconds(MEASURABLE_S)
+        "Virtual or limit iterations take under {MEASURABLE}: too small to measure on a \
+         shared machine; compare on a larger input."
     ))
 }
 
@@ -270,10 +272,9 @@ impl BenchReport {
             if self.verdicts.iter().any(|v| v.below_measurable) {
                 let _ = writeln!(
                     out,
-                    "\n\"Too small to measure\": the virtual mode or the limit takes under {} \
-                     per iteration, where thread wake-ups and, on a busy machine, waiting \
-                     for a CPU dominate; the ratios are not meaningful.",
-                    seconds(MEASURABLE_S)
+                    "\n\"Too small to measure\": the virtual mode or the limit takes under \
+                     {MEASURABLE} per iteration, where thread wake-ups and, on a busy \
+                     machine, waiting for a CPU dominate; the ratios are not meaningful."
                 );
             }
             out.push('\n');
@@ -335,7 +336,7 @@ impl BenchReport {
             let later = format!("later iterations ({})", bench.iterations.saturating_sub(1));
             let phases = [PHASES[0], PHASES[1], PHASES[2], later.as_str()];
             let mut chart = StackedChart::new(&title, "seconds", &phases);
-            let note = too_small_note(bench);
+            let note = self.chart_note(too_small_note(bench));
             if let Some(note) = &note {
                 chart = chart.with_note(note);
             }
@@ -367,13 +368,13 @@ impl BenchReport {
                 })
                 .map(|p| p.size.as_str())
                 .collect::<Vec<_>>();
-            let note = (!small.is_empty()).then(|| {
+            let note = self.chart_note((!small.is_empty()).then(|| {
                 format!(
-                    "Below {} per iteration ({}): too small to measure on a shared machine.",
-                    seconds(MEASURABLE_S),
+                    "Under {MEASURABLE} per iteration ({}): too small to measure on a shared \
+                     machine.",
                     small.join(", ")
                 )
-            });
+            }));
             let svg = chart::scaling_svg(
                 &format!("{}: seconds per iteration against input size{block}", s.app),
                 s.work_unit,
@@ -384,6 +385,22 @@ impl BenchReport {
             charts.push((format!("scaling-{}.svg", s.app), svg));
         }
         Ok(charts)
+    }
+
+    /// `note` for a chart, preceded by a warning if the machine was busy at the start.
+    fn chart_note(&self, note: Option<String>) -> Option<String> {
+        let busy = self.meta.busy().then(|| {
+            format!(
+                "Busy machine (load {:.1} on {} CPUs at the start): times include waiting for \
+                 a CPU.",
+                self.meta.load_average.unwrap_or(f64::NAN),
+                self.meta.cpus
+            )
+        });
+        match (busy, note) {
+            (Some(b), Some(n)) => Some(format!("{b} {n}")),
+            (b, n) => b.or(n),
+        }
     }
 
     /// Writes `report.json`, `report.md` and the charts into `dir` (created if needed);
@@ -616,5 +633,23 @@ mod tests {
                 "breakdown-lda-2.svg",
             ]
         );
+    }
+
+    #[test]
+    fn a_busy_machine_is_said_on_every_chart_and_in_the_markdown() {
+        let mut meta = BenchMeta::now("0.1.0", "iterstore bench".into(), BTreeMap::new());
+        meta.cpus = 2;
+        meta.load_average = Some(4.5);
+        let report = BenchReport::new(meta.clone(), Vec::new(), Vec::new());
+        assert!(report.meta.busy());
+        let note = report.chart_note(Some("small".into())).unwrap();
+        assert!(note.starts_with("Busy machine (load 4.5 on 2 CPUs") && note.ends_with(" small"));
+        assert!(report
+            .markdown()
+            .contains("**Warning:** the load average was 4.50 on 2 CPUs"));
+        meta.load_average = Some(0.5);
+        let report = BenchReport::new(meta, Vec::new(), Vec::new());
+        assert_eq!(report.chart_note(None), None);
+        assert!(!report.markdown().contains("Warning"));
     }
 }

@@ -28,9 +28,13 @@ Output formats (--output FILE):
   lda       `# iterstore lda model: topics=K vocab=V`, a line `totals<TAB>n_0...n_{K-1}`,
             then one line `word<TAB>n_w0<TAB>...<TAB>n_w{K-1}` per word id 0..V.
 
---json FILE writes one object: app, mode, workers, staleness, setup_s, preprocess_s
-(virtual iteration), init_s, iterations [{iter, seconds, objective[, test_rmse]}],
-dataset sizes, params and the gathered access pattern's size.";
+--json FILE writes one object: iterstore_version, command_line, input, started_at, app,
+mode, workers, staleness, setup_s, preprocess_s (virtual iteration), init_s, iterations
+[{iter, seconds, objective[, test_rmse]}], dataset sizes, params and the gathered access
+pattern's size.
+
+Progress goes to stderr: a bar on a terminal, else one timestamped line per iteration
+(-q: warnings and errors only; -v: more).";
 
 /// `iterstore`: a parameter server for iterative ML that specializes itself to the
 /// application's repeating access pattern.
@@ -116,7 +120,8 @@ pub struct BenchArgs {
     /// Iterations per scaling run (at least 2).
     #[arg(long, default_value_t = 3, value_name = "N")]
     pub scaling_iters: usize,
-    /// Directory for report.json, report.md and the SVG charts.
+    /// Directory for report.json, report.md and the SVG charts; created if missing, and
+    /// checked before any input is read.
     #[arg(long, value_name = "DIR", default_value_os_t = bench::default_out())]
     pub out: PathBuf,
 }
