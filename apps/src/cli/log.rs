@@ -90,6 +90,15 @@ impl Step {
     }
 }
 
+impl Drop for Step {
+    /// Clears the spinner of a step that failed (ended without [`Step::done`]).
+    fn drop(&mut self) {
+        if !self.spinner.is_finished() {
+            self.spinner.finish_and_clear();
+        }
+    }
+}
+
 /// `reading PATH (SIZE)`, the size left out if the file cannot be looked at.
 pub fn reading(path: &Path) -> String {
     match std::fs::metadata(path) {
@@ -208,6 +217,15 @@ impl Iterations {
     /// Removes the bar.
     pub fn finish(self) {
         self.bar.finish_and_clear();
+    }
+}
+
+impl Drop for Iterations {
+    /// Clears the bar of a run that failed (ended without [`Iterations::finish`]).
+    fn drop(&mut self) {
+        if !self.bar.is_finished() {
+            self.bar.finish_and_clear();
+        }
     }
 }
 
