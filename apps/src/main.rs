@@ -5,9 +5,11 @@
 //!   app and prints a summary; `iterstore run --help` lists every option and the output
 //!   formats.
 //! - `iterstore demo` runs all three apps on tiny synthetic data.
+//! - `iterstore bench ...` benchmarks the store modes; `iterstore bench --help`.
+//! - `-q` and `-v` (any subcommand) set how much goes to stderr.
 //!
 //! Thin glue over the `iterstore_apps` library (the apps, their data and reports); this
-//! binary owns only argument parsing, progress display and files. Errors print as
+//! binary owns only argument parsing, logging and progress display, and files. Errors print as
 //! `iterstore: error: ...` on stderr with a non-zero exit status.
 
 mod cli;
@@ -17,7 +19,8 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
-    match cli::main(cli::Cli::parse()) {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    match cli::main(cli::Cli::parse_from(&args), &args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("iterstore: error: {}", message(&e));

@@ -1,12 +1,15 @@
 //! [`RunReport`]: what one app run cost and achieved, as the CLI prints it and writes it
 //! as JSON (`--json`).
 //!
-//! The JSON object has the keys `app`, `objective_name`, `mode`, `workers`, `shards`,
+//! The JSON object has the keys `iterstore_version`, `command_line`, `input` and
+//! `started_at` (RFC 3339 UTC) when the CLI recorded them ([`Provenance`]), then `app`,
+//! `objective_name`, `mode`, `workers`, `shards`,
 //! `staleness` (a number, or `"async"`), `setup_s`, `preprocess_s` (virtual iteration; 0 in
 //! other modes), `specialize_s` (plan building), `init_s`, `iterations` (a list of `{iter, seconds, objective}`, plus
 //! `test_rmse` for MF), `dataset` (sizes), `params` (the app's hyper-parameters) and
-//! `pattern` (the virtual iteration's access-pattern size, or `null`). This module knows
-//! nothing of how the numbers were measured.
+//! `pattern` (the virtual iteration's access-pattern size, or `null`). Times are rounded
+//! to the nanosecond and `f32` parameters written at `f32` precision (`0.003`, not
+//! `0.003000000026077032`). This module knows nothing of how the numbers were measured.
 
 use std::collections::BTreeMap;
 
@@ -15,12 +18,80 @@ use serde::{Serialize, Serializer};
 
 use super::AppConfig;
 
+/// Serializes seconds rounded to the nanosecond (what the clocks resolve), so that a sum
+/// or mean does not print as `0.015763634800000002`.
+fn ns_seconds<S: Serializer>(s: &f64, ser: S) -> Result<S::Ok, S::Error> {
+    ser.serialize_f64(round_ns(*s))
+}
+
+/// `s` rounded to the nearest nanosecond (unchanged if not finite).
+fn round_ns(s: f64) -> f64 {
+    if s.is_finite() {
+        (s * 1e9).round() / 1e9
+    } else {
+        s
+    }
+}
+
+/// A value of [`RunReport::params`]: converts into JSON keeping what the value means, so
+/// an `f32` is written as its shortest `f32` decimal (`0.003`), not as the `f64` it
+/// widens to (`0.003000000026077032`).
+pub trait ParamValue {
+    /// The value as JSON.
+    fn into_json(self) -> serde_json::Value;
+}
+
+impl ParamValue for f32 {
+    fn into_json(self) -> serde_json::Value {
+        // The shortest decimal that reads back as this f32, read as an f64.
+        let shortest: f64 = self.to_string().parse().unwrap_or(f64::from(self));
+        serde_json::Value::from(shortest)
+    }
+}
+
+macro_rules! param_value_via_from {
+    ($($t:ty),*) => {$(
+        impl ParamValue for $t {
+            fn into_json(self) -> serde_json::Value {
+                serde_json::Value::from(self)
+            }
+        }
+    )*};
+}
+
+param_value_via_from!(
+    f64,
+    u32,
+    u64,
+    usize,
+    i64,
+    bool,
+    String,
+    &str,
+    serde_json::Value
+);
+
+/// Where a run came from: what the CLI records in the JSON report so that it can be traced
+/// and repeated.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Provenance {
+    /// The `iterstore` version that ran it.
+    pub iterstore_version: String,
+    /// The command line, quoted for a shell.
+    pub command_line: String,
+    /// The input: its path as given, or `synthetic <size>`.
+    pub input: String,
+    /// When the command started, RFC 3339 UTC.
+    pub started_at: String,
+}
+
 /// One iteration's time and objective.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct IterRecord {
     /// 0-based iteration index.
     pub iter: usize,
     /// Wall-clock seconds of the iteration's run (evaluation excluded).
+    #[serde(serialize_with = "ns_seconds")]
     pub seconds: f64,
     /// The objective after the iteration: training RMSE (MF), log-likelihood (LDA) or L1
     /// change of the ranks (PageRank).
@@ -54,6 +125,10 @@ impl From<&AccessPattern> for PatternSummary {
 /// What one app run cost and achieved.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RunReport {
+    /// Version, command line, input and start time, when the CLI recorded them (their keys
+    /// then come first in the JSON object).
+    #[serde(flatten)]
+    pub provenance: Option<Provenance>,
     /// `mf`, `lda` or `pagerank`.
     pub app: &'static str,
     /// What `objective` means: `train_rmse`, `log_likelihood` or `l1_change`.
@@ -68,14 +143,18 @@ pub struct RunReport {
     #[serde(serialize_with = "staleness_json")]
     pub staleness: Staleness,
     /// Seconds to partition the data, start the cluster and create the tables.
+    #[serde(serialize_with = "ns_seconds")]
     pub setup_s: f64,
     /// Seconds of the virtual iteration (pattern gathering); 0 outside virtual mode.
+    #[serde(serialize_with = "ns_seconds")]
     pub preprocess_s: f64,
     /// Seconds the store spent building its plan from the gathered pattern and switching
     /// to it: part of `preprocess_s` in virtual mode, part of the first iteration in
     /// first-iter mode, 0 in generic mode.
+    #[serde(serialize_with = "ns_seconds")]
     pub specialize_s: f64,
     /// Seconds of the initialisation run.
+    #[serde(serialize_with = "ns_seconds")]
     pub init_s: f64,
     /// Every iteration, in order.
     pub iterations: Vec<IterRecord>,
@@ -98,6 +177,7 @@ impl RunReport {
     /// An empty report of `app` run with `cfg`.
     pub fn new(app: &'static str, objective_name: &'static str, cfg: &AppConfig) -> Self {
         Self {
+            provenance: None,
             app,
             objective_name,
             mode: cfg.mode.name(),
@@ -115,9 +195,27 @@ impl RunReport {
         }
     }
 
+    /// Records where the run came from ([`Provenance`]): the `iterstore` version, the
+    /// command line, the input (a path or `synthetic <size>`) and the start time (RFC 3339
+    /// UTC).
+    pub fn set_provenance(
+        &mut self,
+        iterstore_version: &str,
+        command_line: &str,
+        input: &str,
+        started_at: &str,
+    ) {
+        self.provenance = Some(Provenance {
+            iterstore_version: iterstore_version.into(),
+            command_line: command_line.into(),
+            input: input.into(),
+            started_at: started_at.into(),
+        });
+    }
+
     /// Records a parameter.
-    pub fn param(&mut self, name: &'static str, value: impl Into<serde_json::Value>) {
-        self.params.insert(name, value.into());
+    pub fn param(&mut self, name: &'static str, value: impl ParamValue) {
+        self.params.insert(name, value.into_json());
     }
 
     /// The objective after the last iteration.
@@ -223,8 +321,55 @@ mod tests {
         assert_eq!(v["dataset"]["users"], 3);
         assert_eq!(r.mean_iteration_s(), 1.0);
         assert!(r.summary().contains("test 0.7000"), "{}", r.summary());
+        assert!(v.get("command_line").is_none(), "no provenance recorded");
         r.staleness = Staleness::Unbounded;
         let v: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap();
         assert_eq!(v["staleness"], "async");
+    }
+
+    #[test]
+    fn floats_print_without_noise_and_provenance_comes_first() {
+        let mut r = RunReport::new("mf", "train_rmse", &AppConfig::default());
+        r.param("learning_rate", 0.003f32);
+        r.param("damping", 0.85f64);
+        r.param("rank", 16usize);
+        r.init_s = 0.1 + 0.2;
+        r.iterations.push(IterRecord {
+            iter: 0,
+            seconds: 0.015763634800000002,
+            objective: 1.0,
+            test_rmse: None,
+        });
+        r.set_provenance(
+            "0.1.0",
+            "iterstore run mf",
+            "synthetic tiny",
+            "2026-01-31T12:00:00Z",
+        );
+        let json = r.to_json();
+        for text in [
+            "\"learning_rate\": 0.003,",
+            "\"damping\": 0.85,",
+            "\"init_s\": 0.3,",
+            "\"seconds\": 0.015763635,",
+        ] {
+            assert!(json.contains(text), "{text} not in {json}");
+        }
+        let keys: Vec<&str> = json
+            .lines()
+            .skip(1)
+            .take(5)
+            .map(|l| l.trim().split('"').nth(1).unwrap())
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                "iterstore_version",
+                "command_line",
+                "input",
+                "started_at",
+                "app"
+            ]
+        );
     }
 }

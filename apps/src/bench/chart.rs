@@ -1,7 +1,10 @@
 //! SVG charts of benchmark results (stacked per-phase bars, scaling lines).
 //!
 //! Both charts render to an in-memory SVG string via plotters' SVG backend. Inputs are
-//! validated first, so bad numbers become a [`ChartError`] instead of a panic.
+//! validated first, so bad numbers become a [`ChartError`] instead of a panic. Both draw
+//! only a major grid, and may carry a note under the plot (e.g. that times are too small to
+//! measure). The scaling chart's log axes are labelled at 1-2-5 steps (or decades, when
+//! those would crowd), counts in SI units (`20k`) and times in `µs`/`ms`/`s`.
 
 use std::ops::Range;
 
@@ -81,18 +84,26 @@ pub struct StackedChart<'a> {
     pub phases: &'a [&'a str],
     /// Optional horizontal dashed line `(legend label, y value)`, e.g. `("limit", 0.8)`.
     pub reference: Option<(&'a str, f64)>,
+    /// Optional note printed under the plot.
+    pub note: Option<&'a str>,
 }
 
 impl<'a> StackedChart<'a> {
     /// A chart without a reference line.
     pub fn new(title: &'a str, y_label: &'a str, phases: &'a [&'a str]) -> Self {
-        let reference = None;
         Self {
             title,
             y_label,
             phases,
-            reference,
+            reference: None,
+            note: None,
         }
+    }
+
+    /// Prints `note` under the plot.
+    pub fn with_note(self, note: &'a str) -> Self {
+        let note = Some(note);
+        Self { note, ..self }
     }
 
     /// Adds a horizontal dashed line at `value` seconds, listed in the legend as `label`.
@@ -125,13 +136,16 @@ impl<'a> StackedChart<'a> {
         let top = sums.chain(self.reference.map(|r| r.1)).fold(0.0, f64::max);
         let top = if top > 0.0 { top * 1.3 } else { 1.0 };
         let n = bars.len();
-        to_svg(|root| {
+        to_svg(self.note, |root| {
             let mut chart = builder(root, self.title).build_cartesian_2d(BarAxis(n), 0.0..top)?;
             let label_of = |x: &f64| bars.get(x.floor() as usize).map(|b| b.label.clone());
             chart
                 .configure_mesh()
                 .disable_x_mesh()
+                .light_line_style(TRANSPARENT)
                 .x_label_formatter(&|x| label_of(x).unwrap_or_default())
+                .x_label_style(("sans-serif", 11))
+                .y_label_formatter(&|y| seconds_tick(*y))
                 .y_desc(self.y_label)
                 .draw()?;
             for (p, phase) in phases.iter().enumerate() {
@@ -176,12 +190,15 @@ pub struct Series {
     pub points: Vec<(f64, f64)>,
 }
 
-/// Renders a log-log line chart, one coloured line with point markers per series.
+/// Renders a log-log line chart, one coloured line with point markers per series: `x` is
+/// a count (labelled `20k`, `1M`), `y` seconds (labelled `500 µs`, `20 ms`, `2 s`).
+/// `note`, if given, is printed under the plot.
 pub fn scaling_svg(
     title: &str,
     x_label: &str,
     y_label: &str,
     series: &[Series],
+    note: Option<&str>,
 ) -> Result<String, ChartError> {
     let all = || {
         series
@@ -200,15 +217,18 @@ pub fn scaling_svg(
         let v = || all().map(|(_, p)| f(p));
         (v().fold(f64::MAX, f64::min) / 1.5)..(v().fold(0.0, f64::max) * 1.5)
     };
-    let (xr, yr) = (span(|p| p.0).log_scale(), span(|p| p.1).log_scale());
-    to_svg(|root| {
+    let (xr, yr) = (LogAxis::new(span(|p| p.0)), LogAxis::new(span(|p| p.1)));
+    to_svg(note, |root| {
         let mut chart = builder(root, title).build_cartesian_2d(xr, yr)?;
         chart
             .configure_mesh()
+            .light_line_style(TRANSPARENT)
+            .x_labels(8)
+            .y_labels(8)
             .x_desc(x_label)
             .y_desc(y_label)
-            .x_label_formatter(&|v| tick(*v))
-            .y_label_formatter(&|v| tick(*v))
+            .x_label_formatter(&|v| count_tick(*v))
+            .y_label_formatter(&|v| seconds_tick(*v))
             .draw()?;
         for (i, s) in series.iter().enumerate() {
             let c = color(i);
@@ -225,13 +245,28 @@ pub fn scaling_svg(
 
 type Root<'a> = DrawingArea<SVGBackend<'a>, Shift>;
 
-/// Runs `draw` on a white SVG canvas and returns the finished document.
-fn to_svg(draw: impl FnOnce(&Root<'_>) -> Result<(), ChartError>) -> Result<String, ChartError> {
+/// Height of the strip under the plot that holds a note.
+const NOTE_HEIGHT: u32 = 28;
+
+/// Runs `draw` on a white SVG canvas, with `note` in a strip under it, and returns the
+/// finished document.
+fn to_svg(
+    note: Option<&str>,
+    draw: impl FnOnce(&Root<'_>) -> Result<(), ChartError>,
+) -> Result<String, ChartError> {
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
         root.fill(&WHITE)?;
-        draw(&root)?;
+        match note {
+            Some(note) => {
+                let (plot, strip) = root.split_vertically(SIZE.1 - NOTE_HEIGHT);
+                draw(&plot)?;
+                let style = ("sans-serif", 14).into_font().color(&REFERENCE_COLOR);
+                strip.draw(&Text::new(note.to_string(), (16, 4), style))?;
+            }
+            None => draw(&root)?,
+        }
         root.present()?;
     }
     Ok(svg)
@@ -257,13 +292,93 @@ fn valid(v: f64) -> bool {
     v.is_finite() && v >= 0.0
 }
 
-/// Compact tick text for log axes: plain for moderate magnitudes, else scientific.
-fn tick(v: f64) -> String {
-    if (1e-3..1e6).contains(&v.abs()) {
-        let s = format!("{v:.3}");
-        s.trim_end_matches('0').trim_end_matches('.').to_string()
-    } else {
-        format!("{v:.0e}")
+/// A count as a short tick label: `500`, `20k`, `1.5M`, `2G`.
+fn count_tick(v: f64) -> String {
+    let (scaled, unit) = match v.abs() {
+        a if a >= 1e9 => (v / 1e9, "G"),
+        a if a >= 1e6 => (v / 1e6, "M"),
+        a if a >= 1e3 => (v / 1e3, "k"),
+        _ => (v, ""),
+    };
+    format!("{}{unit}", trim_number(scaled))
+}
+
+/// Seconds as a short tick label: `50 µs`, `2 ms`, `0.5 s`, `20 s`.
+fn seconds_tick(v: f64) -> String {
+    match v.abs() {
+        0.0 => "0".into(),
+        a if a < 1e-3 => format!("{} µs", trim_number(v * 1e6)),
+        a if a < 0.1 => format!("{} ms", trim_number(v * 1e3)),
+        _ => format!("{} s", trim_number(v)),
+    }
+}
+
+/// `v` with at most 3 decimals and no trailing zeros.
+fn trim_number(v: f64) -> String {
+    let s = format!("{v:.3}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+/// A log-scale axis over a positive range whose key points are the 1-2-5 values in it,
+/// or only the powers of ten when those would be too many, or 1..9 times the powers of
+/// ten when the range is too narrow for two 1-2-5 values.
+#[derive(Clone, Debug)]
+struct LogAxis {
+    lo: f64,
+    hi: f64,
+}
+
+impl LogAxis {
+    fn new(range: Range<f64>) -> Self {
+        let (lo, hi) = (range.start, range.end);
+        // A single point (or equal ends) still needs a span.
+        let hi = if hi > lo { hi } else { lo * 10.0 };
+        LogAxis { lo, hi }
+    }
+
+    /// The values `m · 10^k` inside the axis for `m` in `mantissas`, ascending.
+    fn ticks(&self, mantissas: &[f64]) -> Vec<f64> {
+        let first = self.lo.log10().floor() as i32;
+        let last = self.hi.log10().ceil() as i32;
+        (first..=last)
+            .flat_map(|k| mantissas.iter().map(move |m| m * 10f64.powi(k)))
+            .filter(|v| (self.lo..=self.hi).contains(v))
+            .collect()
+    }
+}
+
+impl Ranged for LogAxis {
+    type FormatOption = DefaultFormatting;
+    type ValueType = f64;
+
+    fn map(&self, value: &f64, limit: (i32, i32)) -> i32 {
+        let (lo, hi) = (self.lo.log10(), self.hi.log10());
+        let frac = (value.max(f64::MIN_POSITIVE).log10() - lo) / (hi - lo);
+        limit.0 + (frac * f64::from(limit.1 - limit.0)).round() as i32
+    }
+
+    fn key_points<H: KeyPointHint>(&self, hint: H) -> Vec<f64> {
+        // The same points for the light grid (drawn transparent) as for the bold one.
+        let max = hint.max_num_points().max(2);
+        let steps = self.ticks(&[1.0, 2.0, 5.0]);
+        if steps.len() > max {
+            let decades = self.ticks(&[1.0]);
+            let every = decades.len().div_ceil(max).max(1);
+            return decades.into_iter().step_by(every).collect();
+        }
+        if steps.len() >= 2 {
+            return steps;
+        }
+        let fine = self.ticks(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0]);
+        if fine.len() <= max {
+            fine
+        } else {
+            fine.into_iter().step_by(2).collect()
+        }
+    }
+
+    fn range(&self) -> Range<f64> {
+        self.lo..self.hi
     }
 }
 
@@ -378,18 +493,21 @@ mod tests {
             series("virtual", &[(1e5, 20.0), (1e3, 0.2), (1e4, 2.1)]),
             series("limit", &[(1e4, 1.0)]),
         ];
-        let svg = scaling_svg("scaling", "ratings", "s / iteration", &s).unwrap();
-        has_texts(&svg, "generic|virtual|limit|scaling|ratings|s / iteration");
+        let svg = scaling_svg("scaling", "ratings", "s / iteration", &s, Some("a note")).unwrap();
+        has_texts(
+            &svg,
+            "generic|virtual|limit|scaling|ratings|s / iteration|a note",
+        );
         for (i, n) in [3, 3, 1].into_iter().enumerate() {
             assert_eq!(filled(&svg, "<circle", i), n, "markers of series {i}");
         }
-        let solo = scaling_svg("t", "x", "y", &[series("solo", &[(5.0, 5.0)])]).unwrap();
+        let solo = scaling_svg("t", "x", "y", &[series("solo", &[(5.0, 5.0)])], None).unwrap();
         has_texts(&solo, "solo");
     }
 
     #[test]
     fn scaling_errors() {
-        let err = |s: &[Series]| scaling_svg("t", "x", "y", s).unwrap_err();
+        let err = |s: &[Series]| scaling_svg("t", "x", "y", s, None).unwrap_err();
         assert_eq!(err(&[]), ChartError::Empty);
         assert_eq!(err(&[series("a", &[])]), ChartError::Empty);
         let (inf, nan) = (f64::INFINITY, f64::NAN);
@@ -403,5 +521,37 @@ mod tests {
                 matches!(e, ChartError::NotPositive { .. }) && e.to_string().starts_with(&want)
             );
         }
+    }
+
+    #[test]
+    fn log_axis_labels_are_few_and_spread() {
+        let hint = 8usize;
+        let points = |lo: f64, hi: f64| LogAxis::new(lo..hi).key_points(hint);
+        // tiny..small MF: 1-2-5 steps, not the crowded 60000 70000 80000 90000 100000.
+        assert_eq!(points(2200.0, 134_000.0), [5e3, 1e4, 2e4, 5e4, 1e5]);
+        // Many decades: only powers of ten, at most `hint` of them.
+        let wide = points(1e-6, 1e3);
+        assert!(wide.len() <= hint && wide.iter().all(|v| v.log10().fract().abs() < 1e-9));
+        // A narrow range still gets two labels or more.
+        assert!(points(3000.0, 4500.0).len() >= 2);
+    }
+
+    #[test]
+    fn tick_labels_read_as_counts_and_times() {
+        assert_eq!(count_tick(500.0), "500");
+        assert_eq!(count_tick(20_000.0), "20k");
+        assert_eq!(count_tick(1_500_000.0), "1.5M");
+        assert_eq!(seconds_tick(0.0), "0");
+        assert_eq!(seconds_tick(5e-5), "50 µs");
+        assert_eq!(seconds_tick(0.002), "2 ms");
+        assert_eq!(seconds_tick(0.05), "50 ms");
+        assert_eq!(seconds_tick(0.5), "0.5 s");
+    }
+
+    #[test]
+    fn stacked_bars_carry_a_note() {
+        let chart = StackedChart::new("t", "s", &["a"]).with_note("too small to measure");
+        let svg = chart.render(&[bar("x", &[1.0])]).unwrap();
+        has_texts(&svg, "too small to measure");
     }
 }

@@ -6,6 +6,7 @@
 //! verdict and chart names its workload, and [`breakdown_chart_names`] keeps the chart
 //! files apart.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -38,6 +39,26 @@ impl Target {
     }
 }
 
+/// Per-iteration times below this are not measurable on a shared machine: an iteration
+/// of a tiny input is then mostly starting and waking threads, and when other work keeps
+/// the CPUs busy each of those can wait milliseconds for a CPU, whatever the input size.
+pub const MEASURABLE_S: f64 = 1e-3;
+
+/// [`MEASURABLE_S`] as text.
+const MEASURABLE: &str = "1 ms";
+
+/// The note a workload's chart and table carry when the virtual mode's or the limit's
+/// per-iteration time is below [`MEASURABLE_S`].
+fn too_small_note(bench: &AppBench) -> Option<String> {
+    if !Verdict::of(bench).below_measurable {
+        return None;
+    }
+    Some(format!(
+        "Virtual or limit iterations take under {MEASURABLE}: too small to measure on a \
+         shared machine; compare on a larger input."
+    ))
+}
+
 /// One workload's headline ratios and whether they meet its app's [`Target`].
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Verdict {
@@ -55,6 +76,9 @@ pub struct Verdict {
     pub virtual_vs_peer: Option<f64>,
     /// Both ratios measured and within the target.
     pub met: bool,
+    /// The virtual mode's or the limit's mean later-iteration time is below
+    /// [`MEASURABLE_S`], so the ratios are mostly noise.
+    pub below_measurable: bool,
 }
 
 impl Verdict {
@@ -78,19 +102,69 @@ impl Verdict {
             virtual_vs_peer: vp,
             met: vg.is_some_and(|r| r <= target.max_vs_generic)
                 && vl.is_some_and(|r| r <= target.max_vs_limit),
+            below_measurable: bench
+                .run("virtual")
+                .map(|r| r.breakdown.rest_mean_s)
+                .into_iter()
+                .chain(bench.limit.as_ref().map(|l| l.breakdown.rest_mean_s))
+                .any(|t| t < MEASURABLE_S),
         }
+    }
+}
+
+/// Where a benchmark came from and what it ran on, taken when it starts.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BenchMeta {
+    /// The `iterstore` version that ran it.
+    pub iterstore_version: String,
+    /// The command line that produced it, quoted for a shell.
+    pub command_line: String,
+    /// When the run started (UTC, RFC 3339).
+    pub started_at: String,
+    /// The machine: CPU model, logical CPUs, load average at the start.
+    pub machine: String,
+    /// The 1-minute load average at the start (`None` where the system does not say).
+    pub load_average: Option<f64>,
+    /// Logical CPUs.
+    pub cpus: usize,
+    /// Each app's input: the path as given, or `synthetic <size>`.
+    pub inputs: BTreeMap<String, String>,
+}
+
+impl BenchMeta {
+    /// The metadata of a benchmark starting now, run by `command_line` on `inputs`.
+    pub fn now(
+        iterstore_version: &str,
+        command_line: String,
+        inputs: BTreeMap<String, String>,
+    ) -> Self {
+        let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+        let load_average = load_average();
+        BenchMeta {
+            iterstore_version: iterstore_version.into(),
+            command_line,
+            started_at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+            machine: machine(cpus, load_average),
+            load_average,
+            cpus,
+            inputs,
+        }
+    }
+
+    /// Whether other work kept the CPUs busy when the benchmark started (load average at
+    /// least the number of CPUs), so that its times include waiting for a CPU.
+    pub fn busy(&self) -> bool {
+        self.load_average
+            .is_some_and(|l| self.cpus > 0 && l >= self.cpus as f64)
     }
 }
 
 /// The whole benchmark report.
 #[derive(Debug, Clone, Serialize)]
 pub struct BenchReport {
-    /// When the run started (UTC, RFC 3339).
-    pub started: String,
-    /// The command line that produced it.
-    pub command: String,
-    /// The machine: CPU model, logical CPUs, load average at the start.
-    pub machine: String,
+    /// Version, command line, start time, machine and inputs.
+    #[serde(flatten)]
+    pub meta: BenchMeta,
     /// One entry per workload benchmarked (per app; for PageRank, per block size).
     pub apps: Vec<AppBench>,
     /// One verdict per entry of `apps`, in the same order.
@@ -125,32 +199,49 @@ fn quality(objective: f64, test_rmse: Option<f64>) -> String {
 
 impl BenchReport {
     /// Assembles a report, computing the verdicts.
-    pub fn new(command: String, apps: Vec<AppBench>, scaling: Vec<Scaling>) -> Self {
+    pub fn new(meta: BenchMeta, apps: Vec<AppBench>, scaling: Vec<Scaling>) -> Self {
         let verdicts = apps.iter().map(Verdict::of).collect();
         BenchReport {
-            started: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
-            command,
-            machine: machine(),
+            meta,
             apps,
             verdicts,
             scaling,
         }
     }
 
-    /// The report as pretty-printed JSON.
+    /// The report as pretty-printed JSON, every time (a key `seconds` or ending in `_s`)
+    /// rounded to the nanosecond.
     pub fn to_json(&self) -> String {
-        serde_json::to_string_pretty(self).expect("a report always serializes")
+        let mut value = serde_json::to_value(self).expect("a report always serializes");
+        round_seconds(&mut value);
+        serde_json::to_string_pretty(&value).expect("a value always serializes")
     }
 
     /// The per-app tables as Markdown (also readable on a terminal).
     pub fn markdown(&self) -> String {
         let mut out = String::new();
+        let meta = &self.meta;
         let _ = writeln!(
             out,
-            "Machine: {}. Started {}.\n",
-            self.machine, self.started
+            "iterstore {}. Machine: {}. Started {}.\n",
+            meta.iterstore_version, meta.machine, meta.started_at
         );
-        let _ = writeln!(out, "Command: `{}`\n", self.command);
+        let _ = writeln!(out, "Command: `{}`\n", meta.command_line);
+        let inputs: Vec<String> = meta
+            .inputs
+            .iter()
+            .map(|(app, input)| format!("{app} `{input}`"))
+            .collect();
+        let _ = writeln!(out, "Inputs: {}.\n", inputs.join(", "));
+        if meta.busy() {
+            let _ = writeln!(
+                out,
+                "**Warning:** the load average was {:.2} on {} CPUs at the start: other work \
+                 was competing for the CPUs, so times include waiting for one.\n",
+                meta.load_average.unwrap_or(f64::NAN),
+                meta.cpus
+            );
+        }
         for bench in &self.apps {
             app_table(&mut out, bench);
         }
@@ -170,7 +261,20 @@ impl BenchReport {
                     ratio(v.virtual_vs_limit),
                     v.target.max_vs_limit,
                     ratio(v.virtual_vs_peer),
-                    if v.met { "yes" } else { "**no**" }
+                    match (v.met, v.below_measurable) {
+                        (true, false) => "yes",
+                        (false, false) => "**no**",
+                        (true, true) => "yes (too small to measure)",
+                        (false, true) => "no (too small to measure)",
+                    }
+                );
+            }
+            if self.verdicts.iter().any(|v| v.below_measurable) {
+                let _ = writeln!(
+                    out,
+                    "\n\"Too small to measure\": the virtual mode or the limit takes under \
+                     {MEASURABLE} per iteration, where thread wake-ups and, on a busy \
+                     machine, waiting for a CPU dominate; the ratios are not meaningful."
                 );
             }
             out.push('\n');
@@ -206,21 +310,35 @@ impl BenchReport {
     pub fn charts(&self) -> Result<Vec<(String, String)>, chart::ChartError> {
         let mut charts = Vec::new();
         for (bench, name) in self.apps.iter().zip(breakdown_chart_names(&self.apps)) {
-            let bars: Vec<Bar> = bench
+            // Every bar is one whole run: its one-time phases and all its iterations, so
+            // the stacks are totals of the same thing; the limit is a bar like the others.
+            let whole_run = |label: String, b: &super::Breakdown| Bar {
+                label,
+                segments: vec![
+                    b.preprocess_s,
+                    b.init_s,
+                    b.first_iter_s,
+                    b.rest_mean_s * b.rest_iters as f64,
+                ],
+            };
+            let mut bars: Vec<Bar> = bench
                 .runs
                 .iter()
-                .map(|r| Bar {
-                    label: r.variant.name.replace("virtual-no-", "no "),
-                    segments: r.breakdown.segments().to_vec(),
-                })
+                .map(|r| whole_run(r.variant.name.replace("virtual-no-", "no "), &r.breakdown))
                 .collect();
-            let title = format!(
-                "{} on {}, {} workers: time per phase",
-                bench.app, bench.dataset, bench.workers
-            );
-            let mut chart = StackedChart::new(&title, "seconds", &PHASES);
             if let Some(limit) = &bench.limit {
-                chart = chart.with_reference("limit, per iteration", limit.breakdown.rest_mean_s);
+                bars.push(whole_run("limit".into(), &limit.breakdown));
+            }
+            let title = format!(
+                "{} on {}, {} workers, {} iterations: run time by phase",
+                bench.app, bench.dataset, bench.workers, bench.iterations
+            );
+            let later = format!("later iterations ({})", bench.iterations.saturating_sub(1));
+            let phases = [PHASES[0], PHASES[1], PHASES[2], later.as_str()];
+            let mut chart = StackedChart::new(&title, "seconds", &phases);
+            let note = self.chart_note(too_small_note(bench));
+            if let Some(note) = &note {
+                chart = chart.with_note(note);
             }
             charts.push((name, chart.render(&bars)?));
         }
@@ -240,15 +358,49 @@ impl BenchReport {
                 series("limit", |p| p.limit_s),
             ];
             let block = s.block.map_or(String::new(), |b| format!(" (block {b})"));
+            let small = s
+                .points
+                .iter()
+                .filter(|p| {
+                    [p.generic_s, p.virtual_s, p.limit_s]
+                        .iter()
+                        .any(|&t| t < MEASURABLE_S)
+                })
+                .map(|p| p.size.as_str())
+                .collect::<Vec<_>>();
+            let note = self.chart_note((!small.is_empty()).then(|| {
+                format!(
+                    "Under {MEASURABLE} per iteration ({}): too small to measure on a shared \
+                     machine.",
+                    small.join(", ")
+                )
+            }));
             let svg = chart::scaling_svg(
                 &format!("{}: seconds per iteration against input size{block}", s.app),
                 s.work_unit,
                 "seconds per iteration",
                 &all,
+                note.as_deref(),
             )?;
             charts.push((format!("scaling-{}.svg", s.app), svg));
         }
         Ok(charts)
+    }
+
+    /// `note` for a chart, preceded by a warning if the machine was busy at the start.
+    fn chart_note(&self, note: Option<String>) -> Option<String> {
+        let busy = self.meta.busy().then(|| {
+            format!(
+                "Busy machine (load {:.1} on {} CPUs at the start): times include waiting for \
+                 a CPU.",
+                self.meta.load_average.unwrap_or(f64::NAN),
+                self.meta.cpus
+            )
+        });
+        match (busy, note) {
+            (Some(b), Some(n)) => Some(format!("{b} {n}")),
+            (b, n) => b.or(n),
+        }
     }
 
     /// Writes `report.json`, `report.md` and the charts into `dir` (created if needed);
@@ -376,8 +528,39 @@ fn app_table(out: &mut String, b: &AppBench) {
     out.push('\n');
 }
 
+/// Rounds every number under a key `seconds` or ending in `_s` to the nanosecond.
+fn round_seconds(value: &mut serde_json::Value) {
+    use serde_json::Value;
+    match value {
+        Value::Object(map) => {
+            for (key, v) in map.iter_mut() {
+                match v {
+                    Value::Number(n) if key == "seconds" || key.ends_with("_s") => {
+                        if let Some(x) = n.as_f64().filter(|_| n.is_f64()) {
+                            *v = Value::from((x * 1e9).round() / 1e9);
+                        }
+                    }
+                    _ => round_seconds(v),
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(round_seconds),
+        _ => {}
+    }
+}
+
+/// The 1-minute load average, where the system tells it.
+fn load_average() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
 /// CPU model, logical CPUs and load average, as far as this system tells.
-fn machine() -> String {
+fn machine(cpus: usize, load: Option<f64>) -> String {
     let model = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|s| {
@@ -387,11 +570,7 @@ fn machine() -> String {
                 .map(|m| m.trim().to_string())
         })
         .unwrap_or_else(|| "unknown CPU".into());
-    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
-    let load = std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|s| s.split_whitespace().next().map(str::to_string))
-        .unwrap_or_else(|| "?".into());
+    let load = load.map_or("?".into(), |l| format!("{l:.2}"));
     format!("{model}, {cpus} logical CPUs, load average {load} at start")
 }
 
@@ -454,5 +633,23 @@ mod tests {
                 "breakdown-lda-2.svg",
             ]
         );
+    }
+
+    #[test]
+    fn a_busy_machine_is_said_on_every_chart_and_in_the_markdown() {
+        let mut meta = BenchMeta::now("0.1.0", "iterstore bench".into(), BTreeMap::new());
+        meta.cpus = 2;
+        meta.load_average = Some(4.5);
+        let report = BenchReport::new(meta.clone(), Vec::new(), Vec::new());
+        assert!(report.meta.busy());
+        let note = report.chart_note(Some("small".into())).unwrap();
+        assert!(note.starts_with("Busy machine (load 4.5 on 2 CPUs") && note.ends_with(" small"));
+        assert!(report
+            .markdown()
+            .contains("**Warning:** the load average was 4.50 on 2 CPUs"));
+        meta.load_average = Some(0.5);
+        let report = BenchReport::new(meta, Vec::new(), Vec::new());
+        assert_eq!(report.chart_note(None), None);
+        assert!(!report.markdown().contains("Warning"));
     }
 }

@@ -5,6 +5,7 @@
 //! PageRank's input is one workload per `--pagerank-block` size (the same graph, named
 //! `<input>, block <B>`); the scaling sweep uses the default block.
 
+use std::collections::BTreeMap;
 use std::fmt::Display;
 use std::path::{Path, PathBuf};
 
@@ -12,21 +13,24 @@ use anyhow::{bail, Context, Result};
 use iterstore_apps::algo::lda::LdaConfig;
 use iterstore_apps::algo::mf::MfConfig;
 use iterstore_apps::apps::pagerank::PageRankParams;
-use iterstore_apps::bench::report::BenchReport;
+use iterstore_apps::bench::report::{BenchMeta, BenchReport};
 use iterstore_apps::bench::scaling::scaling;
 use iterstore_apps::bench::{bench_app, BenchOptions, Variant, Workload};
 use iterstore_apps::data::{
     load_corpus, load_graph, load_ratings, split_ratings, CorpusSpec, GraphSpec, RatingsSpec,
 };
 
+use tracing::info;
+
+use super::log::{self, Step};
 use super::run::{MF_INIT_SCALE, MF_LR, MF_RANK, MF_REG, MF_TEST_FRACTION};
 use super::{App, BenchArgs};
 
 /// Seed of every input split, initial model and sampler in the benchmark.
 const SEED: u64 = 42;
 
-/// Runs `iterstore bench` with parsed arguments.
-pub fn bench(args: &BenchArgs) -> Result<()> {
+/// Runs `iterstore bench` with parsed arguments; `command_line` goes into the report.
+pub fn bench(args: &BenchArgs, command_line: String) -> Result<()> {
     let apps = if args.apps.is_empty() {
         vec![App::Mf, App::Lda, App::Pagerank]
     } else {
@@ -89,7 +93,10 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
             .validate()
             .map_err(|e| anyhow::anyhow!("--scaling-iters: {e}"))?;
     }
-    // Every input is read before any output is written or any run starts.
+    // The output directory is checked before any input is read, and every input is read
+    // before any output is written or any run starts.
+    check_writable_dir("--out", &args.out)?;
+    let meta = BenchMeta::now(super::VERSION, command_line, inputs(&apps, args));
     let mut workloads = Vec::new();
     for &app in &apps {
         let (name, workload) = load(app, args)?;
@@ -100,10 +107,10 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
             .with_context(|| format!("cannot create {}", workdir.display()))?;
     }
 
-    let mut progress = |line: &str| eprintln!("  {line}");
+    let mut progress = |line: &str| info!("  {line}");
     let mut results = Vec::new();
     for (name, workload) in &workloads {
-        eprintln!(
+        info!(
             "{}: {name} ({} {})",
             workload.app(),
             workload.work(),
@@ -115,7 +122,7 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
     let mut curves = Vec::new();
     if args.scaling {
         for &app in &apps {
-            eprintln!(
+            info!(
                 "{}: scaling over {}",
                 app.name(),
                 args.scaling_sizes.join(", ")
@@ -128,16 +135,70 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
             curves.extend(scaling(&workloads, &scaling_opts, &mut progress)?);
         }
     }
-    let command = std::env::args().collect::<Vec<_>>().join(" ");
-    let report = BenchReport::new(command, results, curves);
+    let report = BenchReport::new(meta, results, curves);
     println!("{}", report.markdown());
     let written = report
         .write_to(&args.out)
         .with_context(|| format!("writing the report into {}", args.out.display()))?;
     for path in written {
-        eprintln!("wrote {}", path.display());
+        info!("wrote {}", path.display());
     }
     Ok(())
+}
+
+/// Each app's input as the report records it: the file as given, or `synthetic <size>`.
+fn inputs(apps: &[App], args: &BenchArgs) -> BTreeMap<String, String> {
+    apps.iter()
+        .map(|&app| {
+            let file = match app {
+                App::Mf => &args.mf_data,
+                App::Lda => &args.lda_data,
+                App::Pagerank => &args.pagerank_data,
+            };
+            let input = file.as_ref().map_or_else(
+                || format!("synthetic {}", args.synthetic),
+                |p| p.display().to_string(),
+            );
+            (app.name().to_string(), input)
+        })
+        .collect()
+}
+
+/// Fails unless `dir` (the value of `flag`) is a directory this process can create files
+/// in, or can be created as one. Nothing is left behind: a probe file is created and
+/// removed in `dir`, or in its nearest existing ancestor when `dir` does not exist yet.
+fn check_writable_dir(flag: &str, dir: &Path) -> Result<()> {
+    let shown = dir.display();
+    let absolute = std::path::absolute(dir).with_context(|| format!("{flag} {shown}"))?;
+    let existing = absolute
+        .ancestors()
+        .find(|a| a.exists())
+        .expect("the root directory exists");
+    if !existing.is_dir() {
+        if existing == absolute {
+            bail!("{flag} {shown}: not a directory");
+        }
+        bail!(
+            "{flag} {shown}: cannot create it, {} is not a directory",
+            existing.display()
+        );
+    }
+    let probe = existing.join(format!(".iterstore-write-check-{}", std::process::id()));
+    let created = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe);
+    match created {
+        Ok(_) => {
+            let _ = std::fs::remove_file(&probe);
+            Ok(())
+        }
+        Err(e) if existing == absolute => {
+            Err(e).with_context(|| format!("{flag} {shown}: cannot write into it"))
+        }
+        Err(e) => Err(e)
+            .with_context(|| format!("{flag} {shown}: cannot create it in {}", existing.display())),
+    }
 }
 
 /// Fails if `names` (the values of `flag`) repeat one.
@@ -210,6 +271,7 @@ fn load(app: App, args: &BenchArgs) -> Result<(String, Workload)> {
         return Ok((name, synthetic(app, &args.synthetic, args)?));
     };
     let name = file_name(path);
+    let step = Step::start(&log::reading(path));
     let workload = match app {
         App::Mf => mf_workload(load_ratings(path)?),
         App::Lda => Workload::Lda {
@@ -221,13 +283,20 @@ fn load(app: App, args: &BenchArgs) -> Result<(String, Workload)> {
             params: PageRankParams::default(),
         },
     };
+    step.done(&format!(
+        "read {}: {} {}",
+        path.display(),
+        workload.work(),
+        workload.work_unit()
+    ));
     Ok((name, workload))
 }
 
 /// The seeded synthetic input of `app` at preset `size`; PageRank's at the default block
 /// (which the scaling sweep keeps, and [`per_block`] replaces for the main workloads).
 fn synthetic(app: App, size: &str, args: &BenchArgs) -> Result<Workload> {
-    Ok(match app {
+    let step = Step::start(&format!("{}: generating synthetic {size}", app.name()));
+    let workload = match app {
         App::Mf => mf_workload(
             RatingsSpec::preset(size)
                 .map_err(anyhow::Error::msg)?
@@ -247,7 +316,14 @@ fn synthetic(app: App, size: &str, args: &BenchArgs) -> Result<Workload> {
                 .generate(),
             params: PageRankParams::default(),
         },
-    })
+    };
+    step.done(&format!(
+        "{}: generated synthetic {size}: {} {}",
+        app.name(),
+        workload.work(),
+        workload.work_unit()
+    ));
+    Ok(workload)
 }
 
 fn mf_workload(ratings: iterstore_apps::data::Ratings) -> Workload {
@@ -294,6 +370,35 @@ mod tests {
             graph: GraphSpec::preset("tiny").unwrap().generate(),
             params: PageRankParams::default(),
         }
+    }
+
+    #[test]
+    fn out_dirs_are_checked_without_creating_them() {
+        let tmp = std::env::temp_dir().join(format!("iterstore-out-check-{}", std::process::id()));
+        std::fs::create_dir_all(&tmp).unwrap();
+        let listing = || std::fs::read_dir(&tmp).unwrap().count();
+        check_writable_dir("--out", &tmp).unwrap();
+        check_writable_dir("--out", &tmp.join("new/deeper")).unwrap();
+        assert_eq!(listing(), 0, "the check leaves nothing behind");
+        let file = tmp.join("file");
+        std::fs::write(&file, "x").unwrap();
+        let err = check_writable_dir("--out", &file).unwrap_err().to_string();
+        assert!(err.ends_with("file: not a directory"), "{err}");
+        let err = check_writable_dir("--out", &file.join("sub"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("is not a directory"), "{err}");
+        if Path::new("/proc/self").exists() {
+            let err = format!(
+                "{:#}",
+                check_writable_dir("--out", Path::new("/proc/x")).unwrap_err()
+            );
+            assert!(
+                err.starts_with("--out /proc/x: cannot create it in /proc"),
+                "{err}"
+            );
+        }
+        std::fs::remove_dir_all(&tmp).unwrap();
     }
 
     #[test]

@@ -1,80 +1,68 @@
 //! `iterstore demo`: every bundled app on tiny synthetic data, in virtual-iteration mode
 //! with two workers under BSP, printed as one table together with the equivalent
 //! `iterstore run` commands. Meant to finish in well under a second in a release build.
+//!
+//! The demo *is* those commands: it parses each one as `iterstore run` would and runs it
+//! through the same code ([`run::execute`]), so running one of them prints the result the
+//! demo printed for it.
 
-use anyhow::Result;
-use iterstore::{Mode, Staleness};
-use iterstore_apps::algo::lda::LdaConfig;
-use iterstore_apps::algo::mf::MfConfig;
-use iterstore_apps::apps::pagerank::PageRankParams;
-use iterstore_apps::apps::{lda, mf, pagerank, AppConfig, RunReport};
-use iterstore_apps::data::{split_ratings, CorpusSpec, GraphSpec, RatingsSpec};
+use anyhow::{bail, Result};
+use clap::Parser;
+use iterstore_apps::apps::RunReport;
 
-use super::run::MF_TEST_FRACTION;
+use super::run::{self, Progress};
+use super::{Cli, Command, RunArgs};
 
 /// Iterations of every demo run.
 const ITERS: usize = 20;
-/// The demo's MF step: tiny data tolerates a larger one than the `run` default.
-const MF_LR: f32 = 0.01;
-const MF_INIT_SCALE: f32 = 0.5;
-const SEED: u64 = 42;
+/// Workers of every demo run.
+const WORKERS: usize = 2;
+
+/// The demo's runs, as `iterstore` arguments. MF on tiny data tolerates a larger step and
+/// initial scale than the `run` defaults.
+pub(crate) fn commands() -> [String; 3] {
+    let common = format!("--synthetic tiny --mode virtual --workers {WORKERS} --iters {ITERS}");
+    [
+        format!("run mf {common} --lr 0.01 --reg 0.05 --init-scale 0.5 --seed 42"),
+        format!("run lda {common} --seed 42"),
+        format!("run pagerank {common}"),
+    ]
+}
+
+/// `command` (arguments after `iterstore`, split at spaces) parsed as `iterstore run`.
+fn parse(command: &str) -> Result<RunArgs> {
+    let argv = std::iter::once("iterstore").chain(command.split_whitespace());
+    match Cli::try_parse_from(argv)?.command {
+        Command::Run(args) => {
+            args.check_app_options()?;
+            Ok(*args)
+        }
+        other => bail!("the demo runs only `run` commands, not {other:?}"),
+    }
+}
 
 /// Runs the demo and prints its table.
 pub fn demo() -> Result<()> {
-    let cfg = AppConfig {
-        workers: 2,
-        shards: 1,
-        staleness: Staleness::BSP,
-        mode: Mode::Virtual,
-        iterations: ITERS,
-        ..AppConfig::default()
-    };
     println!(
-        "iterstore demo: the bundled apps on tiny synthetic data, {} workers, mode {}, BSP, \
-         {ITERS} iterations each\n",
-        cfg.workers,
-        cfg.mode.name()
+        "iterstore demo: the bundled apps on tiny synthetic data, {WORKERS} workers, mode \
+         virtual, BSP, {ITERS} iterations each\n"
     );
-    let (train, test) = split_ratings(
-        &RatingsSpec::preset("tiny")
-            .map_err(anyhow::Error::msg)?
-            .generate(),
-        MF_TEST_FRACTION,
-        SEED,
-    );
-    let mf_params = MfConfig {
-        learning_rate: MF_LR,
-        init_scale: MF_INIT_SCALE,
-        seed: SEED,
-        ..MfConfig::default()
-    };
-    let mf = mf::run(&cfg, &mf_params, &train, &test.ratings)?.report;
-
-    let spec = CorpusSpec::preset("tiny").map_err(anyhow::Error::msg)?;
-    let lda_params = LdaConfig {
-        topics: spec.num_topics as usize,
-        seed: SEED,
-        ..LdaConfig::default()
-    };
-    let lda = lda::run(&cfg, &lda_params, &spec.generate().0)?.report;
-
-    let graph = GraphSpec::preset("tiny")
-        .map_err(anyhow::Error::msg)?
-        .generate();
-    let pagerank = pagerank::run(&cfg, &PageRankParams::default(), &graph)?.report;
-
+    let commands = commands();
+    let reports = commands
+        .iter()
+        .map(|c| run::execute(&parse(c)?, None, Progress::Hidden))
+        .collect::<Result<Vec<_>>>()?;
     println!(
         "{:<9} {:<36} {:>10} {:>8} {:>10}  objective (first -> last)",
         "app", "data", "preprocess", "init", "mean iter"
     );
-    for report in [&mf, &lda, &pagerank] {
+    for report in &reports {
         println!("{}", row(report));
     }
     println!("\nthe same runs one at a time:");
-    let common = format!("--synthetic tiny --mode virtual --workers 2 --iters {ITERS}");
-    println!("  iterstore run mf {common} --lr {MF_LR} --init-scale {MF_INIT_SCALE} --seed {SEED}");
-    println!("  iterstore run lda {common} --seed {SEED}");
-    println!("  iterstore run pagerank {common}");
+    for command in &commands {
+        println!("  iterstore {command}");
+    }
     println!("options and output formats: iterstore run --help");
     Ok(())
 }

@@ -1,5 +1,5 @@
 //! The command line: argument definitions (clap derive), their validation, and dispatch to
-//! [`run`] and [`demo`].
+//! [`run`], [`demo`] and [`bench`]; [`log`] is what they tell a person on stderr.
 //!
 //! Every option is checked before any data is loaded or any thread started: numbers are
 //! range-checked by their parsers, app-specific options given to the wrong app are
@@ -7,12 +7,13 @@
 
 mod bench;
 mod demo;
+mod log;
 mod run;
 
 use std::path::PathBuf;
 
 use anyhow::{bail, Result};
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 use iterstore::{Mode, Staleness};
 use iterstore_apps::data::synth::SIZES;
 
@@ -27,9 +28,13 @@ Output formats (--output FILE):
   lda       `# iterstore lda model: topics=K vocab=V`, a line `totals<TAB>n_0...n_{K-1}`,
             then one line `word<TAB>n_w0<TAB>...<TAB>n_w{K-1}` per word id 0..V.
 
---json FILE writes one object: app, mode, workers, staleness, setup_s, preprocess_s
-(virtual iteration), init_s, iterations [{iter, seconds, objective[, test_rmse]}],
-dataset sizes, params and the gathered access pattern's size.";
+--json FILE writes one object: iterstore_version, command_line, input, started_at, app,
+mode, workers, staleness, setup_s, preprocess_s (virtual iteration), init_s, iterations
+[{iter, seconds, objective[, test_rmse]}], dataset sizes, params and the gathered access
+pattern's size.
+
+Progress goes to stderr: a bar on a terminal, else one timestamped line per iteration
+(-q: warnings and errors only; -v: more).";
 
 /// `iterstore`: a parameter server for iterative ML that specializes itself to the
 /// application's repeating access pattern.
@@ -39,6 +44,13 @@ pub struct Cli {
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+    /// Print only warnings and errors on stderr (no progress).
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    pub quiet: bool,
+    /// Print more on stderr: -v debug lines, -vv trace lines. Progress is a bar on a
+    /// terminal and one timestamped line per iteration otherwise.
+    #[arg(short, long, global = true, action = ArgAction::Count)]
+    pub verbose: u8,
 }
 
 /// The subcommands.
@@ -108,7 +120,8 @@ pub struct BenchArgs {
     /// Iterations per scaling run (at least 2).
     #[arg(long, default_value_t = 3, value_name = "N")]
     pub scaling_iters: usize,
-    /// Directory for report.json, report.md and the SVG charts.
+    /// Directory for report.json, report.md and the SVG charts; created if missing, and
+    /// checked before any input is read.
     #[arg(long, value_name = "DIR", default_value_os_t = bench::default_out())]
     pub out: PathBuf,
 }
@@ -143,7 +156,9 @@ pub struct RunArgs {
     pub app: App,
     /// Input file (gzip read transparently): ratings for mf (MovieLens u.data, CSV,
     /// RecBole .inter), a corpus for lda (LDA-C .ldac, UCI docword), a graph for pagerank
-    /// (edge list, graph-tool .gt).
+    /// (graph-tool .gt/.gt.gz, or an edge list: one `source target` pair of non-negative
+    /// integer vertex ids per line, `#` or `%` starting a comment line; any other line is
+    /// an error).
     #[arg(long, value_name = "PATH", conflicts_with = "synthetic")]
     pub data: Option<PathBuf>,
     /// Generate seeded synthetic input of this size instead of reading --data: tiny,
@@ -237,16 +252,43 @@ impl RunArgs {
     }
 }
 
-/// Runs the parsed command line.
-pub fn main(cli: Cli) -> Result<()> {
+/// The version of this binary, as `--version` prints it and the JSON reports record it.
+pub(crate) const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Runs the parsed command line; `args` is the command line as given (for the reports).
+pub fn main(cli: Cli, args: &[std::ffi::OsString]) -> Result<()> {
+    log::init(cli.quiet, cli.verbose);
+    let command_line = command_line(args);
     match cli.command {
         Command::Run(args) => {
             args.check_app_options()?;
-            run::run(&args)
+            run::run(&args, command_line)
         }
         Command::Demo => demo::demo(),
-        Command::Bench(args) => bench::bench(&args),
+        Command::Bench(args) => bench::bench(&args, command_line),
     }
+}
+
+/// The current time as RFC 3339 UTC, to the second (`2026-01-31T12:00:00Z`).
+pub(crate) fn now_rfc3339() -> String {
+    humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
+}
+
+/// `args` joined as a shell would need them: an argument with anything but letters,
+/// digits and `-_./:=,+@%` is single-quoted.
+pub(crate) fn command_line(args: &[std::ffi::OsString]) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "-_./:=,+@%".contains(c);
+    args.iter()
+        .map(|a| {
+            let a = a.to_string_lossy();
+            if !a.is_empty() && a.chars().all(plain) {
+                a.into_owned()
+            } else {
+                format!("'{}'", a.replace('\'', r"'\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn at_least_one(s: &str) -> Result<usize, String> {
@@ -271,5 +313,23 @@ fn parse_size(s: &str) -> Result<String, String> {
         Ok(lower)
     } else {
         Err(format!("'{s}' is not one of {}", SIZES.join(", ")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn command_lines_quote_what_a_shell_would_split() {
+        let args: Vec<std::ffi::OsString> =
+            ["iterstore", "run", "--data", "my file.tsv", "it's", ""]
+                .iter()
+                .map(Into::into)
+                .collect();
+        assert_eq!(
+            command_line(&args),
+            r"iterstore run --data 'my file.tsv' 'it'\''s' ''"
+        );
     }
 }

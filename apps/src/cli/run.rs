@@ -1,13 +1,15 @@
 //! `iterstore run APP`: assembles and validates the app's parameters, opens the output
-//! files, loads (or generates) the input, runs the app with a per-iteration progress bar on
-//! stderr, then prints a summary on stdout and writes `--output` and `--json`.
+//! files, loads (or generates) the input, runs the app with progress on stderr (see
+//! [`super::log`]), then prints a summary on stdout and writes `--output` and `--json`.
+//!
+//! [`execute`] is the part that loads and runs; the demo calls it with the commands it
+//! prints, so that they reproduce it.
 
 use std::fs::File;
-use std::io::{BufWriter, IsTerminal, Write};
+use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use indicatif::{ProgressBar, ProgressStyle};
 use iterstore_apps::algo::lda::LdaConfig;
 use iterstore_apps::algo::mf::MfConfig;
 use iterstore_apps::algo::pagerank::PageRankConfig;
@@ -17,6 +19,7 @@ use iterstore_apps::data::{
     load_corpus, load_graph, load_ratings, split_ratings, CorpusSpec, GraphSpec, RatingsSpec,
 };
 
+use super::log::{self, Iterations, Step};
 use super::{App, RunArgs};
 
 /// Defaults of the MF options (BSP SGD needs a small step on skewed data).
@@ -42,10 +45,27 @@ impl Input {
             (None, None) => Input::Synthetic("small".into()),
         }
     }
+
+    /// The input as a report names it: the path, or `synthetic <size>`.
+    fn describe(&self) -> String {
+        match self {
+            Input::File(path) => path.display().to_string(),
+            Input::Synthetic(size) => format!("synthetic {size}"),
+        }
+    }
+}
+
+/// Whether [`execute`] shows what it is doing on stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Progress {
+    /// Loading and iteration progress as [`super::log`] draws it.
+    Shown,
+    /// Nothing (the demo prints its own table).
+    Hidden,
 }
 
 /// A file opened for writing before the run starts, so a bad path fails early.
-struct Output {
+pub(crate) struct Output {
     path: PathBuf,
     file: BufWriter<File>,
 }
@@ -70,8 +90,38 @@ impl Output {
     }
 }
 
-/// Runs `iterstore run` with validated arguments.
-pub fn run(args: &RunArgs) -> Result<()> {
+/// Runs `iterstore run` with validated arguments; `command_line` goes into the JSON report.
+pub fn run(args: &RunArgs, command_line: String) -> Result<()> {
+    let started_at = super::now_rfc3339();
+    AppConfig {
+        workers: args.workers,
+        shards: args.shards,
+        ..AppConfig::default()
+    }
+    .validate()?;
+    let model = Output::create(args.output.as_deref())?;
+    let json = Output::create(args.json.as_deref())?;
+    let mut report = execute(args, model, Progress::Shown)?;
+    println!("{}", report.summary());
+    if let Some(json) = json {
+        report.set_provenance(
+            super::VERSION,
+            &command_line,
+            &Input::of(args).describe(),
+            &started_at,
+        );
+        json.write(|w| writeln!(w, "{}", report.to_json()))?;
+    }
+    Ok(())
+}
+
+/// Validates the app's parameters, loads or generates the input, runs the app and writes
+/// the model into `model` if given; returns the run's report.
+pub(crate) fn execute(
+    args: &RunArgs,
+    model: Option<Output>,
+    progress: Progress,
+) -> Result<RunReport> {
     let cfg = AppConfig {
         workers: args.workers,
         shards: args.shards,
@@ -82,21 +132,88 @@ pub fn run(args: &RunArgs) -> Result<()> {
     };
     cfg.validate()?;
     let input = Input::of(args);
-    let model = Output::create(args.output.as_deref())?;
-    let json = Output::create(args.json.as_deref())?;
+    tracing::debug!(
+        "{}: {} iterations on {}, mode {}, {} workers, {} shard(s)",
+        args.app.name(),
+        cfg.iterations,
+        input.describe(),
+        cfg.mode.name(),
+        cfg.workers,
+        cfg.shards
+    );
     let report = match args.app {
-        App::Mf => run_mf(args, &cfg, input, model)?,
-        App::Lda => run_lda(args, &cfg, input, model)?,
-        App::Pagerank => run_pagerank(args, &cfg, input, model)?,
+        App::Mf => run_mf(args, &cfg, input, model, progress)?,
+        App::Lda => run_lda(args, &cfg, input, model, progress)?,
+        App::Pagerank => run_pagerank(args, &cfg, input, model, progress)?,
     };
-    println!("{}", report.summary());
-    if let Some(json) = json {
-        json.write(|w| writeln!(w, "{}", report.to_json()))?;
-    }
-    Ok(())
+    tracing::debug!(
+        "{}: setup {}, preprocess {}, init {}",
+        report.app,
+        log::duration(report.setup_s),
+        log::duration(report.preprocess_s),
+        log::duration(report.init_s)
+    );
+    Ok(report)
 }
 
-fn run_mf(args: &RunArgs, cfg: &AppConfig, input: Input, out: Option<Output>) -> Result<RunReport> {
+/// A step of [`execute`]: shown as [`Step`] unless progress is hidden.
+fn step(progress: Progress, what: impl FnOnce() -> String) -> Option<Step> {
+    (progress == Progress::Shown).then(|| Step::start(&what()))
+}
+
+/// Ends `step` with `what` it produced.
+fn step_done(step: Option<Step>, what: impl FnOnce() -> String) {
+    if let Some(step) = step {
+        step.done(&what());
+    }
+}
+
+/// What reading or generating `input` is called in the log.
+fn loading(input: &Input, kind: &str) -> String {
+    match input {
+        Input::File(path) => log::reading(path),
+        Input::Synthetic(size) => format!("generating synthetic {size} {kind}"),
+    }
+}
+
+/// What was read or generated, for the log line that ends the step.
+fn loaded(input: &Input, counts: String) -> String {
+    match input {
+        Input::File(path) => format!("read {}: {counts}", path.display()),
+        Input::Synthetic(size) => format!("generated synthetic {size}: {counts}"),
+    }
+}
+
+/// The iteration progress of one run, and its per-iteration callback.
+struct Watch(Option<Iterations>);
+
+impl Watch {
+    fn start(app: App, iters: usize, progress: Progress) -> Watch {
+        Watch((progress == Progress::Shown).then(|| Iterations::start(app.name(), iters)))
+    }
+
+    fn observer(&mut self) -> impl FnMut(&IterRecord) + '_ {
+        move |r: &IterRecord| {
+            if let Some(it) = &mut self.0 {
+                it.observe(r);
+            }
+        }
+    }
+
+    fn finish(self) {
+        if let Some(it) = self.0 {
+            it.finish();
+        }
+    }
+}
+
+fn run_mf(
+    args: &RunArgs,
+    cfg: &AppConfig,
+    input: Input,
+    out: Option<Output>,
+    progress: Progress,
+) -> Result<RunReport> {
     let params = MfConfig {
         rank: args.rank.unwrap_or(MF_RANK),
         learning_rate: args.lr.unwrap_or(MF_LR),
@@ -109,17 +226,27 @@ fn run_mf(args: &RunArgs, cfg: &AppConfig, input: Input, out: Option<Output>) ->
     if !(0.0..1.0).contains(&test_fraction) {
         bail!("--test-fraction {test_fraction} must be in [0, 1)");
     }
-    let ratings = match input {
-        Input::File(path) => load_ratings(&path)?,
-        Input::Synthetic(size) => RatingsSpec::preset(&size)
+    let loading_step = step(progress, || loading(&input, "ratings"));
+    let ratings = match &input {
+        Input::File(path) => load_ratings(path)?,
+        Input::Synthetic(size) => RatingsSpec::preset(size)
             .map_err(anyhow::Error::msg)?
             .generate(),
     };
+    step_done(loading_step, || {
+        let counts = format!(
+            "{} ratings, {} users, {} items",
+            ratings.ratings.len(),
+            ratings.num_users,
+            ratings.num_items
+        );
+        loaded(&input, counts)
+    });
     let (train, test) = split_ratings(&ratings, test_fraction, args.seed);
     drop(ratings);
-    let bar = progress_bar("mf", cfg.iterations);
-    let outcome = mf::run_observed(cfg, &params, &train, &test.ratings, &mut observer(&bar))?;
-    bar.finish_and_clear();
+    let mut watch = Watch::start(App::Mf, cfg.iterations, progress);
+    let outcome = mf::run_observed(cfg, &params, &train, &test.ratings, &mut watch.observer())?;
+    watch.finish();
     if let Some(out) = out {
         out.write(|w| outcome.write_model(w))?;
     }
@@ -131,6 +258,7 @@ fn run_lda(
     cfg: &AppConfig,
     input: Input,
     out: Option<Output>,
+    progress: Progress,
 ) -> Result<RunReport> {
     let spec = match &input {
         Input::Synthetic(size) => Some(CorpusSpec::preset(size).map_err(anyhow::Error::msg)?),
@@ -145,14 +273,24 @@ fn run_lda(
         seed: args.seed,
     };
     params.validate().map_err(anyhow::Error::msg)?;
-    let corpus = match (input, spec) {
-        (Input::File(path), _) => load_corpus(&path)?,
+    let loading_step = step(progress, || loading(&input, "corpus"));
+    let corpus = match (&input, spec) {
+        (Input::File(path), _) => load_corpus(path)?,
         (Input::Synthetic(_), Some(spec)) => spec.generate().0,
         (Input::Synthetic(_), None) => unreachable!("a synthetic input has a spec"),
     };
-    let bar = progress_bar("lda", cfg.iterations);
-    let outcome = lda::run_observed(cfg, &params, &corpus, &mut observer(&bar))?;
-    bar.finish_and_clear();
+    step_done(loading_step, || {
+        let tokens: usize = corpus.docs.iter().map(Vec::len).sum();
+        let counts = format!(
+            "{} documents, {} words, {tokens} tokens",
+            corpus.docs.len(),
+            corpus.vocab_size
+        );
+        loaded(&input, counts)
+    });
+    let mut watch = Watch::start(App::Lda, cfg.iterations, progress);
+    let outcome = lda::run_observed(cfg, &params, &corpus, &mut watch.observer())?;
+    watch.finish();
     if let Some(out) = out {
         out.write(|w| outcome.write_model(w))?;
     }
@@ -164,6 +302,7 @@ fn run_pagerank(
     cfg: &AppConfig,
     input: Input,
     out: Option<Output>,
+    progress: Progress,
 ) -> Result<RunReport> {
     let defaults = PageRankParams::default();
     let params = PageRankParams {
@@ -173,47 +312,30 @@ fn run_pagerank(
         block: args.block.unwrap_or(defaults.block),
     };
     params.validate().map_err(anyhow::Error::msg)?;
-    let (graph, labels) = match input {
+    let loading_step = step(progress, || loading(&input, "graph"));
+    let (graph, labels) = match &input {
         Input::File(path) => {
-            let labeled = load_graph(&path)?;
+            let labeled = load_graph(path)?;
             (labeled.graph, Some(labeled.labels))
         }
         Input::Synthetic(size) => {
-            let spec = GraphSpec::preset(&size).map_err(anyhow::Error::msg)?;
+            let spec = GraphSpec::preset(size).map_err(anyhow::Error::msg)?;
             (spec.generate(), None)
         }
     };
-    let bar = progress_bar("pagerank", cfg.iterations);
-    let outcome = pagerank::run_observed(cfg, &params, &graph, &mut observer(&bar))?;
-    bar.finish_and_clear();
+    step_done(loading_step, || {
+        let counts = format!(
+            "{} vertices, {} edges",
+            graph.num_vertices,
+            graph.edges.len()
+        );
+        loaded(&input, counts)
+    });
+    let mut watch = Watch::start(App::Pagerank, cfg.iterations, progress);
+    let outcome = pagerank::run_observed(cfg, &params, &graph, &mut watch.observer())?;
+    watch.finish();
     if let Some(out) = out {
         out.write(|w| outcome.write_ranks(labels.as_deref(), w))?;
     }
     Ok(outcome.report)
-}
-
-/// A bar of `iters` steps on stderr, hidden when stderr is not a terminal.
-fn progress_bar(app: &str, iters: usize) -> ProgressBar {
-    if !std::io::stderr().is_terminal() {
-        return ProgressBar::hidden();
-    }
-    let bar = ProgressBar::new(iters as u64);
-    let style = ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} {msg}")
-        .expect("the template is valid")
-        .progress_chars("=> ");
-    bar.set_style(style);
-    bar.set_prefix(app.to_string());
-    bar.set_message("setting up (virtual iteration, initialisation)");
-    bar
-}
-
-/// Advances `bar` with each iteration's time and objective.
-fn observer(bar: &ProgressBar) -> impl FnMut(&IterRecord) + '_ {
-    move |r: &IterRecord| {
-        bar.set_message(format!(
-            "iteration {} took {:.3} s, objective {:.6}",
-            r.iter, r.seconds, r.objective
-        ));
-        bar.inc(1);
-    }
 }

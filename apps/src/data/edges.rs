@@ -19,11 +19,18 @@ pub struct LabeledGraph {
     pub labels: Vec<String>,
 }
 
+/// How much of an offending line an error message quotes.
+const QUOTE_CHARS: usize = 60;
+
 /// Loads an edge list from `path` (optionally gzip-compressed).
 ///
-/// Each line is `source target [anything …]`, fields separated by whitespace; lines whose
-/// first non-blank character is `#` or `%` are comments, and blank lines are skipped.
-/// Vertex names are arbitrary tokens, given dense ids in order of first appearance.
+/// Each line is `source target`: exactly two vertex ids, each a non-negative decimal
+/// integer, separated by whitespace. Lines whose first non-blank character is `#` or `%`
+/// are comments, and blank lines are skipped. Any other line (a header, a third column
+/// such as a weight or a timestamp, a non-numeric name) is rejected as
+/// `file:line: expected two vertex ids, found "…"`, so that a file of another format is
+/// not read as a graph. Vertex ids keep their spelling as labels and get dense ids in
+/// order of first appearance.
 pub fn load_edges(path: &Path) -> Result<LabeledGraph, DataError> {
     let mut lines = LineReader::new(path, input::open(path)?);
     let mut vertices = IdMap::default();
@@ -34,13 +41,12 @@ pub fn load_edges(path: &Path) -> Result<LabeledGraph, DataError> {
             continue;
         }
         let mut fields = line.split_ascii_whitespace();
-        let (Some(src), Some(dst)) = (fields.next(), fields.next()) else {
-            return Err(input::malformed(
-                path,
-                line_no,
-                "expected at least 2 fields (source target), found 1",
-            ));
+        let (Some(src), Some(dst), None) = (fields.next(), fields.next(), fields.next()) else {
+            return Err(not_an_edge(path, line_no, line));
         };
+        if !is_vertex_id(src) || !is_vertex_id(dst) {
+            return Err(not_an_edge(path, line_no, line));
+        }
         let too_many = || input::malformed(path, line_no, "more than u32::MAX distinct vertices");
         let src = vertices.id(src).ok_or_else(too_many)?;
         let dst = vertices.id(dst).ok_or_else(too_many)?;
@@ -56,6 +62,26 @@ pub fn load_edges(path: &Path) -> Result<LabeledGraph, DataError> {
         },
         labels: vertices.into_labels(),
     })
+}
+
+/// Whether `token` is a vertex id: a non-empty run of ASCII digits.
+fn is_vertex_id(token: &str) -> bool {
+    !token.is_empty() && token.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// The error for a line that is not an edge, quoting (the start of) the line.
+fn not_an_edge(path: &Path, line_no: usize, line: &str) -> DataError {
+    let line = line.trim_end();
+    let quoted: String = line.chars().take(QUOTE_CHARS).collect();
+    let more = if quoted.len() < line.len() { "…" } else { "" };
+    input::malformed(
+        path,
+        line_no,
+        format!(
+            "expected two vertex ids, found \"{}{more}\"",
+            quoted.trim_end()
+        ),
+    )
 }
 
 /// Whether `path` names a graph-tool binary (`.gt` or `.gt.gz`, any case).
@@ -83,11 +109,11 @@ mod tests {
     use crate::data::testutil::TempDir;
 
     #[test]
-    fn comments_blank_lines_and_extra_columns() {
+    fn comments_and_blank_lines() {
         let dir = TempDir::new("edges-basic");
         let path = dir.write(
             "g.txt",
-            "# SNAP style header\n% matrix-market style comment\n\n10 20\n20\t30 0.5 x\n  # indented\n10 10\n",
+            "# SNAP style header\n% matrix-market style comment\n\n10 20\n20\t30  \r\n  # indented\n10 10\n",
         );
         let g = load_edges(&path).unwrap();
         assert_eq!(g.labels, vec!["10", "20", "30"]);
@@ -96,27 +122,55 @@ mod tests {
     }
 
     #[test]
-    fn token_labels_and_gzip() {
+    fn labels_keep_their_spelling_and_gzip() {
         let dir = TempDir::new("edges-gz");
-        let path = dir.write_gz("g.tsv.gz", "alice bob\nbob carol\ncarol alice\n");
+        let path = dir.write_gz("g.tsv.gz", "7 007\n007 99999999999999999999\n7 7\n");
         let g = load_graph(&path).unwrap();
-        assert_eq!(g.labels, vec!["alice", "bob", "carol"]);
-        assert_eq!(g.graph.edges.len(), 3);
+        assert_eq!(g.labels, vec!["7", "007", "99999999999999999999"]);
+        assert_eq!(g.graph.edges, vec![(0, 1), (1, 2), (0, 0)]);
+    }
+
+    /// The error of loading `text` as an edge list.
+    fn error_of(name: &str, text: &str) -> (DataError, String) {
+        let dir = TempDir::new("edges-bad");
+        let err = load_edges(&dir.write(name, text)).unwrap_err();
+        let message = err.to_string();
+        (err, message)
     }
 
     #[test]
-    fn single_field_line_names_file_and_line() {
-        let dir = TempDir::new("edges-bad");
-        let path = dir.write("bad.edges", "1 2\n# c\n3\n");
-        let err = load_edges(&path).unwrap_err();
-        let text = err.to_string();
+    fn lines_that_are_not_two_vertex_ids_name_file_line_and_text() {
+        for (text, line, found) in [
+            ("1 2\n# c\n3\n", 3, "3"),
+            ("1 2\n2 3 0.5\n", 2, "2 3 0.5"),
+            ("alice bob\n", 1, "alice bob"),
+            ("1 -2\n", 1, "1 -2"),
+            ("1 2.0\n", 1, "1 2.0"),
+            // An LDA-C corpus and a RecBole ratings file are not graphs.
+            ("3 0:1 5:2 7:1\n", 1, "3 0:1 5:2 7:1"),
+            (
+                "user_id:token\titem_id:token\trating:float\n1\t2\t3\n",
+                1,
+                "user_id:token\titem_id:token\trating:float",
+            ),
+        ] {
+            let (err, message) = error_of("bad.edges", text);
+            assert!(
+                matches!(err, DataError::Malformed { line: l, .. } if l == line),
+                "{text:?}: {err:?}"
+            );
+            let want = format!("bad.edges:{line}: expected two vertex ids, found \"{found}\"");
+            assert!(message.ends_with(&want), "{text:?}: {message}");
+        }
+    }
+
+    #[test]
+    fn long_lines_are_quoted_in_part() {
+        let long = format!("{}\n", "1 ".repeat(100));
+        let (_, message) = error_of("long.edges", &long);
         assert!(
-            matches!(err, DataError::Malformed { line: 3, .. }),
-            "{err:?}"
-        );
-        assert!(
-            text.contains("bad.edges:3: expected at least 2 fields"),
-            "{text}"
+            message.ends_with(&format!("found \"{}…\"", "1 ".repeat(30).trim_end())),
+            "{message}"
         );
     }
 

@@ -187,7 +187,13 @@ fn quick_full_run_reports_every_app_variant_and_size() {
     }
 
     let report = read_json(&out_dir.join("report.json"));
-    assert!(report["command"].as_str().unwrap().contains("bench"));
+    let command = report["command_line"].as_str().unwrap();
+    assert!(command.contains(" bench ") && command.contains("--scaling-sizes tiny,small"));
+    assert_eq!(report["iterstore_version"], env!("CARGO_PKG_VERSION"));
+    assert!(report["started_at"].as_str().unwrap().ends_with('Z'));
+    for app in APPS {
+        assert_eq!(report["inputs"][app], "synthetic tiny", "{app}");
+    }
     let apps = array(&report, "apps");
     assert_eq!(names(apps, "app"), APPS);
     for app in apps {
@@ -568,6 +574,28 @@ fn invalid_options_fail_with_a_clear_message_and_write_nothing() {
         }
         assert!(out.stdout.is_empty(), "{args:?}: {}", stdout(&out));
         assert!(!out_dir.exists(), "{args:?} wrote {}", out_dir.display());
+    }
+    // An output directory that cannot be created fails before any input is generated or
+    // read (the default synthetic size and every app: slow if they were).
+    if Path::new("/proc/self").exists() {
+        let started = std::time::Instant::now();
+        let out = Command::new(env!("CARGO_BIN_EXE_iterstore"))
+            .args(["bench", "--out", "/proc/x"])
+            .output()
+            .unwrap();
+        let err = stderr(&out);
+        assert!(!out.status.success(), "{err}");
+        assert!(
+            err.contains("--out /proc/x: cannot create it in /proc"),
+            "{err}"
+        );
+        assert!(!err.contains("generat") && !err.contains("load"), "{err}");
+        assert!(out.stdout.is_empty(), "{}", stdout(&out));
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
     }
     // A malformed input file is reported with its line before anything is written, peers
     // on or not.

@@ -24,7 +24,7 @@ fn scratch(name: &str) -> PathBuf {
     dir
 }
 
-fn json(path: &PathBuf) -> serde_json::Value {
+fn json_file(path: &PathBuf) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
@@ -75,8 +75,16 @@ fn pagerank_writes_labelled_ranks_and_a_json_report() {
         assert!((rank - want[v]).abs() < 1e-9, "vertex {label}");
     }
 
-    let v = json(&report);
+    let v = json_file(&report);
     assert_eq!(v["app"], "pagerank");
+    assert_eq!(v["input"], graph.to_str().unwrap());
+    assert_eq!(v["iterstore_version"], env!("CARGO_PKG_VERSION"));
+    assert!(v["started_at"].as_str().unwrap().ends_with('Z'));
+    let command = v["command_line"].as_str().unwrap();
+    assert!(
+        command.ends_with(&format!("--json {}", report.display())),
+        "{command}"
+    );
     assert_eq!(v["mode"], "virtual");
     assert_eq!(v["workers"], 2);
     assert_eq!(v["staleness"], 0);
@@ -91,6 +99,58 @@ fn pagerank_writes_labelled_ranks_and_a_json_report() {
 }
 
 #[test]
+fn stderr_that_is_not_a_terminal_gets_a_timestamped_line_per_iteration() {
+    let graph = fixture("graph30.tsv");
+    let args = [
+        "run",
+        "pagerank",
+        "--data",
+        graph.to_str().unwrap(),
+        "--iters",
+        "4",
+    ];
+    let out = iterstore(&args);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let log = stderr(&out);
+    let lines: Vec<&str> = log.lines().collect();
+    // Reading the data: a line when it starts and one with the counts when it ends.
+    assert!(
+        lines[0].contains("INFO reading") && lines[0].contains("graph30.tsv ("),
+        "{log}"
+    );
+    assert!(lines[1].contains("30 vertices"), "{log}");
+    for i in 1..=4 {
+        let line = lines
+            .iter()
+            .find(|l| l.contains(&format!("pagerank: iteration {i}/4 took ")))
+            .unwrap_or_else(|| panic!("no line for iteration {i}: {log}"));
+        assert!(
+            line.contains(", objective ") && line.contains(", ETA "),
+            "{line}"
+        );
+        // RFC 3339 UTC timestamp first.
+        assert!(
+            line.starts_with("20") && line.split(' ').next().unwrap().ends_with('Z'),
+            "{line}"
+        );
+    }
+
+    let quiet = iterstore(&[&["-q"][..], &args].concat());
+    assert!(quiet.status.success());
+    assert!(quiet.stderr.is_empty(), "-q: {}", stderr(&quiet));
+    assert!(
+        String::from_utf8_lossy(&quiet.stdout).contains("L1 change"),
+        "-q keeps the summary"
+    );
+    let verbose = iterstore(&[&args[..], &["-v"]].concat());
+    assert!(
+        stderr(&verbose).contains("DEBUG"),
+        "-v: {}",
+        stderr(&verbose)
+    );
+}
+
+#[test]
 fn malformed_data_reports_file_and_line() {
     let dir = scratch("malformed");
     let bad = dir.join("bad.tsv");
@@ -98,6 +158,29 @@ fn malformed_data_reports_file_and_line() {
     let out = iterstore(&["run", "pagerank", "--data", bad.to_str().unwrap()]);
     assert!(!out.status.success());
     assert!(stderr(&out).contains("bad.tsv:3"), "{}", stderr(&out));
+}
+
+#[test]
+fn pagerank_rejects_files_of_other_formats_with_file_and_line() {
+    let dir = scratch("not-a-graph");
+    for (name, text) in [
+        ("corpus.ldac", "3 0:1 5:2 7:1\n2 1:1 2:4\n"),
+        (
+            "ratings.inter",
+            "user_id:token\titem_id:token\trating:float\ttimestamp:float\n1\t2\t3\t4\n",
+        ),
+        ("u.data", "196\t242\t3\t881250949\n"),
+    ] {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        let out = iterstore(&["run", "pagerank", "--data", path.to_str().unwrap()]);
+        let err = stderr(&out);
+        assert!(!out.status.success(), "{name}: {err}");
+        let first = text.lines().next().unwrap();
+        let want = format!("{name}:1: expected two vertex ids, found \"{first}\"");
+        assert!(err.contains(&want), "{name}: {err}");
+        assert!(out.stdout.is_empty(), "{name}");
+    }
 }
 
 #[test]
@@ -149,7 +232,7 @@ fn mf_and_lda_write_their_models() {
     assert_eq!(text.lines().filter(|l| l.starts_with("u\t")).count(), 200);
     assert_eq!(text.lines().filter(|l| l.starts_with("i\t")).count(), 100);
     assert_eq!(text.lines().nth(1).unwrap().split('\t').count(), 2 + 16);
-    let v = json(&report);
+    let v = json_file(&report);
     assert_eq!(v["mode"], "generic");
     assert!(v["iterations"][2]["test_rmse"].as_f64().is_some());
 
@@ -190,11 +273,61 @@ fn mf_and_lda_write_their_models() {
 }
 
 #[test]
-fn demo_runs_every_app() {
+fn demo_runs_every_app_and_its_commands_reproduce_it() {
     let out = iterstore(&["demo"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let text = String::from_utf8_lossy(&out.stdout);
-    for app in ["mf ", "lda ", "pagerank "] {
-        assert!(text.lines().any(|l| l.starts_with(app)), "{text}");
+    let commands: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("the same runs one at a time:"))
+        .filter_map(|l| l.trim().strip_prefix("iterstore run "))
+        .collect();
+    assert_eq!(commands.len(), 3, "{text}");
+    let dir = scratch("demo");
+    for command in commands {
+        let app = command.split(' ').next().unwrap();
+        let row = text
+            .lines()
+            .find(|l| l.starts_with(&format!("{app} ")))
+            .unwrap_or_else(|| panic!("no {app} row in {text}"));
+        // The row ends in the objective's first and last values (and MF's test RMSE), as
+        // the demo formats them.
+        let shown = row.split("  ").last().unwrap().trim();
+        let json = dir.join(format!("{app}.json"));
+        let mut args = vec!["run"];
+        args.extend(command.split(' '));
+        args.extend(["--json", json.to_str().unwrap()]);
+        let out = iterstore(&args);
+        assert!(out.status.success(), "{command}: {}", stderr(&out));
+        let v = json_file(&json);
+        let iters = v["iterations"].as_array().unwrap();
+        let (first, last) = (&iters[0], &iters[iters.len() - 1]);
+        let objective = |r: &serde_json::Value| r["objective"].as_f64().unwrap();
+        let want = match app {
+            "mf" => format!(
+                "train RMSE {:.3} -> {:.3}, test {:.3}",
+                objective(first),
+                objective(last),
+                last["test_rmse"].as_f64().unwrap()
+            ),
+            "lda" => format!(
+                "log-likelihood {:.4e} -> {:.4e}",
+                objective(first),
+                objective(last)
+            ),
+            _ => format!(
+                "L1 change {:.2e} -> {:.2e}",
+                objective(first),
+                objective(last)
+            ),
+        };
+        assert_eq!(
+            shown, want,
+            "`iterstore run {command}` differs from the demo"
+        );
+        assert!(v["command_line"]
+            .as_str()
+            .unwrap()
+            .ends_with(&format!("run {command} --json {}", json.display())));
     }
 }
