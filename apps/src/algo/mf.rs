@@ -235,28 +235,43 @@ pub fn sgd_step(
     let (r, dl, dr) = (&r[..n], &mut dl[..n], &mut dr[..n]);
     let err = rating - predict(mean, l, r);
     let reg = cfg.regularization;
-    // Negative gradients of factors and bias, in place.
-    for j in 0..k {
-        dl[j] = err * r[j] - reg * l[j];
-        dr[j] = err * l[j] - reg * r[j];
-    }
-    dl[k] = err - reg * l[k];
-    dr[k] = err - reg * r[k];
-    let per = 1.0 / (k + 1) as f32;
-    let (gl, gr) = (
-        dot(&dl[..=k], &dl[..=k]) * per,
-        dot(&dr[..=k], &dr[..=k]) * per,
-    );
+    // The step sizes depend only on the accumulators, not on the error.
     let (sl, sr) = (
         cfg.learning_rate / l[k + 1].sqrt(),
         cfg.learning_rate / r[k + 1].sqrt(),
     );
-    for j in 0..=k {
-        dl[j] *= sl;
-        dr[j] *= sr;
+    // One pass over the factors: negative gradient `g`, delta `s·g`, and `Σ g²` in four
+    // interleaved lanes (then `(s0+s1)+(s2+s3)`, then the tail, then the bias), as in
+    // `dot`.
+    let (mut ql, mut qr) = ([0.0f32; 4], [0.0f32; 4]);
+    let chunks = k / 4 * 4;
+    for c in (0..chunks).step_by(4) {
+        for j in 0..4 {
+            let (a, b) = (l[c + j], r[c + j]);
+            let (gl, gr) = (err * b - reg * a, err * a - reg * b);
+            dl[c + j] = sl * gl;
+            dr[c + j] = sr * gr;
+            ql[j] += gl * gl;
+            qr[j] += gr * gr;
+        }
     }
-    dl[k + 1] = gl;
-    dr[k + 1] = gr;
+    let (mut sum_l, mut sum_r) = (
+        (ql[0] + ql[1]) + (ql[2] + ql[3]),
+        (qr[0] + qr[1]) + (qr[2] + qr[3]),
+    );
+    for j in chunks..=k {
+        // The tail of the factors, then the bias (whose "other row" entry is 1).
+        let (a, b) = (l[j], r[j]);
+        let (ob, oa) = if j < k { (b, a) } else { (1.0, 1.0) };
+        let (gl, gr) = (err * ob - reg * a, err * oa - reg * b);
+        dl[j] = sl * gl;
+        dr[j] = sr * gr;
+        sum_l += gl * gl;
+        sum_r += gr * gr;
+    }
+    let per = 1.0 / (k + 1) as f32;
+    dl[k + 1] = sum_l * per;
+    dr[k + 1] = sum_r * per;
     err
 }
 

@@ -14,7 +14,8 @@
 //!
 //! It knows nothing of the parameter server; the math is [`crate::algo::mf`].
 
-use std::sync::{Barrier, PoisonError, RwLock, RwLockReadGuard};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{PoisonError, RwLock, RwLockReadGuard};
 use std::time::Instant;
 
 use super::{add_parts, localize, par_map, IterStats, LimitConfig, Part};
@@ -166,6 +167,44 @@ fn parallel_rmse(model: &MfModel, ratings: &[Rating], threads: usize) -> f64 {
     rmse_from(parts.iter().sum(), ratings.len())
 }
 
+/// A barrier for the clocks of one iteration: waiters spin briefly, then yield, instead of
+/// sleeping on a condition variable (whose wake-up would cost more than a mini-batch's
+/// merge).
+struct SpinBarrier {
+    threads: usize,
+    arrived: AtomicUsize,
+    generation: AtomicUsize,
+}
+
+impl SpinBarrier {
+    fn new(threads: usize) -> Self {
+        Self {
+            threads,
+            arrived: AtomicUsize::new(0),
+            generation: AtomicUsize::new(0),
+        }
+    }
+
+    fn wait(&self) {
+        let generation = self.generation.load(Ordering::Acquire);
+        if self.arrived.fetch_add(1, Ordering::AcqRel) + 1 == self.threads {
+            // Reset before releasing: the next round's arrivals see the new generation.
+            self.arrived.store(0, Ordering::Relaxed);
+            self.generation.fetch_add(1, Ordering::Release);
+            return;
+        }
+        let mut spins = 0u32;
+        while self.generation.load(Ordering::Acquire) == generation {
+            if spins < 1 << 10 {
+                std::hint::spin_loop();
+                spins += 1;
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+}
+
 /// One BSP iteration: every worker's mini-batches, a merge after each.
 fn iteration(cfg: &MfConfig, model: &mut MfModel, workers: &mut [Worker], clocks: usize) {
     let threads = workers.len();
@@ -173,7 +212,7 @@ fn iteration(cfg: &MfConfig, model: &mut MfModel, workers: &mut [Worker], clocks
     let users = Ranges::new(&mut model.users, n, threads);
     let items = Ranges::new(&mut model.items, n, threads);
     let states: Vec<RwLock<&mut Worker>> = workers.iter_mut().map(RwLock::new).collect();
-    let barrier = Barrier::new(threads);
+    let barrier = SpinBarrier::new(threads);
     let run = |w: usize| {
         for b in 0..clocks {
             states[w]
