@@ -34,8 +34,8 @@ use std::sync::Mutex;
 use iterstore::{Cluster, Table, Worker};
 
 use super::{
-    dense, lock, par_build, preprocess, start, timed, timed_init_run, timed_run, AppConfig,
-    AppError, IterRecord, Observer, RunReport,
+    check_finite, dense, lock, par_build, preprocess, start, timed, timed_init_run, timed_run,
+    AppConfig, AppError, IterRecord, Observer, RunReport,
 };
 use crate::algo::lda::{
     check_corpus, count_doc, doc_rng, doc_term, init_doc, topic_totals_term, word_rows_term,
@@ -258,6 +258,7 @@ pub fn run_observed(
         let objective = word_rows_term(params, &word_topic)
             + topic_totals_term(params, vocab, &topic_totals)
             + docs;
+        check_finite("lda", iter, cfg.iterations, "log-likelihood", objective)?;
         let record = IterRecord {
             iter,
             seconds,

@@ -1,35 +1,45 @@
-//! Matrix factorization by SGD on the parameter server.
+//! Matrix factorization on the parameter server (AdaGrad with biases, [`crate::algo::mf`]).
 //!
-//! **Tables.** `mf.L`: one row of `rank` f32 factors per user (row id = user id); `mf.R`:
-//! one row per item. The math is [`crate::algo::mf`].
+//! **Tables.** `mf.L`: one row per user (row id = user id), `mf.R`: one row per item; a row
+//! is [`width`]`(rank)` f32: the factors, the bias and the row's AdaGrad accumulator, so
+//! the accumulators are shared through the store like the factors. The global mean is
+//! computed from the training ratings before the run and is not a table.
 //!
 //! **Iteration.** Worker `w` owns the training ratings [`partition`]`(n, W, w)` in their
-//! given order. For each rating `(u, i, x)` it READs `L_u` and `R_i`, computes the step with
-//! [`sgd_step`] and UPDATEs both rows by the deltas; after its last rating it CLOCKs once.
-//! A READ includes the worker's own earlier UPDATEs, so under BSP each worker runs
-//! sequential SGD on the start-of-iteration model, exactly like [`crate::limit::mf`] (up to
-//! float rounding: the store sums a worker's deltas of a row before adding them to it).
+//! given order, cut into [`clocks`]`(n)` mini-batches ([`mini_batch`]). For each rating
+//! `(u, i, x)` of a mini-batch it READs `L_u` and `R_i`, computes the step with
+//! [`sgd_step`] and UPDATEs both rows by the deltas; after each mini-batch it CLOCKs, so an
+//! iteration makes [`clocks`]`(n)` clocks. A READ includes the worker's own earlier
+//! UPDATEs, so under BSP each worker runs sequential AdaGrad on the start-of-clock model,
+//! exactly like [`crate::limit::mf`] (up to float rounding: the store sums a worker's
+//! deltas of a row before adding them to it).
 //!
 //! **Initialisation.** Every row receives [`init_row`] through one UPDATE by one worker: the
 //! first worker whose ratings touch it, so initialisation writes rows the worker will use
 //! (rows no training rating touches go to worker `row mod W`).
 //!
 //! **Evaluation.** After each iteration the main thread snapshots both tables and computes
-//! the training RMSE and, if there are held-out ratings, the test RMSE (not timed).
+//! the training RMSE and, if there are held-out ratings, the test RMSE (not timed). A
+//! non-finite RMSE stops the run with [`AppError::Diverged`].
 //!
 //! **Model file** ([`MfOutcome::write_model`], the CLI's `--output`): a comment line
-//! `# iterstore mf model: rank=K users=U items=I`, then one line per user
-//! `u<TAB>id<TAB>f_1<TAB>…<TAB>f_K`, then one per item `i<TAB>id<TAB>f_1…`, ids being the
-//! dense ids the loader assigned (order of first appearance in the ratings file).
+//! `# iterstore mf model: rank=K users=U items=I`, a comment line `# mean=μ; prediction =
+//! mean + bias_u + bias_i + f_u·f_i`, then one line per user
+//! `u<TAB>id<TAB>f_1<TAB>…<TAB>f_K<TAB>bias`, then one per item `i<TAB>id<TAB>f_1…<TAB>bias`,
+//! ids being the dense ids the loader assigned (order of first appearance in the ratings
+//! file). The AdaGrad accumulators are not written.
 
 use iterstore::{Cluster, Table, Worker};
 use std::io::{self, Write};
 
 use super::{
-    dense, preprocess, start, timed, timed_init_run, timed_run, AppConfig, AppError, IterRecord,
-    Observer, RunReport,
+    check_finite, dense, preprocess, start, timed, timed_init_run, timed_run, AppConfig, AppError,
+    IterRecord, Observer, RunReport,
 };
-use crate::algo::mf::{check_ratings, init_row, rmse, sgd_step, Factor, MfConfig, MfModel};
+use crate::algo::mf::{
+    check_ratings, clocks, global_mean, init_row, mini_batch, sgd_step, width, Factor, MfConfig,
+    MfModel,
+};
 use crate::algo::partition;
 use crate::data::{Rating, Ratings};
 
@@ -38,7 +48,7 @@ use crate::data::{Rating, Ratings};
 pub struct MfOutcome {
     /// Timings and objectives.
     pub report: RunReport,
-    /// The final factor tables.
+    /// The final model.
     pub model: MfModel,
 }
 
@@ -46,16 +56,21 @@ impl MfOutcome {
     /// Writes the model in the text format described in the module docs.
     pub fn write_model(&self, out: &mut dyn Write) -> io::Result<()> {
         let m = &self.model;
-        let k = m.rank;
-        let (users, items) = (m.users.len() / k, m.items.len() / k);
+        let (k, n) = (m.rank, m.width());
+        let (users, items) = (m.users.len() / n, m.items.len() / n);
         writeln!(
             out,
             "# iterstore mf model: rank={k} users={users} items={items}"
         )?;
+        writeln!(
+            out,
+            "# mean={}; prediction = mean + bias_u + bias_i + f_u·f_i",
+            m.mean
+        )?;
         for (tag, table) in [("u", &m.users), ("i", &m.items)] {
-            for (id, row) in table.chunks_exact(k).enumerate() {
+            for (id, row) in table.chunks_exact(n).enumerate() {
                 write!(out, "{tag}\t{id}")?;
-                for x in row {
+                for x in &row[..=k] {
                     write!(out, "\t{x}")?;
                 }
                 writeln!(out)?;
@@ -81,34 +96,51 @@ struct Scratch {
 }
 
 impl Scratch {
-    fn new(rank: usize) -> Self {
+    fn new(width: usize) -> Self {
         Self {
-            l: vec![0.0; rank],
-            r: vec![0.0; rank],
-            dl: vec![0.0; rank],
-            dr: vec![0.0; rank],
+            l: vec![0.0; width],
+            r: vec![0.0; width],
+            dl: vec![0.0; width],
+            dr: vec![0.0; width],
         }
     }
 }
 
-/// One iteration of one worker over its ratings: the function both the virtual iteration
-/// and the real iterations run.
+/// What an iteration needs besides the worker: tables, parameters, global mean and
+/// CLOCKs per iteration.
+#[derive(Clone, Copy)]
+struct Step<'a> {
+    t: Tables,
+    params: &'a MfConfig,
+    mean: f32,
+    clocks: usize,
+}
+
+/// One iteration of one worker over its ratings `mine`, one CLOCK per mini-batch: the
+/// function both the virtual iteration and the real iterations run. (In the virtual
+/// iteration reads are zeros, so the steps are garbage, but they are dropped and the rows
+/// touched do not depend on them.)
 fn iteration(
     w: &mut Worker<'_>,
-    t: Tables,
-    params: &MfConfig,
-    ratings: &[Rating],
+    st: Step<'_>,
+    mine: &[Rating],
     s: &mut Scratch,
 ) -> iterstore::Result<()> {
-    for r in ratings {
-        let (u, i) = (u64::from(r.user), u64::from(r.item));
-        w.read(&t.users, u, &mut s.l)?;
-        w.read(&t.items, i, &mut s.r)?;
-        sgd_step(params, &s.l, &s.r, r.value, &mut s.dl, &mut s.dr);
-        w.update(&t.users, u, &s.dl)?;
-        w.update(&t.items, i, &s.dr)?;
+    let t = st.t;
+    for b in 0..st.clocks {
+        for r in mini_batch(mine, st.clocks, b) {
+            let (u, i) = (u64::from(r.user), u64::from(r.item));
+            w.read(&t.users, u, &mut s.l)?;
+            w.read(&t.items, i, &mut s.r)?;
+            sgd_step(
+                st.params, st.mean, &s.l, &s.r, r.value, &mut s.dl, &mut s.dr,
+            );
+            w.update(&t.users, u, &s.dl)?;
+            w.update(&t.items, i, &s.dr)?;
+        }
+        w.clock()?;
     }
-    w.clock()
+    Ok(())
 }
 
 /// The rows each worker initialises: `(users, items)` per worker.
@@ -144,11 +176,14 @@ fn snapshot(
     t: Tables,
     train: &Ratings,
     rank: usize,
+    mean: f32,
 ) -> Result<MfModel, AppError> {
+    let n = width(rank);
     Ok(MfModel {
         rank,
-        users: dense(cluster.snapshot(&t.users)?, train.num_users as usize, rank),
-        items: dense(cluster.snapshot(&t.items)?, train.num_items as usize, rank),
+        mean,
+        users: dense(cluster.snapshot(&t.users)?, train.num_users as usize, n),
+        items: dense(cluster.snapshot(&t.items)?, train.num_items as usize, n),
     })
 }
 
@@ -191,53 +226,71 @@ pub fn run_observed(
     report.param("seed", params.seed);
 
     let (k, workers, n) = (params.rank, cfg.workers, train.ratings.len());
+    let (wd, mean, clocks) = (width(k), global_mean(&train.ratings), clocks(n));
+    report.param("clocks_per_iteration", clocks);
     let (setup, setup_s) = timed(|| -> Result<_, AppError> {
         let owners = init_owners(train, workers);
         let mut cluster = start(cfg)?;
         let t = Tables {
-            users: cluster.create_table::<f32>("mf.L", k)?,
-            items: cluster.create_table::<f32>("mf.R", k)?,
+            users: cluster.create_table::<f32>("mf.L", wd)?,
+            items: cluster.create_table::<f32>("mf.R", wd)?,
         };
         Ok((owners, cluster, t))
     });
     let (owners, mut cluster, t) = setup?;
     report.setup_s = setup_s;
     let mine = |w: &Worker<'_>| &train.ratings[partition(n, workers, w.id())];
+    let st = Step {
+        t,
+        params,
+        mean,
+        clocks,
+    };
 
     let (pre_s, pattern) = preprocess(&mut cluster, cfg, |w| {
-        iteration(w, t, params, mine(w), &mut Scratch::new(k))
+        iteration(w, st, mine(w), &mut Scratch::new(wd))
     })?;
     report.preprocess_s = pre_s;
     report.pattern = pattern;
 
     report.init_s = timed_init_run(&mut cluster, |w| {
-        let mut row = vec![0.0f32; k];
+        let mut row = vec![0.0f32; wd];
         let (users, items) = &owners[w.id()];
         for (table, kind, ids) in [
             (&t.users, Factor::User, users),
             (&t.items, Factor::Item, items),
         ] {
             for &id in ids {
-                init_row(params, kind, id, &mut row);
+                init_row(params, kind, id, workers, &mut row);
                 w.update(table, u64::from(id), &row)?;
             }
         }
         w.clock()
     })?;
 
-    let mut model = snapshot(&cluster, t, train, k)?;
+    let mut model = snapshot(&cluster, t, train, k, mean)?;
     // First-iter mode records the first real iteration (not the initialisation run).
     for iter in 0..cfg.iterations {
         let seconds = timed_run(&mut cluster, |w| {
-            iteration(w, t, params, mine(w), &mut Scratch::new(k))
+            iteration(w, st, mine(w), &mut Scratch::new(wd))
         })?;
-        model = snapshot(&cluster, t, train, k)?;
+        model = snapshot(&cluster, t, train, k, mean)?;
         let record = IterRecord {
             iter,
             seconds,
-            objective: rmse(&train.ratings, &model.users, &model.items, k),
-            test_rmse: (!test.is_empty()).then(|| rmse(test, &model.users, &model.items, k)),
+            objective: model.rmse(&train.ratings),
+            test_rmse: (!test.is_empty()).then(|| model.rmse(test)),
         };
+        check_finite(
+            "mf",
+            iter,
+            cfg.iterations,
+            "training RMSE",
+            record.objective,
+        )?;
+        if let Some(test_rmse) = record.test_rmse {
+            check_finite("mf", iter, cfg.iterations, "test RMSE", test_rmse)?;
+        }
         observer(&record);
         report.iterations.push(record);
     }
@@ -285,8 +338,9 @@ mod tests {
             report: RunReport::new("mf", "train_rmse", &AppConfig::default()),
             model: MfModel {
                 rank: 2,
-                users: vec![1.0, 2.0],
-                items: vec![0.5, -1.0, 3.0, 4.0],
+                mean: 3.5,
+                users: vec![1.0, 2.0, 0.25, 9.0],
+                items: vec![0.5, -1.0, 0.0, 9.0, 3.0, 4.0, -1.0, 9.0],
             },
         };
         let mut out = Vec::new();
@@ -294,7 +348,9 @@ mod tests {
         let text = String::from_utf8(out).unwrap();
         assert_eq!(
             text,
-            "# iterstore mf model: rank=2 users=1 items=2\nu\t0\t1\t2\ni\t0\t0.5\t-1\ni\t1\t3\t4\n"
+            "# iterstore mf model: rank=2 users=1 items=2\n\
+             # mean=3.5; prediction = mean + bias_u + bias_i + f_u·f_i\n\
+             u\t0\t1\t2\t0.25\ni\t0\t0.5\t-1\t0\ni\t1\t3\t4\t-1\n"
         );
     }
 }

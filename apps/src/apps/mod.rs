@@ -13,9 +13,12 @@
 //!    store sees exactly the rows a real iteration touches;
 //! 3. **init** — one run in which workers write the initial parameters as UPDATEs, then
 //!    CLOCK;
-//! 4. **iterations** — one run per iteration, each ending in exactly one CLOCK. Between runs
-//!    the main thread evaluates the objective from [`Cluster::snapshot`]s; that evaluation
-//!    is not part of the iteration time.
+//! 4. **iterations** — one run per iteration, each ending in a CLOCK (LDA and PageRank
+//!    clock once per iteration, MF once per mini-batch). Between runs the main thread
+//!    evaluates the objective from [`Cluster::snapshot`]s; that evaluation is not part of
+//!    the iteration time. An objective that is NaN or infinite stops the run with
+//!    [`AppError::Diverged`] (naming the app, the iteration and the objective) rather than
+//!    reporting a diverged model as a result.
 //!
 //! Worker-local state that lives across runs (LDA's topic assignments, PageRank's last
 //! propagated ranks) is kept in a `Vec<Mutex<_>>` indexed by worker id, so each lock is only
@@ -104,6 +107,74 @@ pub enum AppError {
     /// The parameter server failed.
     #[error("parameter server: {0}")]
     Store(#[from] iterstore::Error),
+    /// The objective became NaN or infinite: the model diverged, and the run stopped
+    /// instead of reporting it as a result.
+    #[error(
+        "{app} diverged in iteration {iteration} of {iterations}: {objective} is {value}{hint}"
+    )]
+    Diverged {
+        /// `mf`, `lda` or `pagerank`.
+        app: &'static str,
+        /// 1-based iteration.
+        iteration: usize,
+        /// Iterations the run was asked for.
+        iterations: usize,
+        /// What was measured, e.g. `training RMSE`.
+        objective: &'static str,
+        /// The non-finite value.
+        value: f64,
+        /// What to try, with a leading separator (empty when there is no advice).
+        hint: &'static str,
+    },
+    /// An error of one run among several (a benchmark variant, the limit), with which.
+    #[error("{context}: {source}")]
+    In {
+        /// Which run, e.g. `mf on ml-100k.inter, variant generic`.
+        context: String,
+        /// What went wrong.
+        #[source]
+        source: Box<AppError>,
+    },
+}
+
+impl AppError {
+    /// This error with `context` saying which run it belongs to.
+    pub fn context(self, context: impl Into<String>) -> AppError {
+        AppError::In {
+            context: context.into(),
+            source: Box::new(self),
+        }
+    }
+}
+
+/// What [`check_finite`] suggests per app.
+fn divergence_hint(app: &str) -> &'static str {
+    match app {
+        "mf" => " (try a smaller learning rate, --lr)",
+        _ => "",
+    }
+}
+
+/// Fails with [`AppError::Diverged`] when `value`, the `objective` of `app` after 0-based
+/// iteration `iter` of `iterations`, is NaN or infinite.
+pub(crate) fn check_finite(
+    app: &'static str,
+    iter: usize,
+    iterations: usize,
+    objective: &'static str,
+    value: f64,
+) -> Result<(), AppError> {
+    if value.is_finite() {
+        return Ok(());
+    }
+    Err(AppError::Diverged {
+        app,
+        iteration: iter + 1,
+        iterations,
+        objective,
+        value,
+        hint: divergence_hint(app),
+    })
 }
 
 impl From<String> for AppError {
@@ -202,4 +273,29 @@ pub(crate) fn dense<T: Element>(snapshot: Vec<(u64, Vec<T>)>, rows: usize, width
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_non_finite_objective_is_an_error_naming_app_iteration_and_objective() {
+        assert!(check_finite("pagerank", 0, 5, "L1 change", 0.5).is_ok());
+        let e = check_finite("pagerank", 2, 5, "L1 change", f64::INFINITY).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "pagerank diverged in iteration 3 of 5: L1 change is inf"
+        );
+        let e = check_finite("mf", 6, 20, "training RMSE", f64::NAN).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "mf diverged in iteration 7 of 20: training RMSE is NaN \
+             (try a smaller learning rate, --lr)"
+        );
+        let e = e.context("mf on ml-100k.inter, limit");
+        assert!(e
+            .to_string()
+            .starts_with("mf on ml-100k.inter, limit: mf diverged"));
+    }
 }

@@ -40,8 +40,8 @@ use std::sync::Mutex;
 use iterstore::{Cluster, Table, Worker};
 
 use super::{
-    dense, lock, par_build, preprocess, start, timed, timed_init_run, timed_run, AppConfig,
-    AppError, IterRecord, Observer, RunReport,
+    check_finite, dense, lock, par_build, preprocess, start, timed, timed_init_run, timed_run,
+    AppConfig, AppError, IterRecord, Observer, RunReport,
 };
 use crate::algo::pagerank::{check_graph, l1_change, out_degrees, share, PageRankConfig};
 use crate::data::Graph;
@@ -301,10 +301,12 @@ pub fn run_observed(
             iteration(w, t, &shape, &plans[w.id()], &mut st)
         })?;
         let next = snapshot(&cluster, t, &shape)?;
+        let objective = l1_change(&next, &ranks);
+        check_finite("pagerank", iter, cfg.iterations, "L1 change", objective)?;
         let record = IterRecord {
             iter,
             seconds,
-            objective: l1_change(&next, &ranks),
+            objective,
             test_rmse: None,
         };
         ranks = next;

@@ -2,8 +2,8 @@
 //! scripts in `tools/` for LDA and PageRank, skipped with a message when unavailable.
 //!
 //! Each peer solves the same problem as our app: [`libmf()`] the same rank-`k` squared loss
-//! with L2 weight `λ` on both factor tables (with LIBMF's own adaptive step sizes, so
-//! `learning_rate` is only its initial step); `tools/peer-lda` the same collapsed Gibbs
+//! with L2 weight `λ` on both factor tables, by the same per-row AdaGrad (see [`libmf()`]
+//! for how the settings correspond); `tools/peer-lda` the same collapsed Gibbs
 //! sampler and priors (the `lda` package, whose `loglikelihood()` is the same collapsed
 //! `log p(w, z)` as ours, given the same vocabulary size); `tools/peer-pagerank` the same
 //! fixed number of power-iteration steps, dangling rank spread uniformly. The Python peers
@@ -67,7 +67,8 @@ pub struct LibmfParams {
     pub rank: usize,
     /// Passes over the training ratings.
     pub iterations: usize,
-    /// LIBMF's initial learning rate (it adapts per row, AdaGrad-style).
+    /// LIBMF's `eta`: a row moves by `eta/√G` times its gradient, `G` being the row's
+    /// accumulated mean squared gradient (starting at 1), which is our MF's learning rate.
     pub learning_rate: f32,
     /// L2 regularisation weight `λ` of both factor tables.
     pub lambda: f32,
@@ -77,7 +78,19 @@ pub struct LibmfParams {
 
 /// Runs LIBMF on `train` and reports the RMSE on `test` (`test_rmse`), or on `train`
 /// (`train_rmse`) without a (non-empty) test set. The time is that of `fit`, LIBMF's
-/// shuffling and scaling of the data included.
+/// shuffling and scaling of the data included. A non-finite RMSE is a failure (the model
+/// diverged), not a result.
+///
+/// How the settings correspond to [`crate::algo::mf`]: LIBMF's solver (squared loss,
+/// `fun = 0`) is per-row AdaGrad with the same update order as ours — step
+/// `eta/√G` from the row's accumulator `G` (starting at 1), then `G` grows by the row's
+/// mean squared gradient — with `lambda_p2 = lambda_q2 = λ` applied per rating, so
+/// `eta` = our `learning_rate` and `λ` = our `regularization`. The differences: LIBMF has
+/// no bias terms and no global mean (our rows carry a bias each); it divides the ratings by
+/// their standard deviation before training; it initialises factors with its own
+/// generator; and its threads update disjoint blocks of the rating matrix without
+/// staleness, so it needs neither our mini-batch CLOCKs nor our accumulators starting at
+/// `W`.
 pub fn libmf(train: &Ratings, test: Option<&Ratings>, params: &LibmfParams) -> PeerOutcome {
     let fail = |m: String| PeerOutcome::Failed(format!("libmf: {m}"));
     let int = |x: usize| x.min(i32::MAX as usize) as i32; // LIBMF rejects what it can't do
@@ -122,6 +135,9 @@ pub fn libmf(train: &Ratings, test: Option<&Ratings>, params: &LibmfParams) -> P
         .map_err(|e| e.to_string())
         .and_then(|m| Ok((rmse(&m, data)?, rmse(&m, &train)?)))
     {
+        Ok((value, train_rmse)) if !(value.is_finite() && train_rmse.is_finite()) => fail(format!(
+            "diverged: {name} {value}, train_rmse {train_rmse} (try a smaller learning rate)"
+        )),
         Ok((value, train_rmse)) => PeerOutcome::Ran(PeerResult {
             peer: "libmf 0.4 (LIBMF)".into(),
             iterations: params.iterations,

@@ -11,12 +11,9 @@ use super::{Breakdown, Variant};
 use crate::algo::lda::LdaConfig;
 use crate::algo::mf::MfConfig;
 use crate::apps::pagerank::PageRankParams;
-use crate::apps::{lda, mf, pagerank, AppConfig, AppError, RunReport};
+use crate::apps::{check_finite, lda, mf, pagerank, AppConfig, AppError, RunReport};
 use crate::data::{Corpus, Graph, Ratings};
 use crate::limit::{self, IterStats, LimitConfig};
-
-/// LIBMF's default initial learning rate (`eta`).
-const LIBMF_LEARNING_RATE: f32 = 0.1;
 
 /// An app with its input loaded and its hyper-parameters chosen.
 #[derive(Debug, Clone)]
@@ -73,6 +70,15 @@ impl Workload {
         }
     }
 
+    /// The name of the objective each iteration reports.
+    pub fn objective(&self) -> &'static str {
+        match self {
+            Workload::Mf { .. } => "training RMSE",
+            Workload::Lda { .. } => "log-likelihood",
+            Workload::PageRank { .. } => "L1 change",
+        }
+    }
+
     /// What [`work`](Self::work) counts.
     pub fn work_unit(&self) -> &'static str {
         match self {
@@ -95,7 +101,8 @@ impl Workload {
         })
     }
 
-    /// Runs the limit implementation with `threads` threads.
+    /// Runs the limit implementation with `threads` threads; a non-finite objective (or MF
+    /// test RMSE) is [`AppError::Diverged`], as in the store-backed apps.
     pub fn run_limit(&self, threads: usize, iterations: usize) -> Result<LimitResult, AppError> {
         let cfg = LimitConfig {
             threads,
@@ -112,6 +119,18 @@ impl Workload {
                 limit::pagerank::run(&params.config, &cfg, graph)?.stats
             }
         };
+        for s in &stats {
+            check_finite(
+                self.app(),
+                s.iter,
+                iterations,
+                self.objective(),
+                s.objective,
+            )?;
+            if let Some(held_out) = s.held_out {
+                check_finite(self.app(), s.iter, iterations, "test RMSE", held_out)?;
+            }
+        }
         Ok(LimitResult::new(&stats))
     }
 
@@ -126,9 +145,10 @@ impl Workload {
                 let p = LibmfParams {
                     rank: params.rank,
                     iterations,
-                    // LIBMF's own default: its step is AdaGrad-scaled per row, so our plain
-                    // SGD step would not mean the same thing.
-                    learning_rate: LIBMF_LEARNING_RATE,
+                    // The same settings mean the same thing: our MF is LIBMF's per-row
+                    // AdaGrad (`eta` = our learning rate, λ per rating on both tables), plus
+                    // bias terms and a global mean LIBMF does not have. See `peers::libmf`.
+                    learning_rate: params.learning_rate,
                     lambda: params.regularization,
                     threads,
                 };
@@ -293,7 +313,9 @@ pub fn bench_app(
             iterations: opts.iterations,
             specializations: variant.specializations,
         };
-        let report = workload.run(&cfg)?;
+        let report = workload
+            .run(&cfg)
+            .map_err(|e| e.context(format!("{app} on {dataset}, variant {}", variant.name)))?;
         let breakdown = Breakdown::of_report(&report);
         progress(&format!(
             "{app:<9}{:<32} {:>10.4} s per later iteration",
@@ -309,7 +331,9 @@ pub fn bench_app(
         });
     }
     let limit = if opts.limit {
-        let l = workload.run_limit(opts.workers, opts.iterations)?;
+        let l = workload
+            .run_limit(opts.workers, opts.iterations)
+            .map_err(|e| e.context(format!("{app} on {dataset}, limit")))?;
         progress(&format!(
             "{app:<9}{:<32} {:>10.4} s per later iteration",
             "limit", l.breakdown.rest_mean_s

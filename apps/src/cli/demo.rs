@@ -18,12 +18,11 @@ const ITERS: usize = 20;
 /// Workers of every demo run.
 const WORKERS: usize = 2;
 
-/// The demo's runs, as `iterstore` arguments. MF on tiny data tolerates a larger step and
-/// initial scale than the `run` defaults.
+/// The demo's runs, as `iterstore` arguments: every app with its defaults.
 pub(crate) fn commands() -> [String; 3] {
     let common = format!("--synthetic tiny --mode virtual --workers {WORKERS} --iters {ITERS}");
     [
-        format!("run mf {common} --lr 0.01 --reg 0.05 --init-scale 0.5 --seed 42"),
+        format!("run mf {common} --seed 42"),
         format!("run lda {common} --seed 42"),
         format!("run pagerank {common}"),
     ]

@@ -22,9 +22,11 @@ const OUTPUT_FORMATS: &str = "\
 Output formats (--output FILE):
   pagerank  one `label<TAB>rank` line per vertex, labels as in the input file, sorted by
             label (numeric labels numerically, before any others).
-  mf        `# iterstore mf model: rank=K users=U items=I`, then one line per user
-            `u<TAB>id<TAB>f_1<TAB>...<TAB>f_K`, then one per item `i<TAB>id<TAB>f_1...`;
-            ids are the dense ids the loader assigned (order of first appearance).
+  mf        `# iterstore mf model: rank=K users=U items=I`, a line `# mean=M; prediction =
+            mean + bias_u + bias_i + f_u·f_i`, then one line per user
+            `u<TAB>id<TAB>f_1<TAB>...<TAB>f_K<TAB>bias`, then one per item
+            `i<TAB>id<TAB>f_1...<TAB>bias`; ids are the dense ids the loader assigned
+            (order of first appearance).
   lda       `# iterstore lda model: topics=K vocab=V`, a line `totals<TAB>n_0...n_{K-1}`,
             then one line `word<TAB>n_w0<TAB>...<TAB>n_w{K-1}` per word id 0..V.
 
@@ -193,13 +195,13 @@ pub struct RunArgs {
     /// mf: latent factors per row [default: 16].
     #[arg(long, help_heading = "MF options", value_parser = at_least_one)]
     pub rank: Option<usize>,
-    /// mf: SGD learning rate [default: 0.003].
+    /// mf: AdaGrad step size (per-row AdaGrad, as LIBMF) [default: 0.1].
     #[arg(long, help_heading = "MF options")]
     pub lr: Option<f32>,
-    /// mf: L2 regularisation [default: 0.01].
+    /// mf: L2 regularisation [default: 0.05].
     #[arg(long, help_heading = "MF options")]
     pub reg: Option<f32>,
-    /// mf: initial factors are uniform in [0, SCALE) [default: 0.2].
+    /// mf: initial factors are uniform in [0, SCALE) [default: 0.1].
     #[arg(long, value_name = "SCALE", help_heading = "MF options")]
     pub init_scale: Option<f32>,
     /// mf: fraction of the ratings held out for the test RMSE [default: 0.1].

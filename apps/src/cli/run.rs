@@ -22,11 +22,12 @@ use iterstore_apps::data::{
 use super::log::{self, Iterations, Step};
 use super::{App, RunArgs};
 
-/// Defaults of the MF options (BSP SGD needs a small step on skewed data).
+/// Defaults of the MF options: LIBMF's AdaGrad step, see `iterstore_apps::algo::mf`
+/// (these are also `MfConfig::default()`).
 pub(crate) const MF_RANK: usize = 16;
-pub(crate) const MF_LR: f32 = 0.003;
-pub(crate) const MF_REG: f32 = 0.01;
-pub(crate) const MF_INIT_SCALE: f32 = 0.2;
+pub(crate) const MF_LR: f32 = 0.1;
+pub(crate) const MF_REG: f32 = 0.05;
+pub(crate) const MF_INIT_SCALE: f32 = 0.1;
 pub(crate) const MF_TEST_FRACTION: f64 = 0.1;
 /// Topics when the input is a file (synthetic input uses its planted count).
 const LDA_TOPICS: usize = 100;

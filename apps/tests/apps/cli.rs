@@ -231,7 +231,9 @@ fn mf_and_lda_write_their_models() {
     assert!(text.starts_with("# iterstore mf model: rank=16 users=200 items=100\n"));
     assert_eq!(text.lines().filter(|l| l.starts_with("u\t")).count(), 200);
     assert_eq!(text.lines().filter(|l| l.starts_with("i\t")).count(), 100);
-    assert_eq!(text.lines().nth(1).unwrap().split('\t').count(), 2 + 16);
+    assert!(text.lines().nth(1).unwrap().starts_with("# mean="));
+    // Tag, id, 16 factors, bias.
+    assert_eq!(text.lines().nth(2).unwrap().split('\t').count(), 2 + 16 + 1);
     let v = json_file(&report);
     assert_eq!(v["mode"], "generic");
     assert!(v["iterations"][2]["test_rmse"].as_f64().is_some());

@@ -5,6 +5,7 @@
 use iterstore::Mode;
 use iterstore_apps::algo::lda::{reference, LdaConfig};
 use iterstore_apps::apps::lda::run;
+use iterstore_apps::apps::AppError;
 use iterstore_apps::data::{Corpus, CorpusSpec, PlantedTopics};
 use iterstore_apps::limit::{self, LimitConfig};
 
@@ -117,4 +118,21 @@ fn bad_input_is_rejected() {
     let e = run(&bsp(Mode::Virtual, 2, 1), &params(2), &corpus).unwrap_err();
     assert!(e.to_string().contains("word 9"), "{e}");
     assert!(run(&bsp(Mode::Virtual, 2, 1), &params(0), &tiny().0).is_err());
+}
+
+#[test]
+fn a_non_finite_log_likelihood_is_an_error() {
+    // With α this large the log-gamma terms overflow: the objective is not finite.
+    let (corpus, planted) = tiny();
+    let p = LdaConfig {
+        alpha: 1e307,
+        ..params(planted.num_topics())
+    };
+    let e = run(&bsp(Mode::Virtual, 2, 3), &p, &corpus).unwrap_err();
+    assert!(matches!(e, AppError::Diverged { app: "lda", .. }), "{e:?}");
+    let text = e.to_string();
+    assert!(
+        text.starts_with("lda diverged in iteration 1 of 3: log-likelihood is "),
+        "{text}"
+    );
 }

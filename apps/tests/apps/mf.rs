@@ -1,9 +1,11 @@
-//! MF on the store: quality on planted low-rank data, agreement with the limit
-//! implementation under BSP, and identical models in every store mode.
+//! MF on the store: quality on planted low-rank data, convergence with the default
+//! parameters at every worker count, agreement with the limit implementation under BSP,
+//! identical models in every store mode, and a clear error when training diverges.
 
 use iterstore::Mode;
-use iterstore_apps::algo::mf::MfConfig;
+use iterstore_apps::algo::mf::{clocks, width, MfConfig};
 use iterstore_apps::apps::mf::run;
+use iterstore_apps::apps::AppError;
 use iterstore_apps::data::{split_ratings, Rating, Ratings, RatingsSpec};
 use iterstore_apps::limit::{self, LimitConfig};
 
@@ -29,11 +31,76 @@ fn planted() -> (Ratings, Vec<Rating>) {
 fn params() -> MfConfig {
     MfConfig {
         rank: 3,
-        learning_rate: 0.02,
+        learning_rate: 0.1,
         regularization: 0.001,
         init_scale: 0.3,
         seed: 1,
     }
+}
+
+/// Planted rank-8 ratings (3000 users × 600 items, ~12 per user: ~36 K ratings, so an
+/// iteration makes several CLOCKs), split 90/10.
+fn larger() -> (Ratings, Vec<Rating>) {
+    let spec = RatingsSpec {
+        num_users: 3000,
+        num_items: 600,
+        rank: 8,
+        ratings_per_user: 12,
+        noise_std: NOISE as f32,
+        seed: 5,
+    };
+    let (train, test) = split_ratings(&spec.generate(), 0.1, 2);
+    (train, test.ratings)
+}
+
+#[test]
+fn the_defaults_converge_at_every_worker_count() {
+    let (train, test) = larger();
+    assert!(clocks(train.ratings.len()) >= 3, "{}", train.ratings.len());
+    let mut finals = Vec::new();
+    for workers in [1, 2, 4, 8, 16] {
+        let out = run(
+            &bsp(Mode::Virtual, workers, 10),
+            &MfConfig::default(),
+            &train,
+            &test,
+        )
+        .unwrap();
+        let it = &out.report.iterations;
+        let (first, last) = (
+            it[0].test_rmse.unwrap(),
+            it.last().unwrap().test_rmse.unwrap(),
+        );
+        // Never worse than the first iteration, and close to one worker's result.
+        assert!(
+            it.iter().all(|r| r.test_rmse.unwrap() <= first + 1e-3),
+            "{workers} workers: {it:?}"
+        );
+        finals.push(last);
+    }
+    for (w, &f) in finals.iter().enumerate() {
+        assert!(
+            f < 0.45 && f < 1.1 * finals[0],
+            "test RMSE per worker count {finals:?} ({w})"
+        );
+    }
+}
+
+#[test]
+fn a_diverging_run_fails_naming_the_app_iteration_and_objective() {
+    let (train, test) = planted();
+    let p = MfConfig {
+        learning_rate: 1e4,
+        ..params()
+    };
+    let e = run(&bsp(Mode::Virtual, 2, 5), &p, &train, &test).unwrap_err();
+    assert!(matches!(e, AppError::Diverged { app: "mf", .. }), "{e:?}");
+    let text = e.to_string();
+    assert!(
+        text.starts_with("mf diverged in iteration ") && text.contains("RMSE is "),
+        "{text}"
+    );
+    assert!(text.contains("--lr"), "{text}");
 }
 
 #[test]
@@ -50,7 +117,7 @@ fn planted_data_is_learned_to_the_noise_level() {
     let test_rmse = last.test_rmse.unwrap();
     assert!(test_rmse < 1.5 * NOISE, "test RMSE {test_rmse}");
     assert!(it[0].objective > 3.0 * last.objective);
-    assert_eq!(out.model.users.len(), 400 * 3);
+    assert_eq!(out.model.users.len(), 400 * width(3));
 }
 
 #[test]
