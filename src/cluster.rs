@@ -62,7 +62,7 @@ pub struct Stats {
 /// Bytes held by the parts of the specialized state (heap buffers, by capacity). The
 /// `gathered_*` parts are what existed when the pattern was gathered, before planning;
 /// the others are the current state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
 #[non_exhaustive]
 pub struct SpecialMemory {
     /// The workers' access logs when gathering ended (freed as they are merged).

@@ -29,13 +29,12 @@
 //! file).
 
 use std::io::{self, Write};
-use std::sync::Mutex;
 
 use iterstore::{Cluster, Table, Worker};
 
 use super::{
-    check_finite, dense, lock, par_build, preprocess, start, timed, timed_init_run, timed_run,
-    AppConfig, AppError, IterRecord, Observer, RunReport,
+    check_finite, dense, par_build, preprocess, start, timed, timed_init_run, timed_run, AppConfig,
+    AppError, IterRecord, Observer, RunReport,
 };
 use crate::algo::lda::{
     check_corpus, count_doc, doc_rng, doc_term, init_doc, topic_totals_term, word_rows_term,
@@ -203,9 +202,7 @@ pub fn run_observed(
     let num_docs = corpus.docs.len();
     let range = |w: usize| partition(num_docs, workers, w);
     let (setup, setup_s) = timed(|| -> Result<_, AppError> {
-        let z: Vec<Mutex<Vec<u32>>> = par_build(workers, |w| {
-            Mutex::new(initial_topics(params, corpus, range(w)))
-        });
+        let z: Vec<Vec<u32>> = par_build(workers, |w| initial_topics(params, corpus, range(w)));
         let mut cluster = start(cfg)?;
         let t = Tables {
             words: cluster.create_table::<i32>("lda.word_topic", k)?,
@@ -213,7 +210,7 @@ pub fn run_observed(
         };
         Ok((z, cluster, t))
     });
-    let (z, mut cluster, t) = setup?;
+    let (mut z, mut cluster, t) = setup?;
     report.setup_s = setup_s;
     let sweep = |w: usize, iter: u64| Sweep {
         cfg: params,
@@ -223,15 +220,13 @@ pub fn run_observed(
         first_doc: range(w).start,
     };
 
-    let (pre_s, pattern) = preprocess(&mut cluster, cfg, |w| {
-        let mut scratch = lock(&z[w.id()]).clone();
-        iteration(w, t, &sweep(w.id(), 0), &mut scratch)
+    let (pre_s, pattern) = preprocess(&mut cluster, cfg, &z, |w, z| {
+        iteration(w, t, &sweep(w.id(), 0), z)
     })?;
     report.preprocess_s = pre_s;
     report.pattern = pattern;
 
-    report.init_s = timed_init_run(&mut cluster, |w| {
-        let z = lock(&z[w.id()]);
+    report.init_s = timed_init_run(&mut cluster, &mut z, |w, z| {
         let mut delta = vec![0i32; k];
         let words = corpus.docs[range(w.id())].iter().flatten();
         for (&word, &topic) in words.zip(z.iter()) {
@@ -245,13 +240,12 @@ pub fn run_observed(
     let (mut word_topic, mut topic_totals) = (Vec::new(), Vec::new());
     // First-iter mode records the first real iteration (not the initialisation run).
     for iter in 0..cfg.iterations {
-        let seconds = timed_run(&mut cluster, |w| {
-            let mut z = lock(&z[w.id()]);
-            iteration(w, t, &sweep(w.id(), iter as u64), &mut z)
+        let seconds = timed_run(&mut cluster, &mut z, |w, z| {
+            iteration(w, t, &sweep(w.id(), iter as u64), z)
         })?;
         (word_topic, topic_totals) = snapshot(&cluster, t, vocab, k)?;
         let docs: f64 = par_build(workers, |w| {
-            doc_terms(params, &corpus.docs[range(w)], &lock(&z[w]))
+            doc_terms(params, &corpus.docs[range(w)], &z[w])
         })
         .iter()
         .sum();
@@ -264,15 +258,14 @@ pub fn run_observed(
             seconds,
             objective,
             test_rmse: None,
+            rss_bytes: None,
         };
-        observer(&record);
-        report.iterations.push(record);
+        report.push_iteration(record, observer);
     }
-    report.specialize_s = cluster.stats().specialize_time.as_secs_f64();
+    report.record_store(&cluster.stats());
     cluster.shutdown()?;
     let mut assignments = Vec::with_capacity(num_docs);
     for (w, z) in z.into_iter().enumerate() {
-        let z = z.into_inner().unwrap_or_else(|e| e.into_inner());
         let mut at = 0;
         for doc in &corpus.docs[range(w)] {
             assignments.push(z[at..at + doc.len()].to_vec());

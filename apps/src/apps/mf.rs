@@ -88,6 +88,7 @@ struct Tables {
 }
 
 /// One worker's scratch rows.
+#[derive(Clone)]
 struct Scratch {
     l: Vec<f32>,
     r: Vec<f32>,
@@ -247,13 +248,15 @@ pub fn run_observed(
         clocks,
     };
 
-    let (pre_s, pattern) = preprocess(&mut cluster, cfg, |w| {
-        iteration(w, st, mine(w), &mut Scratch::new(wd))
+    // Per worker: its scratch rows, kept across runs.
+    let mut scratch: Vec<Scratch> = (0..workers).map(|_| Scratch::new(wd)).collect();
+    let (pre_s, pattern) = preprocess(&mut cluster, cfg, &scratch, |w, scratch| {
+        iteration(w, st, mine(w), scratch)
     })?;
     report.preprocess_s = pre_s;
     report.pattern = pattern;
 
-    report.init_s = timed_init_run(&mut cluster, |w| {
+    report.init_s = timed_init_run(&mut cluster, &mut scratch, |w, _| {
         let mut row = vec![0.0f32; wd];
         let (users, items) = &owners[w.id()];
         for (table, kind, ids) in [
@@ -271,8 +274,8 @@ pub fn run_observed(
     let mut model = snapshot(&cluster, t, train, k, mean)?;
     // First-iter mode records the first real iteration (not the initialisation run).
     for iter in 0..cfg.iterations {
-        let seconds = timed_run(&mut cluster, |w| {
-            iteration(w, st, mine(w), &mut Scratch::new(wd))
+        let seconds = timed_run(&mut cluster, &mut scratch, |w, scratch| {
+            iteration(w, st, mine(w), scratch)
         })?;
         model = snapshot(&cluster, t, train, k, mean)?;
         let record = IterRecord {
@@ -280,6 +283,7 @@ pub fn run_observed(
             seconds,
             objective: model.rmse(&train.ratings),
             test_rmse: (!test.is_empty()).then(|| model.rmse(test)),
+            rss_bytes: None,
         };
         check_finite(
             "mf",
@@ -291,10 +295,9 @@ pub fn run_observed(
         if let Some(test_rmse) = record.test_rmse {
             check_finite("mf", iter, cfg.iterations, "test RMSE", test_rmse)?;
         }
-        observer(&record);
-        report.iterations.push(record);
+        report.push_iteration(record, observer);
     }
-    report.specialize_s = cluster.stats().specialize_time.as_secs_f64();
+    report.record_store(&cluster.stats());
     cluster.shutdown()?;
     Ok(MfOutcome { report, model })
 }

@@ -21,10 +21,11 @@
 //!    reporting a diverged model as a result.
 //!
 //! Worker-local state that lives across runs (LDA's topic assignments, PageRank's last
-//! propagated ranks) is kept in a `Vec<Mutex<_>>` indexed by worker id, so each lock is only
-//! ever taken by its own worker. Iteration functions never decide *which* rows to touch
-//! from values they read, so a virtual iteration (where reads return zeros) touches the
-//! same rows as a real one.
+//! propagated ranks) is one value per worker handed to [`Cluster::run_with`], so it needs
+//! no lock; the virtual iteration gets throw-away copies of it
+//! ([`Cluster::virtual_iteration_with`]), so nothing computed from its zero reads leaks
+//! into the real runs. Iteration functions never decide *which* rows to touch from values
+//! they read, so a virtual iteration touches the same rows as a real one.
 //!
 //! Under BSP (staleness 0) a store-backed app computes the same model as its limit
 //! implementation: LDA exactly, PageRank to rounding, MF to rounding (the store sums a
@@ -36,11 +37,11 @@ pub mod lda;
 pub mod mf;
 pub mod pagerank;
 mod report;
+pub mod rss;
 
-pub use report::{IterRecord, PatternSummary, RunReport};
+pub use report::{IterRecord, MemoryReport, PatternSummary, Provenance, RunReport, StoreReport};
 
 use iterstore::{Cluster, Config, Element, Mode, Specializations, Staleness, Worker};
-use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
 /// How an app runs on the store: cluster shape, consistency, store mode and iteration count.
@@ -198,44 +199,58 @@ pub(crate) fn start(cfg: &AppConfig) -> Result<Cluster, AppError> {
     Ok(Cluster::start(cfg.store_config())?)
 }
 
-/// In [`Mode::Virtual`], runs `iteration` once as the virtual iteration and returns its
-/// time and a summary of the gathered pattern; in other modes does nothing.
-pub(crate) fn preprocess<F>(
+/// In [`Mode::Virtual`], runs `iteration` once as the virtual iteration, each worker on a
+/// throw-away copy of its state in `states`, and returns its time and a summary of the
+/// gathered pattern; in other modes does nothing.
+pub(crate) fn preprocess<S, F>(
     cluster: &mut Cluster,
     cfg: &AppConfig,
+    states: &[S],
     iteration: F,
 ) -> Result<(f64, Option<PatternSummary>), AppError>
 where
-    F: Fn(&mut Worker<'_>) -> iterstore::Result<()> + Sync,
+    S: Clone + Send,
+    F: Fn(&mut Worker<'_>, &mut S) -> iterstore::Result<()> + Sync,
 {
     if cfg.mode != Mode::Virtual {
         return Ok((0.0, None));
     }
     let (pattern, seconds) = timed(|| {
         cluster
-            .virtual_iteration(iteration)
+            .virtual_iteration_with(states, iteration)
             .map(PatternSummary::from)
     });
     Ok((seconds, Some(pattern?)))
 }
 
-/// Runs one real run of `f` on every worker and returns its time.
-pub(crate) fn timed_run<F>(cluster: &mut Cluster, f: F) -> Result<f64, AppError>
+/// Runs one real run of `f` on every worker, worker `w` with `&mut states[w]`, and returns
+/// its time.
+pub(crate) fn timed_run<S, F>(
+    cluster: &mut Cluster,
+    states: &mut [S],
+    f: F,
+) -> Result<f64, AppError>
 where
-    F: Fn(&mut Worker<'_>) -> iterstore::Result<()> + Sync,
+    S: Send,
+    F: Fn(&mut Worker<'_>, &mut S) -> iterstore::Result<()> + Sync,
 {
-    let (result, seconds) = timed(|| cluster.run(f));
+    let (result, seconds) = timed(|| cluster.run_with(states, f));
     result?;
     Ok(seconds)
 }
 
-/// Runs the initialisation run of `f` on every worker ([`Cluster::init_run`]) and returns
-/// its time.
-pub(crate) fn timed_init_run<F>(cluster: &mut Cluster, f: F) -> Result<f64, AppError>
+/// Runs the initialisation run of `f` on every worker ([`Cluster::init_run_with`]) and
+/// returns its time.
+pub(crate) fn timed_init_run<S, F>(
+    cluster: &mut Cluster,
+    states: &mut [S],
+    f: F,
+) -> Result<f64, AppError>
 where
-    F: Fn(&mut Worker<'_>) -> iterstore::Result<()> + Sync,
+    S: Send,
+    F: Fn(&mut Worker<'_>, &mut S) -> iterstore::Result<()> + Sync,
 {
-    let (result, seconds) = timed(|| cluster.init_run(f));
+    let (result, seconds) = timed(|| cluster.init_run_with(states, f));
     result?;
     Ok(seconds)
 }
@@ -253,12 +268,6 @@ pub(crate) fn par_build<T: Send>(workers: usize, f: impl Fn(usize) -> T + Sync) 
             .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
             .collect()
     })
-}
-
-/// Locks a worker's state; a poisoned lock (a worker panicked earlier, which the cluster
-/// already reported) still yields the state.
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// A row-major `rows × width` table from a [`Cluster::snapshot`]; absent rows are zeros and

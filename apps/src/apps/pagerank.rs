@@ -35,13 +35,12 @@
 
 use std::cmp::Ordering;
 use std::io::{self, Write};
-use std::sync::Mutex;
 
 use iterstore::{Cluster, Table, Worker};
 
 use super::{
-    check_finite, dense, lock, par_build, preprocess, start, timed, timed_init_run, timed_run,
-    AppConfig, AppError, IterRecord, Observer, RunReport,
+    check_finite, dense, par_build, preprocess, start, timed, timed_init_run, timed_run, AppConfig,
+    AppError, IterRecord, Observer, RunReport,
 };
 use crate::algo::pagerank::{check_graph, l1_change, out_degrees, share, PageRankConfig};
 use crate::data::Graph;
@@ -255,10 +254,7 @@ pub fn run_observed(
         let plans = par_build(workers, |w| {
             Plan::new(graph, &degrees, &writers, &shape, workers, w)
         });
-        let states: Vec<Mutex<State>> = plans
-            .iter()
-            .map(|p| Mutex::new(State::new(p, shape.block)))
-            .collect();
+        let states: Vec<State> = plans.iter().map(|p| State::new(p, shape.block)).collect();
         let mut cluster = start(cfg)?;
         let t = Tables {
             ranks: cluster.create_table::<f64>("pagerank.rank", shape.block)?,
@@ -266,17 +262,16 @@ pub fn run_observed(
         };
         Ok((plans, states, cluster, t))
     });
-    let (plans, states, mut cluster, t) = setup?;
+    let (plans, mut states, mut cluster, t) = setup?;
     report.setup_s = setup_s;
 
-    let (pre_s, pattern) = preprocess(&mut cluster, cfg, |w| {
-        let mut scratch = lock(&states[w.id()]).clone();
-        iteration(w, t, &shape, &plans[w.id()], &mut scratch)
+    let (pre_s, pattern) = preprocess(&mut cluster, cfg, &states, |w, st| {
+        iteration(w, t, &shape, &plans[w.id()], st)
     })?;
     report.preprocess_s = pre_s;
     report.pattern = pattern;
 
-    report.init_s = timed_init_run(&mut cluster, |w| {
+    report.init_s = timed_init_run(&mut cluster, &mut states, |w, st| {
         let (n, b) = (shape.vertices, shape.block);
         let teleport = (1.0 - shape.damping) / n as f64;
         let mut row = vec![0.0; b];
@@ -287,7 +282,7 @@ pub fn run_observed(
             w.update(&t.ranks, block, &row)?;
         }
         if w.id() == 0 {
-            lock(&states[0]).offset = 1.0;
+            st.offset = 1.0;
             w.update(&t.dangling, 0, &[1.0])?;
         }
         w.clock()
@@ -296,9 +291,8 @@ pub fn run_observed(
     let mut ranks = snapshot(&cluster, t, &shape)?;
     // First-iter mode records the first real iteration (not the initialisation run).
     for iter in 0..cfg.iterations {
-        let seconds = timed_run(&mut cluster, |w| {
-            let mut st = lock(&states[w.id()]);
-            iteration(w, t, &shape, &plans[w.id()], &mut st)
+        let seconds = timed_run(&mut cluster, &mut states, |w, st| {
+            iteration(w, t, &shape, &plans[w.id()], st)
         })?;
         let next = snapshot(&cluster, t, &shape)?;
         let objective = l1_change(&next, &ranks);
@@ -308,12 +302,12 @@ pub fn run_observed(
             seconds,
             objective,
             test_rmse: None,
+            rss_bytes: None,
         };
         ranks = next;
-        observer(&record);
-        report.iterations.push(record);
+        report.push_iteration(record, observer);
     }
-    report.specialize_s = cluster.stats().specialize_time.as_secs_f64();
+    report.record_store(&cluster.stats());
     cluster.shutdown()?;
     Ok(PageRankOutcome { report, ranks })
 }

@@ -7,13 +7,16 @@
 //! `staleness` (a number, or `"async"`), `setup_s`, `preprocess_s` (virtual iteration; 0 in
 //! other modes), `specialize_s` (plan building), `init_s`, `iterations` (a list of `{iter, seconds, objective}`, plus
 //! `test_rmse` for MF), `dataset` (sizes), `params` (the app's hyper-parameters) and
-//! `pattern` (the virtual iteration's access-pattern size, or `null`). Times are rounded
+//! `pattern` (the virtual iteration's access-pattern size, or `null`), `store` (how the
+//! store served accesses: [`StoreReport`]) and `memory` (resident memory and the
+//! specialized state's bytes by part: [`MemoryReport`]); each iteration also carries
+//! `rss_bytes`, the process's resident memory after it. Times are rounded
 //! to the nanosecond and `f32` parameters written at `f32` precision (`0.003`, not
 //! `0.003000000026077032`). This module knows nothing of how the numbers were measured.
 
 use std::collections::BTreeMap;
 
-use iterstore::{AccessPattern, Staleness};
+use iterstore::{AccessPattern, SpecialMemory, Staleness, Stats};
 use serde::{Serialize, Serializer};
 
 use super::AppConfig;
@@ -99,6 +102,45 @@ pub struct IterRecord {
     /// RMSE on the held-out ratings (MF with a test set only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub test_rmse: Option<f64>,
+    /// The process's resident memory after the iteration (set by
+    /// [`RunReport::push_iteration`]; `None` where it cannot be read).
+    pub rss_bytes: Option<u64>,
+}
+
+/// How the store served the run's accesses ([`iterstore::Stats`]): a specialized run that
+/// silently fell back to slower paths shows here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct StoreReport {
+    /// Rows fetched one by one through the generic path.
+    pub row_fetches: u64,
+    /// Arena refresh requests sent.
+    pub arena_refreshes: u64,
+    /// Rows in the specialized plan's arena.
+    pub planned_rows: usize,
+    /// Per-thread copies of contended rows, summed over workers.
+    pub thread_cached_rows: usize,
+    /// Accesses found as the next step of a worker's op tape (the fast path).
+    pub tape_accesses: u64,
+    /// Accesses found through the plan's index: they deviated from the gathered pattern,
+    /// or ran past a tape truncated to the memory budget. The initialisation run, which
+    /// writes each row once rather than following the iteration's pattern, counts here.
+    pub indexed_accesses: u64,
+    /// Accesses of rows the plan does not hold, served generically.
+    pub unplanned_accesses: u64,
+    /// Accesses left off the op tapes to stay within the memory budget.
+    pub tape_truncated: u64,
+}
+
+/// Memory: what the process had resident, and what the specialized state holds by part.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct MemoryReport {
+    /// The most the process had resident, from its start to the end of the run (`VmHWM`).
+    pub peak_rss_bytes: Option<u64>,
+    /// The median of the iterations' `rss_bytes`: what the run holds while iterating.
+    pub steady_rss_bytes: Option<u64>,
+    /// Bytes of each part of the specialized state ([`iterstore::SpecialMemory`]; all
+    /// zeros in generic mode).
+    pub special: SpecialMemory,
 }
 
 /// The size of the access pattern a virtual iteration gathered.
@@ -164,6 +206,10 @@ pub struct RunReport {
     pub params: BTreeMap<&'static str, serde_json::Value>,
     /// The gathered access pattern's size (virtual mode only).
     pub pattern: Option<PatternSummary>,
+    /// How the store served accesses.
+    pub store: StoreReport,
+    /// Resident memory and the specialized state's size.
+    pub memory: MemoryReport,
 }
 
 fn staleness_json<S: Serializer>(s: &Staleness, ser: S) -> Result<S::Ok, S::Error> {
@@ -192,7 +238,45 @@ impl RunReport {
             dataset: BTreeMap::new(),
             params: BTreeMap::new(),
             pattern: None,
+            store: StoreReport::default(),
+            memory: MemoryReport::default(),
         }
+    }
+
+    /// Records a finished iteration: notes the process's resident memory in it, hands it
+    /// to `observer` and appends it.
+    pub fn push_iteration(
+        &mut self,
+        mut record: IterRecord,
+        observer: &mut dyn FnMut(&IterRecord),
+    ) {
+        record.rss_bytes = super::rss::resident_bytes();
+        observer(&record);
+        self.iterations.push(record);
+    }
+
+    /// Records what the store reports at the end of the run: plan-building time, how
+    /// accesses were served, the specialized state's bytes, and the process's peak and
+    /// steady resident memory.
+    pub fn record_store(&mut self, stats: &Stats) {
+        self.specialize_s = stats.specialize_time.as_secs_f64();
+        self.store = StoreReport {
+            row_fetches: stats.row_fetches,
+            arena_refreshes: stats.arena_refreshes,
+            planned_rows: stats.planned_rows,
+            thread_cached_rows: stats.thread_cached_rows,
+            tape_accesses: stats.tape_accesses,
+            indexed_accesses: stats.indexed_accesses,
+            unplanned_accesses: stats.unplanned_accesses,
+            tape_truncated: stats.tape_truncated,
+        };
+        let mut rss: Vec<u64> = self.iterations.iter().filter_map(|r| r.rss_bytes).collect();
+        rss.sort_unstable();
+        self.memory = MemoryReport {
+            peak_rss_bytes: super::rss::peak_resident_bytes(),
+            steady_rss_bytes: rss.get(rss.len() / 2).copied(),
+            special: stats.memory,
+        };
     }
 
     /// Records where the run came from ([`Provenance`]): the `iterstore` version, the
@@ -280,7 +364,39 @@ impl RunReport {
             setup = self.setup_s,
             pre = self.preprocess_s,
             init = self.init_s,
-        )
+        ) + &self.store_summary()
+    }
+
+    /// In a specialized run, a line on how accesses were served and what the specialized
+    /// state holds; empty in generic mode.
+    fn store_summary(&self) -> String {
+        let st = &self.store;
+        let served = st.tape_accesses + st.indexed_accesses + st.unplanned_accesses;
+        if served == 0 {
+            return String::new();
+        }
+        let pct = |n: u64| 100.0 * n as f64 / served as f64;
+        let mb = |b: usize| b as f64 / 1e6;
+        let m = &self.memory.special;
+        let mut line = format!(
+            "\nstore: {:.1}% of accesses on the op tape, {:.1}% indexed (off the pattern), \
+             {:.1}% generic (unplanned rows); specialized state {:.1} MB (tapes {:.1} MB)",
+            pct(st.tape_accesses),
+            pct(st.indexed_accesses),
+            pct(st.unplanned_accesses),
+            mb(m.current()),
+            mb(m.tapes),
+        );
+        if let Some(peak) = self.memory.peak_rss_bytes {
+            line += &format!(", peak RSS {:.1} MB", peak as f64 / 1e6);
+        }
+        if st.tape_truncated > 0 {
+            line += &format!(
+                "\nstore: {} accesses per iteration are off the op tapes to fit the memory budget",
+                st.tape_truncated
+            );
+        }
+        line
     }
 }
 
@@ -296,12 +412,14 @@ mod tests {
             seconds: 0.5,
             objective: 1.0,
             test_rmse: Some(1.5),
+            rss_bytes: None,
         });
         r.iterations.push(IterRecord {
             iter: 1,
             seconds: 1.5,
             objective: 0.5,
             test_rmse: Some(0.7),
+            rss_bytes: None,
         });
         r.dataset.insert("users", 3);
         let v: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap();
@@ -339,6 +457,7 @@ mod tests {
             seconds: 0.015763634800000002,
             objective: 1.0,
             test_rmse: None,
+            rss_bytes: None,
         });
         r.set_provenance(
             "0.1.0",

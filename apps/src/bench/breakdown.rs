@@ -100,6 +100,7 @@ mod tests {
                 seconds,
                 objective: 0.0,
                 test_rmse: None,
+                rss_bytes: None,
             });
         }
         r.init_s = 0.5;

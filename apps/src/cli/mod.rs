@@ -32,8 +32,10 @@ Output formats (--output FILE):
 
 --json FILE writes one object: iterstore_version, command_line, input, started_at, app,
 mode, workers, staleness, setup_s, preprocess_s (virtual iteration), init_s, iterations
-[{iter, seconds, objective[, test_rmse]}], dataset sizes, params and the gathered access
-pattern's size.
+[{iter, seconds, objective[, test_rmse], rss_bytes}], dataset sizes, params, the
+gathered access pattern's size, store (accesses by path: tape_accesses, indexed_accesses,
+unplanned_accesses; tape_truncated; row_fetches, arena_refreshes) and memory
+(peak_rss_bytes, steady_rss_bytes, special: the specialized state's bytes by part).
 
 Progress goes to stderr: a bar on a terminal, else one timestamped line per iteration
 (-q: warnings and errors only; -v: more).";

@@ -96,6 +96,26 @@ fn pagerank_writes_labelled_ranks_and_a_json_report() {
     assert_eq!(iters[49]["iter"], 49);
     assert!(iters[49]["seconds"].as_f64().unwrap() >= 0.0);
     assert!(iters[49]["objective"].as_f64().unwrap() < iters[0]["objective"].as_f64().unwrap());
+    // How the store served the accesses: the 50 iterations followed the op tapes.
+    let store = &v["store"];
+    assert!(store["tape_accesses"].as_u64().unwrap() > 0, "{store}");
+    assert_eq!(store["unplanned_accesses"], 0, "{store}");
+    assert_eq!(store["tape_truncated"], 0, "{store}");
+    // Memory: resident bytes per iteration and at the peak, the specialized state by part.
+    if cfg!(target_os = "linux") {
+        assert!(iters[49]["rss_bytes"].as_u64().unwrap() > 0);
+        let memory = &v["memory"];
+        let peak = memory["peak_rss_bytes"].as_u64().unwrap();
+        assert!(
+            peak >= memory["steady_rss_bytes"].as_u64().unwrap(),
+            "{memory}"
+        );
+        assert!(memory["special"]["tapes"].as_u64().unwrap() > 0, "{memory}");
+        assert!(
+            memory["special"]["process_arena"].as_u64().unwrap() > 0,
+            "{memory}"
+        );
+    }
 }
 
 #[test]
