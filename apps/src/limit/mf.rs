@@ -14,7 +14,7 @@
 //!
 //! It knows nothing of the parameter server; the math is [`crate::algo::mf`].
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{PoisonError, RwLock, RwLockReadGuard};
 use std::time::Instant;
 
@@ -169,11 +169,24 @@ fn parallel_rmse(model: &MfModel, ratings: &[Rating], threads: usize) -> f64 {
 
 /// A barrier for the clocks of one iteration: waiters spin briefly, then yield, instead of
 /// sleeping on a condition variable (whose wake-up would cost more than a mini-batch's
-/// merge).
+/// merge). A worker that panics poisons it ([`SpinBarrier::guard`]), and every waiter
+/// then panics too instead of waiting forever for it.
 struct SpinBarrier {
     threads: usize,
     arrived: AtomicUsize,
     generation: AtomicUsize,
+    poisoned: AtomicBool,
+}
+
+/// Poisons its barrier if dropped while its thread panics.
+struct PoisonOnPanic<'a>(&'a SpinBarrier);
+
+impl Drop for PoisonOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.poisoned.store(true, Ordering::Release);
+        }
+    }
 }
 
 impl SpinBarrier {
@@ -182,9 +195,16 @@ impl SpinBarrier {
             threads,
             arrived: AtomicUsize::new(0),
             generation: AtomicUsize::new(0),
+            poisoned: AtomicBool::new(false),
         }
     }
 
+    /// Held by each worker for as long as it uses the barrier.
+    fn guard(&self) -> PoisonOnPanic<'_> {
+        PoisonOnPanic(self)
+    }
+
+    /// Waits for every worker; panics if one of them panicked.
     fn wait(&self) {
         let generation = self.generation.load(Ordering::Acquire);
         if self.arrived.fetch_add(1, Ordering::AcqRel) + 1 == self.threads {
@@ -195,6 +215,9 @@ impl SpinBarrier {
         }
         let mut spins = 0u32;
         while self.generation.load(Ordering::Acquire) == generation {
+            if self.poisoned.load(Ordering::Acquire) {
+                panic!("mf limit: another worker panicked during the iteration");
+            }
             if spins < 1 << 10 {
                 std::hint::spin_loop();
                 spins += 1;
@@ -214,6 +237,7 @@ fn iteration(cfg: &MfConfig, model: &mut MfModel, workers: &mut [Worker], clocks
     let states: Vec<RwLock<&mut Worker>> = workers.iter_mut().map(RwLock::new).collect();
     let barrier = SpinBarrier::new(threads);
     let run = |w: usize| {
+        let _poison = barrier.guard();
         for b in 0..clocks {
             states[w]
                 .write()
@@ -425,5 +449,27 @@ mod tests {
             None
         )
         .is_err());
+    }
+
+    #[test]
+    fn a_panicking_worker_releases_the_others_from_the_barrier() {
+        let barrier = SpinBarrier::new(3);
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            std::thread::scope(|s| {
+                for w in 0..3 {
+                    let barrier = &barrier;
+                    s.spawn(move || {
+                        let _poison = barrier.guard();
+                        barrier.wait();
+                        if w == 1 {
+                            panic!("worker 1 fails");
+                        }
+                        barrier.wait(); // would wait forever for worker 1
+                    });
+                }
+            })
+        }));
+        assert!(outcome.is_err(), "the scope re-raises the panics");
+        assert!(barrier.poisoned.load(Ordering::Acquire));
     }
 }
