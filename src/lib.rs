@@ -96,6 +96,7 @@ mod plan;
 mod prefetch;
 mod server;
 mod table;
+mod topology;
 mod transport;
 mod worker;
 
@@ -107,4 +108,5 @@ pub use element::{ElemType, Element};
 pub use error::{Error, Result};
 pub use gather::{AccessPattern, RowUse};
 pub use table::{RowKey, Table, TableId, TableMeta};
+pub use topology::{Core, Topology, TopologySource, Zone};
 pub use worker::Worker;
