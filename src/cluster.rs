@@ -1,5 +1,6 @@
-//! [`Cluster`]: starts a one-process cluster (server shards, a communication thread,
-//! worker threads), creates tables, runs closures on every worker, and shuts down.
+//! [`Cluster`]: starts a one-process cluster (server shards, a communication thread, a
+//! pool of persistent worker threads), creates tables, runs closures on every worker, and
+//! shuts down.
 //!
 //! The cluster owns threads and wiring; the protocol lives in `client`, `server` and
 //! `worker`, and the transport only moves messages between them.
@@ -9,6 +10,7 @@ use crate::consistency::Clock;
 use crate::gather::AccessLog;
 use crate::msg::{Endpoint, Msg};
 use crate::plan::{self, PlanConfig};
+use crate::pool::WorkerPool;
 use crate::table::{resolve, Registry};
 use crate::transport::{InProcTransport, Transport};
 use crate::worker::{AccessCounters, Kept, Role, Worker, WorkerMemory};
@@ -114,6 +116,8 @@ pub struct Cluster {
     shared: Arc<ClientShared>,
     transport: Arc<dyn Transport>,
     threads: Vec<JoinHandle<()>>,
+    /// The worker threads, alive as long as the cluster.
+    pool: WorkerPool,
     clocks: Vec<Clock>,
     /// Per worker: its specialized state (or the op tape to build it from), kept between
     /// runs.
@@ -146,9 +150,12 @@ impl std::fmt::Debug for Cluster {
 
 impl Cluster {
     /// Validates `config` and starts a one-process cluster: `config.shards` server shard
-    /// threads and a communication thread. Worker threads start in [`run`](Self::run).
+    /// threads, a communication thread and `config.workers` worker threads, which live
+    /// as long as the cluster: every [`run`](Self::run) uses the same threads.
     pub fn start(config: Config) -> Result<Cluster> {
         config.validate()?;
+        // First, so that a failure here leaves no other thread behind.
+        let pool = WorkerPool::start(config.workers)?;
         let (transport, shard_inboxes, mut client_inboxes) = InProcTransport::new(1, config.shards);
         let transport: Arc<dyn Transport> = Arc::new(transport);
         let shared = Arc::new(ClientShared::new(0, config.clone(), transport.clone()));
@@ -166,6 +173,7 @@ impl Cluster {
                 .finish(),
             clocks: vec![0; config.workers],
             specials: (0..config.workers).map(|_| Mutex::default()).collect(),
+            pool,
             config,
             registry: Registry::default(),
             pattern: None,
@@ -556,50 +564,32 @@ impl Cluster {
     {
         let (shared, tables, id) = (&*self.shared, self.registry.tables(), self.id);
         let specials = &self.specials;
-        let outcomes: Vec<_> = std::thread::scope(|scope| {
-            let handles: Vec<_> = inputs
-                .into_iter()
-                .enumerate()
-                .map(|(w, input)| {
-                    std::thread::Builder::new()
-                        .name(format!("iterstore-worker-{w}"))
-                        .spawn_scoped(scope, move || {
-                            // A virtual iteration leaves the kept state alone.
-                            let kept = match role {
-                                Role::Virtual => Kept::Nothing,
-                                _ => std::mem::take(&mut *lock(&specials[w])),
-                            };
-                            let mut worker = Worker::new(shared, tables, id, w, start, role, kept);
-                            let result = catch_unwind(AssertUnwindSafe(|| f(&mut worker, input)));
-                            let finished = worker.finish();
-                            let (kept, counters) = worker.take_kept(finished.is_ok());
-                            if role != Role::Virtual {
-                                *lock(&specials[w]) = kept;
-                            }
-                            let log = worker.take_log().unwrap_or_default();
-                            (result, finished, log, counters)
-                        })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.map_err(|e| Error::failed("thread spawn", e))
-                        .map(|h| h.join())
-                })
-                .collect()
+        let outcomes = self.pool.on_each(inputs, |w, input| {
+            // A virtual iteration leaves the kept state alone.
+            let kept = match role {
+                Role::Virtual => Kept::Nothing,
+                _ => std::mem::take(&mut *lock(&specials[w])),
+            };
+            let mut worker = Worker::new(shared, tables, id, w, start, role, kept);
+            let result = catch_unwind(AssertUnwindSafe(|| f(&mut worker, input)));
+            let finished = worker.finish();
+            let (kept, counters) = worker.take_kept(finished.is_ok());
+            if role != Role::Virtual {
+                *lock(&specials[w]) = kept;
+            }
+            let log = worker.take_log().unwrap_or_default();
+            (result, finished, log, counters)
         });
         let mut results = Vec::with_capacity(outcomes.len());
         let mut logs = Vec::with_capacity(outcomes.len());
         let mut first_error: Option<Error> = None;
         for (w, outcome) in outcomes.into_iter().enumerate() {
             let result = match outcome {
-                Err(e) => Err(e),
-                Ok(Err(payload)) | Ok(Ok((Err(payload), _, _, _))) => Err(Error::WorkerPanicked {
+                Err(payload) | Ok((Err(payload), _, _, _)) => Err(Error::WorkerPanicked {
                     worker: w,
                     message: panic_message(payload.as_ref()),
                 }),
-                Ok(Ok((Ok(result), finished, log, counters))) => {
+                Ok((Ok(result), finished, log, counters)) => {
                     logs.push(log);
                     self.counters.tape += counters.tape;
                     self.counters.indexed += counters.indexed;

@@ -93,6 +93,7 @@ mod error;
 mod gather;
 mod msg;
 mod plan;
+mod pool;
 mod prefetch;
 mod server;
 mod table;

@@ -95,3 +95,25 @@ fn one_state_per_worker_is_required() {
         assert_eq!(states, vec![1, 1, 0]);
     });
 }
+
+/// Worker `w` runs on the same thread in every run (and in the virtual iteration), so its
+/// pinning and the memory it first touched survive from run to run.
+#[test]
+fn every_run_uses_the_same_worker_threads() {
+    within(20, || {
+        let mut cluster = Cluster::start(Config::new(3).with_mode(Mode::Virtual)).unwrap();
+        let ids = |c: &mut Cluster| c.run(|_| Ok(std::thread::current().id())).unwrap();
+        let first = ids(&mut cluster);
+        let mut distinct = first.clone();
+        distinct.sort_by_key(|id| format!("{id:?}"));
+        distinct.dedup();
+        assert_eq!(distinct.len(), 3);
+        cluster
+            .virtual_iteration(|w| {
+                assert_eq!(std::thread::current().id(), first[w.id()]);
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(ids(&mut cluster), first);
+    });
+}
