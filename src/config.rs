@@ -2,7 +2,7 @@
 //!
 //! This module only describes and checks settings; it starts nothing.
 
-use crate::{Error, Result};
+use crate::{Error, Result, Topology};
 
 /// How stale a read may be: Stale Synchronous Parallel with bound `s`.
 ///
@@ -95,6 +95,12 @@ pub struct Specializations {
     /// One pre-built refresh request per shard per clock, answered in first-use-ordered
     /// chunks. Off: the arena is refreshed chunk by chunk on demand.
     pub prefetch_batching: bool,
+    /// NUMA placement: worker threads are pinned to cores of the [`Config::topology`]
+    /// (packed or spread over zones: [`Config::worker_placement`]) and each planned row's
+    /// memory is placed in the zone of the workers that use it most. Binding happens only
+    /// when the topology is this machine's. Off: threads float and memory lands wherever
+    /// it is first touched.
+    pub numa: bool,
 }
 
 impl Specializations {
@@ -104,12 +110,37 @@ impl Specializations {
         thread_caches: true,
         contiguous_index: true,
         prefetch_batching: true,
+        numa: true,
     };
 }
 
 impl Default for Specializations {
     fn default() -> Self {
         Specializations::ALL
+    }
+}
+
+/// How worker threads are spread over the zones of a [`Topology`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WorkerPlacement {
+    /// Fill the first zone's cores, then the next zone's (fewest zones, most sharing).
+    #[default]
+    Packed,
+    /// Round-robin over the zones (most memory bandwidth).
+    Spread,
+}
+
+impl std::str::FromStr for WorkerPlacement {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "packed" => Ok(WorkerPlacement::Packed),
+            "spread" => Ok(WorkerPlacement::Spread),
+            _ => Err(format!(
+                "worker placement '{s}' is neither 'packed' nor 'spread'"
+            )),
+        }
     }
 }
 
@@ -146,6 +177,12 @@ pub struct Config {
     /// counts them. `None`: a quarter of the memory available when the plan is made
     /// (unbounded where that cannot be read).
     pub tape_budget: Option<usize>,
+    /// The machine the NUMA placement plans for. `None`: this machine, as hwloc sees it
+    /// (one zone without hwloc). A synthetic topology (`Topology::synthetic`) is planned
+    /// for but never bound to: a dry run of the placement.
+    pub topology: Option<Topology>,
+    /// How worker threads are spread over the topology's zones.
+    pub worker_placement: WorkerPlacement,
 }
 
 /// Upper bound on workers per process; far above any machine this runs on.
@@ -165,6 +202,8 @@ impl Default for Config {
             contention_threshold: 0.01,
             prefetch_chunks: 4,
             tape_budget: None,
+            topology: None,
+            worker_placement: WorkerPlacement::Packed,
         }
     }
 }
@@ -211,6 +250,13 @@ impl Config {
     /// Bounds the op tapes of all workers to `bytes` (see [`Config::tape_budget`]).
     pub fn with_tape_budget(mut self, bytes: usize) -> Self {
         self.tape_budget = Some(bytes);
+        self
+    }
+
+    /// Plans the NUMA placement for `topology` instead of this machine (see
+    /// [`Config::topology`]).
+    pub fn with_topology(mut self, topology: Topology) -> Self {
+        self.topology = Some(topology);
         self
     }
 

@@ -103,7 +103,9 @@ mod worker;
 
 pub use buf::AlignedBuf;
 pub use cluster::{Cluster, SpecialMemory, Stats};
-pub use config::{Config, Mode, Specializations, Staleness, MAX_SHARDS, MAX_WORKERS};
+pub use config::{
+    Config, Mode, Specializations, Staleness, WorkerPlacement, MAX_SHARDS, MAX_WORKERS,
+};
 pub use consistency::Clock;
 pub use element::{ElemType, Element};
 pub use error::{Error, Result};
