@@ -6,6 +6,14 @@
 //!
 //! This module describes machines; it binds nothing (binding is `bind.rs`).
 
+#[allow(
+    dead_code,
+    reason = "crate-private binding API for the NUMA placement in cluster.rs, not wired in yet"
+)]
+pub(crate) mod bind;
+#[cfg(feature = "hwloc")]
+mod hwloc;
+
 use crate::{Error, Result};
 
 /// One core: the processing units (hardware threads) it has, by OS index.
@@ -117,6 +125,57 @@ impl Topology {
         Topology::new(vec![zone], Vec::new(), TopologySource::Fallback).expect("one core at least")
     }
 
+    /// hwloc's view of the machine this process runs on ([`TopologySource::ThisMachine`]):
+    /// one zone per NUMA node that has cores, with the cores and PUs the calling thread
+    /// may run on (its affinity mask), and hwloc's NUMA distance matrix when it has one.
+    /// Memory-only NUMA nodes are left out; a machine with no NUMA node is one zone.
+    ///
+    /// Fails with [`Error::InvalidConfig`] when hwloc cannot probe the machine or is not
+    /// compiled in (the `hwloc` feature); [`Topology::detect`] falls back instead.
+    pub fn this_machine() -> Result<Self> {
+        #[cfg(feature = "hwloc")]
+        {
+            hwloc::this_machine()
+        }
+        #[cfg(not(feature = "hwloc"))]
+        {
+            Err(Error::config(
+                "topology",
+                "this machine's topology needs the `hwloc` feature, which this build lacks",
+            ))
+        }
+    }
+
+    /// The machine an hwloc synthetic description describes
+    /// ([`TopologySource::Synthetic`]), such as `"pack:2 numa:1 core:4 pu:1"` (2 zones of
+    /// 4 single-PU cores) or `"pack:1 numa:4 core:2 pu:2"`: for planning and tests only,
+    /// nothing is ever bound to it. PUs and zones are numbered in order.
+    ///
+    /// A description hwloc rejects is an [`Error::InvalidConfig`] quoting it and hwloc's
+    /// complaint; so is any description when the `hwloc` feature is off.
+    pub fn synthetic(desc: &str) -> Result<Self> {
+        #[cfg(feature = "hwloc")]
+        {
+            hwloc::synthetic(desc)
+        }
+        #[cfg(not(feature = "hwloc"))]
+        {
+            Err(Error::config(
+                "topology",
+                format!(
+                    "synthetic topology {desc:?} needs the `hwloc` feature, which this build lacks"
+                ),
+            ))
+        }
+    }
+
+    /// The topology to plan with on this machine: [`Topology::this_machine`], or
+    /// [`Topology::fallback`] (one zone, nothing bound) when hwloc is not compiled in or
+    /// cannot probe the machine. Never fails.
+    pub fn detect() -> Self {
+        Topology::this_machine().unwrap_or_else(|_| Topology::fallback())
+    }
+
     /// The zones.
     pub fn zones(&self) -> &[Zone] {
         &self.zones
@@ -141,5 +200,52 @@ impl Topology {
     /// Total cores.
     pub fn cores(&self) -> usize {
         self.zones.iter().map(|z| z.cores.len()).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn detect_is_this_machine_with_every_usable_pu() {
+        let t = Topology::detect();
+        let n = std::thread::available_parallelism().unwrap().get();
+        let pus: usize = t
+            .zones()
+            .iter()
+            .flat_map(|z| &z.cores)
+            .map(|c| c.pus.len())
+            .sum();
+        assert!(!t.zones().is_empty());
+        assert_eq!(pus, n);
+        if cfg!(feature = "hwloc") {
+            assert_eq!(t.source(), &TopologySource::ThisMachine);
+            assert!(t.is_this_machine());
+        } else {
+            assert_eq!(t, Topology::fallback());
+        }
+    }
+
+    #[test]
+    fn synthetic_descriptions_need_hwloc() {
+        let r = Topology::synthetic("pack:2 numa:1 core:4 pu:1");
+        if cfg!(feature = "hwloc") {
+            assert_eq!(r.unwrap().zones().len(), 2);
+        } else {
+            let msg = r.unwrap_err().to_string();
+            assert!(msg.contains("`hwloc` feature"), "{msg}");
+            assert!(msg.contains("pack:2 numa:1 core:4 pu:1"), "{msg}");
+        }
+    }
+
+    #[test]
+    fn new_fills_default_distances_and_checks_shapes() {
+        let t = Topology::uniform(3, 2).unwrap();
+        assert_eq!(t.distance(1, 1), 10);
+        assert_eq!(t.distance(0, 2), 20);
+        assert_eq!(t.cores(), 6);
+        let zone = t.zones()[0].clone();
+        assert!(Topology::new(vec![zone], vec![vec![10, 20]], TopologySource::Fallback).is_err());
     }
 }
