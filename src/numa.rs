@@ -605,6 +605,37 @@ mod tests {
     }
 
     #[test]
+    fn rows_without_arena_accesses_balance_bytes_and_threads_follow_accesses() {
+        // Worker 0 (zone 0 of 2) alone reads and updates ten 32-byte rows.
+        let logs = || {
+            let mut logs = vec![AccessLog::default(); 8];
+            for r in 0..10 {
+                touch(&mut logs[0], RowKey::new(0, r));
+            }
+            logs[0].clocks = 1;
+            logs
+        };
+        let topo = uniform(2, 4);
+        // With blocks, no access reaches the arena: its 640 bytes of blocks are in zone 0,
+        // so the shard threads, the server copies (320) and the arena copies (320) all go
+        // to zone 1 to balance it.
+        let (pattern, p) = build(logs());
+        let n = plan(&pattern, &p, &topo, &cfg(WorkerPlacement::Packed, true));
+        assert_eq!(n.bytes_per_zone, [640, 640]);
+        assert_eq!(n.shard_zones, [1, 1]);
+        assert!(n.arena_zones.iter().all(|&z| z == 1));
+        assert_eq!((n.comm_zone, n.remote), (1, 0));
+        // Without blocks every access reaches the arena: everything follows worker 0.
+        let (pattern, p) = build(logs());
+        let n = plan(&pattern, &p, &topo, &cfg(WorkerPlacement::Packed, false));
+        assert_eq!(n.bytes_per_zone, [640, 0]);
+        assert_eq!(n.shard_zones, [0, 0]);
+        assert!(n.arena_zones.iter().all(|&z| z == 0));
+        assert!(n.replicas.iter().all(Vec::is_empty));
+        assert_eq!((n.comm_zone, n.remote, n.accesses), (0, 0, 20));
+    }
+
+    #[test]
     fn bytes_add_up_and_plans_are_deterministic() {
         for (zones, cores) in [(2, 4), (4, 2)] {
             let topo = uniform(zones, cores);
