@@ -9,11 +9,13 @@ use crate::client::{spawn_comm, ClientShared, ProcessArena};
 use crate::consistency::Clock;
 use crate::gather::AccessLog;
 use crate::msg::{Endpoint, Msg};
+use crate::numa::{self, NumaConfig, NumaPlan, WorkerPlace};
 use crate::plan::{self, PlanConfig};
 use crate::pool::WorkerPool;
 use crate::table::{resolve, Registry};
 use crate::transport::{InProcTransport, Transport};
 use crate::worker::{AccessCounters, Kept, Role, Worker, WorkerMemory};
+use crate::Topology;
 use crate::{server, AccessPattern, Config, Element, Error, Mode, Result, Table};
 use std::hash::{BuildHasher, Hasher};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -45,7 +47,9 @@ pub struct Stats {
     /// them, summed over all plans (the "build" half of preprocessing).
     pub specialize_time: Duration,
     /// Accesses of specialized workers found as the next step of their op tape, with no
-    /// look-up (the fast path). Counted when a run ends.
+    /// look-up (the fast path). Counted when a run ends; init runs
+    /// ([`Cluster::init_run`]) are not counted, since they write each row once rather
+    /// than follow the iteration's pattern.
     pub tape_accesses: u64,
     /// Accesses of specialized workers found in the plan's index instead: they deviated
     /// from the gathered pattern, or came after the end of a tape truncated to fit
@@ -59,6 +63,40 @@ pub struct Stats {
     pub tape_truncated: u64,
     /// Bytes held by the specialized state, by part.
     pub memory: SpecialMemory,
+}
+
+/// The NUMA placement of a cluster ([`Cluster::numa`]): where its worker threads run, where
+/// the planned rows' memory goes, and the fraction of accesses expected to reach another
+/// zone's memory against the baseline of hash placement with unpinned threads.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct NumaReport {
+    /// The topology planned for: `this machine`, `fallback (no hwloc)` or the synthetic
+    /// description.
+    pub topology: String,
+    /// Zones (NUMA nodes) of the topology.
+    pub zones: usize,
+    /// Whether threads were really bound (only on this machine's own topology).
+    pub bound: bool,
+    /// Per worker: the core it is planned on (global index, topology order).
+    pub worker_cores: Vec<usize>,
+    /// Per worker: the zone it is planned in.
+    pub worker_zones: Vec<usize>,
+    /// Per worker: the CPUs (processing units, by OS index) of its planned core.
+    pub planned_cpus: Vec<Vec<u32>>,
+    /// Per worker: the CPUs its thread may run on, read back from the kernel
+    /// (`sched_getaffinity`): `planned_cpus` when bound.
+    pub worker_cpus: Vec<Vec<u32>>,
+    /// Bytes placed in each zone by the current plan (arena copies, replicas, server
+    /// copies, blocks, per-thread copies); empty before a plan exists.
+    pub bytes_per_zone: Vec<u64>,
+    /// Rows replicated into more than one zone.
+    pub replicated_rows: usize,
+    /// Expected fraction of an iteration's accesses that reach another zone's memory
+    /// under this plan (`None` before a plan exists).
+    pub remote_fraction: Option<f64>,
+    /// The same for hash placement with unpinned threads, same pattern and topology.
+    pub baseline_remote_fraction: Option<f64>,
 }
 
 /// Bytes held by the parts of the specialized state (heap buffers, by capacity). The
@@ -118,6 +156,18 @@ pub struct Cluster {
     threads: Vec<JoinHandle<()>>,
     /// The worker threads, alive as long as the cluster.
     pool: WorkerPool,
+    /// The machine the NUMA placement plans for.
+    topology: Topology,
+    /// Whether the NUMA specialization applies (a specialized mode with `numa` on).
+    numa_on: bool,
+    /// Where each worker thread is planned to run.
+    places: Vec<WorkerPlace>,
+    /// Each worker thread's CPU affinity, read back after pinning.
+    worker_cpus: Vec<Vec<u32>>,
+    /// Whether the threads were bound.
+    bound: bool,
+    /// The NUMA plan of the current specialized plan.
+    numa: Option<NumaPlan>,
     clocks: Vec<Clock>,
     /// Per worker: its specialized state (or the op tape to build it from), kept between
     /// runs.
@@ -154,8 +204,16 @@ impl Cluster {
     /// as long as the cluster: every [`run`](Self::run) uses the same threads.
     pub fn start(config: Config) -> Result<Cluster> {
         config.validate()?;
+        // Before any thread is bound: hwloc reads the CPUs this process may use.
+        let topology = config.topology.clone().unwrap_or_else(Topology::detect);
+        let numa_on = config.mode != Mode::Generic && config.specializations.numa;
+        let places = numa::place_workers(&topology, config.workers, config.worker_placement);
+        // Binding on a topology other than this machine's would silently do nothing.
+        let bound = numa_on && topology.is_this_machine();
+        let pus: Vec<Vec<u32>> = places.iter().map(|p| p.pus.clone()).collect();
         // First, so that a failure here leaves no other thread behind.
         let pool = WorkerPool::start(config.workers)?;
+        let worker_cpus = pool.pin(bound.then_some(pus.as_slice()))?;
         let (transport, shard_inboxes, mut client_inboxes) = InProcTransport::new(1, config.shards);
         let transport: Arc<dyn Transport> = Arc::new(transport);
         let shared = Arc::new(ClientShared::new(0, config.clone(), transport.clone()));
@@ -174,6 +232,12 @@ impl Cluster {
             clocks: vec![0; config.workers],
             specials: (0..config.workers).map(|_| Mutex::default()).collect(),
             pool,
+            topology,
+            numa_on,
+            places,
+            worker_cpus,
+            bound,
+            numa: None,
             config,
             registry: Registry::default(),
             pattern: None,
@@ -337,7 +401,10 @@ impl Cluster {
         } else {
             Role::Normal
         };
-        let (results, logs) = self.on_workers(role, start, inputs, &f)?;
+        // An init run writes each row once rather than following the iteration's pattern:
+        // how its accesses found their rows says nothing about the specialization.
+        let count = may_gather;
+        let (results, logs) = self.on_workers(role, start, count, inputs, &f)?;
         if gather_first {
             // First-iteration gathering: this run was generic and logged; every update is
             // on the servers now, so the conversion loses nothing.
@@ -404,7 +471,7 @@ impl Cluster {
     {
         self.check()?;
         let start = self.clocks.iter().copied().max().unwrap_or(0);
-        let (_, logs) = self.on_workers(Role::Virtual, start, inputs, &f)?;
+        let (_, logs) = self.on_workers(Role::Virtual, start, false, inputs, &f)?;
         self.gather(logs);
         if self.config.mode == Mode::Virtual {
             self.specialize()?;
@@ -472,6 +539,15 @@ impl Cluster {
             };
             self.send(span.shard as usize, msg)?;
         }
+        self.numa = self.numa_on.then(|| {
+            let cfg = NumaConfig {
+                workers,
+                shards: self.config.shards,
+                placement: self.config.worker_placement,
+                blocks: specs.static_cache && specs.contiguous_index && specs.thread_caches,
+            };
+            numa::plan(pattern, &plan, &self.topology, &cfg)
+        });
         let budget = self.config.tape_budget.or_else(default_tape_budget);
         let tapes = plan::tapes(pattern, &plan, sequences, budget);
         self.tape_truncated = tapes.truncated;
@@ -544,6 +620,35 @@ impl Cluster {
         }
     }
 
+    /// The NUMA placement (see [`NumaReport`]), or `None` when it does not apply: generic
+    /// mode, or `Specializations::numa` off. Worker threads are pinned from the start;
+    /// the rows' placement and the remote fractions come with the first plan.
+    pub fn numa(&self) -> Option<NumaReport> {
+        if !self.numa_on {
+            return None;
+        }
+        let plan = self.numa.as_ref();
+        let topology = match self.topology.source() {
+            crate::TopologySource::ThisMachine => "this machine".to_string(),
+            crate::TopologySource::Fallback => "fallback (no hwloc: one zone)".to_string(),
+            crate::TopologySource::Synthetic(desc) => desc.clone(),
+        };
+        Some(NumaReport {
+            topology,
+            zones: self.topology.zones().len(),
+            bound: self.bound,
+            worker_cores: self.places.iter().map(|p| p.core).collect(),
+            worker_zones: self.places.iter().map(|p| p.zone).collect(),
+            planned_cpus: self.places.iter().map(|p| p.pus.clone()).collect(),
+            worker_cpus: self.worker_cpus.clone(),
+            bytes_per_zone: plan.map_or_else(Vec::new, |p| p.bytes_per_zone.clone()),
+            replicated_rows: plan
+                .map_or(0, |p| p.replicas.iter().filter(|r| !r.is_empty()).count()),
+            remote_fraction: plan.map(|p| p.remote_fraction),
+            baseline_remote_fraction: plan.map(|p| p.baseline_remote_fraction),
+        })
+    }
+
     /// The access pattern gathered so far, if any.
     pub fn access_pattern(&self) -> Option<&AccessPattern> {
         self.pattern.as_ref()
@@ -554,6 +659,7 @@ impl Cluster {
         &mut self,
         role: Role,
         start: Clock,
+        count: bool,
         inputs: Vec<I>,
         f: &F,
     ) -> Result<(Vec<R>, Vec<AccessLog>)>
@@ -591,9 +697,11 @@ impl Cluster {
                 }),
                 Ok((Ok(result), finished, log, counters)) => {
                     logs.push(log);
-                    self.counters.tape += counters.tape;
-                    self.counters.indexed += counters.indexed;
-                    self.counters.unplanned += counters.unplanned;
+                    if count {
+                        self.counters.tape += counters.tape;
+                        self.counters.indexed += counters.indexed;
+                        self.counters.unplanned += counters.unplanned;
+                    }
                     if let Ok(clock) = &finished {
                         self.clocks[w] = *clock;
                     }

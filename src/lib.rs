@@ -103,7 +103,7 @@ mod transport;
 mod worker;
 
 pub use buf::AlignedBuf;
-pub use cluster::{Cluster, SpecialMemory, Stats};
+pub use cluster::{Cluster, NumaReport, SpecialMemory, Stats};
 pub use config::{
     Config, Mode, Specializations, Staleness, WorkerPlacement, MAX_SHARDS, MAX_WORKERS,
 };

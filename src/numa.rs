@@ -36,10 +36,11 @@
 //! - An **access** is one READ or UPDATE of a planned row (a row in `plan.index`) in one
 //!   iteration, counted from the pattern's per-row, per-worker read and update counts.
 //!   Accesses of workers beyond `cfg.workers` are left out (the store runs none).
-//! - An access of worker `w` is **local** if the row is in `w`'s own memory (`w` updates
-//!   it and `cfg.blocks` is on, or the slot is in `plan.thread_cached[w]`), or if the
-//!   row's arena copy or one of its replicas is in `w`'s zone. Otherwise it is
-//!   **remote**. `remote_fraction` = remote / accesses (0 without accesses).
+//! - An UPDATE is always **local**: it is added to the worker's own delta (its block, or
+//!   its generic operation log). A READ of worker `w` is **local** if the row is in `w`'s
+//!   own memory (`w` updates it and `cfg.blocks` is on, so `w` keeps a view of it, or the
+//!   slot is in `plan.thread_cached[w]`), or if the row's arena copy or one of its
+//!   replicas is in `w`'s zone. Otherwise it is **remote**. `remote_fraction` = remote / accesses (0 without accesses).
 //! - **Baseline**: hash placement with unpinned threads, for the same pattern, plan and
 //!   topology. Each row's arena copy is in zone `hash % Z` (the store's `shard_of` hash);
 //!   an unpinned thread is equally likely to run in any zone at any access, and its own
@@ -51,22 +52,12 @@
 //!   (`len` rounded up to 8), a block takes two (view + delta; its 32-byte header is not
 //!   counted), a per-thread copy one.
 
-// Nothing outside the tests calls the planner yet: the CLI and the cluster wire it in.
-#![allow(dead_code)]
-
 use crate::gather::{AccessPattern, RowUse};
 use crate::plan::Plan;
 use crate::server::{padded, shard_of};
 use crate::Topology;
 
-/// How worker threads are spread over the zones' cores (see the module docs).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum WorkerPlacement {
-    /// Fill zone 0's cores, then zone 1's, ….
-    Packed,
-    /// Round-robin over the zones: one core of each zone in turn.
-    Spread,
-}
+pub(crate) use crate::config::WorkerPlacement;
 
 /// What the NUMA planner needs to know about the store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,7 +68,9 @@ pub(crate) struct NumaConfig {
     pub shards: usize,
     /// How workers are spread over the cores.
     pub placement: WorkerPlacement,
-    /// Whether workers keep blocks (view + delta) for the rows they update.
+    /// Whether workers keep blocks with a private view (view + delta) of the rows they
+    /// update, so that their reads of those rows stay in their own memory (the contiguous
+    /// index and thread caches both on).
     pub blocks: bool,
 }
 
@@ -178,17 +171,24 @@ impl Workers<'_> {
     }
 
     /// Each access entry of `row` by a worker the store runs: `(worker, count, own)`.
+    /// An UPDATE is always in the worker's own memory (its block's delta, or its generic
+    /// operation log); a READ is if the worker keeps a view or copy of the row.
     fn entries<'r>(
         &'r self,
         row: &'r RowUse,
         slot: u32,
     ) -> impl Iterator<Item = (usize, u64, bool)> + 'r {
-        row.readers
+        let reads = row
+            .readers
             .iter()
-            .chain(&row.updaters)
-            .map(|&(w, n)| (w as usize, u64::from(n)))
-            .filter(|&(w, _)| w < self.zones.len())
-            .map(move |(w, n)| (w, n, self.own(w, slot)))
+            .map(move |&(w, n)| (w as usize, u64::from(n), self.own(w as usize, slot)));
+        let updates = row
+            .updaters
+            .iter()
+            .map(|&(w, n)| (w as usize, u64::from(n), true));
+        reads
+            .chain(updates)
+            .filter(|&(w, _, _)| w < self.zones.len())
     }
 
     /// Adds `row`'s arena accesses per zone into `out`.
@@ -201,6 +201,34 @@ impl Workers<'_> {
     }
 }
 
+/// Where each of `workers` worker threads runs on `topo` (see the module docs): the part of
+/// the plan that needs no access pattern, so threads are pinned when the cluster starts.
+pub(crate) fn place_workers(
+    topo: &Topology,
+    workers: usize,
+    placement: WorkerPlacement,
+) -> Vec<WorkerPlace> {
+    let order = core_order(topo, placement);
+    let mut first_core = Vec::with_capacity(topo.zones().len());
+    let mut n = 0;
+    for zone in topo.zones() {
+        first_core.push(n);
+        n += zone.cores.len();
+    }
+    (0..workers)
+        .map(|i| {
+            let (zone, core) = order[i % order.len()];
+            WorkerPlace {
+                zone,
+                core,
+                pus: topo.zones()[zone].cores[core - first_core[zone]]
+                    .pus
+                    .clone(),
+            }
+        })
+        .collect()
+}
+
 /// Plans the NUMA placement of `plan` (built from `pattern`) on `topo` (see the module
 /// docs).
 pub(crate) fn plan(
@@ -210,18 +238,7 @@ pub(crate) fn plan(
     cfg: &NumaConfig,
 ) -> NumaPlan {
     let zones = topo.zones().len();
-    let order = core_order(topo, cfg.placement);
-    let workers: Vec<WorkerPlace> = (0..cfg.workers)
-        .map(|i| {
-            let (zone, core) = order[i % order.len()];
-            let within = core - order.iter().filter(|&&(z, _)| z < zone).count();
-            WorkerPlace {
-                zone,
-                core,
-                pus: topo.zones()[zone].cores[within].pus.clone(),
-            }
-        })
-        .collect();
+    let workers = place_workers(topo, cfg.workers, cfg.placement);
     let ws = Workers {
         zones: workers.iter().map(|w| w.zone).collect(),
         updates: &plan.updates,

@@ -8,6 +8,7 @@
 //! through `broadcast` (one call per thread), never through work stealing. This module
 //! knows nothing of the store: no `Worker`, no messages.
 
+use crate::topology::bind::{bind_current_thread, current_affinity};
 use crate::{Error, Result};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Mutex, PoisonError};
@@ -26,6 +27,33 @@ impl WorkerPool {
             .build()
             .map_err(|e| Error::failed("worker threads", e))?;
         Ok(WorkerPool { pool })
+    }
+
+    /// Binds worker thread `w` to the processing units `pus[w]` (when given), then reads
+    /// back every thread's CPU affinity, which is returned in worker order. The error
+    /// names the worker and the CPUs it could not be bound to.
+    pub(crate) fn pin(&self, pus: Option<&[Vec<u32>]>) -> Result<Vec<Vec<u32>>> {
+        let inputs = (0..self.pool.current_num_threads())
+            .map(|w| pus.map(|p| p[w].clone()))
+            .collect();
+        let read = self.on_each(inputs, |w, pus: Option<Vec<u32>>| -> Result<Vec<u32>> {
+            if let Some(pus) = &pus {
+                bind_current_thread(pus)
+                    .map_err(|e| Error::failed(format!("binding worker {w} to CPUs {pus:?}"), e))?;
+            }
+            current_affinity().map_err(|e| Error::failed(format!("worker {w} affinity"), e))
+        });
+        read.into_iter()
+            .enumerate()
+            .map(|(w, r)| {
+                r.unwrap_or_else(|_| {
+                    Err(Error::failed(
+                        format!("worker {w}"),
+                        "panicked while pinning",
+                    ))
+                })
+            })
+            .collect()
     }
 
     /// Runs `f(w, inputs[w])` on worker thread `w` for every `w` (there must be one input

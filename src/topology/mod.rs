@@ -6,10 +6,6 @@
 //!
 //! This module describes machines; it binds nothing (binding is `bind.rs`).
 
-#[allow(
-    dead_code,
-    reason = "crate-private binding API for the NUMA placement in cluster.rs, not wired in yet"
-)]
 pub(crate) mod bind;
 #[cfg(feature = "hwloc")]
 mod hwloc;

@@ -2,6 +2,7 @@
 
 mod api_errors;
 mod modes;
+mod numa;
 mod ssp_props;
 mod util;
 mod worker_state;

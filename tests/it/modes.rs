@@ -100,6 +100,12 @@ fn variants() -> Vec<Variant> {
             tape_budget: None,
         },
         Variant {
+            name: "virtual-no-numa",
+            mode: Mode::Virtual,
+            specs: off(|s| s.numa = false),
+            tape_budget: None,
+        },
+        Variant {
             // Op tapes of 3 steps: most accesses take the indexed path.
             name: "virtual-tape-budget-12-bytes",
             mode: Mode::Virtual,

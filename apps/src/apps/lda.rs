@@ -262,7 +262,7 @@ pub fn run_observed(
         };
         report.push_iteration(record, observer);
     }
-    report.record_store(&cluster.stats());
+    report.record_store(&cluster);
     cluster.shutdown()?;
     let mut assignments = Vec::with_capacity(num_docs);
     for (w, z) in z.into_iter().enumerate() {

@@ -297,7 +297,7 @@ pub fn run_observed(
         }
         report.push_iteration(record, observer);
     }
-    report.record_store(&cluster.stats());
+    report.record_store(&cluster);
     cluster.shutdown()?;
     Ok(MfOutcome { report, model })
 }

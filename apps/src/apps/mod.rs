@@ -39,9 +39,13 @@ pub mod pagerank;
 mod report;
 pub mod rss;
 
-pub use report::{IterRecord, MemoryReport, PatternSummary, Provenance, RunReport, StoreReport};
+pub use report::{
+    IterRecord, MemoryReport, NumaSummary, PatternSummary, Provenance, RunReport, StoreReport,
+};
 
-use iterstore::{Cluster, Config, Element, Mode, Specializations, Staleness, Worker};
+use iterstore::{
+    Cluster, Config, Element, Mode, Specializations, Staleness, Topology, Worker, WorkerPlacement,
+};
 use std::time::Instant;
 
 /// How an app runs on the store: cluster shape, consistency, store mode and iteration count.
@@ -61,6 +65,11 @@ pub struct AppConfig {
     /// Which specializations a specialized mode applies (all by default; the benchmark's
     /// ablations switch them off one at a time).
     pub specializations: Specializations,
+    /// The machine the NUMA placement plans for (`None`: this one). A synthetic topology
+    /// is planned for and reported, never bound to.
+    pub topology: Option<Topology>,
+    /// How worker threads are spread over the topology's zones.
+    pub worker_placement: WorkerPlacement,
 }
 
 impl Default for AppConfig {
@@ -73,6 +82,8 @@ impl Default for AppConfig {
             mode: Mode::Virtual,
             iterations: 10,
             specializations: Specializations::ALL,
+            topology: None,
+            worker_placement: WorkerPlacement::Packed,
         }
     }
 }
@@ -90,11 +101,14 @@ impl AppConfig {
 
     /// The store configuration this app configuration starts a cluster with.
     pub fn store_config(&self) -> Config {
-        Config::new(self.workers)
+        let mut config = Config::new(self.workers)
             .with_shards(self.shards)
             .with_staleness(self.staleness)
             .with_mode(self.mode)
-            .with_specializations(self.specializations)
+            .with_specializations(self.specializations);
+        config.topology = self.topology.clone();
+        config.worker_placement = self.worker_placement;
+        config
     }
 }
 

@@ -307,7 +307,7 @@ pub fn run_observed(
         ranks = next;
         report.push_iteration(record, observer);
     }
-    report.record_store(&cluster.stats());
+    report.record_store(&cluster);
     cluster.shutdown()?;
     Ok(PageRankOutcome { report, ranks })
 }

@@ -16,7 +16,7 @@
 
 use std::collections::BTreeMap;
 
-use iterstore::{AccessPattern, SpecialMemory, Staleness, Stats};
+use iterstore::{AccessPattern, Cluster, NumaReport, SpecialMemory, Staleness};
 use serde::{Serialize, Serializer};
 
 use super::AppConfig;
@@ -122,13 +122,57 @@ pub struct StoreReport {
     /// Accesses found as the next step of a worker's op tape (the fast path).
     pub tape_accesses: u64,
     /// Accesses found through the plan's index: they deviated from the gathered pattern,
-    /// or ran past a tape truncated to the memory budget. The initialisation run, which
-    /// writes each row once rather than following the iteration's pattern, counts here.
+    /// or ran past a tape truncated to the memory budget. The initialisation run is not
+    /// counted (it writes each row once rather than following the iteration's pattern).
     pub indexed_accesses: u64,
     /// Accesses of rows the plan does not hold, served generically.
     pub unplanned_accesses: u64,
     /// Accesses left off the op tapes to stay within the memory budget.
     pub tape_truncated: u64,
+}
+
+/// The NUMA placement of the run ([`iterstore::NumaReport`]): where workers ran, what went
+/// in each zone, and the expected fraction of accesses to another zone's memory against
+/// hash placement with unpinned threads.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NumaSummary {
+    /// `this machine`, the fallback, or the synthetic description planned for.
+    pub topology: String,
+    /// Zones of the topology.
+    pub zones: usize,
+    /// Whether threads were bound (only on this machine's own topology).
+    pub bound: bool,
+    /// Per worker: planned core (global index) and zone.
+    pub worker_cores: Vec<usize>,
+    /// Per worker: planned zone.
+    pub worker_zones: Vec<usize>,
+    /// Per worker: the CPUs its thread was allowed to run on (read back from the kernel).
+    pub worker_cpus: Vec<Vec<u32>>,
+    /// Bytes the plan placed in each zone.
+    pub bytes_per_zone: Vec<u64>,
+    /// Rows replicated into more than one zone.
+    pub replicated_rows: usize,
+    /// Expected fraction of accesses reaching another zone under this plan.
+    pub remote_fraction: Option<f64>,
+    /// The same under hash placement with unpinned threads.
+    pub baseline_remote_fraction: Option<f64>,
+}
+
+impl From<NumaReport> for NumaSummary {
+    fn from(n: NumaReport) -> Self {
+        Self {
+            topology: n.topology,
+            zones: n.zones,
+            bound: n.bound,
+            worker_cores: n.worker_cores,
+            worker_zones: n.worker_zones,
+            worker_cpus: n.worker_cpus,
+            bytes_per_zone: n.bytes_per_zone,
+            replicated_rows: n.replicated_rows,
+            remote_fraction: n.remote_fraction,
+            baseline_remote_fraction: n.baseline_remote_fraction,
+        }
+    }
 }
 
 /// Memory: what the process had resident, and what the specialized state holds by part.
@@ -210,6 +254,8 @@ pub struct RunReport {
     pub store: StoreReport,
     /// Resident memory and the specialized state's size.
     pub memory: MemoryReport,
+    /// The NUMA placement (specialized modes with `numa` on; `null` otherwise).
+    pub numa: Option<NumaSummary>,
 }
 
 fn staleness_json<S: Serializer>(s: &Staleness, ser: S) -> Result<S::Ok, S::Error> {
@@ -240,6 +286,7 @@ impl RunReport {
             pattern: None,
             store: StoreReport::default(),
             memory: MemoryReport::default(),
+            numa: None,
         }
     }
 
@@ -256,9 +303,11 @@ impl RunReport {
     }
 
     /// Records what the store reports at the end of the run: plan-building time, how
-    /// accesses were served, the specialized state's bytes, and the process's peak and
-    /// steady resident memory.
-    pub fn record_store(&mut self, stats: &Stats) {
+    /// accesses were served, the specialized state's bytes, the NUMA placement, and the
+    /// process's peak and steady resident memory.
+    pub fn record_store(&mut self, cluster: &Cluster) {
+        let stats = &cluster.stats();
+        self.numa = cluster.numa().map(NumaSummary::from);
         self.specialize_s = stats.specialize_time.as_secs_f64();
         self.store = StoreReport {
             row_fetches: stats.row_fetches,
@@ -365,6 +414,39 @@ impl RunReport {
             pre = self.preprocess_s,
             init = self.init_s,
         ) + &self.store_summary()
+            + &self.numa_summary()
+    }
+
+    /// With NUMA placement, a line on where workers ran and what the placement buys;
+    /// empty otherwise.
+    fn numa_summary(&self) -> String {
+        let Some(n) = &self.numa else {
+            return String::new();
+        };
+        let pct = |f: Option<f64>| f.map_or("–".to_string(), |f| format!("{:.1}%", 100.0 * f));
+        let mb: Vec<String> = n
+            .bytes_per_zone
+            .iter()
+            .map(|b| format!("{:.1}", *b as f64 / 1e6))
+            .collect();
+        format!(
+            "\nnuma: {topology}, {zones} zone(s), {bound}; workers on cores {cores:?} (zones \
+             {wz:?}); accesses to another zone: {plan} planned against {base} with hash \
+             placement and unpinned threads; MB per zone [{mb}], {rep} rows replicated",
+            topology = n.topology,
+            zones = n.zones,
+            bound = if n.bound {
+                "threads bound"
+            } else {
+                "plan only, nothing bound"
+            },
+            cores = n.worker_cores,
+            wz = n.worker_zones,
+            plan = pct(n.remote_fraction),
+            base = pct(n.baseline_remote_fraction),
+            mb = mb.join(", "),
+            rep = n.replicated_rows,
+        )
     }
 
     /// In a specialized run, a line on how accesses were served and what the specialized

@@ -312,6 +312,7 @@ pub fn bench_app(
             mode: variant.mode,
             iterations: opts.iterations,
             specializations: variant.specializations,
+            ..AppConfig::default()
         };
         let report = workload
             .run(&cfg)

@@ -24,11 +24,12 @@ fn mode_name<S: serde::Serializer>(mode: &Mode, s: S) -> Result<S::Ok, S::Error>
 }
 
 /// The specializations an ablation can switch off, by name.
-pub const SPECIALIZATIONS: [&str; 4] = [
+pub const SPECIALIZATIONS: [&str; 5] = [
     "static-cache",
     "thread-caches",
     "contiguous-index",
     "prefetch-batching",
+    "numa",
 ];
 
 impl Variant {
@@ -50,6 +51,7 @@ impl Variant {
             "thread-caches" => (&mut specs.thread_caches, "thread-caches"),
             "contiguous-index" => (&mut specs.contiguous_index, "contiguous-index"),
             "prefetch-batching" => (&mut specs.prefetch_batching, "prefetch-batching"),
+            "numa" => (&mut specs.numa, "numa"),
             other => {
                 return Err(format!(
                     "unknown specialization '{other}', expected one of {}",
@@ -102,12 +104,12 @@ mod tests {
     #[test]
     fn every_variant_is_distinct_and_found_by_name() {
         let all = Variant::all();
-        assert_eq!(all.len(), 7);
+        assert_eq!(all.len(), 8);
         for v in &all {
             assert_eq!(&Variant::by_name(&v.name).unwrap(), v);
         }
         let ablations: Vec<_> = all.iter().filter(|v| v.without.is_some()).collect();
-        assert_eq!(ablations.len(), 4);
+        assert_eq!(ablations.len(), 5);
         for v in ablations {
             assert_eq!(v.mode, Mode::Virtual);
             assert_ne!(v.specializations, Specializations::ALL, "{}", v.name);
@@ -118,6 +120,7 @@ mod tests {
                 .specializations
                 .static_cache
         );
+        assert!(!Variant::ablation("numa").unwrap().specializations.numa);
         assert!(Variant::by_name("fast").unwrap_err().contains("generic"));
         assert!(Variant::ablation("placement").is_err());
     }

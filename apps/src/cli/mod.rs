@@ -14,7 +14,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Result};
 use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
-use iterstore::{Mode, Staleness};
+use iterstore::{Mode, Staleness, WorkerPlacement};
 use iterstore_apps::data::synth::SIZES;
 
 /// What `--output` writes, shown in `iterstore run --help`.
@@ -103,7 +103,7 @@ pub struct BenchArgs {
     pub iters: usize,
     /// Variants to run, comma-separated [default: all: generic, first-iter, virtual,
     /// virtual-no-static-cache, virtual-no-thread-caches, virtual-no-contiguous-index,
-    /// virtual-no-prefetch-batching].
+    /// virtual-no-prefetch-batching, virtual-no-numa].
     #[arg(long, value_delimiter = ',', value_name = "NAMES")]
     pub variants: Option<Vec<String>>,
     /// lda: topics [default: the planted number for synthetic input, else 100].
@@ -184,6 +184,17 @@ pub struct RunArgs {
     /// Staleness bound: 0 (BSP), a positive integer (SSP) or async.
     #[arg(long, default_value = "0", value_parser = parse_staleness)]
     pub staleness: Staleness,
+    /// NUMA placement in specialized modes: pin workers to cores and place rows in the
+    /// zone of the workers that use them most.
+    #[arg(long, default_value = "on", value_parser = parse_on_off, value_name = "on|off", action = ArgAction::Set)]
+    pub numa: bool,
+    /// Plan the NUMA placement for this hwloc synthetic topology instead of this machine
+    /// (e.g. "pack:2 numa:1 core:4 pu:1"): planned and printed, nothing bound.
+    #[arg(long, value_name = "DESC")]
+    pub topology: Option<String>,
+    /// How workers are spread over NUMA zones: packed (fill a zone first) or spread.
+    #[arg(long, default_value = "packed", value_parser = parse_placement)]
+    pub placement: WorkerPlacement,
     /// Write the run report as JSON to FILE.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
@@ -301,6 +312,18 @@ fn at_least_one(s: &str) -> Result<usize, String> {
         Ok(n) => Ok(n),
         Err(e) => Err(e.to_string()),
     }
+}
+
+fn parse_on_off(s: &str) -> Result<bool, String> {
+    match s {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err(format!("'{s}' is neither 'on' nor 'off'")),
+    }
+}
+
+fn parse_placement(s: &str) -> Result<WorkerPlacement, String> {
+    s.parse()
 }
 
 fn parse_mode(s: &str) -> Result<Mode, String> {

@@ -10,6 +10,7 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
+use iterstore::{Mode, Specializations, Topology};
 use iterstore_apps::algo::lda::LdaConfig;
 use iterstore_apps::algo::mf::MfConfig;
 use iterstore_apps::algo::pagerank::PageRankConfig;
@@ -91,15 +92,36 @@ impl Output {
     }
 }
 
+/// The store-side settings of `args`; a synthetic topology that hwloc rejects (or a build
+/// without hwloc) is an error here, before any data is read.
+fn app_config(args: &RunArgs) -> Result<AppConfig> {
+    let mut specializations = Specializations::ALL;
+    specializations.numa = args.numa;
+    let topology = match &args.topology {
+        None => None,
+        Some(desc) => {
+            if args.mode == Mode::Generic || !args.numa {
+                bail!("--topology plans the NUMA placement, which needs --mode virtual or first-iter and --numa on");
+            }
+            Some(Topology::synthetic(desc).with_context(|| format!("--topology {desc:?}"))?)
+        }
+    };
+    Ok(AppConfig {
+        workers: args.workers,
+        shards: args.shards,
+        staleness: args.staleness,
+        mode: args.mode,
+        iterations: args.iters,
+        specializations,
+        topology,
+        worker_placement: args.placement,
+    })
+}
+
 /// Runs `iterstore run` with validated arguments; `command_line` goes into the JSON report.
 pub fn run(args: &RunArgs, command_line: String) -> Result<()> {
     let started_at = super::now_rfc3339();
-    AppConfig {
-        workers: args.workers,
-        shards: args.shards,
-        ..AppConfig::default()
-    }
-    .validate()?;
+    app_config(args)?.validate()?;
     let model = Output::create(args.output.as_deref())?;
     let json = Output::create(args.json.as_deref())?;
     let mut report = execute(args, model, Progress::Shown)?;
@@ -123,14 +145,7 @@ pub(crate) fn execute(
     model: Option<Output>,
     progress: Progress,
 ) -> Result<RunReport> {
-    let cfg = AppConfig {
-        workers: args.workers,
-        shards: args.shards,
-        staleness: args.staleness,
-        mode: args.mode,
-        iterations: args.iters,
-        ..AppConfig::default()
-    };
+    let cfg = app_config(args)?;
     cfg.validate()?;
     let input = Input::of(args);
     tracing::debug!(

@@ -11,7 +11,7 @@ use serde_json::Value;
 const APPS: [&str; 3] = ["mf", "lda", "pagerank"];
 
 /// Every variant, in the order the bench runs them by default.
-const VARIANTS: [&str; 7] = [
+const VARIANTS: [&str; 8] = [
     "generic",
     "first-iter",
     "virtual",
@@ -19,6 +19,7 @@ const VARIANTS: [&str; 7] = [
     "virtual-no-thread-caches",
     "virtual-no-contiguous-index",
     "virtual-no-prefetch-batching",
+    "virtual-no-numa",
 ];
 
 /// The seconds fields of a breakdown.

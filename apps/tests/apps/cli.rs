@@ -353,3 +353,86 @@ fn demo_runs_every_app_and_its_commands_reproduce_it() {
             .ends_with(&format!("run {command} --json {}", json.display())));
     }
 }
+
+/// `--topology` plans the NUMA placement for a synthetic machine and reports it (nothing
+/// bound); `--numa off` leaves it out; a bad description or a generic run is rejected
+/// before any data is read.
+#[test]
+fn topology_plans_numa_placement_and_reports_it() {
+    let dir = scratch("topology");
+    let json = dir.join("run.json");
+    let out = iterstore(&[
+        "run",
+        "mf",
+        "--synthetic",
+        "tiny",
+        "--iters",
+        "1",
+        "--workers",
+        "8",
+        "--topology",
+        "pack:2 numa:1 core:4 pu:1",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("numa: pack:2 numa:1 core:4 pu:1, 2 zone(s), plan only"),
+        "{stdout}"
+    );
+    let numa = &json_file(&json)["numa"];
+    assert_eq!(numa["bound"], false, "{numa}");
+    assert_eq!(
+        numa["worker_zones"],
+        serde_json::json!([0, 0, 0, 0, 1, 1, 1, 1])
+    );
+    let plan = numa["remote_fraction"].as_f64().unwrap();
+    let baseline = numa["baseline_remote_fraction"].as_f64().unwrap();
+    assert!(plan <= baseline / 4.0, "{numa}");
+
+    let out = iterstore(&[
+        "run",
+        "mf",
+        "--synthetic",
+        "tiny",
+        "--iters",
+        "1",
+        "--numa",
+        "off",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(json_file(&json)["numa"].is_null());
+
+    for (args, want) in [
+        (&["--topology", "pack:2 bogus:3"][..], "pack:2 bogus:3"),
+        (
+            &[
+                "--topology",
+                "pack:2 numa:1 core:1 pu:1",
+                "--mode",
+                "generic",
+            ][..],
+            "--mode virtual",
+        ),
+        (
+            &["--numa", "maybe"][..],
+            "'maybe' is neither 'on' nor 'off'",
+        ),
+        (
+            &["--placement", "tight"][..],
+            "neither 'packed' nor 'spread'",
+        ),
+    ] {
+        let out = iterstore(&[&["run", "mf", "--data", "/nonexistent.inter"][..], args].concat());
+        let err = stderr(&out);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert!(
+            !err.contains("nonexistent"),
+            "checked before the data: {err}"
+        );
+    }
+}

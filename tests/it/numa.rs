@@ -1,0 +1,93 @@
+//! NUMA placement through the public API: worker threads pinned to the cores the plan
+//! names on this machine (read back from the kernel), nothing bound on a synthetic
+//! topology, and a plan whose expected remote accesses are a fraction of hash placement
+//! with unpinned threads.
+
+use crate::util::within;
+use iterstore::{Cluster, Config, Mode, Specializations, Topology, WorkerPlacement};
+
+/// On this machine's own topology the workers are bound to their planned cores, from the
+/// start and in every run.
+#[test]
+fn workers_run_on_the_cores_the_plan_names() {
+    within(30, || {
+        let topology = Topology::detect();
+        let mut cluster = Cluster::start(Config::new(2).with_mode(Mode::Virtual)).unwrap();
+        let numa = cluster.numa().expect("numa applies in virtual mode");
+        assert_eq!(numa.zones, topology.zones().len());
+        assert_eq!(numa.bound, topology.is_this_machine(), "{numa:?}");
+        if numa.bound {
+            assert_eq!(numa.worker_cpus, numa.planned_cpus, "{numa:?}");
+            let cpus = cluster
+                .run(|_| Ok(std::thread::available_parallelism().unwrap().get()))
+                .unwrap();
+            let planned: Vec<usize> = numa.planned_cpus.iter().map(Vec::len).collect();
+            assert_eq!(cpus, planned, "a run sees its worker's affinity");
+        }
+        // Packed: the first zone's cores first.
+        let first = &topology.zones()[0].cores;
+        assert_eq!(numa.planned_cpus[0], first[0].pus, "{numa:?}");
+        assert!(numa.remote_fraction.is_none(), "no plan yet");
+    });
+}
+
+/// Generic mode and the `numa` switch turned off leave threads alone.
+#[test]
+fn numa_applies_only_to_specialized_modes_with_the_switch_on() {
+    within(30, || {
+        let cluster = Cluster::start(Config::new(2)).unwrap();
+        assert!(cluster.numa().is_none());
+        let mut specs = Specializations::ALL;
+        specs.numa = false;
+        let config = Config::new(2)
+            .with_mode(Mode::Virtual)
+            .with_specializations(specs);
+        let cluster = Cluster::start(config).unwrap();
+        assert!(cluster.numa().is_none());
+    });
+}
+
+/// On a synthetic two-zone topology nothing is bound, workers are planned packed or
+/// spread, and an MF-like pattern's plan keeps remote accesses at most a quarter of the
+/// baseline's.
+#[test]
+fn a_synthetic_topology_is_planned_for_but_never_bound() {
+    for (placement, zones) in [
+        (WorkerPlacement::Packed, vec![0, 0, 0, 0, 1, 1, 1, 1]),
+        (WorkerPlacement::Spread, vec![0, 1, 0, 1, 0, 1, 0, 1]),
+    ] {
+        let numa = within(30, move || {
+            let mut config = Config::new(8)
+                .with_mode(Mode::Virtual)
+                .with_topology(Topology::uniform(2, 4).unwrap());
+            config.worker_placement = placement;
+            let mut cluster = Cluster::start(config).unwrap();
+            let users = cluster.create_table::<f32>("users", 4).unwrap();
+            let items = cluster.create_table::<f32>("items", 4).unwrap();
+            let iteration = |w: &mut iterstore::Worker<'_>| {
+                let mut row = [0.0f32; 4];
+                for i in 0..40u64 {
+                    let user = w.id() as u64 * 100 + i;
+                    w.read(&users, user, &mut row)?;
+                    w.read(&items, i % 10, &mut row)?;
+                    w.update(&users, user, &[0.1; 4])?;
+                    w.update(&items, i % 10, &[0.1; 4])?;
+                }
+                w.clock()
+            };
+            cluster.virtual_iteration(iteration).unwrap();
+            cluster.run(iteration).unwrap();
+            cluster.numa().unwrap()
+        });
+        assert!(!numa.bound, "{numa:?}");
+        assert_eq!(numa.worker_zones, zones, "{placement:?}");
+        let (plan, baseline) = (
+            numa.remote_fraction.unwrap(),
+            numa.baseline_remote_fraction.unwrap(),
+        );
+        assert!((baseline - 0.5).abs() < 1e-9, "{numa:?}");
+        assert!(plan <= baseline / 4.0, "{numa:?}");
+        assert_eq!(numa.bytes_per_zone.len(), 2);
+        assert!(numa.bytes_per_zone.iter().all(|&b| b > 0), "{numa:?}");
+    }
+}
