@@ -209,10 +209,9 @@ impl Special {
     /// Moves to the next step and prefetches what a step [`AHEAD`] will touch.
     #[inline(always)]
     pub(super) fn advance(&mut self) {
-        self.counters.tape += 1;
         self.cursor += 1;
         if self.cursor == self.steps.len() {
-            self.cursor = 0; // the next iteration starts over
+            self.move_cursor(0); // the next iteration starts over
         }
         if let Some(&ahead) = self.steps.get(self.cursor + AHEAD) {
             if ahead & SLOT_STEP == 0 {

@@ -99,8 +99,11 @@ pub(crate) struct Special {
     /// Blocks touched in this clock.
     dirty: usize,
     /// How accesses found their rows (observability: a specialization that silently
-    /// falls back shows here).
+    /// falls back shows here). `tape` is filled in when the counters are taken.
     counters: AccessCounters,
+    /// Tape hits before the cursor's current run: every step the cursor advances past is
+    /// a hit, so hits = `tape_hits + cursor` (wrapping), kept without a per-access count.
+    tape_hits: u64,
 }
 
 /// How a specialized worker's accesses found their rows.
@@ -238,6 +241,7 @@ impl Special {
             cursor: 0,
             dirty: 0,
             counters: AccessCounters::default(),
+            tape_hits: 0,
             arena,
         }
     }
@@ -256,8 +260,18 @@ impl Special {
         (self.arena, tape)
     }
 
+    /// Moves the cursor to `to`, banking the hits it had counted.
+    #[inline]
+    pub(super) fn move_cursor(&mut self, to: usize) {
+        self.tape_hits = self.tape_hits.wrapping_add(self.cursor as u64);
+        self.cursor = to;
+    }
+
     /// How accesses found their rows since the last call, leaving zeros.
     pub(crate) fn take_counters(&mut self) -> AccessCounters {
+        // Every step the cursor passed was a hit: count those of its current position.
+        self.counters.tape = self.tape_hits.wrapping_add(self.cursor as u64);
+        self.tape_hits = (self.cursor as u64).wrapping_neg();
         std::mem::take(&mut self.counters)
     }
 
@@ -320,7 +334,9 @@ impl Special {
             block
         };
         if self.steps.first() == Some(&step) {
-            self.cursor = 1 % self.steps.len();
+            self.move_cursor(1 % self.steps.len());
+            // The step just matched was a deviation, not a hit.
+            self.tape_hits = self.tape_hits.wrapping_sub(self.cursor as u64);
         }
         Some(Place { slot, block })
     }
@@ -583,7 +599,7 @@ impl Special {
     ///
     /// [`Staleness::required_in_run`]: crate::Staleness::required_in_run
     pub(crate) fn start_run(&mut self) {
-        self.cursor = 0;
+        self.move_cursor(0);
         self.recent.clear();
     }
 
