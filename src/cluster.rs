@@ -9,10 +9,11 @@ use crate::client::{spawn_comm, ClientShared, ProcessArena};
 use crate::consistency::Clock;
 use crate::gather::AccessLog;
 use crate::msg::{Endpoint, Msg};
-use crate::numa::{self, NumaConfig, NumaPlan, WorkerPlace};
+use crate::numa::{self, NumaConfig, NumaPlan, ThreadZones, WorkerPlace};
 use crate::plan::{self, PlanConfig};
 use crate::pool::WorkerPool;
 use crate::table::{resolve, Registry};
+use crate::topology::bind::MemBinder;
 use crate::transport::{InProcTransport, Transport};
 use crate::worker::{AccessCounters, Kept, Role, Worker, WorkerMemory};
 use crate::Topology;
@@ -90,8 +91,15 @@ pub struct NumaReport {
     /// Bytes placed in each zone by the current plan (arena copies, replicas, server
     /// copies, blocks, per-thread copies); empty before a plan exists.
     pub bytes_per_zone: Vec<u64>,
-    /// Rows replicated into more than one zone.
+    /// Rows replicated into more than one zone (0: the store keeps one process arena).
     pub replicated_rows: usize,
+    /// Per server shard: the zone its thread runs in (bound when `bound`).
+    pub shard_zones: Vec<usize>,
+    /// The zone of the communication thread.
+    pub comm_zone: usize,
+    /// Bytes of the process arena bound to the zone of their chunk's rows (hwloc area
+    /// binding before the first touch; 0 where it is unsupported or nothing is bound).
+    pub arena_bound_bytes: usize,
     /// Expected fraction of an iteration's accesses that reach another zone's memory
     /// under this plan (`None` before a plan exists).
     pub remote_fraction: Option<f64>,
@@ -166,6 +174,12 @@ pub struct Cluster {
     worker_cpus: Vec<Vec<u32>>,
     /// Whether the threads were bound.
     bound: bool,
+    /// Zones of the shard threads and the communication thread (fixed at start).
+    thread_zones: ThreadZones,
+    /// Binds the process arena's chunks to their zones (when threads are bound).
+    binder: Option<MemBinder>,
+    /// Bytes of the current process arena bound to a zone.
+    arena_bound_bytes: usize,
     /// The NUMA plan of the current specialized plan.
     numa: Option<NumaPlan>,
     clocks: Vec<Clock>,
@@ -214,6 +228,9 @@ impl Cluster {
         // First, so that a failure here leaves no other thread behind.
         let pool = WorkerPool::start(config.workers)?;
         let worker_cpus = pool.pin(bound.then_some(pus.as_slice()))?;
+        // Shard and communication threads go to zones the workers use, fixed now.
+        let thread_zones = numa::thread_zones(&places, config.shards);
+        let zone_pus = |z: usize| bound.then(|| numa::zone_pus(&topology, z));
         let (transport, shard_inboxes, mut client_inboxes) = InProcTransport::new(1, config.shards);
         let transport: Arc<dyn Transport> = Arc::new(transport);
         let shared = Arc::new(ClientShared::new(0, config.clone(), transport.clone()));
@@ -221,10 +238,12 @@ impl Cluster {
         let spawn_err = |e: std::io::Error| Error::failed("thread spawn", e);
         for (id, inbox) in shard_inboxes.into_iter().enumerate() {
             let shard = server::Shard::new(id as u32, config.workers);
-            threads.push(server::spawn(shard, inbox, transport.clone()).map_err(spawn_err)?);
+            let pus = zone_pus(thread_zones.shards[id]);
+            threads.push(server::spawn(shard, inbox, transport.clone(), pus).map_err(spawn_err)?);
         }
         let inbox = client_inboxes.remove(0);
-        threads.push(spawn_comm(shared.clone(), inbox).map_err(spawn_err)?);
+        let pus = zone_pus(thread_zones.comm);
+        threads.push(spawn_comm(shared.clone(), inbox, pus).map_err(spawn_err)?);
         Ok(Cluster {
             id: std::collections::hash_map::RandomState::new()
                 .build_hasher()
@@ -237,6 +256,9 @@ impl Cluster {
             places,
             worker_cpus,
             bound,
+            thread_zones,
+            binder: bound.then(MemBinder::new),
+            arena_bound_bytes: 0,
             numa: None,
             config,
             registry: Registry::default(),
@@ -545,15 +567,35 @@ impl Cluster {
                 shards: self.config.shards,
                 placement: self.config.worker_placement,
                 blocks: specs.static_cache && specs.contiguous_index && specs.thread_caches,
+                replicate: false,
             };
-            numa::plan(pattern, &plan, &self.topology, &cfg)
+            numa::plan(
+                pattern,
+                &plan,
+                &self.topology,
+                &cfg,
+                Some(&self.thread_zones),
+            )
         });
+        // Each arena chunk is bound, before its first touch, to the zone holding most of
+        // its rows' arena copies.
+        let chunk_zones: Option<Vec<u32>> = match (&self.numa, &self.binder) {
+            (Some(n), Some(_)) => Some(numa::chunk_zones(n, &plan, &self.topology)),
+            _ => None,
+        };
         let budget = self.config.tape_budget.or_else(default_tape_budget);
         let tapes = plan::tapes(pattern, &plan, sequences, budget);
         self.tape_truncated = tapes.truncated;
-        let arena = specs
-            .static_cache
-            .then(|| Arc::new(ProcessArena::new(plan, self.plans, specs.prefetch_batching)));
+        let binding = self.binder.as_ref().zip(chunk_zones.as_deref());
+        let arena = specs.static_cache.then(|| {
+            Arc::new(ProcessArena::new(
+                plan,
+                self.plans,
+                specs.prefetch_batching,
+                binding,
+            ))
+        });
+        self.arena_bound_bytes = arena.as_ref().map_or(0, |a| a.bound_bytes);
         for (kept, tape) in self.specials.iter().zip(tapes.tapes) {
             *lock(kept) = match &arena {
                 Some(arena) => Kept::Tape(arena.clone(), tape),
@@ -642,6 +684,9 @@ impl Cluster {
             planned_cpus: self.places.iter().map(|p| p.pus.clone()).collect(),
             worker_cpus: self.worker_cpus.clone(),
             bytes_per_zone: plan.map_or_else(Vec::new, |p| p.bytes_per_zone.clone()),
+            shard_zones: self.thread_zones.shards.clone(),
+            comm_zone: self.thread_zones.comm,
+            arena_bound_bytes: self.arena_bound_bytes,
             replicated_rows: plan
                 .map_or(0, |p| p.replicas.iter().filter(|r| !r.is_empty()).count()),
             remote_fraction: plan.map(|p| p.remote_fraction),

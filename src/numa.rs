@@ -72,6 +72,68 @@ pub(crate) struct NumaConfig {
     /// update, so that their reads of those rows stay in their own memory (the contiguous
     /// index and thread caches both on).
     pub blocks: bool,
+    /// Whether read-mostly rows may be replicated into other zones. The store keeps one
+    /// process arena, so the cluster plans without replicas (the model would otherwise
+    /// count reads of replicas the store does not make as local).
+    pub replicate: bool,
+}
+
+/// Zones of the server shard threads and of the communication thread, when they are
+/// fixed before the pattern is known (threads are pinned when the cluster starts).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ThreadZones {
+    /// Per shard: its thread's zone.
+    pub shards: Vec<usize>,
+    /// The communication thread's zone.
+    pub comm: usize,
+}
+
+/// Where the shard threads and the communication thread of a cluster whose workers are
+/// at `workers` run: the shards round-robin over the zones the workers use (in the order
+/// workers first use them), the communication thread in worker 0's zone, so that every
+/// thread of the process is in a zone its workers use.
+pub(crate) fn thread_zones(workers: &[WorkerPlace], shards: usize) -> ThreadZones {
+    let mut used: Vec<usize> = Vec::new();
+    for w in workers {
+        if !used.contains(&w.zone) {
+            used.push(w.zone);
+        }
+    }
+    if used.is_empty() {
+        used.push(0);
+    }
+    ThreadZones {
+        shards: (0..shards).map(|s| used[s % used.len()]).collect(),
+        comm: used[0],
+    }
+}
+
+/// Per refresh chunk of `plan`: the OS index of the zone holding most of its rows' arena
+/// copies (by bytes), as [`plan`] placed them in `numa` (ties to the lower zone).
+pub(crate) fn chunk_zones(numa: &NumaPlan, plan: &Plan, topo: &Topology) -> Vec<u32> {
+    let zones = topo.zones().len();
+    plan.chunks
+        .iter()
+        .map(|chunk| {
+            let mut bytes = vec![0usize; zones];
+            for s in chunk.slots.clone() {
+                bytes[numa.arena_zones[s]] += plan.slots[s].len;
+            }
+            let best = (0..zones)
+                .max_by_key(|&z| (bytes[z], std::cmp::Reverse(z)))
+                .unwrap_or(0);
+            topo.zones()[best].os_index
+        })
+        .collect()
+}
+
+/// Every processing unit of zone `zone` of `topo` (what a thread of that zone is bound to).
+pub(crate) fn zone_pus(topo: &Topology, zone: usize) -> Vec<u32> {
+    topo.zones()[zone]
+        .cores
+        .iter()
+        .flat_map(|c| c.pus.iter().copied())
+        .collect()
 }
 
 /// Where one worker thread runs.
@@ -231,11 +293,16 @@ pub(crate) fn place_workers(
 
 /// Plans the NUMA placement of `plan` (built from `pattern`) on `topo` (see the module
 /// docs).
+///
+/// `threads`: the shard and communication threads' zones when they are already fixed
+/// (the cluster pins them at start); `None` lets the planner choose them from the
+/// accesses.
 pub(crate) fn plan(
     pattern: &AccessPattern,
     plan: &Plan,
     topo: &Topology,
     cfg: &NumaConfig,
+    threads: Option<&ThreadZones>,
 ) -> NumaPlan {
     let zones = topo.zones().len();
     let workers = place_workers(topo, cfg.workers, cfg.placement);
@@ -280,8 +347,9 @@ pub(crate) fn plan(
         }
     }
     let mut shard_zones = Vec::with_capacity(shards);
-    for (acc, &b) in shard_acc.iter().zip(&shard_bytes) {
-        let z = pick(acc, &bytes);
+    for (s, (acc, &b)) in shard_acc.iter().zip(&shard_bytes).enumerate() {
+        let fixed = threads.and_then(|t| t.shards.get(s).copied());
+        let z = fixed.unwrap_or_else(|| pick(acc, &bytes));
         bytes[z] += b;
         shard_zones.push(z);
     }
@@ -312,7 +380,7 @@ pub(crate) fn plan(
         bytes[home] += b;
         arena_bytes[home] += b;
         let extra: Vec<usize> = (0..zones)
-            .filter(|&z| z != home && acc[z] > refreshes)
+            .filter(|&z| cfg.replicate && z != home && acc[z] > refreshes)
             .collect();
         for &z in &extra {
             bytes[z] += b;
@@ -337,7 +405,7 @@ pub(crate) fn plan(
         arena_zones.push(home);
         replicas.push(extra);
     }
-    let comm_zone = pick(&arena_bytes, &vec![0; zones]);
+    let comm_zone = threads.map_or_else(|| pick(&arena_bytes, &vec![0; zones]), |t| t.comm);
     let fraction = |x: f64| {
         if accesses == 0 {
             0.0
@@ -459,6 +527,7 @@ mod tests {
             shards: SHARDS,
             placement,
             blocks,
+            replicate: true,
         }
     }
 
@@ -486,7 +555,7 @@ mod tests {
                 workers,
                 ..cfg(placement, true)
             };
-            plan(&pattern, &p, &topo, &cfg).workers
+            plan(&pattern, &p, &topo, &cfg, None).workers
         };
         let packed = run(WorkerPlacement::Packed, 8);
         let zones: Vec<usize> = packed.iter().map(|w| w.zone).collect();
@@ -527,7 +596,13 @@ mod tests {
         let order = core_order(&topo, WorkerPlacement::Spread);
         assert_eq!(order, [(0, 0), (1, 1), (1, 2), (1, 3)]);
         let (pattern, p) = lda();
-        let n = plan(&pattern, &p, &topo, &cfg(WorkerPlacement::Spread, true));
+        let n = plan(
+            &pattern,
+            &p,
+            &topo,
+            &cfg(WorkerPlacement::Spread, true),
+            None,
+        );
         assert_eq!(n.workers[2].pus, [2, 102]);
         assert_eq!(n.workers[4].core, 0);
     }
@@ -539,7 +614,13 @@ mod tests {
                 let topo = uniform(zones, cores);
                 let (pattern, p) = build();
                 for blocks in [true, false] {
-                    let n = plan(&pattern, &p, &topo, &cfg(WorkerPlacement::Packed, blocks));
+                    let n = plan(
+                        &pattern,
+                        &p,
+                        &topo,
+                        &cfg(WorkerPlacement::Packed, blocks),
+                        None,
+                    );
                     eprintln!(
                         "{name} {zones}x{cores} blocks={blocks}: remote {:.4} of {} accesses, \
                          baseline {:.4}",
@@ -573,7 +654,13 @@ mod tests {
     fn without_blocks_rows_go_to_their_majority_zone() {
         let (pattern, p) = mf();
         let topo = uniform(2, 4);
-        let n = plan(&pattern, &p, &topo, &cfg(WorkerPlacement::Packed, false));
+        let n = plan(
+            &pattern,
+            &p,
+            &topo,
+            &cfg(WorkerPlacement::Packed, false),
+            None,
+        );
         // Worker 5's users are read only by it: in its zone, never replicated.
         let user = p.index[&RowKey::new(0, 503)] as usize;
         assert_eq!((n.arena_zones[user], n.replicas[user].len()), (1, 0));
@@ -605,6 +692,7 @@ mod tests {
             &p,
             &uniform(2, 4),
             &cfg(WorkerPlacement::Packed, true),
+            None,
         );
         let hot = p.index[&RowKey::new(1, 0)] as usize;
         let cold = p.index[&RowKey::new(1, 1)] as usize;
@@ -637,14 +725,26 @@ mod tests {
         // so the shard threads, the server copies (320) and the arena copies (320) all go
         // to zone 1 to balance it.
         let (pattern, p) = build(logs());
-        let n = plan(&pattern, &p, &topo, &cfg(WorkerPlacement::Packed, true));
+        let n = plan(
+            &pattern,
+            &p,
+            &topo,
+            &cfg(WorkerPlacement::Packed, true),
+            None,
+        );
         assert_eq!(n.bytes_per_zone, [640, 640]);
         assert_eq!(n.shard_zones, [1, 1]);
         assert!(n.arena_zones.iter().all(|&z| z == 1));
         assert_eq!((n.comm_zone, n.remote), (1, 0));
         // Without blocks every access reaches the arena: everything follows worker 0.
         let (pattern, p) = build(logs());
-        let n = plan(&pattern, &p, &topo, &cfg(WorkerPlacement::Packed, false));
+        let n = plan(
+            &pattern,
+            &p,
+            &topo,
+            &cfg(WorkerPlacement::Packed, false),
+            None,
+        );
         assert_eq!(n.bytes_per_zone, [640, 0]);
         assert_eq!(n.shard_zones, [0, 0]);
         assert!(n.arena_zones.iter().all(|&z| z == 0));
@@ -660,14 +760,17 @@ mod tests {
                 for blocks in [true, false] {
                     for placement in [WorkerPlacement::Packed, WorkerPlacement::Spread] {
                         let (pattern, p) = build();
-                        let n = plan(&pattern, &p, &topo, &cfg(placement, blocks));
+                        let n = plan(&pattern, &p, &topo, &cfg(placement, blocks), None);
                         assert_eq!(n.bytes_per_zone.len(), zones);
                         assert_eq!(
                             n.bytes_per_zone.iter().sum::<u64>(),
                             placed_bytes(&p, &n, blocks)
                         );
                         let (pattern2, p2) = build();
-                        assert_eq!(n, plan(&pattern2, &p2, &topo, &cfg(placement, blocks)));
+                        assert_eq!(
+                            n,
+                            plan(&pattern2, &p2, &topo, &cfg(placement, blocks), None)
+                        );
                     }
                 }
             }
@@ -682,7 +785,13 @@ mod tests {
             for build in [mf as fn() -> _, lda] {
                 let (pattern, p) = build();
                 for blocks in [true, false] {
-                    let n = plan(&pattern, &p, &topo, &cfg(WorkerPlacement::Spread, blocks));
+                    let n = plan(
+                        &pattern,
+                        &p,
+                        &topo,
+                        &cfg(WorkerPlacement::Spread, blocks),
+                        None,
+                    );
                     let got = n.baseline_remote_fraction;
                     assert!((got - want).abs() < 1e-9, "{zones} zones: {got} vs {want}");
                 }
@@ -698,6 +807,7 @@ mod tests {
             &p,
             &uniform(1, 8),
             &cfg(WorkerPlacement::Packed, false),
+            None,
         );
         assert_eq!(
             (n.remote, n.remote_fraction, n.baseline_remote_fraction),
@@ -721,6 +831,7 @@ mod tests {
             &p,
             &uniform(2, 1),
             &cfg(WorkerPlacement::Spread, true),
+            None,
         );
         assert_eq!(
             (n.accesses, n.remote_fraction, n.baseline_remote_fraction),
@@ -728,5 +839,64 @@ mod tests {
         );
         assert_eq!(n.shard_zones.len(), SHARDS);
         assert_eq!(n.bytes_per_zone, [0, 0]);
+    }
+
+    #[test]
+    fn fixed_thread_zones_follow_the_workers_and_replication_can_be_off() {
+        let topo = uniform(2, 4);
+        let workers = place_workers(&topo, 8, WorkerPlacement::Packed);
+        let threads = thread_zones(&workers, 3);
+        assert_eq!(
+            threads,
+            ThreadZones {
+                shards: vec![0, 1, 0],
+                comm: 0
+            }
+        );
+        let one_zone = thread_zones(&place_workers(&topo, 2, WorkerPlacement::Packed), 2);
+        assert_eq!(
+            one_zone,
+            ThreadZones {
+                shards: vec![0, 0],
+                comm: 0
+            }
+        );
+        assert_eq!(zone_pus(&topo, 1), vec![4, 5, 6, 7]);
+
+        let (pattern, p) = mf();
+        let mut c = cfg(WorkerPlacement::Packed, false);
+        c.replicate = false;
+        let fixed = ThreadZones {
+            shards: vec![1; p.shards.len()],
+            comm: 1,
+        };
+        let n = plan(&pattern, &p, &topo, &c, Some(&fixed));
+        assert!(n.shard_zones.iter().all(|&z| z == 1), "{:?}", n.shard_zones);
+        assert_eq!(n.comm_zone, 1);
+        assert!(n.replicas.iter().all(Vec::is_empty));
+        let with = plan(
+            &pattern,
+            &p,
+            &topo,
+            &cfg(WorkerPlacement::Packed, false),
+            None,
+        );
+        assert!(
+            n.remote_fraction >= with.remote_fraction,
+            "replicas only ever help"
+        );
+        // Each chunk goes to the zone holding most of its rows' bytes.
+        let chunks = chunk_zones(&n, &p, &topo);
+        assert_eq!(chunks.len(), p.chunks.len());
+        for (chunk, &zone) in p.chunks.iter().zip(&chunks) {
+            let mut bytes = [0usize; 2];
+            for s in chunk.slots.clone() {
+                bytes[n.arena_zones[s]] += p.slots[s].len;
+            }
+            assert!(
+                bytes[zone as usize] >= bytes[1 - zone as usize],
+                "{bytes:?}"
+            );
+        }
     }
 }

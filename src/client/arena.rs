@@ -9,6 +9,7 @@
 use crate::consistency::Clock;
 use crate::msg::{Endpoint, Msg, ProcessId};
 use crate::plan::Plan;
+use crate::topology::bind::MemBinder;
 use crate::transport::Transport;
 use crate::{Error, Result, RowKey};
 use std::sync::atomic::{fence, AtomicU64, Ordering};
@@ -34,6 +35,8 @@ pub(crate) struct ProcessArena {
     batched: bool,
     /// Refresh requests sent so far (observability).
     pub(crate) requests_sent: AtomicU64,
+    /// Bytes of the arena bound to a NUMA node at allocation.
+    pub(crate) bound_bytes: usize,
 }
 
 /// Copies `words` (relaxed loads) into `dst`, whose length is at most theirs in bytes.
@@ -79,14 +82,39 @@ fn atomics(n: usize, v: u64) -> Box<[AtomicU64]> {
 impl ProcessArena {
     /// An arena for `plan`, every chunk empty. `batched`: refresh all chunks with one
     /// request per shard (prefetch batching) instead of chunk by chunk on demand.
-    pub(crate) fn new(plan: Plan, id: u32, batched: bool) -> Self {
+    ///
+    /// `binding`: a memory binder and, per chunk, the NUMA node (OS index) its rows belong
+    /// to. Each chunk's memory is then bound to its node before anything touches it (the
+    /// words are allocated, bound, then zeroed), so its pages are placed there; chunks
+    /// sharing a page share its node, and a machine or build without area binding leaves
+    /// everything where the first touch puts it.
+    pub(crate) fn new(
+        plan: Plan,
+        id: u32,
+        batched: bool,
+        binding: Option<(&MemBinder, &[u32])>,
+    ) -> Self {
         let chunks = plan.chunks.len();
         let mut first_chunk = vec![0u32; plan.shards.len()];
         for (i, c) in plan.chunks.iter().enumerate().rev() {
             first_chunk[c.shard as usize] = i as u32;
         }
+        let n = plan.arena_bytes / 8;
+        let mut words: Vec<AtomicU64> = Vec::with_capacity(n);
+        let mut bound_bytes = 0;
+        if let Some((binder, nodes)) = binding {
+            let untouched = words.spare_capacity_mut();
+            for (chunk, &node) in plan.chunks.iter().zip(nodes) {
+                let range = chunk.bytes.start / 8..chunk.bytes.end / 8;
+                if binder.bind_area(&untouched[range], node) {
+                    bound_bytes += chunk.bytes.len();
+                }
+            }
+        }
+        words.extend((0..n).map(|_| AtomicU64::new(0))); // the first touch
         ProcessArena {
-            words: atomics(plan.arena_bytes / 8, 0),
+            words: words.into_boxed_slice(),
+            bound_bytes,
             versions: atomics(chunks, 0),
             chunk_clocks: atomics(chunks, EMPTY),
             first_chunk,
@@ -317,6 +345,7 @@ mod tests {
             build(&AccessPattern::from_logs(vec![log]), &tables, &cfg),
             1,
             true,
+            None,
         )
     }
 
@@ -343,5 +372,22 @@ mod tests {
         );
         assert!(a.write_chunk(0, 1, 5, &[0u8; 3]).is_err());
         assert!(a.write_chunk(0, 9, 5, &bytes).is_err());
+    }
+
+    #[test]
+    fn an_arena_bound_to_its_chunks_nodes_reads_as_before() {
+        let plain = arena();
+        let binder = MemBinder::new();
+        let nodes = vec![0; plain.plan.chunks.len()];
+        let bound = ProcessArena::new(plain.plan.clone(), 1, true, Some((&binder, &nodes)));
+        let expected = if binder.supports_area_binding() {
+            bound.plan.arena_bytes
+        } else {
+            0
+        };
+        assert_eq!(bound.bound_bytes, expected);
+        assert_eq!(plain.bound_bytes, 0);
+        assert_eq!(bound.words.len(), plain.words.len());
+        assert!(bound.words.iter().all(|w| w.load(Ordering::Relaxed) == 0));
     }
 }

@@ -130,65 +130,66 @@ impl ClientShared {
     }
 }
 
-/// Runs the communication thread of `shared`'s process until `Shutdown` or a closed inbox.
+/// Runs the communication thread of `shared`'s process, bound to the CPUs `pus` when
+/// given, until `Shutdown` or a closed inbox.
 pub(crate) fn spawn_comm(
     shared: Arc<ClientShared>,
     inbox: Inbox,
+    pus: Option<Vec<u32>>,
 ) -> std::io::Result<JoinHandle<()>> {
-    std::thread::Builder::new()
-        .name(format!("iterstore-client-{}", shared.process))
-        .spawn(move || {
-            loop {
-                match inbox.recv() {
-                    Ok(Msg::Rows {
-                        data_clock, rows, ..
-                    }) => shared.on_rows(data_clock, rows),
-                    Ok(Msg::SlabRows {
-                        shard,
-                        plan,
-                        chunk,
-                        data_clock,
-                        bytes,
-                    }) => {
-                        shared.known_min.fetch_max(data_clock, Ordering::AcqRel);
-                        // Bytes laid out for another plan than the current one are stale
-                        // replies to requests made before a re-plan: drop them.
-                        let written = match shared.arena() {
-                            Some(arena) if arena.id == plan => {
-                                arena.write_chunk(shard, chunk, data_clock, bytes.as_bytes())
-                            }
-                            _ => Ok(()),
-                        };
-                        if let Err(e) = written {
-                            shared.fail(e);
+    let name = format!("iterstore-client-{}", shared.process);
+    crate::topology::bind::spawn_bound(name, pus, move || {
+        loop {
+            match inbox.recv() {
+                Ok(Msg::Rows {
+                    data_clock, rows, ..
+                }) => shared.on_rows(data_clock, rows),
+                Ok(Msg::SlabRows {
+                    shard,
+                    plan,
+                    chunk,
+                    data_clock,
+                    bytes,
+                }) => {
+                    shared.known_min.fetch_max(data_clock, Ordering::AcqRel);
+                    // Bytes laid out for another plan than the current one are stale
+                    // replies to requests made before a re-plan: drop them.
+                    let written = match shared.arena() {
+                        Some(arena) if arena.id == plan => {
+                            arena.write_chunk(shard, chunk, data_clock, bytes.as_bytes())
                         }
-                        shared.fetcher.notify();
+                        _ => Ok(()),
+                    };
+                    if let Err(e) = written {
+                        shared.fail(e);
                     }
-                    Ok(Msg::MinClock { clock, .. }) => {
-                        shared.known_min.fetch_max(clock, Ordering::AcqRel);
-                    }
-                    Ok(Msg::DumpRows { rows, .. }) => {
-                        shared
-                            .dumps
-                            .lock()
-                            .unwrap_or_else(PoisonError::into_inner)
-                            .push(rows);
-                        shared.fetcher.notify();
-                    }
-                    Ok(Msg::Rejected { shard, reason }) => {
-                        shared.fail(Error::failed(format!("server shard {shard}"), reason));
-                    }
-                    Ok(Msg::Shutdown) => break,
-                    Ok(other) => shared.fail(Error::failed(
-                        "client communication",
-                        format!("unexpected message {other:?}"),
-                    )),
-                    Err(_) => {
-                        shared.fail(Error::failed("client communication", "inbox closed"));
-                        break;
-                    }
+                    shared.fetcher.notify();
+                }
+                Ok(Msg::MinClock { clock, .. }) => {
+                    shared.known_min.fetch_max(clock, Ordering::AcqRel);
+                }
+                Ok(Msg::DumpRows { rows, .. }) => {
+                    shared
+                        .dumps
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .push(rows);
+                    shared.fetcher.notify();
+                }
+                Ok(Msg::Rejected { shard, reason }) => {
+                    shared.fail(Error::failed(format!("server shard {shard}"), reason));
+                }
+                Ok(Msg::Shutdown) => break,
+                Ok(other) => shared.fail(Error::failed(
+                    "client communication",
+                    format!("unexpected message {other:?}"),
+                )),
+                Err(_) => {
+                    shared.fail(Error::failed("client communication", "inbox closed"));
+                    break;
                 }
             }
-            shared.fail(Error::ShutDown);
-        })
+        }
+        shared.fail(Error::ShutDown);
+    })
 }

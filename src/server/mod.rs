@@ -17,26 +17,27 @@ use crate::transport::{Inbox, Transport};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-/// Runs `shard` on a new thread until it receives [`Msg::Shutdown`] or its inbox closes.
+/// Runs `shard` on a new thread, bound to the CPUs `pus` when given, until it receives
+/// [`Msg::Shutdown`] or its inbox closes.
 pub(crate) fn spawn(
     mut shard: Shard,
     inbox: Inbox,
     transport: Arc<dyn Transport>,
+    pus: Option<Vec<u32>>,
 ) -> std::io::Result<JoinHandle<()>> {
-    std::thread::Builder::new()
-        .name(format!("iterstore-shard-{}", shard.id()))
-        .spawn(move || {
-            let mut out: Vec<(Endpoint, Msg)> = Vec::new();
-            while let Ok(msg) = inbox.recv() {
-                let stop = matches!(msg, Msg::Shutdown);
-                shard.handle(msg, &mut out);
-                for (to, reply) in out.drain(..) {
-                    // A client that has gone away needs no answer; keep serving the others.
-                    let _ = transport.send(to, reply);
-                }
-                if stop {
-                    break;
-                }
+    let name = format!("iterstore-shard-{}", shard.id());
+    crate::topology::bind::spawn_bound(name, pus, move || {
+        let mut out: Vec<(Endpoint, Msg)> = Vec::new();
+        while let Ok(msg) = inbox.recv() {
+            let stop = matches!(msg, Msg::Shutdown);
+            shard.handle(msg, &mut out);
+            for (to, reply) in out.drain(..) {
+                // A client that has gone away needs no answer; keep serving the others.
+                let _ = transport.send(to, reply);
             }
-        })
+            if stop {
+                break;
+            }
+        }
+    })
 }

@@ -111,23 +111,14 @@ pub(crate) fn current_affinity() -> io::Result<Vec<u32>> {
 /// Use it only with zones of a [`TopologySource::ThisMachine`](super::TopologySource)
 /// topology (the caller checks `Topology::is_this_machine`).
 ///
-/// Not used by the store yet: binding the shared arena needs its rows laid out by zone
-/// (a page holds rows of many zones today) and bound before their first touch. Worker
-/// memory needs no binder: the pinned owner thread touches it first.
-#[allow(
-    dead_code,
-    reason = "arena memory binding is the next step of the NUMA work"
-)]
+/// The store binds the process arena with it, chunk by chunk, before the arena's first
+/// touch. Worker memory needs no binder: the pinned owner thread touches it first.
 pub(crate) struct MemBinder {
     /// hwloc's view of this machine, if it could be probed.
     #[cfg(feature = "hwloc")]
     hw: Option<hwlocality::Topology>,
 }
 
-#[allow(
-    dead_code,
-    reason = "arena memory binding is the next step of the NUMA work"
-)]
 impl MemBinder {
     /// A binder for this machine.
     pub(crate) fn new() -> Self {
@@ -163,7 +154,7 @@ impl MemBinder {
     /// first touch. Binding works on whole pages, so memory sharing a page with `bytes` is bound
     /// too: pass page-aligned buffers. Returns whether it bound; an unsupported machine,
     /// an unknown node or an OS refusal is `false`, never an error or a panic.
-    pub(crate) fn bind_area(&self, bytes: &[u8], zone_os_index: u32) -> bool {
+    pub(crate) fn bind_area<T>(&self, bytes: &[T], zone_os_index: u32) -> bool {
         #[cfg(feature = "hwloc")]
         {
             use hwlocality::memory::binding::{MemoryBindingFlags, MemoryBindingPolicy};
@@ -188,7 +179,7 @@ impl MemBinder {
             // guard only keeps an unexpected hwloc answer from unwinding into the caller.
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 let bind = |flags| {
-                    hw.bind_memory_area::<[u8], _>(bytes, &nodes, MemoryBindingPolicy::Bind, flags)
+                    hw.bind_memory_area::<[T], _>(bytes, &nodes, MemoryBindingPolicy::Bind, flags)
                 };
                 // hwlocality 1.0.0-alpha.13 refuses MIGRATE for areas (`BadFlags`) although
                 // hwloc accepts it; ask for it, and bind without it when refused.
@@ -202,8 +193,37 @@ impl MemBinder {
         #[cfg(not(feature = "hwloc"))]
         {
             let _ = (bytes, zone_os_index);
-            false
+            self.supports_area_binding() // always false without hwloc
         }
+    }
+}
+
+/// Spawns a thread named `name` that first binds itself to the processing units `pus`
+/// (when given) and then runs `body`. Returns once the binding has succeeded; a binding
+/// the kernel refuses is an error naming the thread and the CPUs, and the thread then
+/// ends without running `body`.
+pub(crate) fn spawn_bound(
+    name: String,
+    pus: Option<Vec<u32>>,
+    body: impl FnOnce() + Send + 'static,
+) -> io::Result<std::thread::JoinHandle<()>> {
+    let (tx, rx) = std::sync::mpsc::sync_channel::<io::Result<()>>(1);
+    let thread = name.clone();
+    let handle = std::thread::Builder::new().name(name).spawn(move || {
+        let bound = pus.as_deref().map_or(Ok(()), bind_current_thread);
+        let ok = bound.is_ok();
+        let _ = tx.send(bound);
+        if ok {
+            body();
+        }
+    })?;
+    match rx.recv() {
+        Ok(Ok(())) => Ok(handle),
+        Ok(Err(e)) => {
+            let _ = handle.join();
+            Err(io::Error::new(e.kind(), format!("binding {thread}: {e}")))
+        }
+        Err(_) => Err(io::Error::other(format!("{thread} ended before binding"))),
     }
 }
 
@@ -247,6 +267,32 @@ mod tests {
         assert!(!bound || binder.supports_area_binding());
         // An unknown node is refused, not an error.
         assert!(!binder.bind_area(area, 1 << 20));
-        assert!(!binder.bind_area(&[], 0));
+        assert!(!binder.bind_area::<u8>(&[], 0));
+    }
+
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn spawn_bound_binds_before_the_body_and_names_a_refusal() {
+        let n = std::thread::available_parallelism().unwrap().get() as u32;
+        let (tx, rx) = std::sync::mpsc::channel();
+        let handle = spawn_bound("bound-test".into(), Some(vec![n - 1]), move || {
+            tx.send(current_affinity().unwrap()).unwrap();
+        })
+        .unwrap();
+        handle.join().unwrap();
+        assert_eq!(rx.recv().unwrap(), vec![n - 1]);
+        let ran = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = ran.clone();
+        let err = spawn_bound("cpu-test".into(), Some(vec![100_000]), move || {
+            flag.store(true, std::sync::atomic::Ordering::SeqCst);
+        })
+        .unwrap_err();
+        assert!(err.to_string().starts_with("binding cpu-test: "), "{err}");
+        assert!(!ran.load(std::sync::atomic::Ordering::SeqCst));
+        // Without CPUs the thread simply runs.
+        spawn_bound("free".into(), None, || {})
+            .unwrap()
+            .join()
+            .unwrap();
     }
 }

@@ -28,6 +28,13 @@ fn workers_run_on_the_cores_the_plan_names() {
         let first = &topology.zones()[0].cores;
         assert_eq!(numa.planned_cpus[0], first[0].pus, "{numa:?}");
         assert!(numa.remote_fraction.is_none(), "no plan yet");
+        // Shard and communication threads run in the workers' zones.
+        assert!(numa
+            .shard_zones
+            .iter()
+            .all(|z| numa.worker_zones.contains(z)));
+        assert!(numa.worker_zones.contains(&numa.comm_zone));
+        assert_eq!(numa.arena_bound_bytes, 0, "no arena yet");
     });
 }
 
@@ -80,6 +87,12 @@ fn a_synthetic_topology_is_planned_for_but_never_bound() {
             cluster.numa().unwrap()
         });
         assert!(!numa.bound, "{numa:?}");
+        assert_eq!(
+            numa.arena_bound_bytes, 0,
+            "nothing is bound on a synthetic topology"
+        );
+        assert_eq!(numa.shard_zones, vec![0], "{numa:?}");
+        assert_eq!(numa.replicated_rows, 0, "one process arena: no replicas");
         assert_eq!(numa.worker_zones, zones, "{placement:?}");
         let (plan, baseline) = (
             numa.remote_fraction.unwrap(),

@@ -152,6 +152,12 @@ pub struct NumaSummary {
     pub bytes_per_zone: Vec<u64>,
     /// Rows replicated into more than one zone.
     pub replicated_rows: usize,
+    /// Per server shard: the zone its thread runs in.
+    pub shard_zones: Vec<usize>,
+    /// The communication thread's zone.
+    pub comm_zone: usize,
+    /// Bytes of the process arena bound to their rows' zone.
+    pub arena_bound_bytes: usize,
     /// Expected fraction of accesses reaching another zone under this plan.
     pub remote_fraction: Option<f64>,
     /// The same under hash placement with unpinned threads.
@@ -169,6 +175,9 @@ impl From<NumaReport> for NumaSummary {
             worker_cpus: n.worker_cpus,
             bytes_per_zone: n.bytes_per_zone,
             replicated_rows: n.replicated_rows,
+            shard_zones: n.shard_zones,
+            comm_zone: n.comm_zone,
+            arena_bound_bytes: n.arena_bound_bytes,
             remote_fraction: n.remote_fraction,
             baseline_remote_fraction: n.baseline_remote_fraction,
         }
@@ -432,7 +441,10 @@ impl RunReport {
         format!(
             "\nnuma: {topology}, {zones} zone(s), {bound}; workers on cores {cores:?} (zones \
              {wz:?}); accesses to another zone: {plan} planned against {base} with hash \
-             placement and unpinned threads; MB per zone [{mb}], {rep} rows replicated",
+             placement and unpinned threads; MB per zone [{mb}], shards in zones {sz:?}, \
+             arena bound {ab:.1} MB",
+            sz = n.shard_zones,
+            ab = n.arena_bound_bytes as f64 / 1e6,
             topology = n.topology,
             zones = n.zones,
             bound = if n.bound {
@@ -445,7 +457,6 @@ impl RunReport {
             plan = pct(n.remote_fraction),
             base = pct(n.baseline_remote_fraction),
             mb = mb.join(", "),
-            rep = n.replicated_rows,
         )
     }
 
