@@ -379,9 +379,15 @@ impl Training {
 pub fn parse<T: DeserializeOwned>(text: &str, origin: &str) -> Result<T, Error> {
     serde_json::from_str(text).map_err(|e| {
         let offset = offset_of(text, e.line(), e.column());
+        // serde names unknown and missing fields itself; otherwise name the key before.
+        let named = e.to_string().contains(" field `");
         Error::Parse {
             origin: origin.to_string(),
-            field: field_before(text, offset),
+            field: if named {
+                None
+            } else {
+                field_before(text, offset)
+            },
             line: e.line(),
             message: e.to_string(),
         }
