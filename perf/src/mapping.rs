@@ -21,9 +21,10 @@
 //! (Hungarian algorithm, O(N³)) and keeps the better of the two. [`exhaustive`] tries every
 //! injective mapping; it is the oracle the tests compare against.
 //!
-//! A worker holding no lower copy is as good as any other such worker, so only
-//! `P0 × R0 + P1 × R1` workers are ever considered, and the result does not depend on
-//! `N_wr` (a mapping never needs more free workers than it has segments).
+//! A worker holding no lower copy is as good as any other such worker, and, since gains are
+//! never negative, as good as a lower copy's worker the upper copy gains nothing from; so
+//! only `max(P0 × R0, P1 × R1) ≤ N_wr` workers are ever considered, and the result does not
+//! depend on `N_wr`.
 
 use crate::model::{Connectivity, Shape, Traffic};
 
@@ -147,9 +148,11 @@ impl Pair<'_> {
         self.local_activations(up, w) * self.lower.bits + self.local_errors(up, w) * self.upper.bits
     }
 
-    /// Workers worth considering: every lower copy's, plus one free worker per upper copy.
+    /// Workers worth considering: every lower copy's, plus enough free workers for every
+    /// upper copy. A worker holding no lower copy or a lower copy an upper copy gains
+    /// nothing from are alike, so `max(P0 × R0, P1 × R1)` workers lose no mapping's traffic.
     fn candidate_workers(&self) -> usize {
-        self.lower_split.copies() + self.upper_split.copies()
+        self.lower_split.copies().max(self.upper_split.copies())
     }
 }
 
@@ -244,9 +247,11 @@ pub fn greedy(pair: &Pair) -> Mapping {
     }
 }
 
-/// The best mapping by trying every injective one (exponential: tests only).
+/// The best mapping by trying every injective one onto `P0 × R0 + P1 × R1` workers (every
+/// lower copy's and a free one per upper copy: not relying on the argument that fewer
+/// suffice). Exponential: tests only.
 pub fn exhaustive(pair: &Pair) -> Mapping {
-    let n = pair.candidate_workers();
+    let n = pair.lower_split.copies() + pair.upper_split.copies();
     let copies = pair.upper_split.copies();
     let mut best: Option<Mapping> = None;
     let mut current = Vec::with_capacity(copies);
