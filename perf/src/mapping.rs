@@ -203,8 +203,9 @@ pub fn better(pair: &Pair, a: &Traffic, b: &Traffic) -> bool {
     a.activations < b.activations - 1e-9 * a.activations.abs().max(b.activations.abs()).max(1.0)
 }
 
-/// The greedy mapping, with the matching fallback when a copy's best worker was taken.
-pub fn greedy(pair: &Pair) -> Mapping {
+/// Each upper copy in order on the free worker where it keeps the most bits local (the
+/// lowest such worker on equal gains); true as well if some copy's best worker was taken.
+fn greedy_pass(pair: &Pair) -> (Vec<usize>, bool) {
     let n = pair.candidate_workers();
     let copies = pair.upper_split.copies();
     let mut taken = vec![false; n];
@@ -225,6 +226,14 @@ pub fn greedy(pair: &Pair) -> Mapping {
         taken[w] = true;
         workers.push(w);
     }
+    (workers, tie)
+}
+
+/// The greedy mapping, with the matching fallback when a copy's best worker was taken.
+pub fn greedy(pair: &Pair) -> Mapping {
+    let (workers, tie) = greedy_pass(pair);
+    let n = pair.candidate_workers();
+    let copies = pair.upper_split.copies();
     let greedy = Mapping {
         traffic: traffic(pair, &workers),
         workers,
@@ -412,6 +421,43 @@ mod tests {
     fn hungarian_finds_the_best_assignment() {
         let gain = vec![vec![3.0, 3.0, 0.0], vec![3.0, 0.0, 0.0]];
         assert_eq!(hungarian_max(&gain), vec![1, 0]);
+    }
+
+    #[test]
+    fn the_matching_fallback_fixes_what_greedy_alone_gets_wrong() {
+        // Local stripes that do not line up (3 over 2, 4 over 3): greedy alone, copy by
+        // copy, can take a worker a later copy needed more; the matching repairs that.
+        let (a, b) = (
+            fc(12.0),
+            Shape {
+                connectivity: Connectivity::Local { halo: 0.0 },
+                ..fc(12.0)
+            },
+        );
+        let mut wrong = 0;
+        for (p0, r0, p1, r1) in [
+            (2, 1, 3, 1),
+            (3, 1, 2, 1),
+            (2, 2, 3, 1),
+            (3, 1, 4, 1),
+            (2, 1, 2, 2),
+            (4, 1, 3, 1),
+        ] {
+            let pair = Pair {
+                lower: &a,
+                upper: &b,
+                lower_split: split(p0, r0),
+                upper_split: split(p1, r1),
+            };
+            let (alone, _) = greedy_pass(&pair);
+            let best = exhaustive(&pair);
+            wrong += usize::from(better(&pair, &best.traffic, &traffic(&pair, &alone)));
+            assert!(
+                !better(&pair, &best.traffic, &greedy(&pair).traffic),
+                "{p0}x{r0} -> {p1}x{r1}"
+            );
+        }
+        assert!(wrong > 0, "these pairs exercise the fallback");
     }
 
     #[test]
