@@ -30,7 +30,9 @@
 //! - a replicated layer keeps `R(l)` copies of its weights, so it reads `R(l) × W(l)` from the
 //!   parameter servers (section 6.4: replication "incurs twice the weights communication");
 //!   `W(l)` counts parameters (a convolution's shared kernels once), in bits;
-//! - `N_write` costs nothing: writes are asynchronous (section 4.2.3).
+//! - `N_write` costs nothing: writes are asynchronous (section 4.2.3);
+//! - `M_w × N_sample / N_read` is charged as the paper writes it, whatever `N_mr`: more
+//!   model replicas divide compute and activation traffic (through `Q`), not weight reads.
 //!
 //! This module knows nothing of the search; it evaluates one configuration.
 

@@ -2,7 +2,8 @@
 //! hardware profile ([`Profile`]), the cluster ([`Cluster`]) and the training settings
 //! ([`Training`]).
 //!
-//! Every file carries `"version": 1` ([`FORMAT_VERSION`]) and rejects unknown fields. A
+//! Every file (network, profile, training; the cluster comes from the command line)
+//! carries `"version": 1` ([`FORMAT_VERSION`]); every object rejects unknown fields. A
 //! file that does not parse is rejected naming the file, the field (the innermost key
 //! before the position serde_json reports) and the line; a file that parses but holds an
 //! impossible value (zero machines, a convolution larger than its input) is rejected by
