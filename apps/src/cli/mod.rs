@@ -1,5 +1,5 @@
 //! The command line: argument definitions (clap derive), their validation, and dispatch to
-//! [`run`], [`demo`] and [`bench`]; [`log`] is what they tell a person on stderr.
+//! [`run`], [`demo`], [`bench`] and [`plan`]; [`log`] is what they tell a person on stderr.
 //!
 //! Every option is checked before any data is loaded or any thread started: numbers are
 //! range-checked by their parsers, app-specific options given to the wrong app are
@@ -8,6 +8,7 @@
 mod bench;
 mod demo;
 mod log;
+mod plan;
 mod run;
 
 use std::path::PathBuf;
@@ -67,6 +68,36 @@ pub enum Command {
     /// Benchmark the store modes: every app in generic, first-iter and virtual mode and
     /// each ablation, against the limit and the peers; writes JSON, Markdown and SVG charts.
     Bench(Box<BenchArgs>),
+    /// Plan distributed DNN training: search the configurations of a cluster with the
+    /// performance model (Yan et al., KDD'15), print the fastest and write the chosen plan.
+    Plan(PlanArgs),
+}
+
+/// Options of `iterstore plan`.
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    /// The network: a JSON file, or the built-in `mlp` or `cnn` (Fashion-MNIST).
+    #[arg(long, value_name = "M")]
+    pub model: String,
+    /// The hardware profile: a JSON file, or the built-in `example`.
+    #[arg(long, value_name = "P")]
+    pub profile: String,
+    /// Machines (N), parameter servers and workers together; at least 2.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(2..))]
+    pub machines: u32,
+    /// Cores per machine (K): the most threads a layer may use.
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..))]
+    pub cores: u32,
+    /// Training settings as a JSON file [default: Fashion-MNIST, 60000 samples, read every
+    /// 70, write every 40].
+    #[arg(long, value_name = "FILE")]
+    pub training: Option<PathBuf>,
+    /// Write the chosen configuration here as a versioned plan file.
+    #[arg(long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// How many of the fastest configurations to print.
+    #[arg(long, default_value_t = 5, value_name = "T", value_parser = at_least_one)]
+    pub top: usize,
 }
 
 /// Options of `iterstore bench`.
@@ -281,6 +312,7 @@ pub fn main(cli: Cli, args: &[std::ffi::OsString]) -> Result<()> {
         }
         Command::Demo => demo::demo(),
         Command::Bench(args) => bench::bench(&args, command_line),
+        Command::Plan(args) => plan::plan(&args),
     }
 }
 

@@ -10,4 +10,5 @@ mod cli;
 mod lda;
 mod mf;
 mod pagerank;
+mod plan_cli;
 mod util;

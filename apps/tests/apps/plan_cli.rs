@@ -1,0 +1,192 @@
+//! `iterstore plan` as a script runs it: plan files for the built-in Fashion-MNIST networks
+//! on a stated cluster, a network from a file, and bad inputs rejected by file and field
+//! before any search.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn iterstore(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_iterstore"))
+        .args(args)
+        .output()
+        .expect("the iterstore binary runs")
+}
+
+/// A fresh scratch directory for one test.
+fn scratch(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("plan-cli-{name}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Runs `iterstore plan` expecting success; returns stdout and the plan file's JSON.
+fn plan(model: &str, machines: &str, cores: &str, out: &Path) -> (String, Value) {
+    let o = iterstore(&[
+        "plan",
+        "--model",
+        model,
+        "--profile",
+        "example",
+        "--machines",
+        machines,
+        "--cores",
+        cores,
+        "--top",
+        "3",
+        "--output",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let plan = serde_json::from_str(&std::fs::read_to_string(out).unwrap()).unwrap();
+    (text(&o.stdout), plan)
+}
+
+#[test]
+fn plans_the_fashion_mnist_mlp_and_cnn_on_a_stated_cluster() {
+    let dir = scratch("builtins");
+    for (model, layers) in [("mlp", 3), ("cnn", 6)] {
+        let out = dir.join(format!("{model}.json"));
+        let (stdout, plan) = plan(model, "20", "16", &out);
+        assert_eq!(plan["version"], 1);
+        assert_eq!(plan["cluster"]["machines"], 20);
+        assert_eq!(plan["layers"].as_array().unwrap().len(), layers);
+        let r = &plan["resources"];
+        let used = r["parameter_servers"].as_u64().unwrap()
+            + r["replicas"].as_u64().unwrap() * r["workers"].as_u64().unwrap();
+        assert!(used <= 20, "{r}");
+        for layer in plan["layers"].as_array().unwrap() {
+            let copies =
+                layer["partitions"].as_u64().unwrap() * layer["replications"].as_u64().unwrap();
+            assert!(copies <= r["workers"].as_u64().unwrap(), "C3: {layer}");
+            assert!(
+                (1..=16).contains(&layer["threads"].as_u64().unwrap()),
+                "C2: {layer}"
+            );
+        }
+        let epoch = plan["estimate"]["epoch_s"].as_f64().unwrap();
+        assert!(epoch > 0.0);
+        let rows: Vec<&str> = stdout
+            .lines()
+            .filter(|l| l.trim_start().starts_with(|c: char| c.is_ascii_digit()))
+            .collect();
+        assert!(rows.len() >= 3, "{stdout}");
+        assert!(
+            stdout.contains(&format!("plan written to {}", out.display())),
+            "{stdout}"
+        );
+    }
+}
+
+#[test]
+fn reads_a_network_file_and_names_the_file_and_field_it_rejects() {
+    let dir = scratch("files");
+    let good = dir.join("net.json");
+    std::fs::write(
+        &good,
+        r#"{"version": 1, "name": "tiny", "input": {"channels": 1, "size": 8},
+            "layers": [{"kind": "convolution", "name": "c", "out_channels": 2, "kernel": 3, "stride": 1, "bits": 32},
+                       {"kind": "softmax", "name": "out", "neurons": 4, "bits": 32}]}"#,
+    )
+    .unwrap();
+    let (_, plan) = plan(good.to_str().unwrap(), "4", "2", &dir.join("plan.json"));
+    assert_eq!(plan["network"], "tiny");
+
+    let cases = [
+        ("unknown.json", r#"{"version": 1, "name": "x", "input": {"channels": 1, "size": 8}, "layers": [], "colour": 3}"#, "colour"),
+        ("type.json", "{\"version\": 1, \"name\": \"x\",\n \"input\": {\"channels\": \"one\", \"size\": 8}, \"layers\": []}", "channels"),
+        ("kernel.json", r#"{"version": 1, "name": "x", "input": {"channels": 1, "size": 8}, "layers": [{"kind": "convolution", "name": "c", "out_channels": 2, "kernel": 9, "stride": 1, "bits": 32}]}"#, "layers[0].kernel"),
+    ];
+    for (name, body, field) in cases {
+        let path = dir.join(name);
+        std::fs::write(&path, body).unwrap();
+        let out = dir.join(format!("{name}.plan"));
+        let o = iterstore(&[
+            "plan",
+            "--model",
+            path.to_str().unwrap(),
+            "--profile",
+            "example",
+            "--machines",
+            "4",
+            "--cores",
+            "2",
+            "--output",
+            out.to_str().unwrap(),
+        ]);
+        let err = text(&o.stderr);
+        assert!(!o.status.success());
+        assert!(err.contains(name) && err.contains(field), "{name}: {err}");
+        assert!(
+            !out.exists() && o.stdout.is_empty(),
+            "{name}: nothing searched or written"
+        );
+    }
+}
+
+#[test]
+fn options_are_checked_before_any_search() {
+    let dir = scratch("options");
+    let o = iterstore(&[
+        "plan",
+        "--model",
+        "mlp",
+        "--profile",
+        "example",
+        "--machines",
+        "1",
+        "--cores",
+        "2",
+    ]);
+    assert!(!o.status.success());
+    assert!(
+        text(&o.stderr).contains("--machines"),
+        "{}",
+        text(&o.stderr)
+    );
+
+    let missing = dir.join("no/such/dir/plan.json");
+    let o = iterstore(&[
+        "plan",
+        "--model",
+        "mlp",
+        "--profile",
+        "example",
+        "--machines",
+        "4",
+        "--cores",
+        "2",
+        "--output",
+        missing.to_str().unwrap(),
+    ]);
+    assert!(!o.status.success() && o.stdout.is_empty());
+    assert!(
+        text(&o.stderr).contains("does not exist"),
+        "{}",
+        text(&o.stderr)
+    );
+
+    let o = iterstore(&[
+        "plan",
+        "--model",
+        "mlp",
+        "--profile",
+        dir.join("absent.json").to_str().unwrap(),
+        "--machines",
+        "4",
+        "--cores",
+        "2",
+    ]);
+    assert!(!o.status.success() && o.stdout.is_empty());
+    assert!(
+        text(&o.stderr).contains("absent.json"),
+        "{}",
+        text(&o.stderr)
+    );
+}

@@ -1,0 +1,185 @@
+//! Built-in inputs: the Fashion-MNIST networks the DNN app trains ([`mlp`], [`cnn`]), their
+//! training settings, a large ImageNet-22K-like network for the paper's findings
+//! ([`imagenet_like`]), and an example hardware profile with stated constants
+//! ([`example_profile`]) until `iterstore calibrate` measures one.
+//!
+//! The example profile is not a measurement. Its constants are round numbers of the order
+//! of a 2020s server core and a 10 Gbit/s Ethernet NIC:
+//!
+//! | constant | value | meaning |
+//! |---|---|---|
+//! | `c_muladd_s` | 0.5 ns | one multiply-add (SIMD-amortised) |
+//! | `c_act_s` | 10 ns | one activation function |
+//! | `c_err_s` | 10 ns | one error-function evaluation |
+//! | `c_interf` | `1 + 0.05 (H − 1)`, H = 1..16 | memory-bandwidth interference |
+//! | `c_ncost_s` | 50 µs | latency per message, any H |
+//! | `c_nbw_bits_per_s` | 10 Gbit/s | NIC bandwidth, shared by the H threads |
+//! | `ps_read_alpha` | 0.5 | parameter-server reads halfway between eqs. 11 and 10 |
+
+use crate::spec::{Input, Layer, Network, Profile, Training, FORMAT_VERSION};
+
+/// Names of the built-in networks, as `iterstore plan --model` accepts them.
+pub const NETWORKS: [&str; 2] = ["mlp", "cnn"];
+
+/// Names of the built-in profiles, as `iterstore plan --profile` accepts them.
+pub const PROFILES: [&str; 1] = ["example"];
+
+/// A fully connected layer of `neurons` 32-bit neurons.
+fn fc(name: &str, neurons: u64) -> Layer {
+    Layer::FullyConnected {
+        name: name.into(),
+        neurons,
+        bits: 32,
+    }
+}
+
+/// A 32-bit convolution.
+fn conv(name: &str, out_channels: u64, kernel: u64, stride: u64) -> Layer {
+    Layer::Convolution {
+        name: name.into(),
+        out_channels,
+        kernel,
+        stride,
+        bits: 32,
+    }
+}
+
+/// 32-bit pooling.
+fn pool(name: &str, window: u64, stride: u64) -> Layer {
+    Layer::Pooling {
+        name: name.into(),
+        window,
+        stride,
+        bits: 32,
+    }
+}
+
+/// A 32-bit softmax output layer.
+fn softmax(name: &str, neurons: u64) -> Layer {
+    Layer::Softmax {
+        name: name.into(),
+        neurons,
+        bits: 32,
+    }
+}
+
+/// The Fashion-MNIST MLP: 784 → 256 → 128 → softmax 10.
+pub fn mlp() -> Network {
+    Network {
+        version: FORMAT_VERSION,
+        name: "fashion-mnist-mlp".into(),
+        input: Input {
+            channels: 1,
+            size: 28,
+        },
+        layers: vec![fc("fc1", 256), fc("fc2", 128), softmax("out", 10)],
+    }
+}
+
+/// The Fashion-MNIST CNN: conv 5×5×8 → pool 2 → conv 5×5×16 → pool 2 → fc 128 → softmax 10.
+pub fn cnn() -> Network {
+    Network {
+        version: FORMAT_VERSION,
+        name: "fashion-mnist-cnn".into(),
+        input: Input {
+            channels: 1,
+            size: 28,
+        },
+        layers: vec![
+            conv("conv1", 8, 5, 1),
+            pool("pool1", 2, 2),
+            conv("conv2", 16, 5, 1),
+            pool("pool2", 2, 2),
+            fc("fc", 128),
+            softmax("out", 10),
+        ],
+    }
+}
+
+/// An ImageNet-22K-like network of 8 layers as the paper describes it (5 convolutions, 2
+/// fully connected, a 22,000-way softmax), on 3×128×128 inputs: about 0.7 billion connections.
+pub fn imagenet_like() -> Network {
+    Network {
+        version: FORMAT_VERSION,
+        name: "imagenet-22k-like".into(),
+        input: Input {
+            channels: 3,
+            size: 128,
+        },
+        layers: vec![
+            conv("conv1", 64, 7, 2),
+            conv("conv2", 128, 5, 2),
+            conv("conv3", 256, 3, 1),
+            conv("conv4", 256, 3, 2),
+            conv("conv5", 256, 3, 1),
+            fc("fc6", 2048),
+            fc("fc7", 2048),
+            softmax("out", 22_000),
+        ],
+    }
+}
+
+/// The built-in network called `name` ([`NETWORKS`]).
+pub fn network(name: &str) -> Option<Network> {
+    match name {
+        "mlp" => Some(mlp()),
+        "cnn" => Some(cnn()),
+        _ => None,
+    }
+}
+
+/// Fashion-MNIST's training settings: 60,000 samples per epoch, reads every 70 and writes
+/// every 40 samples (the paper's default synchronisation, section 6.2).
+pub fn fashion_mnist_training() -> Training {
+    Training {
+        version: FORMAT_VERSION,
+        n_sample: 60_000,
+        n_read: 70,
+        n_write: 40,
+    }
+}
+
+/// The example profile (constants in the module docs), for 16 cores.
+pub fn example_profile() -> Profile {
+    Profile {
+        version: FORMAT_VERSION,
+        name: "example".into(),
+        c_muladd_s: 0.5e-9,
+        c_act_s: 10e-9,
+        c_err_s: 10e-9,
+        c_interf: (0..16).map(|h| 1.0 + 0.05 * f64::from(h)).collect(),
+        c_ncost_s: vec![50e-6],
+        c_nbw_bits_per_s: 10e9,
+        ps_read_alpha: 0.5,
+    }
+}
+
+/// The built-in profile called `name` ([`PROFILES`]).
+pub fn profile(name: &str) -> Option<Profile> {
+    (name == "example").then(example_profile)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn built_ins_are_valid() {
+        for net in [mlp(), cnn(), imagenet_like()] {
+            net.validate(&net.name).unwrap();
+        }
+        example_profile().validate("example").unwrap();
+        fashion_mnist_training().validate("training").unwrap();
+    }
+
+    #[test]
+    fn built_ins_round_trip_through_json() {
+        let text = serde_json::to_string_pretty(&cnn()).unwrap();
+        assert_eq!(crate::spec::parse::<Network>(&text, "cnn").unwrap(), cnn());
+        let text = serde_json::to_string_pretty(&example_profile()).unwrap();
+        assert_eq!(
+            crate::spec::parse::<Profile>(&text, "example").unwrap(),
+            example_profile()
+        );
+    }
+}

@@ -1,0 +1,578 @@
+//! The performance model (Yan et al., KDD'15, section 4): a configuration's epoch time,
+//! broken down per component and per layer.
+//!
+//! A [`Model`] holds the network's layer [`Shape`]s, the [`Profile`] and the [`Training`]
+//! settings. For a configuration ([`Resources`] and one [`LayerConfig`] per layer) and the
+//! remote traffic between adjacent layers ([`Traffic`], which the mapping of segments to
+//! workers decides, see [`crate::mapping`]) it computes:
+//!
+//! - per segment and sample: feed-forward compute `U_f` (eq. 5, [`Model::compute`]),
+//!   back-propagation compute `U_b` (section 4.1.2), weight-update compute `U_w` (eq. 8),
+//!   each times the interference `C_interf(H)` (eq. 9); remote activations `M_f` (eq. 6)
+//!   and error terms `M_b` (eq. 7) over a per-thread bandwidth `C_nbw / H` with latency
+//!   `C_ncost(H)` (eq. 9, [`comm_time`]);
+//! - the data parallelism degree `Q(l) = H(l) × R(l) × N_mr` (sections 4.2.1-4.2.3);
+//! - the parameter-server read time between its worst case `M_w^max` (eq. 10,
+//!   [`Model::ps_read_worst`]) and best case `M_w^min` (eq. 11, [`Model::ps_read_best`]) at
+//!   the profile's `ps_read_alpha`;
+//! - `T_epoch = M_w × N_sample / N_read + Σ_l [U_f + M_f + U_b + M_b + U_w] × N_sample / Q(l)`
+//!   ([`Model::estimate`]).
+//!
+//! Where the paper is silent, this model chooses (and the tests pin down):
+//! - the slowest segment decides a layer's time; segments are stripes of whole rows (neurons
+//!   for fully connected layers, output rows for convolution and pooling), so the slowest
+//!   holds `ceil(rows / P)` rows. `M_f` and `M_b` are each taken at their own slowest segment;
+//! - no remote value means no message: `M = 0`, not `C_ncost`;
+//! - the first layer reads its input locally (no `M_f`); the top layer computes its error
+//!   terms from the labels (no `M_b`, and no `W'` in `U_b`);
+//! - `U_b` uses `W'(l, p)`, the connections from layer `l + 1` into segment `p`, i.e. the
+//!   connections of layer `l + 1` divided like layer `l`'s rows;
+//! - a replicated layer keeps `R(l)` copies of its weights, so it reads `R(l) × W(l)` from the
+//!   parameter servers (section 6.4: replication "incurs twice the weights communication");
+//!   `W(l)` counts parameters (a convolution's shared kernels once), in bits;
+//! - `N_write` costs nothing: writes are asynchronous (section 4.2.3);
+//! - `M_w × N_sample / N_read` is charged as the paper writes it, whatever `N_mr`: more
+//!   model replicas divide compute and activation traffic (through `Q`), not weight reads.
+//!
+//! This module knows nothing of the search; it evaluates one configuration.
+
+use serde::{Deserialize, Serialize};
+
+use crate::spec::{Layer, Network, Profile, Training};
+
+/// How a layer's neurons depend on the layer below.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub enum Connectivity {
+    /// Every neuron reads every value below (fully connected, softmax).
+    Full,
+    /// A stripe of rows reads the same stripe below plus `halo` (a fraction of the rows
+    /// below: `(window − stride) / input width`), as convolution and pooling do.
+    Local {
+        /// The extra fraction of the rows below a stripe reads.
+        halo: f64,
+    },
+}
+
+/// What the model needs of one layer, derived from its [`Layer`] description.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Shape {
+    /// Layer name.
+    pub name: String,
+    /// Neurons (outputs) per sample.
+    pub neurons: f64,
+    /// Rows a stripe partition divides: the most partitions the layer can have.
+    pub rows: u64,
+    /// Connections into the layer, `Σ_p W(l, p)`: multiply-adds per sample.
+    pub connections: f64,
+    /// Trainable parameters (what the parameter servers hold for this layer).
+    pub params: f64,
+    /// Bits per activation and error term.
+    pub bits: f64,
+    /// Dependence on the layer below.
+    pub connectivity: Connectivity,
+}
+
+/// The [`Shape`] of every layer of `network` (validated), bottom first.
+pub fn shapes(network: &Network) -> Vec<Shape> {
+    let (mut channels, mut size) = (network.input.channels as f64, network.input.size);
+    let mut out = Vec::with_capacity(network.layers.len());
+    for layer in &network.layers {
+        let below = channels * (size * size) as f64;
+        let shape = match layer {
+            Layer::FullyConnected {
+                name,
+                neurons,
+                bits,
+            }
+            | Layer::Softmax {
+                name,
+                neurons,
+                bits,
+            } => {
+                let n = *neurons as f64;
+                (channels, size) = (n, 1);
+                Shape {
+                    name: name.clone(),
+                    neurons: n,
+                    rows: *neurons,
+                    connections: n * below,
+                    params: n * below,
+                    bits: f64::from(*bits),
+                    connectivity: Connectivity::Full,
+                }
+            }
+            Layer::Convolution {
+                name,
+                out_channels,
+                kernel,
+                stride,
+                bits,
+            } => {
+                let o = (size - kernel) / stride + 1;
+                let n = (*out_channels * o * o) as f64;
+                let taps = channels * (kernel * kernel) as f64;
+                let halo = kernel.saturating_sub(*stride) as f64 / size as f64;
+                (channels, size) = (*out_channels as f64, o);
+                Shape {
+                    name: name.clone(),
+                    neurons: n,
+                    rows: o,
+                    connections: n * taps,
+                    params: *out_channels as f64 * taps,
+                    bits: f64::from(*bits),
+                    connectivity: Connectivity::Local { halo },
+                }
+            }
+            Layer::Pooling {
+                name,
+                window,
+                stride,
+                bits,
+            } => {
+                let o = (size - window) / stride + 1;
+                let n = channels * (o * o) as f64;
+                let halo = window.saturating_sub(*stride) as f64 / size as f64;
+                size = o;
+                Shape {
+                    name: name.clone(),
+                    neurons: n,
+                    rows: o,
+                    connections: n * (window * window) as f64,
+                    params: 0.0,
+                    bits: f64::from(*bits),
+                    connectivity: Connectivity::Local { halo },
+                }
+            }
+        };
+        out.push(shape);
+    }
+    out
+}
+
+/// The resources of a configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Resources {
+    /// `N_ps`: parameter servers.
+    pub parameter_servers: u32,
+    /// `N_mr`: model replicas.
+    pub replicas: u32,
+    /// `N_wr`: workers per model replica.
+    pub workers: u32,
+}
+
+impl Resources {
+    /// Machines used: `N_ps + N_mr × N_wr` (C1 bounds it by N).
+    pub fn machines(&self) -> u32 {
+        self.parameter_servers + self.replicas * self.workers
+    }
+}
+
+/// One layer's choices inside a model replica.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct LayerConfig {
+    /// `P(l)`: segments (stripes) the layer is partitioned into.
+    pub partitions: u32,
+    /// `R(l)`: copies of the layer, each training a share of the samples.
+    pub replications: u32,
+    /// `H(l)`: threads per segment, each training its own sample (C2: at most K).
+    pub threads: u32,
+}
+
+impl LayerConfig {
+    /// Workers the layer occupies: `P(l) × R(l)` (C3: each segment copy on its own worker).
+    pub fn workers(&self) -> u32 {
+        self.partitions * self.replications
+    }
+}
+
+/// Remote values per sample between layer `l − 1` and layer `l`, at the slowest segments.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct Traffic {
+    /// `A(l, p)`: remote activations the slowest segment of layer `l` receives.
+    pub activations: f64,
+    /// `E(l − 1, p)`: remote error terms the slowest segment of layer `l − 1` receives.
+    pub errors: f64,
+}
+
+/// Seconds per epoch by component.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct Components {
+    /// Feed-forward compute, `U_f`.
+    pub uf: f64,
+    /// Feed-forward communication (remote activations), `M_f`.
+    pub mf: f64,
+    /// Back-propagation compute, `U_b`.
+    pub ub: f64,
+    /// Back-propagation communication (remote error terms), `M_b`.
+    pub mb: f64,
+    /// Weight-update compute, `U_w`.
+    pub uw: f64,
+    /// Parameter-server reads, `M_w × N_sample / N_read`.
+    pub mw: f64,
+}
+
+impl Components {
+    /// The sum of the components.
+    pub fn total(&self) -> f64 {
+        self.uf + self.mf + self.ub + self.mb + self.uw + self.mw
+    }
+
+    /// Adds `other` component by component.
+    pub fn add(&mut self, other: &Components) {
+        self.uf += other.uf;
+        self.mf += other.mf;
+        self.ub += other.ub;
+        self.mb += other.mb;
+        self.uw += other.uw;
+        self.mw += other.mw;
+    }
+}
+
+/// One layer's share of the epoch.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LayerEstimate {
+    /// Layer name.
+    pub name: String,
+    /// Its seconds per epoch by component.
+    pub seconds: Components,
+}
+
+/// The estimated epoch time of a configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Estimate {
+    /// `T_epoch` in seconds.
+    pub epoch_s: f64,
+    /// The epoch by component, summed over layers.
+    pub components: Components,
+    /// The epoch by layer.
+    pub layers: Vec<LayerEstimate>,
+}
+
+/// Per-sample compute of one segment (eqs. 5, 7, 8 before interference).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Compute {
+    /// `U_f(l, p)`, eq. 5.
+    pub uf: f64,
+    /// `U_b(l, p)`, section 4.1.2.
+    pub ub: f64,
+    /// `U_w(l, p)`, eq. 8.
+    pub uw: f64,
+}
+
+/// Time to receive `count` remote values of `bits` bits with `threads` threads sharing the
+/// NIC (eqs. 6, 7 with eq. 9): `C_ncost(H) + count × bits / C_nbw(H)`, and 0 when nothing
+/// is remote.
+pub fn comm_time(profile: &Profile, count: f64, bits: f64, threads: u32) -> f64 {
+    if count <= 0.0 {
+        0.0
+    } else {
+        profile.latency(threads) + count * bits / profile.bandwidth(threads)
+    }
+}
+
+/// The model of one network on one profile with one set of training settings.
+#[derive(Debug, Clone)]
+pub struct Model {
+    shapes: Vec<Shape>,
+    profile: Profile,
+    training: Training,
+}
+
+impl Model {
+    /// A model of `network` (validated) on `profile` with `training`.
+    pub fn new(network: &Network, profile: &Profile, training: &Training) -> Self {
+        Self::from_shapes(shapes(network), profile.clone(), training.clone())
+    }
+
+    /// A model from layer shapes directly (tests build small random networks this way).
+    pub fn from_shapes(shapes: Vec<Shape>, profile: Profile, training: Training) -> Self {
+        Self {
+            shapes,
+            profile,
+            training,
+        }
+    }
+
+    /// The layer shapes, bottom first.
+    pub fn shapes(&self) -> &[Shape] {
+        &self.shapes
+    }
+
+    /// The hardware profile.
+    pub fn profile(&self) -> &Profile {
+        &self.profile
+    }
+
+    /// The training settings.
+    pub fn training(&self) -> &Training {
+        &self.training
+    }
+
+    /// The fraction of layer `l`'s rows its slowest segment holds with `partitions` stripes.
+    pub fn segment_fraction(&self, l: usize, partitions: u32) -> f64 {
+        let rows = self.shapes[l].rows;
+        rows.div_ceil(u64::from(partitions)) as f64 / rows as f64
+    }
+
+    /// Per-sample compute of the slowest segment of layer `l` with `partitions` stripes,
+    /// one thread: eq. 5 (`U_f = C_muladd × W(l,p) + C_act × N_neuron(l,p)`), section
+    /// 4.1.2 (`U_b = C_muladd × W'(l,p) + C_err × N_neuron(l,p)`), eq. 8 (`U_w = C_muladd × W(l,p)`).
+    pub fn compute(&self, l: usize, partitions: u32) -> Compute {
+        let s = &self.shapes[l];
+        let f = self.segment_fraction(l, partitions);
+        let p = &self.profile;
+        let w = s.connections * f;
+        let w_up = self.shapes.get(l + 1).map_or(0.0, |up| up.connections * f);
+        let n = s.neurons * f;
+        Compute {
+            uf: p.c_muladd_s * w + p.c_act_s * n,
+            ub: p.c_muladd_s * w_up + p.c_err_s * n,
+            uw: p.c_muladd_s * w,
+        }
+    }
+
+    /// `W(l)` in bits as the parameter servers send it to a replica: `R(l)` copies of the
+    /// layer's parameters, each of the layer's bits per value.
+    fn weight_bits(&self, l: usize, cfg: &LayerConfig) -> f64 {
+        let s = &self.shapes[l];
+        s.params * s.bits * f64::from(cfg.replications)
+    }
+
+    /// Eq. 10's term for layer `l`: all replicas read from one server at once,
+    /// `C_ncost(H) + N_mr × W(l) / C_nbw(H)`; 0 for a layer without weights.
+    pub fn ps_read_worst(&self, l: usize, cfg: &LayerConfig, res: &Resources) -> f64 {
+        let bits = self.weight_bits(l, cfg);
+        if bits == 0.0 {
+            return 0.0;
+        }
+        let p = &self.profile;
+        p.latency(cfg.threads) + f64::from(res.replicas) * bits / p.bandwidth(cfg.threads)
+    }
+
+    /// Eq. 11's term for layer `l`: one replica reads over `min(N_ps, N_wr)` links at once,
+    /// `C_ncost(H) + W(l) / (C_nbw(H) × min(N_ps, N_wr))`; 0 for a layer without weights.
+    pub fn ps_read_best(&self, l: usize, cfg: &LayerConfig, res: &Resources) -> f64 {
+        let bits = self.weight_bits(l, cfg);
+        if bits == 0.0 {
+            return 0.0;
+        }
+        let p = &self.profile;
+        let links = f64::from(res.parameter_servers.min(res.workers).max(1));
+        p.latency(cfg.threads) + bits / (p.bandwidth(cfg.threads) * links)
+    }
+
+    /// `M_w`'s term for layer `l`: `M_min + alpha × (M_max − M_min)`.
+    pub fn ps_read(&self, l: usize, cfg: &LayerConfig, res: &Resources) -> f64 {
+        let best = self.ps_read_best(l, cfg, res);
+        best + self.profile.ps_read_alpha * (self.ps_read_worst(l, cfg, res) - best)
+    }
+
+    /// `N_sample / Q(l)` with `Q(l) = H(l) × R(l) × N_mr`.
+    fn per_epoch(&self, cfg: &LayerConfig, res: &Resources) -> f64 {
+        let q = f64::from(cfg.threads) * f64::from(cfg.replications) * f64::from(res.replicas);
+        self.training.n_sample as f64 / q
+    }
+
+    /// Layer `l`'s epoch seconds that depend on it alone: compute (eqs. 5, 7, 8 times eq.
+    /// 9's interference, over `Q(l)`) and its share of the parameter-server reads.
+    pub fn node(&self, l: usize, cfg: &LayerConfig, res: &Resources) -> Components {
+        let c = self.compute(l, cfg.partitions);
+        let scale = self.profile.interference(cfg.threads) * self.per_epoch(cfg, res);
+        let reads = self.training.n_sample as f64 / self.training.n_read as f64;
+        Components {
+            uf: c.uf * scale,
+            ub: c.ub * scale,
+            uw: c.uw * scale,
+            mw: self.ps_read(l, cfg, res) * reads,
+            ..Components::default()
+        }
+    }
+
+    /// The epoch seconds of the traffic between layer `l − 1` (`lower`) and layer `l`
+    /// (`upper`): `(M_f` of layer `l`, `M_b` of layer `l − 1)`, each over its layer's `Q`.
+    pub fn edge(
+        &self,
+        l: usize,
+        lower: &LayerConfig,
+        upper: &LayerConfig,
+        res: &Resources,
+        t: &Traffic,
+    ) -> (f64, f64) {
+        (
+            self.edge_forward(l, upper, res, t.activations),
+            self.edge_backward(l, lower, res, t.errors),
+        )
+    }
+
+    /// `M_f(l)` over an epoch for `activations` remote activations per sample.
+    pub fn edge_forward(
+        &self,
+        l: usize,
+        upper: &LayerConfig,
+        res: &Resources,
+        activations: f64,
+    ) -> f64 {
+        let bits = self.shapes[l - 1].bits;
+        comm_time(&self.profile, activations, bits, upper.threads) * self.per_epoch(upper, res)
+    }
+
+    /// `M_b(l − 1)` over an epoch for `errors` remote error terms per sample.
+    pub fn edge_backward(
+        &self,
+        l: usize,
+        lower: &LayerConfig,
+        res: &Resources,
+        errors: f64,
+    ) -> f64 {
+        let bits = self.shapes[l].bits;
+        comm_time(&self.profile, errors, bits, lower.threads) * self.per_epoch(lower, res)
+    }
+
+    /// `T_epoch` of a configuration, with `traffic[l − 1]` the traffic between layers
+    /// `l − 1` and `l` (so `traffic.len() == layers.len() − 1`).
+    pub fn estimate(
+        &self,
+        res: &Resources,
+        layers: &[LayerConfig],
+        traffic: &[Traffic],
+    ) -> Estimate {
+        let mut per_layer: Vec<Components> = (0..layers.len())
+            .map(|l| self.node(l, &layers[l], res))
+            .collect();
+        for l in 1..layers.len() {
+            let (mf, mb) = self.edge(l, &layers[l - 1], &layers[l], res, &traffic[l - 1]);
+            per_layer[l].mf += mf;
+            per_layer[l - 1].mb += mb;
+        }
+        let mut components = Components::default();
+        for c in &per_layer {
+            components.add(c);
+        }
+        Estimate {
+            epoch_s: components.total(),
+            components,
+            layers: per_layer
+                .into_iter()
+                .zip(&self.shapes)
+                .map(|(seconds, s)| LayerEstimate {
+                    name: s.name.clone(),
+                    seconds,
+                })
+                .collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::builtin;
+
+    fn one(p: u32, r: u32, h: u32) -> LayerConfig {
+        LayerConfig {
+            partitions: p,
+            replications: r,
+            threads: h,
+        }
+    }
+
+    #[test]
+    fn shapes_follow_the_geometry() {
+        let s = shapes(&builtin::cnn());
+        // conv 5x5, 8 kernels on 28x28: 24x24x8 outputs of 25 taps each.
+        assert_eq!(s[0].neurons, 24.0 * 24.0 * 8.0);
+        assert_eq!(s[0].connections, 24.0 * 24.0 * 8.0 * 25.0);
+        assert_eq!(s[0].params, 8.0 * 25.0);
+        assert_eq!(s[1].params, 0.0);
+        assert_eq!(s[1].rows, 12);
+    }
+
+    #[test]
+    fn no_remote_values_cost_no_latency_and_threads_share_the_nic() {
+        let p = builtin::example_profile();
+        assert_eq!(comm_time(&p, 0.0, 32.0, 4), 0.0);
+        let one = comm_time(&p, 1e6, 32.0, 1) - p.latency(1);
+        let four = comm_time(&p, 1e6, 32.0, 4) - p.latency(4);
+        assert!((four / one - 4.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn the_slowest_segment_holds_the_rounded_up_rows_and_threads_pay_interference() {
+        let m = Model::new(
+            &builtin::mlp(),
+            &builtin::example_profile(),
+            &builtin::fashion_mnist_training(),
+        );
+        // 10 classes in 3 stripes: the slowest has 4.
+        assert!((m.segment_fraction(2, 3) - 0.4).abs() < 1e-12);
+        let res = Resources {
+            parameter_servers: 1,
+            replicas: 1,
+            workers: 1,
+        };
+        let h1 = m.node(0, &one(1, 1, 1), &res);
+        let h4 = m.node(0, &one(1, 1, 4), &res);
+        let ratio = h4.uf / h1.uf;
+        assert!((ratio - m.profile().interference(4) / 4.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn ps_reads_lie_between_the_best_and_worst_case() {
+        let m = Model::new(
+            &builtin::mlp(),
+            &builtin::example_profile(),
+            &builtin::fashion_mnist_training(),
+        );
+        let res = Resources {
+            parameter_servers: 2,
+            replicas: 4,
+            workers: 3,
+        };
+        let cfg = one(1, 2, 1);
+        let (lo, hi, mid) = (
+            m.ps_read_best(0, &cfg, &res),
+            m.ps_read_worst(0, &cfg, &res),
+            m.ps_read(0, &cfg, &res),
+        );
+        assert!(lo < mid && mid < hi);
+        // Replication reads one copy of the weights per replica.
+        let single = m.ps_read_best(0, &one(1, 1, 1), &res) - m.profile().latency(1);
+        assert!(((lo - m.profile().latency(1)) / single - 2.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn the_estimate_is_the_sum_of_its_breakdown() {
+        let m = Model::new(
+            &builtin::mlp(),
+            &builtin::example_profile(),
+            &builtin::fashion_mnist_training(),
+        );
+        let res = Resources {
+            parameter_servers: 1,
+            replicas: 2,
+            workers: 2,
+        };
+        let layers = [one(2, 1, 2), one(2, 1, 2), one(1, 2, 2)];
+        let t = [
+            Traffic {
+                activations: 100.0,
+                errors: 50.0,
+            },
+            Traffic {
+                activations: 10.0,
+                errors: 0.0,
+            },
+        ];
+        let e = m.estimate(&res, &layers, &t);
+        let by_layer: f64 = e.layers.iter().map(|l| l.seconds.total()).sum();
+        assert!((e.epoch_s - by_layer).abs() < 1e-9 * e.epoch_s);
+        assert_eq!(
+            e.layers[0].seconds.mf, 0.0,
+            "the first layer reads its input locally"
+        );
+        assert_eq!(
+            e.layers[2].seconds.mb, 0.0,
+            "the top layer has its error from the labels"
+        );
+    }
+}

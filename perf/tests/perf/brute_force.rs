@@ -1,0 +1,108 @@
+//! Section 5.3's claim, as a property: on random small networks and clusters the dynamic
+//! program with the greedy mapping finds the same optimum as trying every configuration
+//! and every injective segment-to-worker mapping.
+
+use iterstore_perf::model::{Connectivity, Shape};
+use iterstore_perf::optimizer::brute_force;
+use iterstore_perf::{search, Cluster, Model, Profile, Training};
+use proptest::prelude::*;
+
+/// A random layer: full or local connectivity, a few neurons and rows.
+fn shape() -> impl Strategy<Value = Shape> {
+    (
+        1u64..=6,
+        1u64..=6,
+        1.0f64..40.0,
+        any::<bool>(),
+        prop_oneof![
+            Just(None),
+            Just(Some(0.0)),
+            Just(Some(0.15)),
+            Just(Some(0.4))
+        ],
+        prop_oneof![Just(8.0), Just(32.0)],
+    )
+        .prop_map(|(neurons, rows, fan_in, weights, halo, bits)| {
+            let neurons = neurons as f64 * 10.0;
+            let connections = neurons * fan_in;
+            Shape {
+                name: "l".into(),
+                neurons,
+                rows,
+                connections,
+                params: if weights { connections } else { 0.0 },
+                bits,
+                connectivity: halo.map_or(Connectivity::Full, |halo| Connectivity::Local { halo }),
+            }
+        })
+}
+
+/// A random profile for `cores` cores, with costs spread over orders of magnitude so that
+/// compute, latency, bandwidth or parameter-server reads can each dominate.
+fn profile(cores: u32) -> impl Strategy<Value = Profile> {
+    (
+        -10.0f64..-7.0,
+        -9.0f64..-6.0,
+        -7.0f64..-3.0,
+        4.0f64..10.0,
+        0.0f64..=1.0,
+        proptest::collection::vec(0.0f64..0.5, cores as usize),
+    )
+        .prop_map(|(muladd, act, ncost, nbw, alpha, steps)| {
+            let mut interf = 1.0;
+            Profile {
+                version: 1,
+                name: "random".into(),
+                c_muladd_s: 10f64.powf(muladd),
+                c_act_s: 10f64.powf(act),
+                c_err_s: 10f64.powf(act),
+                c_interf: steps
+                    .iter()
+                    .map(|s| {
+                        let v = interf;
+                        interf += s;
+                        v
+                    })
+                    .collect(),
+                c_ncost_s: vec![10f64.powf(ncost)],
+                c_nbw_bits_per_s: 10f64.powf(nbw),
+                ps_read_alpha: alpha,
+            }
+        })
+}
+
+/// A random small instance: up to 3 layers, 2-5 machines, 1-2 cores.
+fn instance() -> impl Strategy<Value = (Model, Cluster)> {
+    (2u32..=5, 1u32..=2).prop_flat_map(|(machines, cores)| {
+        (
+            proptest::collection::vec(shape(), 1..=3),
+            profile(cores),
+            1u64..=500,
+            1u64..=50,
+        )
+            .prop_map(move |(shapes, profile, n_sample, n_read)| {
+                let training = Training {
+                    version: 1,
+                    n_sample,
+                    n_read,
+                    n_write: 1,
+                };
+                (
+                    Model::from_shapes(shapes, profile, training),
+                    Cluster { machines, cores },
+                )
+            })
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn the_dp_finds_the_brute_force_optimum((model, cluster) in instance()) {
+        let fast = search(&model, &cluster).unwrap();
+        let slow = brute_force(&model, &cluster).unwrap();
+        let (a, b) = (fast.best().estimate.epoch_s, slow.estimate.epoch_s);
+        prop_assert!((a - b).abs() <= 1e-9 * b, "dp {a} ({:?}) vs brute force {b} ({:?})", fast.best(), slow);
+    }
+}
