@@ -2,27 +2,12 @@
 //! exit statuses, and the demo.
 
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use iterstore_apps::algo::pagerank::{reference, PageRankConfig};
 use iterstore_apps::data::load_edges;
 
-use crate::util::fixture;
-
-fn iterstore(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_iterstore"))
-        .args(args)
-        .output()
-        .expect("the iterstore binary runs")
-}
-
-/// A fresh scratch directory for one test.
-fn scratch(name: &str) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("cli-{name}"));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
+use crate::util::{fixture, iterstore, scratch};
 
 fn json_file(path: &PathBuf) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
@@ -34,7 +19,7 @@ fn stderr(out: &Output) -> String {
 
 #[test]
 fn pagerank_writes_labelled_ranks_and_a_json_report() {
-    let dir = scratch("pagerank");
+    let dir = scratch("cli-pagerank");
     let (ranks, report) = (dir.join("r.tsv"), dir.join("out.json"));
     let graph = fixture("graph30.tsv");
     let out = iterstore(&[
@@ -172,7 +157,7 @@ fn stderr_that_is_not_a_terminal_gets_a_timestamped_line_per_iteration() {
 
 #[test]
 fn malformed_data_reports_file_and_line() {
-    let dir = scratch("malformed");
+    let dir = scratch("cli-malformed");
     let bad = dir.join("bad.tsv");
     std::fs::write(&bad, "1 2\n2 3\n3\n").unwrap();
     let out = iterstore(&["run", "pagerank", "--data", bad.to_str().unwrap()]);
@@ -182,7 +167,7 @@ fn malformed_data_reports_file_and_line() {
 
 #[test]
 fn pagerank_rejects_files_of_other_formats_with_file_and_line() {
-    let dir = scratch("not-a-graph");
+    let dir = scratch("cli-not-a-graph");
     for (name, text) in [
         ("corpus.ldac", "3 0:1 5:2 7:1\n2 1:1 2:4\n"),
         (
@@ -230,7 +215,7 @@ fn invalid_options_are_rejected_with_a_clear_message() {
 
 #[test]
 fn mf_and_lda_write_their_models() {
-    let dir = scratch("models");
+    let dir = scratch("cli-models");
     let (model, report) = (dir.join("mf.txt"), dir.join("mf.json"));
     let out = iterstore(&[
         "run",
@@ -305,7 +290,7 @@ fn demo_runs_every_app_and_its_commands_reproduce_it() {
         .filter_map(|l| l.trim().strip_prefix("iterstore run "))
         .collect();
     assert_eq!(commands.len(), 3, "{text}");
-    let dir = scratch("demo");
+    let dir = scratch("cli-demo");
     for command in commands {
         let app = command.split(' ').next().unwrap();
         let row = text
@@ -359,7 +344,7 @@ fn demo_runs_every_app_and_its_commands_reproduce_it() {
 /// before any data is read.
 #[test]
 fn topology_plans_numa_placement_and_reports_it() {
-    let dir = scratch("topology");
+    let dir = scratch("cli-topology");
     let json = dir.join("run.json");
     let out = iterstore(&[
         "run",

@@ -2,25 +2,11 @@
 //! on a stated cluster, a network from a file, and bad inputs rejected by file and field
 //! before any search.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
 
 use serde_json::Value;
 
-fn iterstore(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_iterstore"))
-        .args(args)
-        .output()
-        .expect("the iterstore binary runs")
-}
-
-/// A fresh scratch directory for one test.
-fn scratch(name: &str) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("plan-cli-{name}"));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
+use crate::util::{iterstore, scratch};
 
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
@@ -50,7 +36,7 @@ fn plan(model: &str, machines: &str, cores: &str, out: &Path) -> (String, Value)
 
 #[test]
 fn plans_the_fashion_mnist_mlp_and_cnn_on_a_stated_cluster() {
-    let dir = scratch("builtins");
+    let dir = scratch("plan-cli-builtins");
     for (model, layers) in [("mlp", 3), ("cnn", 6)] {
         let out = dir.join(format!("{model}.json"));
         let (stdout, plan) = plan(model, "20", "16", &out);
@@ -86,7 +72,7 @@ fn plans_the_fashion_mnist_mlp_and_cnn_on_a_stated_cluster() {
 
 #[test]
 fn reads_a_network_file_and_names_the_file_and_field_it_rejects() {
-    let dir = scratch("files");
+    let dir = scratch("plan-cli-files");
     let good = dir.join("net.json");
     std::fs::write(
         &good,
@@ -132,7 +118,7 @@ fn reads_a_network_file_and_names_the_file_and_field_it_rejects() {
 
 #[test]
 fn options_are_checked_before_any_search() {
-    let dir = scratch("options");
+    let dir = scratch("plan-cli-options");
     let o = iterstore(&[
         "plan",
         "--model",

@@ -1,6 +1,8 @@
-//! Shared helpers: configurations for every store mode and the fixture paths.
+//! Shared helpers: configurations for every store mode, the fixture paths, and running
+//! the `iterstore` binary in a scratch directory.
 
 use std::path::PathBuf;
+use std::process::{Command, Output};
 
 use iterstore::{Mode, Staleness};
 use iterstore_apps::apps::AppConfig;
@@ -34,4 +36,20 @@ pub fn max_diff(a: &[f64], b: &[f64]) -> f64 {
         .zip(b)
         .map(|(x, y)| (x - y).abs())
         .fold(0.0, f64::max)
+}
+
+/// Runs the `iterstore` binary with `args`.
+pub fn iterstore(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_iterstore"))
+        .args(args)
+        .output()
+        .expect("the iterstore binary runs")
+}
+
+/// A fresh scratch directory `name` for one test.
+pub fn scratch(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
 }
