@@ -136,6 +136,15 @@ fn options_are_checked_before_any_search() {
         "{}",
         text(&o.stderr)
     );
+    // A search space that would take hours is refused at once.
+    for (flag, value) in [("--machines", "49"), ("--cores", "257")] {
+        let mut args = vec!["plan", "--model", "mlp", "--profile", "example"];
+        args.extend(["--machines", if flag == "--machines" { value } else { "4" }]);
+        args.extend(["--cores", if flag == "--cores" { value } else { "2" }]);
+        let o = iterstore(&args);
+        assert!(!o.status.success(), "{flag} {value}");
+        assert!(text(&o.stderr).contains(flag), "{}", text(&o.stderr));
+    }
 
     let missing = dir.join("no/such/dir/plan.json");
     let o = iterstore(&[
