@@ -69,7 +69,7 @@ pub struct Stats {
 /// The NUMA placement of a cluster ([`Cluster::numa`]): where its worker threads run, where
 /// the planned rows' memory goes, and the fraction of accesses expected to reach another
 /// zone's memory against the baseline of hash placement with unpinned threads.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 #[non_exhaustive]
 pub struct NumaReport {
     /// The topology planned for: `this machine`, `fallback (no hwloc)` or the synthetic
@@ -230,7 +230,7 @@ impl Cluster {
         let worker_cpus = pool.pin(bound.then_some(pus.as_slice()))?;
         // Shard and communication threads go to zones the workers use, fixed now.
         let thread_zones = numa::thread_zones(&places, config.shards);
-        let zone_pus = |z: usize| bound.then(|| numa::zone_pus(&topology, z));
+        let zone_pus = |z: usize| bound.then(|| topology.zones()[z].pus());
         let (transport, shard_inboxes, mut client_inboxes) = InProcTransport::new(1, config.shards);
         let transport: Arc<dyn Transport> = Arc::new(transport);
         let shared = Arc::new(ClientShared::new(0, config.clone(), transport.clone()));
@@ -615,14 +615,7 @@ impl Cluster {
         let mut tape_in_kept = 0;
         for kept in &self.specials {
             match &*lock(kept) {
-                Kept::Built(sp) => {
-                    let m = sp.memory();
-                    workers.tape += m.tape;
-                    workers.blocks += m.blocks;
-                    workers.slots += m.slots;
-                    workers.copies += m.copies;
-                    workers.recent += m.recent;
-                }
+                Kept::Built(sp) => workers += sp.memory(),
                 Kept::Tape(_, tape) => tape_in_kept += tape.capacity() * 4,
                 Kept::Nothing => {}
             }
@@ -743,9 +736,7 @@ impl Cluster {
                 Ok((Ok(result), finished, log, counters)) => {
                     logs.push(log);
                     if count {
-                        self.counters.tape += counters.tape;
-                        self.counters.indexed += counters.indexed;
-                        self.counters.unplanned += counters.unplanned;
+                        self.counters += counters;
                     }
                     if let Ok(clock) = &finished {
                         self.clocks[w] = *clock;

@@ -127,15 +127,6 @@ pub(crate) fn chunk_zones(numa: &NumaPlan, plan: &Plan, topo: &Topology) -> Vec<
         .collect()
 }
 
-/// Every processing unit of zone `zone` of `topo` (what a thread of that zone is bound to).
-pub(crate) fn zone_pus(topo: &Topology, zone: usize) -> Vec<u32> {
-    topo.zones()[zone]
-        .cores
-        .iter()
-        .flat_map(|c| c.pus.iter().copied())
-        .collect()
-}
-
 /// Where one worker thread runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct WorkerPlace {
@@ -531,6 +522,17 @@ mod tests {
         }
     }
 
+    /// [`plan`] with [`cfg`], the planner choosing the thread zones.
+    fn planned(
+        pattern: &AccessPattern,
+        p: &Plan,
+        topo: &Topology,
+        placement: WorkerPlacement,
+        blocks: bool,
+    ) -> NumaPlan {
+        plan(pattern, p, topo, &cfg(placement, blocks), None)
+    }
+
     fn uniform(zones: usize, cores: usize) -> Topology {
         Topology::uniform(zones, cores).unwrap()
     }
@@ -596,13 +598,7 @@ mod tests {
         let order = core_order(&topo, WorkerPlacement::Spread);
         assert_eq!(order, [(0, 0), (1, 1), (1, 2), (1, 3)]);
         let (pattern, p) = lda();
-        let n = plan(
-            &pattern,
-            &p,
-            &topo,
-            &cfg(WorkerPlacement::Spread, true),
-            None,
-        );
+        let n = planned(&pattern, &p, &topo, WorkerPlacement::Spread, true);
         assert_eq!(n.workers[2].pus, [2, 102]);
         assert_eq!(n.workers[4].core, 0);
     }
@@ -614,13 +610,7 @@ mod tests {
                 let topo = uniform(zones, cores);
                 let (pattern, p) = build();
                 for blocks in [true, false] {
-                    let n = plan(
-                        &pattern,
-                        &p,
-                        &topo,
-                        &cfg(WorkerPlacement::Packed, blocks),
-                        None,
-                    );
+                    let n = planned(&pattern, &p, &topo, WorkerPlacement::Packed, blocks);
                     eprintln!(
                         "{name} {zones}x{cores} blocks={blocks}: remote {:.4} of {} accesses, \
                          baseline {:.4}",
@@ -654,13 +644,7 @@ mod tests {
     fn without_blocks_rows_go_to_their_majority_zone() {
         let (pattern, p) = mf();
         let topo = uniform(2, 4);
-        let n = plan(
-            &pattern,
-            &p,
-            &topo,
-            &cfg(WorkerPlacement::Packed, false),
-            None,
-        );
+        let n = planned(&pattern, &p, &topo, WorkerPlacement::Packed, false);
         // Worker 5's users are read only by it: in its zone, never replicated.
         let user = p.index[&RowKey::new(0, 503)] as usize;
         assert_eq!((n.arena_zones[user], n.replicas[user].len()), (1, 0));
@@ -687,13 +671,7 @@ mod tests {
         }
         let (pattern, p) = build_with(logs, false);
         assert!(p.thread_cached.iter().all(Vec::is_empty));
-        let n = plan(
-            &pattern,
-            &p,
-            &uniform(2, 4),
-            &cfg(WorkerPlacement::Packed, true),
-            None,
-        );
+        let n = planned(&pattern, &p, &uniform(2, 4), WorkerPlacement::Packed, true);
         let hot = p.index[&RowKey::new(1, 0)] as usize;
         let cold = p.index[&RowKey::new(1, 1)] as usize;
         let mut zones = n.replicas[hot].clone();
@@ -725,26 +703,14 @@ mod tests {
         // so the shard threads, the server copies (320) and the arena copies (320) all go
         // to zone 1 to balance it.
         let (pattern, p) = build(logs());
-        let n = plan(
-            &pattern,
-            &p,
-            &topo,
-            &cfg(WorkerPlacement::Packed, true),
-            None,
-        );
+        let n = planned(&pattern, &p, &topo, WorkerPlacement::Packed, true);
         assert_eq!(n.bytes_per_zone, [640, 640]);
         assert_eq!(n.shard_zones, [1, 1]);
         assert!(n.arena_zones.iter().all(|&z| z == 1));
         assert_eq!((n.comm_zone, n.remote), (1, 0));
         // Without blocks every access reaches the arena: everything follows worker 0.
         let (pattern, p) = build(logs());
-        let n = plan(
-            &pattern,
-            &p,
-            &topo,
-            &cfg(WorkerPlacement::Packed, false),
-            None,
-        );
+        let n = planned(&pattern, &p, &topo, WorkerPlacement::Packed, false);
         assert_eq!(n.bytes_per_zone, [640, 0]);
         assert_eq!(n.shard_zones, [0, 0]);
         assert!(n.arena_zones.iter().all(|&z| z == 0));
@@ -760,17 +726,14 @@ mod tests {
                 for blocks in [true, false] {
                     for placement in [WorkerPlacement::Packed, WorkerPlacement::Spread] {
                         let (pattern, p) = build();
-                        let n = plan(&pattern, &p, &topo, &cfg(placement, blocks), None);
+                        let n = planned(&pattern, &p, &topo, placement, blocks);
                         assert_eq!(n.bytes_per_zone.len(), zones);
                         assert_eq!(
                             n.bytes_per_zone.iter().sum::<u64>(),
                             placed_bytes(&p, &n, blocks)
                         );
                         let (pattern2, p2) = build();
-                        assert_eq!(
-                            n,
-                            plan(&pattern2, &p2, &topo, &cfg(placement, blocks), None)
-                        );
+                        assert_eq!(n, planned(&pattern2, &p2, &topo, placement, blocks));
                     }
                 }
             }
@@ -785,13 +748,7 @@ mod tests {
             for build in [mf as fn() -> _, lda] {
                 let (pattern, p) = build();
                 for blocks in [true, false] {
-                    let n = plan(
-                        &pattern,
-                        &p,
-                        &topo,
-                        &cfg(WorkerPlacement::Spread, blocks),
-                        None,
-                    );
+                    let n = planned(&pattern, &p, &topo, WorkerPlacement::Spread, blocks);
                     let got = n.baseline_remote_fraction;
                     assert!((got - want).abs() < 1e-9, "{zones} zones: {got} vs {want}");
                 }
@@ -802,13 +759,7 @@ mod tests {
     #[test]
     fn one_zone_is_all_local_and_an_empty_pattern_is_zero() {
         let (pattern, p) = mf();
-        let n = plan(
-            &pattern,
-            &p,
-            &uniform(1, 8),
-            &cfg(WorkerPlacement::Packed, false),
-            None,
-        );
+        let n = planned(&pattern, &p, &uniform(1, 8), WorkerPlacement::Packed, false);
         assert_eq!(
             (n.remote, n.remote_fraction, n.baseline_remote_fraction),
             (0, 0.0, 0.0)
@@ -826,13 +777,7 @@ mod tests {
                 contention_threshold: 1.0,
             },
         );
-        let n = plan(
-            &empty,
-            &p,
-            &uniform(2, 1),
-            &cfg(WorkerPlacement::Spread, true),
-            None,
-        );
+        let n = planned(&empty, &p, &uniform(2, 1), WorkerPlacement::Spread, true);
         assert_eq!(
             (n.accesses, n.remote_fraction, n.baseline_remote_fraction),
             (0, 0.0, 0.0)
@@ -861,7 +806,7 @@ mod tests {
                 comm: 0
             }
         );
-        assert_eq!(zone_pus(&topo, 1), vec![4, 5, 6, 7]);
+        assert_eq!(topo.zones()[1].pus(), vec![4, 5, 6, 7]);
 
         let (pattern, p) = mf();
         let mut c = cfg(WorkerPlacement::Packed, false);
@@ -874,13 +819,7 @@ mod tests {
         assert!(n.shard_zones.iter().all(|&z| z == 1), "{:?}", n.shard_zones);
         assert_eq!(n.comm_zone, 1);
         assert!(n.replicas.iter().all(Vec::is_empty));
-        let with = plan(
-            &pattern,
-            &p,
-            &topo,
-            &cfg(WorkerPlacement::Packed, false),
-            None,
-        );
+        let with = planned(&pattern, &p, &topo, WorkerPlacement::Packed, false);
         assert!(
             n.remote_fraction >= with.remote_fraction,
             "replicas only ever help"

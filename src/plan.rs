@@ -305,15 +305,20 @@ mod tests {
         assert_eq!(plan.thread_cached, vec![vec![hot], vec![hot]]);
     }
 
-    #[test]
-    fn tapes_beyond_the_budget_are_truncated_in_proportion() {
-        let cfg = PlanConfig {
+    /// Two workers, one shard and one chunk, no per-thread copies.
+    fn one_shard_without_thread_caches() -> PlanConfig {
+        PlanConfig {
             workers: 2,
             shards: 1,
             chunks: 1,
             thread_caches: false,
             contention_threshold: 0.0,
-        };
+        }
+    }
+
+    #[test]
+    fn tapes_beyond_the_budget_are_truncated_in_proportion() {
+        let cfg = one_shard_without_thread_caches();
         let mut p = pattern();
         let plan = build(&p, &tables(), &cfg);
         let sequences = p.take_sequences();
@@ -327,13 +332,7 @@ mod tests {
 
     #[test]
     fn thread_caches_can_be_switched_off() {
-        let cfg = PlanConfig {
-            workers: 2,
-            shards: 1,
-            chunks: 1,
-            thread_caches: false,
-            contention_threshold: 0.0,
-        };
+        let cfg = one_shard_without_thread_caches();
         let plan = build(&pattern(), &tables(), &cfg);
         assert!(plan.thread_cached.iter().all(Vec::is_empty));
         assert_eq!(plan.chunks.len(), 1);

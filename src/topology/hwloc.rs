@@ -157,10 +157,7 @@ mod tests {
     use super::*;
 
     fn pus(t: &Topology) -> Vec<Vec<u32>> {
-        t.zones()
-            .iter()
-            .map(|z| z.cores.iter().flat_map(|c| c.pus.iter().copied()).collect())
-            .collect()
+        t.zones().iter().map(|z| z.pus()).collect()
     }
 
     #[test]

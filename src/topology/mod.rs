@@ -28,6 +28,17 @@ pub struct Zone {
     pub cores: Vec<Core>,
 }
 
+impl Zone {
+    /// Every processing unit of the zone (OS indices), core by core: what a thread that
+    /// may run anywhere in the zone is bound to.
+    pub fn pus(&self) -> Vec<u32> {
+        self.cores
+            .iter()
+            .flat_map(|c| c.pus.iter().copied())
+            .collect()
+    }
+}
+
 /// Where a [`Topology`] came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TopologySource {

@@ -39,9 +39,7 @@ pub mod pagerank;
 mod report;
 pub mod rss;
 
-pub use report::{
-    IterRecord, MemoryReport, NumaSummary, PatternSummary, Provenance, RunReport, StoreReport,
-};
+pub use report::{IterRecord, MemoryReport, PatternSummary, Provenance, RunReport, StoreReport};
 
 use iterstore::{
     Cluster, Config, Element, Mode, Specializations, Staleness, Topology, Worker, WorkerPlacement,

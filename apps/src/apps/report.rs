@@ -131,59 +131,6 @@ pub struct StoreReport {
     pub tape_truncated: u64,
 }
 
-/// The NUMA placement of the run ([`iterstore::NumaReport`]): where workers ran, what went
-/// in each zone, and the expected fraction of accesses to another zone's memory against
-/// hash placement with unpinned threads.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct NumaSummary {
-    /// `this machine`, the fallback, or the synthetic description planned for.
-    pub topology: String,
-    /// Zones of the topology.
-    pub zones: usize,
-    /// Whether threads were bound (only on this machine's own topology).
-    pub bound: bool,
-    /// Per worker: planned core (global index) and zone.
-    pub worker_cores: Vec<usize>,
-    /// Per worker: planned zone.
-    pub worker_zones: Vec<usize>,
-    /// Per worker: the CPUs its thread was allowed to run on (read back from the kernel).
-    pub worker_cpus: Vec<Vec<u32>>,
-    /// Bytes the plan placed in each zone.
-    pub bytes_per_zone: Vec<u64>,
-    /// Rows replicated into more than one zone.
-    pub replicated_rows: usize,
-    /// Per server shard: the zone its thread runs in.
-    pub shard_zones: Vec<usize>,
-    /// The communication thread's zone.
-    pub comm_zone: usize,
-    /// Bytes of the process arena bound to their rows' zone.
-    pub arena_bound_bytes: usize,
-    /// Expected fraction of accesses reaching another zone under this plan.
-    pub remote_fraction: Option<f64>,
-    /// The same under hash placement with unpinned threads.
-    pub baseline_remote_fraction: Option<f64>,
-}
-
-impl From<NumaReport> for NumaSummary {
-    fn from(n: NumaReport) -> Self {
-        Self {
-            topology: n.topology,
-            zones: n.zones,
-            bound: n.bound,
-            worker_cores: n.worker_cores,
-            worker_zones: n.worker_zones,
-            worker_cpus: n.worker_cpus,
-            bytes_per_zone: n.bytes_per_zone,
-            replicated_rows: n.replicated_rows,
-            shard_zones: n.shard_zones,
-            comm_zone: n.comm_zone,
-            arena_bound_bytes: n.arena_bound_bytes,
-            remote_fraction: n.remote_fraction,
-            baseline_remote_fraction: n.baseline_remote_fraction,
-        }
-    }
-}
-
 /// Memory: what the process had resident, and what the specialized state holds by part.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 pub struct MemoryReport {
@@ -263,8 +210,10 @@ pub struct RunReport {
     pub store: StoreReport,
     /// Resident memory and the specialized state's size.
     pub memory: MemoryReport,
-    /// The NUMA placement (specialized modes with `numa` on; `null` otherwise).
-    pub numa: Option<NumaSummary>,
+    /// The NUMA placement ([`iterstore::NumaReport`]: where workers ran, what went in
+    /// each zone, the expected fraction of accesses to another zone against hash
+    /// placement with unpinned threads); `null` in generic mode or with `numa` off.
+    pub numa: Option<NumaReport>,
 }
 
 fn staleness_json<S: Serializer>(s: &Staleness, ser: S) -> Result<S::Ok, S::Error> {
@@ -316,7 +265,7 @@ impl RunReport {
     /// process's peak and steady resident memory.
     pub fn record_store(&mut self, cluster: &Cluster) {
         let stats = &cluster.stats();
-        self.numa = cluster.numa().map(NumaSummary::from);
+        self.numa = cluster.numa();
         self.specialize_s = stats.specialize_time.as_secs_f64();
         self.store = StoreReport {
             row_fetches: stats.row_fetches,

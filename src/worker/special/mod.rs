@@ -118,6 +118,14 @@ pub(crate) struct AccessCounters {
     pub(crate) unplanned: u64,
 }
 
+impl std::ops::AddAssign for AccessCounters {
+    fn add_assign(&mut self, other: Self) {
+        self.tape += other.tape;
+        self.indexed += other.indexed;
+        self.unplanned += other.unplanned;
+    }
+}
+
 /// Bytes of one worker's specialized state, by part.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct WorkerMemory {
@@ -131,6 +139,16 @@ pub(crate) struct WorkerMemory {
     pub(crate) copies: usize,
     /// Sent blocks kept for read-my-writes under SSP.
     pub(crate) recent: usize,
+}
+
+impl std::ops::AddAssign for WorkerMemory {
+    fn add_assign(&mut self, other: Self) {
+        self.tape += other.tape;
+        self.blocks += other.blocks;
+        self.slots += other.slots;
+        self.copies += other.copies;
+        self.recent += other.recent;
+    }
 }
 
 impl Special {
