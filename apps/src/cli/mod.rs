@@ -36,7 +36,10 @@ mode, workers, staleness, setup_s, preprocess_s (virtual iteration), init_s, ite
 [{iter, seconds, objective[, test_rmse], rss_bytes}], dataset sizes, params, the
 gathered access pattern's size, store (accesses by path: tape_accesses, indexed_accesses,
 unplanned_accesses; tape_truncated; row_fetches, arena_refreshes) and memory
-(peak_rss_bytes, steady_rss_bytes, special: the specialized state's bytes by part).
+(peak_rss_bytes, steady_rss_bytes, special: the specialized state's bytes by part) and
+numa (topology, bound, each worker's planned core and CPUs, shard and comm zones, bytes
+per zone, arena bytes bound, remote_fraction and baseline_remote_fraction; null in
+generic mode or with --numa off).
 
 Progress goes to stderr: a bar on a terminal, else one timestamped line per iteration
 (-q: warnings and errors only; -v: more).";
