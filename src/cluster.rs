@@ -7,15 +7,17 @@
 
 use crate::client::{spawn_comm, ClientShared, ProcessArena};
 use crate::consistency::Clock;
+use crate::error::panic_message;
 use crate::gather::AccessLog;
-use crate::msg::{Endpoint, Msg};
+use crate::msg::{Endpoint, Msg, ProcessId};
 use crate::numa::{self, NumaConfig, NumaPlan, ThreadZones, WorkerPlace};
 use crate::plan::{self, PlanConfig};
 use crate::pool::WorkerPool;
 use crate::table::{resolve, Registry};
 use crate::topology::bind::MemBinder;
-use crate::transport::{InProcTransport, Transport};
+use crate::transport::{InProcTransport, Inbox, Transport};
 use crate::worker::{AccessCounters, Kept, Role, Worker, WorkerMemory};
+use crate::world::World;
 use crate::Topology;
 use crate::{server, AccessPattern, Config, Element, Error, Mode, Result, Table};
 use std::hash::{BuildHasher, Hasher};
@@ -161,7 +163,13 @@ pub struct Cluster {
     registry: Registry,
     shared: Arc<ClientShared>,
     transport: Arc<dyn Transport>,
-    threads: Vec<JoinHandle<()>>,
+    /// The shape of the cluster this process belongs to.
+    world: World,
+    /// Runs every process has ended so far (the run barrier's count).
+    runs: u64,
+    /// The clock the next run starts at, agreed at the last run barrier.
+    start_clock: Clock,
+    threads: Threads,
     /// The worker threads, alive as long as the cluster.
     pool: WorkerPool,
     /// The machine the NUMA placement plans for.
@@ -182,7 +190,6 @@ pub struct Cluster {
     arena_bound_bytes: usize,
     /// The NUMA plan of the current specialized plan.
     numa: Option<NumaPlan>,
-    clocks: Vec<Clock>,
     /// Per worker: its specialized state (or the op tape to build it from), kept between
     /// runs.
     specials: Vec<Mutex<Kept>>,
@@ -218,12 +225,158 @@ impl Cluster {
     /// as long as the cluster: every [`run`](Self::run) uses the same threads.
     pub fn start(config: Config) -> Result<Cluster> {
         config.validate()?;
+        let world = World::single(config.workers, config.shards);
+        let (transport, shard_inboxes, mut client_inboxes) = InProcTransport::new(1, config.shards);
+        let inbox = client_inboxes.remove(0);
+        Self::start_process(
+            config,
+            world,
+            0,
+            Arc::new(transport),
+            shard_inboxes,
+            inbox,
+            true,
+        )
+    }
+
+    /// Runs `f` on each of `processes` processes' worth of cluster — each with
+    /// `config.workers` worker threads and `config.shards` shards — started in this OS
+    /// process and joined by the in-process transport, each process on its own thread.
+    /// Returns the results in rank order. Every process shuts down when its `f` returns.
+    ///
+    /// It runs exactly the protocol a cluster of OS processes runs (ranks, global worker
+    /// ids, tables agreed by name, run barriers, coordinated shutdown), without a network:
+    /// use it to check that an application computes the same on P processes as on one,
+    /// as iterstore's own tests do. As with processes, every process must create the same
+    /// tables in the same order and do the same sequence of runs; a process whose `f`
+    /// fails makes the others fail rather than wait for it.
+    ///
+    /// ```
+    /// use iterstore::{Cluster, Config};
+    ///
+    /// # fn main() -> iterstore::Result<()> {
+    /// let sums = Cluster::run_local_processes(Config::new(2), 2, |cluster| {
+    ///     let t = cluster.create_table::<i64>("t", 1)?;
+    ///     cluster.run(|w| {
+    ///         w.update(&t, 0, &[w.id() as i64])?;
+    ///         w.clock()
+    ///     })?;
+    ///     Ok(cluster.snapshot(&t)?[0].1[0])
+    /// })?;
+    /// assert_eq!(sums, vec![6, 6]); // workers 0..4 over two processes
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn run_local_processes<R, F>(config: Config, processes: usize, f: F) -> Result<Vec<R>>
+    where
+        R: Send,
+        F: Fn(&mut Cluster) -> Result<R> + Sync,
+    {
+        config.validate()?;
+        if processes == 0 {
+            return Err(Error::config("processes", "must be at least 1"));
+        }
+        let world = World {
+            processes,
+            workers: config.workers,
+            shards: config.shards,
+        };
+        let (transport, mut shard_inboxes, client_inboxes) =
+            InProcTransport::new(processes, world.total_shards());
+        let transport: Arc<dyn Transport> = Arc::new(transport);
+        let mut clusters = Vec::with_capacity(processes);
+        for (rank, inbox) in client_inboxes.into_iter().enumerate() {
+            let shards: Vec<Inbox> = shard_inboxes.drain(..config.shards).collect();
+            let rank = rank as ProcessId;
+            let cluster = Self::start_process(
+                config.clone(),
+                world,
+                rank,
+                transport.clone(),
+                shards,
+                inbox,
+                processes == 1,
+            );
+            match cluster {
+                Ok(c) => clusters.push(c),
+                Err(e) => {
+                    for c in &mut clusters {
+                        c.shared
+                            .fail(Error::failed(format!("process {rank}"), "did not start"));
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        let f = &f;
+        let outcomes: Vec<Result<R>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = clusters
+                .into_iter()
+                .map(|mut cluster| {
+                    scope.spawn(move || {
+                        let result = f(&mut cluster);
+                        if result.is_err() {
+                            // The others fail rather than wait at a barrier for this one.
+                            cluster.shared.fail(Error::failed(
+                                format!("process {}", cluster.rank()),
+                                "its application code failed",
+                            ));
+                        }
+                        let down = cluster.shutdown();
+                        result.and_then(|r| down.map(|()| r))
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .enumerate()
+                .map(|(rank, h)| {
+                    h.join().unwrap_or_else(|payload| {
+                        Err(Error::failed(
+                            format!("process {rank}"),
+                            panic_message(payload.as_ref()),
+                        ))
+                    })
+                })
+                .collect()
+        });
+        // The first cause, not the secondary failures it caused in the others.
+        let mut results = Vec::with_capacity(processes);
+        let mut first: Option<Error> = None;
+        for outcome in outcomes {
+            match outcome {
+                Ok(r) => results.push(r),
+                Err(e) => {
+                    if first.as_ref().is_none_or(is_secondary) {
+                        first = Some(e);
+                    }
+                }
+            }
+        }
+        match first {
+            Some(e) => Err(e),
+            None => Ok(results),
+        }
+    }
+
+    /// Starts process `rank` of a cluster shaped `world`: its worker pool, its shards
+    /// (fed by `shard_inboxes`) and its communication thread (fed by `client_inbox`).
+    /// Threads are bound only if `may_bind` and the NUMA placement applies.
+    fn start_process(
+        config: Config,
+        world: World,
+        rank: ProcessId,
+        transport: Arc<dyn Transport>,
+        shard_inboxes: Vec<Inbox>,
+        client_inbox: Inbox,
+        may_bind: bool,
+    ) -> Result<Cluster> {
         // Before any thread is bound: hwloc reads the CPUs this process may use.
         let topology = config.topology.clone().unwrap_or_else(Topology::detect);
         let numa_on = config.mode != Mode::Generic && config.specializations.numa;
         let places = numa::place_workers(&topology, config.workers, config.worker_placement);
         // Binding on a topology other than this machine's would silently do nothing.
-        let bound = numa_on && topology.is_this_machine();
+        let bound = may_bind && numa_on && topology.is_this_machine();
         let pus: Vec<Vec<u32>> = places.iter().map(|p| p.pus.clone()).collect();
         // First, so that a failure here leaves no other thread behind.
         let pool = WorkerPool::start(config.workers)?;
@@ -231,24 +384,34 @@ impl Cluster {
         // Shard and communication threads go to zones the workers use, fixed now.
         let thread_zones = numa::thread_zones(&places, config.shards);
         let zone_pus = |z: usize| bound.then(|| topology.zones()[z].pus());
-        let (transport, shard_inboxes, mut client_inboxes) = InProcTransport::new(1, config.shards);
-        let transport: Arc<dyn Transport> = Arc::new(transport);
-        let shared = Arc::new(ClientShared::new(0, config.clone(), transport.clone()));
-        let mut threads = Vec::with_capacity(config.shards + 1);
+        let shared = Arc::new(ClientShared::new(
+            rank,
+            world,
+            config.clone(),
+            transport.clone(),
+        ));
+        let mut threads = Threads::default();
         let spawn_err = |e: std::io::Error| Error::failed("thread spawn", e);
-        for (id, inbox) in shard_inboxes.into_iter().enumerate() {
-            let shard = server::Shard::new(id as u32, config.workers);
-            let pus = zone_pus(thread_zones.shards[id]);
-            threads.push(server::spawn(shard, inbox, transport.clone(), pus).map_err(spawn_err)?);
+        for (local, (id, inbox)) in world.shards_of(rank).zip(shard_inboxes).enumerate() {
+            let shard = server::Shard::new(id, world);
+            let pus = zone_pus(thread_zones.shards[local]);
+            match server::spawn(shard, inbox, transport.clone(), pus) {
+                Ok(t) => threads.shards.push((id, t)),
+                Err(e) => return Err(threads.abort(transport.as_ref(), rank, spawn_err(e))),
+            }
         }
-        let inbox = client_inboxes.remove(0);
         let pus = zone_pus(thread_zones.comm);
-        threads.push(spawn_comm(shared.clone(), inbox, pus).map_err(spawn_err)?);
+        match spawn_comm(shared.clone(), client_inbox, pus) {
+            Ok(t) => threads.comm = Some(t),
+            Err(e) => return Err(threads.abort(transport.as_ref(), rank, spawn_err(e))),
+        }
         Ok(Cluster {
             id: std::collections::hash_map::RandomState::new()
                 .build_hasher()
                 .finish(),
-            clocks: vec![0; config.workers],
+            world,
+            runs: 0,
+            start_clock: 0,
             specials: (0..config.workers).map(|_| Mutex::default()).collect(),
             pool,
             topology,
@@ -276,6 +439,22 @@ impl Cluster {
         })
     }
 
+    /// This process's rank in its cluster (0 for a one-process cluster).
+    pub fn rank(&self) -> usize {
+        self.shared.process as usize
+    }
+
+    /// Number of processes in the cluster.
+    pub fn processes(&self) -> usize {
+        self.world.processes
+    }
+
+    /// Worker threads in the whole cluster: `processes() * config().workers`. Worker
+    /// ids ([`Worker::id`]) run over `0..total_workers()`.
+    pub fn total_workers(&self) -> usize {
+        self.world.total_workers()
+    }
+
     /// The configuration the cluster runs with.
     pub fn config(&self) -> &Config {
         &self.config
@@ -284,8 +463,18 @@ impl Cluster {
     /// Creates a table of `width`-element rows of `T`. Every row starts as zeros.
     pub fn create_table<T: Element>(&mut self, name: &str, width: usize) -> Result<Table<T>> {
         self.check()?;
-        let meta = self.registry.create(name, width, T::TYPE)?.clone();
-        for shard in 0..self.config.shards {
+        self.registry.check_new(name, width)?;
+        // The coordinator (shard 0, on rank 0) assigns the id, once per name.
+        let declare = Msg::DeclareTable {
+            from: self.shared.process,
+            name: name.to_string(),
+            width,
+            elem: T::TYPE,
+        };
+        self.send(0, declare)?;
+        let meta = self.shared.await_table(name)?;
+        let meta = self.registry.insert(meta)?.clone();
+        for shard in 0..self.world.total_shards() {
             self.send(shard, Msg::CreateTable { meta: meta.clone() })?;
         }
         self.shared
@@ -405,18 +594,7 @@ impl Cluster {
         F: Fn(&mut Worker<'_>, I) -> Result<R> + Sync,
     {
         self.check()?;
-        let start = self.clocks.iter().copied().max().unwrap_or(0);
-        for worker in 0..self.config.workers {
-            for shard in 0..self.config.shards {
-                self.send(
-                    shard,
-                    Msg::Resume {
-                        worker: worker as u32,
-                        clock: start,
-                    },
-                )?;
-            }
-        }
+        let start = self.start_clock;
         let gather_first = may_gather && self.config.mode == Mode::FirstIter && self.gather_next;
         let role = if gather_first {
             Role::Recording
@@ -426,7 +604,12 @@ impl Cluster {
         // An init run writes each row once rather than following the iteration's pattern:
         // how its accesses found their rows says nothing about the specialization.
         let count = may_gather;
-        let (results, logs) = self.on_workers(role, start, count, inputs, &f)?;
+        let outcome = self.on_workers(role, start, count, inputs, &f);
+        // Every worker has finished (even a failed one), so the run can end everywhere;
+        // the run's own error, if any, is the one to report.
+        let ended = self.end_run();
+        let (results, logs) = outcome?;
+        ended?;
         if gather_first {
             // First-iteration gathering: this run was generic and logged; every update is
             // on the servers now, so the conversion loses nothing.
@@ -492,7 +675,7 @@ impl Cluster {
         F: Fn(&mut Worker<'_>, I) -> Result<R> + Sync,
     {
         self.check()?;
-        let start = self.clocks.iter().copied().max().unwrap_or(0);
+        let start = self.start_clock;
         let (_, logs) = self.on_workers(Role::Virtual, start, false, inputs, &f)?;
         self.gather(logs);
         if self.config.mode == Mode::Virtual {
@@ -523,14 +706,19 @@ impl Cluster {
         let workers = self.config.workers;
         let cfg = PlanConfig {
             workers,
-            shards: self.config.shards,
             chunks: self.config.prefetch_chunks,
             thread_caches: specs.thread_caches && specs.static_cache,
             contention_threshold: self.config.contention_threshold,
         };
-        let plan = plan::build(pattern, self.registry.tables(), &cfg);
+        let plan = plan::build(
+            pattern,
+            self.registry.tables(),
+            &self.shared.placement,
+            &cfg,
+        );
         let slabs = specs.static_cache && specs.contiguous_index;
         self.plans += 1;
+        let (rank, world) = (self.shared.process, self.world);
         for span in &plan.shards {
             let first = span.slots.start as u32;
             let in_shard = |s: &&u32| plan.slots[**s as usize].shard == span.shard;
@@ -538,15 +726,15 @@ impl Cluster {
                 (0..workers)
                     .map(|w| {
                         let slots = plan.updates[w].iter().filter(in_shard).map(|s| s - first);
-                        (w as u32, slots.collect())
+                        (world.worker_id(rank, w), slots.collect())
                     })
                     .collect()
             } else {
                 Vec::new()
             };
             let msg = Msg::Specialize {
-                from: self.shared.process,
-                plan: self.plans,
+                from: rank,
+                epoch: self.plans,
                 keys: plan.slots[span.slots.clone()]
                     .iter()
                     .map(|s| s.key)
@@ -738,9 +926,6 @@ impl Cluster {
                     if count {
                         self.counters += counters;
                     }
-                    if let Ok(clock) = &finished {
-                        self.clocks[w] = *clock;
-                    }
                     result.and_then(|r| finished.map(|_| r))
                 }
             };
@@ -764,7 +949,7 @@ impl Cluster {
     pub fn snapshot<T: Element>(&self, table: &Table<T>) -> Result<Vec<(u64, Vec<T>)>> {
         self.check()?;
         resolve(self.registry.tables(), self.id, table)?;
-        for shard in 0..self.config.shards {
+        for shard in 0..self.world.total_shards() {
             self.send(
                 shard,
                 Msg::Dump {
@@ -775,7 +960,7 @@ impl Cluster {
         }
         let mut rows: Vec<(u64, Vec<T>)> = self
             .shared
-            .collect_dumps(self.config.shards)?
+            .collect_dumps(self.world.total_shards())?
             .into_iter()
             .map(|(k, b)| (k.row, b.cast::<T>().to_vec()))
             .collect();
@@ -783,29 +968,34 @@ impl Cluster {
         Ok(rows)
     }
 
-    /// Stops every thread of the cluster. Idempotent; later calls on the cluster return
-    /// [`Error::ShutDown`].
+    /// Leaves the cluster and stops this process's threads. Idempotent; later calls on
+    /// the cluster return [`Error::ShutDown`].
+    ///
+    /// Shutdown is coordinated: this process tells every shard it leaves, and its own
+    /// shards keep serving the others until every process has left them (so no process
+    /// stops shards that others still use), within [`SHUTDOWN_TIMEOUT`]. A cluster that
+    /// has failed stops its threads at once.
     pub fn shutdown(&mut self) -> Result<()> {
         if self.down {
             return Ok(());
         }
         self.down = true;
-        for shard in 0..self.config.shards {
+        let rank = self.shared.process;
+        for shard in 0..self.world.total_shards() {
+            // Best effort: a failed cluster still tells the others it is gone.
             let _ = self
                 .transport
-                .send(Endpoint::Shard(shard as u32), Msg::Shutdown);
+                .send(Endpoint::Shard(shard as u32), Msg::Leave { from: rank });
         }
-        let _ = self
-            .transport
-            .send(Endpoint::Client(self.shared.process), Msg::Shutdown);
-        let mut result = Ok(());
-        for t in self.threads.drain(..) {
-            let name = t.thread().name().unwrap_or("iterstore thread").to_string();
-            if let Err(payload) = t.join() {
-                result = Err(Error::failed(name, panic_message(payload.as_ref())));
-            }
+        let failed = self.shared.has_failed();
+        let mut result = self.threads.stop(self.transport.as_ref(), rank, failed);
+        if result.is_ok() && !failed {
+            result = self.shared.check();
         }
-        result
+        match result {
+            Err(Error::ShutDown) => Ok(()),
+            other => other,
+        }
     }
 
     fn check(&self) -> Result<()> {
@@ -816,15 +1006,85 @@ impl Cluster {
     }
 
     fn send(&self, shard: usize, msg: Msg) -> Result<()> {
-        self.transport
-            .send(Endpoint::Shard(shard as u32), msg)
-            .map_err(|e| Error::failed(format!("server shard {shard}"), e))
+        self.shared.send(Endpoint::Shard(shard as u32), msg)
+    }
+
+    /// Ends the current run at every shard and waits until every process has ended it:
+    /// then all updates are applied, and the shards agree on the next run's start clock.
+    fn end_run(&mut self) -> Result<()> {
+        let run = self.runs + 1;
+        for shard in 0..self.world.total_shards() {
+            let from = self.shared.process;
+            self.send(shard, Msg::RunEnd { from, run })?;
+        }
+        self.start_clock = self.shared.await_run_ready(run)?;
+        self.runs = run;
+        Ok(())
     }
 }
 
 impl Drop for Cluster {
     fn drop(&mut self) {
         let _ = self.shutdown();
+    }
+}
+
+/// How long a process waits at shutdown for the others to leave its shards.
+pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A process's shard threads and communication thread.
+#[derive(Default)]
+struct Threads {
+    shards: Vec<(u32, JoinHandle<()>)>,
+    comm: Option<JoinHandle<()>>,
+}
+
+impl Threads {
+    /// Stops and joins every thread after a failed start; returns `error`.
+    fn abort(&mut self, transport: &dyn Transport, rank: ProcessId, error: Error) -> Error {
+        let _ = self.stop(transport, rank, true);
+        error
+    }
+
+    /// Waits for the shard threads to be released by every process (at once if
+    /// `now`, else within [`SHUTDOWN_TIMEOUT`]), then stops the communication thread.
+    fn stop(&mut self, transport: &dyn Transport, rank: ProcessId, now: bool) -> Result<()> {
+        let deadline = Instant::now()
+            + if now {
+                Duration::ZERO
+            } else {
+                SHUTDOWN_TIMEOUT
+            };
+        let mut result = Ok(());
+        while self.shards.iter().any(|(_, t)| !t.is_finished()) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        for (id, t) in self.shards.drain(..) {
+            if !t.is_finished() {
+                if !now && result.is_ok() {
+                    result = Err(Error::failed(
+                        format!("server shard {id} (process {rank})"),
+                        format!(
+                            "other processes did not leave it within {} s",
+                            SHUTDOWN_TIMEOUT.as_secs()
+                        ),
+                    ));
+                }
+                let _ = transport.stop_local(Endpoint::Shard(id));
+            }
+            if let Err(payload) = t.join() {
+                let name = format!("server shard {id}");
+                result = result.and(Err(Error::failed(name, panic_message(payload.as_ref()))));
+            }
+        }
+        if let Some(t) = self.comm.take() {
+            let _ = transport.stop_local(Endpoint::Client(rank));
+            if let Err(payload) = t.join() {
+                let name = format!("client communication thread {rank}");
+                result = result.and(Err(Error::failed(name, panic_message(payload.as_ref()))));
+            }
+        }
+        result
     }
 }
 
@@ -840,16 +1100,6 @@ fn default_tape_budget() -> Option<usize> {
 /// Errors that are consequences of another failure rather than causes.
 fn is_secondary(e: &Error) -> bool {
     matches!(e, Error::ShutDown | Error::Failed { .. })
-}
-
-fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "non-string panic payload".to_string()
-    }
 }
 
 /// Locks `m`; a poisoned lock (a worker panicked, which the run already reports) still

@@ -73,32 +73,53 @@ impl ClockTable {
         self.min
     }
 
-    /// Number of workers tracked.
-    pub fn workers(&self) -> usize {
-        self.clocks.len()
-    }
-
-    /// Records that `worker` completed clock `clock`. Returns the new minimum if it
-    /// advanced. Clocks never go backwards; an out-of-range worker is ignored (`None`).
-    pub fn tick(&mut self, worker: usize, clock: Clock) -> Option<Clock> {
-        let c = self.clocks.get_mut(worker)?;
-        *c = (*c).max(clock);
-        self.recompute()
+    /// Records that `worker` completed clock `clock`, which must be exactly one more
+    /// than its last: a clock that goes backwards, repeats or skips is a protocol error
+    /// naming the worker, never clamped. Returns the new minimum if it advanced.
+    pub fn tick(&mut self, worker: usize, clock: Clock) -> Result<Option<Clock>, ClockError> {
+        let c = self
+            .clocks
+            .get_mut(worker)
+            .ok_or(ClockError::UnknownWorker { worker })?;
+        if clock != *c + 1 {
+            return Err(ClockError::OutOfOrder {
+                worker,
+                last: *c,
+                clock,
+            });
+        }
+        *c = clock;
+        Ok(self.recompute())
     }
 
     /// Records that `worker` has finished: it is no longer waited for.
-    pub fn finish(&mut self, worker: usize) -> Option<Clock> {
-        *self.finished.get_mut(worker)? = true;
-        self.recompute()
+    pub fn finish(&mut self, worker: usize) -> Result<Option<Clock>, ClockError> {
+        *self
+            .finished
+            .get_mut(worker)
+            .ok_or(ClockError::UnknownWorker { worker })? = true;
+        Ok(self.recompute())
     }
 
-    /// Makes `worker` active again at `clock`, which must be at least the current minimum
-    /// (the cluster resumes every worker at the common maximum clock between runs).
-    pub fn resume(&mut self, worker: usize, clock: Clock) {
-        if let (Some(c), Some(f)) = (self.clocks.get_mut(worker), self.finished.get_mut(worker)) {
-            *c = (*c).max(clock).max(self.min);
-            *f = false;
+    /// The largest clock any worker reached.
+    pub fn max_clock(&self) -> Clock {
+        self.clocks.iter().copied().max().unwrap_or(0)
+    }
+
+    /// Starts a new run: every worker active again at `start`, which must be at least
+    /// every worker's clock (the cluster starts a run at the largest clock reached).
+    pub fn resume_all(&mut self, start: Clock) -> Result<(), ClockError> {
+        if let Some(worker) = self.clocks.iter().position(|&c| c > start) {
+            return Err(ClockError::OutOfOrder {
+                worker,
+                last: self.clocks[worker],
+                clock: start,
+            });
         }
+        self.clocks.fill(start);
+        self.finished.fill(false);
+        self.min = self.min.max(start);
+        Ok(())
     }
 
     fn recompute(&mut self) -> Option<Clock> {
@@ -117,6 +138,29 @@ impl ClockTable {
             None
         }
     }
+}
+
+/// A clock message the [`ClockTable`] refuses.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ClockError {
+    /// The worker id is outside the cluster.
+    #[error("clock from unknown worker {worker}")]
+    UnknownWorker {
+        /// The worker.
+        worker: usize,
+    },
+    /// The clock is not the one after the worker's last.
+    #[error(
+        "worker {worker} sent clock {clock} after clock {last}: clocks must advance one by one"
+    )]
+    OutOfOrder {
+        /// The worker.
+        worker: usize,
+        /// Its last clock.
+        last: Clock,
+        /// The clock it sent.
+        clock: Clock,
+    },
 }
 
 /// Reads waiting for the server's data clock to reach what they require.
@@ -194,31 +238,49 @@ mod tests {
     #[test]
     fn min_clock_tracks_slowest_active_worker() {
         let mut t = ClockTable::new(3);
-        assert_eq!(t.tick(0, 1), None);
-        assert_eq!(t.tick(1, 2), None);
-        assert_eq!(t.tick(2, 1), Some(1));
-        assert_eq!(t.tick(0, 3), None);
+        assert_eq!(t.tick(0, 1), Ok(None));
+        assert_eq!(t.tick(1, 1), Ok(None));
+        assert_eq!(t.tick(1, 2), Ok(None));
+        assert_eq!(t.tick(2, 1), Ok(Some(1)));
+        assert_eq!(t.tick(0, 2), Ok(None));
+        assert_eq!(t.tick(0, 3), Ok(None));
         // Worker 2 finishes at clock 1: the minimum jumps to the slowest active one.
-        assert_eq!(t.finish(2), Some(2));
-        assert_eq!(t.finish(1), Some(3));
+        assert_eq!(t.finish(2), Ok(Some(2)));
+        assert_eq!(t.finish(1), Ok(Some(3)));
         // Everyone finished: the maximum clock.
-        assert_eq!(t.finish(0), None);
+        assert_eq!(t.finish(0), Ok(None));
         assert_eq!(t.min_clock(), 3);
         // Resumed at the common clock; the minimum never goes back.
-        for w in 0..3 {
-            t.resume(w, 3);
-        }
+        t.resume_all(t.max_clock()).unwrap();
         assert_eq!(t.min_clock(), 3);
-        assert_eq!(t.tick(0, 4), None);
-        assert_eq!(t.tick(7, 9), None, "unknown workers are ignored");
+        assert_eq!(t.tick(0, 4), Ok(None));
+        assert_eq!(
+            t.tick(7, 9),
+            Err(ClockError::UnknownWorker { worker: 7 }),
+            "unknown workers are refused"
+        );
     }
 
     #[test]
-    fn clocks_never_go_backwards() {
-        let mut t = ClockTable::new(1);
-        t.tick(0, 5);
-        assert_eq!(t.tick(0, 2), None);
-        assert_eq!(t.min_clock(), 5);
+    fn clock_regressions_are_errors_naming_the_worker() {
+        let mut t = ClockTable::new(2);
+        t.tick(1, 1).unwrap();
+        let back = t.tick(1, 1).unwrap_err();
+        assert_eq!(
+            back,
+            ClockError::OutOfOrder {
+                worker: 1,
+                last: 1,
+                clock: 1
+            }
+        );
+        assert!(back.to_string().contains("worker 1"), "{back}");
+        assert!(t.tick(0, 3).is_err(), "a skipped clock");
+        assert!(
+            t.resume_all(0).is_err(),
+            "a run cannot start before a worker's clock"
+        );
+        assert_eq!(t.min_clock(), 0);
     }
 
     #[test]

@@ -93,14 +93,17 @@ mod error;
 mod gather;
 mod msg;
 mod numa;
+mod placement;
 mod plan;
 mod pool;
 mod prefetch;
 mod server;
+mod slot;
 mod table;
 mod topology;
 mod transport;
 mod worker;
+mod world;
 
 pub use buf::AlignedBuf;
 pub use cluster::{Cluster, NumaReport, SpecialMemory, Stats};

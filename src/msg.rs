@@ -29,11 +29,29 @@ pub enum Endpoint {
 }
 
 /// One protocol message.
+///
+/// Every message from a process to a shard travels on that pair's ordered channel
+/// ([`Transport`](crate::transport::Transport)), so a process's `CreateTable`,
+/// `Specialize` and `RunEnd` precede its workers' later messages at every shard.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[non_exhaustive]
 pub enum Msg {
-    // ---- client -> shard ----
-    /// Declares a table (sent to every shard before the table is used).
+    // ---- process -> shard 0, the coordinator ----
+    /// Asks the coordinator for the id of table `name` (assigned once, on first
+    /// declaration; a later declaration must have the same shape).
+    DeclareTable {
+        /// The asking process.
+        from: ProcessId,
+        /// The table's name.
+        name: String,
+        /// Elements per row.
+        width: usize,
+        /// Element type.
+        elem: crate::ElemType,
+    },
+
+    // ---- process -> shard ----
+    /// Declares a table (sent to every shard before the table is used; idempotent).
     CreateTable {
         /// The table.
         meta: TableMeta,
@@ -49,28 +67,32 @@ pub enum Msg {
     /// `clock - 1` to rows on this shard (possibly none); they become visible when every
     /// worker has completed that clock.
     Clock {
-        /// The worker.
+        /// The worker (global id).
         worker: WorkerId,
-        /// The worker's clock after the `CLOCK` call.
+        /// The worker's clock after the `CLOCK` call: exactly one more than its last.
         clock: Clock,
+        /// The plan epoch `slab` is laid out for (0 without a slab).
+        epoch: u32,
         /// Per-row deltas of the clock just completed.
         rows: RowBatch,
         /// The worker's arena-shaped delta buffer for this shard (specialized mode; empty
-        /// otherwise): the rows it registered with [`Msg::Specialize`], in order, each
-        /// padded to 8 bytes.
+        /// otherwise): the rows its process registered for it with [`Msg::Specialize`] of
+        /// `epoch`, in order, each padded to 8 bytes.
         slab: AlignedBuf,
     },
     /// A worker finished its work for this run; it is not waited for any more.
     Finish {
-        /// The worker.
+        /// The worker (global id).
         worker: WorkerId,
     },
-    /// A worker starts a new run at `clock`.
-    Resume {
-        /// The worker.
-        worker: WorkerId,
-        /// Its clock.
-        clock: Clock,
+    /// A process's workers have all finished run `run` (numbered from 1) and sent
+    /// everything. When every process has ended the run, the shard resumes every worker
+    /// at the largest clock any reached and answers [`Msg::RunReady`].
+    RunEnd {
+        /// The process.
+        from: ProcessId,
+        /// The run.
+        run: u64,
     },
     /// Asks for every row of a table this shard holds (for snapshots between runs).
     Dump {
@@ -79,35 +101,48 @@ pub enum Msg {
         /// The table.
         table: u32,
     },
-    /// Switches the shard to a specialized layout: its rows of `keys` live in one arena in
+    /// Subscribes the process to a specialized layout: the shard's rows of `keys`, in
     /// this order (each padded to 8 bytes), refreshed in chunks ending at the slot indices
-    /// `chunk_ends`; `updaters` lists, per worker, the slots its delta slab covers.
+    /// `chunk_ends`; `updaters` lists, per worker of the process, the slots its delta
+    /// slab covers. Replaces the process's previous subscription; other processes'
+    /// subscriptions are untouched.
     Specialize {
         /// The process whose plan this is.
         from: ProcessId,
-        /// Numbers the process's plans; arena replies carry it.
-        plan: u32,
-        /// The shard's rows in arena order.
+        /// Numbers the process's plans (from 1, increasing); slabs and refreshes carry it.
+        epoch: u32,
+        /// The shard's rows in the process's arena order.
         keys: Vec<RowKey>,
         /// Exclusive end slot of each chunk.
         chunk_ends: Vec<u32>,
-        /// `(worker, slots)` pairs.
+        /// `(worker, slots)` pairs (global worker ids).
         updaters: Vec<(WorkerId, Vec<u32>)>,
     },
-    /// Asks for the specialized arena (one chunk, or all chunks in order) at a data clock
-    /// of at least `required`.
+    /// Asks for the process's subscribed rows (one chunk, or all chunks in order) at a
+    /// data clock of at least `required`.
     SlabFetch {
         /// The asking process.
         from: ProcessId,
+        /// The subscription's epoch.
+        epoch: u32,
         /// Required data clock.
         required: Clock,
         /// One chunk (shard-local index), or `None` for all.
         chunk: Option<u32>,
     },
-    /// Stops the receiving thread.
-    Shutdown,
+    /// The process has sent everything it will send: it leaves the cluster. A shard stops
+    /// once every process has left it.
+    Leave {
+        /// The process.
+        from: ProcessId,
+    },
 
-    // ---- shard -> client ----
+    // ---- shard -> process ----
+    /// The coordinator's answer to [`Msg::DeclareTable`].
+    TableDeclared {
+        /// The table, with its cluster-wide id.
+        meta: TableMeta,
+    },
     /// Row values: exactly every update of clocks `< data_clock`.
     Rows {
         /// The sending shard.
@@ -117,17 +152,18 @@ pub enum Msg {
         /// The rows.
         rows: Vec<(RowKey, AlignedBuf)>,
     },
-    /// One chunk of a shard's arena: exactly every update of clocks `< data_clock`.
+    /// One chunk of a process's subscription: exactly every update of clocks
+    /// `< data_clock`.
     SlabRows {
         /// The sending shard.
         shard: ShardId,
-        /// The plan the bytes are laid out for.
-        plan: u32,
+        /// The subscription's epoch the bytes are laid out for.
+        epoch: u32,
         /// Shard-local chunk index.
         chunk: u32,
         /// See above.
         data_clock: Clock,
-        /// The chunk's bytes, laid out as the arena.
+        /// The chunk's bytes, laid out as the process's arena.
         bytes: AlignedBuf,
     },
     /// The shard's minimum clock advanced (lets asynchronous readers see progress).
@@ -137,6 +173,16 @@ pub enum Msg {
         /// The new minimum.
         clock: Clock,
     },
+    /// Every process ended run `run`: every update is applied and the next run starts
+    /// at clock `start` for every worker.
+    RunReady {
+        /// The sending shard.
+        shard: ShardId,
+        /// The run that ended.
+        run: u64,
+        /// The next run's start clock.
+        start: Clock,
+    },
     /// Answer to [`Msg::Dump`].
     DumpRows {
         /// The sending shard.
@@ -144,7 +190,7 @@ pub enum Msg {
         /// The rows.
         rows: Vec<(RowKey, AlignedBuf)>,
     },
-    /// The shard rejected a message.
+    /// The shard rejected a message; the cluster fails.
     Rejected {
         /// The sending shard.
         shard: ShardId,

@@ -42,7 +42,7 @@
 //!   slot is in `plan.thread_cached[w]`), or if the row's arena copy or one of its
 //!   replicas is in `w`'s zone. Otherwise it is **remote**. `remote_fraction` = remote / accesses (0 without accesses).
 //! - **Baseline**: hash placement with unpinned threads, for the same pattern, plan and
-//!   topology. Each row's arena copy is in zone `hash % Z` (the store's `shard_of` hash);
+//!   topology. Each row's arena copy is in zone `hash % Z` (the store's placement hash);
 //!   an unpinned thread is equally likely to run in any zone at any access, and its own
 //!   memory (first-touched wherever it happened to run) is equally likely to be in any
 //!   zone, independently. `baseline_remote_fraction` is the *expected* remote fraction
@@ -53,8 +53,9 @@
 //!   counted), a per-thread copy one.
 
 use crate::gather::{AccessPattern, RowUse};
+use crate::placement::stable_hash;
 use crate::plan::Plan;
-use crate::server::{padded, shard_of};
+use crate::slot::padded;
 use crate::Topology;
 
 pub(crate) use crate::config::WorkerPlacement;
@@ -378,7 +379,7 @@ pub(crate) fn plan(
             arena_bytes[z] += b;
         }
         if let Some(row) = uses[s] {
-            let hashed = shard_of(slot.key, zones);
+            let hashed = (stable_hash(slot.key) % zones as u64) as usize;
             for (w, n, own) in ws.entries(row, s32) {
                 let zone = ws.zones[w];
                 accesses += n;
@@ -424,6 +425,7 @@ pub(crate) fn plan(
 mod tests {
     use super::*;
     use crate::gather::{Access, AccessLog};
+    use crate::placement::Placement;
     use crate::plan::{self, PlanConfig};
     use crate::topology::{Core, TopologySource, Zone};
     use crate::{ElemType, RowKey, TableMeta};
@@ -453,12 +455,11 @@ mod tests {
         let pattern = AccessPattern::from_logs(logs);
         let cfg = PlanConfig {
             workers,
-            shards: SHARDS,
             chunks: 2,
             thread_caches,
             contention_threshold: 1.0,
         };
-        let plan = plan::build(&pattern, &tables(), &cfg);
+        let plan = plan::build(&pattern, &tables(), &Placement::hashed(SHARDS), &cfg);
         (pattern, plan)
     }
 
@@ -769,9 +770,9 @@ mod tests {
         let p = plan::build(
             &empty,
             &tables(),
+            &Placement::hashed(1),
             &PlanConfig {
                 workers: 2,
-                shards: 1,
                 chunks: 1,
                 thread_caches: true,
                 contention_threshold: 1.0,

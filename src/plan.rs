@@ -7,7 +7,8 @@
 //! on synthetic patterns.
 
 use crate::gather::{map_bytes, AccessPattern};
-use crate::server::shard_of;
+use crate::placement::Placement;
+use crate::slot::padded;
 use crate::{RowKey, TableMeta};
 use rustc_hash::FxHashMap;
 use std::ops::Range;
@@ -17,8 +18,6 @@ use std::ops::Range;
 pub struct PlanConfig {
     /// Worker threads in the process.
     pub workers: usize,
-    /// Server shards.
-    pub shards: usize,
     /// Chunks per shard refresh.
     pub chunks: usize,
     /// Whether contended rows get per-thread copies.
@@ -140,14 +139,20 @@ pub fn tapes(
     }
 }
 
-/// Lays out `pattern` (rows of tables unknown to `tables` are left out).
-pub fn build(pattern: &AccessPattern, tables: &[TableMeta], cfg: &PlanConfig) -> Plan {
-    let shards = cfg.shards.max(1);
+/// Lays out `pattern` over the shards of `placement` (rows of tables unknown to `tables`
+/// are left out).
+pub(crate) fn build(
+    pattern: &AccessPattern,
+    tables: &[TableMeta],
+    placement: &Placement,
+    cfg: &PlanConfig,
+) -> Plan {
+    let shards = placement.shards();
     // Rows grouped by shard; within a shard, first-use order (the pattern's order).
     let mut by_shard: Vec<Vec<usize>> = vec![Vec::new(); shards];
     for (i, row) in pattern.rows().iter().enumerate() {
         if tables.get(row.key.table as usize).is_some() {
-            by_shard[shard_of(row.key, shards)].push(i);
+            by_shard[placement.shard_of(row.key) as usize].push(i);
         }
     }
     let mut plan = Plan {
@@ -179,7 +184,7 @@ pub fn build(pattern: &AccessPattern, tables: &[TableMeta], cfg: &PlanConfig) ->
                 shard: shard as u32,
                 chunk,
             });
-            offset += len.div_ceil(8) * 8;
+            offset += padded(len);
             let span = plan.chunks.last_mut().expect("pushed above");
             span.slots.end = plan.slots.len();
             span.bytes.end = offset;
@@ -252,12 +257,11 @@ mod tests {
     fn lays_out_rows_by_shard_in_first_use_order_aligned() {
         let cfg = PlanConfig {
             workers: 2,
-            shards: 2,
             chunks: 3,
             thread_caches: true,
             contention_threshold: 0.1,
         };
-        let plan = build(&pattern(), &tables(), &cfg);
+        let plan = build(&pattern(), &tables(), &Placement::hashed(2), &cfg);
         assert_eq!(plan.slots.len(), 41);
         assert_eq!(plan.index.len(), 41);
         for (i, s) in plan.slots.iter().enumerate() {
@@ -309,7 +313,6 @@ mod tests {
     fn one_shard_without_thread_caches() -> PlanConfig {
         PlanConfig {
             workers: 2,
-            shards: 1,
             chunks: 1,
             thread_caches: false,
             contention_threshold: 0.0,
@@ -320,7 +323,7 @@ mod tests {
     fn tapes_beyond_the_budget_are_truncated_in_proportion() {
         let cfg = one_shard_without_thread_caches();
         let mut p = pattern();
-        let plan = build(&p, &tables(), &cfg);
+        let plan = build(&p, &tables(), &Placement::hashed(1), &cfg);
         let sequences = p.take_sequences();
         // 162 accesses (81 per worker, one of each left out); room for 100 steps.
         let t = tapes(&p, &plan, sequences, Some(400));
@@ -333,7 +336,7 @@ mod tests {
     #[test]
     fn thread_caches_can_be_switched_off() {
         let cfg = one_shard_without_thread_caches();
-        let plan = build(&pattern(), &tables(), &cfg);
+        let plan = build(&pattern(), &tables(), &Placement::hashed(1), &cfg);
         assert!(plan.thread_cached.iter().all(Vec::is_empty));
         assert_eq!(plan.chunks.len(), 1);
     }

@@ -101,12 +101,8 @@ pub(crate) struct Registry {
 }
 
 impl Registry {
-    pub(crate) fn create(
-        &mut self,
-        name: &str,
-        width: usize,
-        elem: ElemType,
-    ) -> Result<&TableMeta> {
+    /// Checks that table `name` of `width` columns may be created here.
+    pub(crate) fn check_new(&self, name: &str, width: usize) -> Result<()> {
         if name.is_empty() {
             return Err(Error::config("table name", "must not be empty"));
         }
@@ -119,15 +115,48 @@ impl Registry {
         if self.tables.iter().any(|t| t.name == name) {
             return Err(Error::TableExists(name.to_string()));
         }
-        let id = TableId::try_from(self.tables.len())
-            .map_err(|_| Error::config("tables", "too many tables"))?;
-        self.tables.push(TableMeta {
+        if TableId::try_from(self.tables.len()).is_err() {
+            return Err(Error::config("tables", "too many tables"));
+        }
+        Ok(())
+    }
+
+    /// Adds a table whose id the cluster's coordinator assigned. Ids are positions, so
+    /// every process must create its tables in the same order.
+    pub(crate) fn insert(&mut self, meta: TableMeta) -> Result<&TableMeta> {
+        self.check_new(&meta.name, meta.width)?;
+        if meta.id as usize != self.tables.len() {
+            return Err(Error::config(
+                "tables",
+                format!(
+                    "table '{}' has cluster id {} but is this process's table #{}: every \
+                     process must create the same tables in the same order",
+                    meta.name,
+                    meta.id,
+                    self.tables.len()
+                ),
+            ));
+        }
+        self.tables.push(meta);
+        Ok(self.tables.last().expect("pushed"))
+    }
+
+    /// Declares the next table locally (tests).
+    #[cfg(test)]
+    pub(crate) fn create(
+        &mut self,
+        name: &str,
+        width: usize,
+        elem: ElemType,
+    ) -> Result<&TableMeta> {
+        self.check_new(name, width)?;
+        let id = self.tables.len() as TableId;
+        self.insert(TableMeta {
             id,
             name: name.to_string(),
             width,
             elem,
-        });
-        Ok(&self.tables[id as usize])
+        })
     }
 
     pub(crate) fn by_name(&self, name: &str) -> Result<&TableMeta> {

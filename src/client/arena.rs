@@ -6,11 +6,11 @@
 //! read and written with relaxed loads and stores, so a reader that raced a writer simply
 //! retries. Each chunk carries the data clock of its last refresh.
 
+use super::ClientShared;
 use crate::consistency::Clock;
-use crate::msg::{Endpoint, Msg, ProcessId};
+use crate::msg::{Endpoint, Msg};
 use crate::plan::Plan;
 use crate::topology::bind::MemBinder;
-use crate::transport::Transport;
 use crate::{Error, Result, RowKey};
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
@@ -254,23 +254,19 @@ impl ProcessArena {
     /// chunk holding `slot` (if given).
     pub(crate) fn request(
         &self,
-        process: ProcessId,
-        transport: &dyn Transport,
+        shared: &ClientShared,
         required: Clock,
         slot: Option<u32>,
     ) -> Result<()> {
         let send = |shard: u32, chunk: Option<u32>| {
             self.requests_sent.fetch_add(1, Ordering::Relaxed);
-            transport
-                .send(
-                    Endpoint::Shard(shard),
-                    Msg::SlabFetch {
-                        from: process,
-                        required,
-                        chunk,
-                    },
-                )
-                .map_err(|e| Error::failed(format!("server shard {shard}"), e))
+            let msg = Msg::SlabFetch {
+                from: shared.process,
+                epoch: self.id,
+                required,
+                chunk,
+            };
+            shared.send(Endpoint::Shard(shard), msg)
         };
         let chunk = match (self.batched, slot) {
             (true, _) => None,
@@ -336,13 +332,17 @@ mod tests {
         }];
         let cfg = PlanConfig {
             workers: 1,
-            shards: 1,
             chunks: 2,
             thread_caches: false,
             contention_threshold: 1.0,
         };
         ProcessArena::new(
-            build(&AccessPattern::from_logs(vec![log]), &tables, &cfg),
+            build(
+                &AccessPattern::from_logs(vec![log]),
+                &tables,
+                &crate::placement::Placement::hashed(1),
+                &cfg,
+            ),
             1,
             true,
             None,

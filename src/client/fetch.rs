@@ -1,18 +1,17 @@
-//! Fetching rows on a miss: de-duplication of in-flight requests, opportunistic batching,
-//! and the signal workers wait on until a reply arrives.
+//! Fetching rows on a miss: de-duplication of in-flight requests and opportunistic
+//! batching. Waiting for the reply is the caller's business (the process's
+//! [`Signal`](super::signal::Signal)).
 //!
 //! Batching is "group commit": a worker that queues a request while another is sending
 //! leaves it for that sender, which drains the whole queue into one message per shard.
 
+use super::ClientShared;
 use crate::consistency::Clock;
-use crate::msg::{Endpoint, Msg, ProcessId};
-use crate::server::shard_of;
-use crate::transport::Transport;
-use crate::{Error, Result, RowKey};
+use crate::msg::{Endpoint, Msg};
+use crate::{Result, RowKey};
 use rustc_hash::FxHashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 #[derive(Default)]
 struct Queue {
@@ -28,10 +27,6 @@ pub(crate) struct Fetcher {
     /// worker that needs a lower one.
     in_flight: Mutex<FxHashMap<RowKey, Vec<Clock>>>,
     queue: Mutex<Queue>,
-    /// Bumped (under `signal`) whenever a reply arrives; read without locking.
-    generation: AtomicU64,
-    signal: Mutex<()>,
-    arrived: Condvar,
     /// Rows asked for so far (observability).
     pub(crate) rows_requested: AtomicU64,
 }
@@ -42,12 +37,11 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Fetcher {
     /// Asks the shard holding `key` for a snapshot with data clock `>= required`, unless
-    /// a request with the same requirement is already in flight.
+    /// a request with the same requirement is already in flight. A failed send forgets
+    /// the requests it carried (nobody would answer them) and is returned.
     pub(crate) fn request(
         &self,
-        process: ProcessId,
-        shards: usize,
-        transport: &dyn Transport,
+        shared: &ClientShared,
         key: RowKey,
         required: Clock,
     ) -> Result<()> {
@@ -74,10 +68,18 @@ impl Fetcher {
             drop(q);
             self.rows_requested
                 .fetch_add(batch.len() as u64, Ordering::Relaxed);
-            let sent = send_batch(process, shards, transport, batch);
+            let sent = send_batch(shared, &batch);
             q = lock(&self.queue);
             if let Err(e) = sent {
                 q.sending = false;
+                let unsent = std::mem::take(&mut q.pending);
+                drop(q);
+                let mut in_flight = lock(&self.in_flight);
+                for (key, required) in batch.iter().chain(&unsent) {
+                    if let Some(outstanding) = in_flight.get_mut(key) {
+                        outstanding.retain(|r| r != required);
+                    }
+                }
                 return Err(e);
             }
         }
@@ -95,56 +97,20 @@ impl Fetcher {
             }
         }
     }
-
-    /// The current reply generation (no lock); pass it to [`wait`](Self::wait).
-    #[inline]
-    pub(crate) fn generation(&self) -> u64 {
-        self.generation.load(Ordering::Acquire)
-    }
-
-    /// Wakes every waiting worker.
-    pub(crate) fn notify(&self) {
-        let guard = lock(&self.signal);
-        self.generation.fetch_add(1, Ordering::AcqRel);
-        drop(guard);
-        self.arrived.notify_all();
-    }
-
-    /// Waits until something arrived after `generation` was read, or `timeout` passed.
-    /// The generation is bumped under the same lock this checks it under, so a reply
-    /// that lands between the caller's check and this wait is never missed.
-    pub(crate) fn wait(&self, generation: u64, timeout: Duration) {
-        let guard = lock(&self.signal);
-        if self.generation.load(Ordering::Acquire) == generation {
-            let _ = self.arrived.wait_timeout(guard, timeout);
-        }
-    }
 }
 
-fn send_batch(
-    process: ProcessId,
-    shards: usize,
-    transport: &dyn Transport,
-    batch: Vec<(RowKey, Clock)>,
-) -> Result<()> {
-    let mut per_shard: Vec<Vec<(RowKey, Clock)>> = vec![Vec::new(); shards];
-    for (key, required) in batch {
-        per_shard[shard_of(key, shards)].push((key, required));
+fn send_batch(shared: &ClientShared, batch: &[(RowKey, Clock)]) -> Result<()> {
+    let placement = &shared.placement;
+    let mut per_shard: Vec<Vec<(RowKey, Clock)>> = vec![Vec::new(); placement.shards()];
+    for &(key, required) in batch {
+        per_shard[placement.shard_of(key) as usize].push((key, required));
     }
     for (shard, rows) in per_shard.into_iter().enumerate() {
         if rows.is_empty() {
             continue;
         }
-        let to = Endpoint::Shard(shard as u32);
-        transport
-            .send(
-                to,
-                Msg::Fetch {
-                    from: process,
-                    rows,
-                },
-            )
-            .map_err(|e| Error::failed(format!("server shard {shard}"), e))?;
+        let from = shared.process;
+        shared.send(Endpoint::Shard(shard as u32), Msg::Fetch { from, rows })?;
     }
     Ok(())
 }

@@ -8,15 +8,22 @@
 mod arena;
 mod cache;
 mod fetch;
+mod signal;
 
 pub(crate) use arena::{ArenaWords, ProcessArena};
 pub(crate) use cache::{CacheRef, ProcessCache};
 pub(crate) use fetch::Fetcher;
+pub(crate) use signal::Signal;
 
 use crate::consistency::Clock;
-use crate::msg::{Msg, ProcessId};
-use crate::transport::{Inbox, Transport};
+use crate::error::panic_message;
+use crate::msg::{Endpoint, Msg, ProcessId, ShardId};
+use crate::placement::Placement;
+use crate::transport::{Inbound, Inbox, Transport};
+use crate::world::World;
 use crate::{AlignedBuf, Config, Error, Result, RowKey, TableMeta};
+use std::collections::BTreeMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::thread::JoinHandle;
@@ -27,12 +34,19 @@ pub(crate) const WAIT_SLICE: Duration = Duration::from_millis(50);
 
 /// State shared by a process's worker threads and its communication thread.
 pub(crate) struct ClientShared {
+    /// This process's rank.
     pub(crate) process: ProcessId,
+    /// The cluster's shape.
+    pub(crate) world: World,
     pub(crate) config: Config,
     pub(crate) transport: Arc<dyn Transport>,
+    /// Which shard holds each row.
+    pub(crate) placement: Placement,
     pub(crate) tables: RwLock<Vec<TableMeta>>,
     pub(crate) cache: ProcessCache,
     pub(crate) fetcher: Fetcher,
+    /// Wakes threads waiting for anything the communication thread receives.
+    pub(crate) signal: Signal,
     /// The newest data clock any reply has carried (the servers' minimum clock as far as
     /// this process knows). Asynchronous reads require at least this.
     pub(crate) known_min: AtomicU64,
@@ -41,22 +55,40 @@ pub(crate) struct ClientShared {
     failure: Mutex<Option<Error>>,
     failed: AtomicBool,
     dumps: Mutex<Vec<Vec<(RowKey, AlignedBuf)>>>,
+    /// Answers to the run barrier: per run, each shard's start clock.
+    run_ready: Mutex<BTreeMap<u64, Vec<(ShardId, Clock)>>>,
+    /// Tables the coordinator declared to this process.
+    declared: Mutex<Vec<TableMeta>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl ClientShared {
-    pub(crate) fn new(process: ProcessId, config: Config, transport: Arc<dyn Transport>) -> Self {
+    pub(crate) fn new(
+        process: ProcessId,
+        world: World,
+        config: Config,
+        transport: Arc<dyn Transport>,
+    ) -> Self {
         ClientShared {
             process,
+            world,
             cache: ProcessCache::new(config.cache_capacity),
             config,
             transport,
+            placement: Placement::hashed(world.total_shards()),
             tables: RwLock::new(Vec::new()),
             fetcher: Fetcher::default(),
+            signal: Signal::default(),
             known_min: AtomicU64::new(0),
             arena: RwLock::new(None),
             failure: Mutex::new(None),
             failed: AtomicBool::new(false),
             dumps: Mutex::new(Vec::new()),
+            run_ready: Mutex::new(BTreeMap::new()),
+            declared: Mutex::new(Vec::new()),
         }
     }
 
@@ -76,12 +108,13 @@ impl ClientShared {
 
     /// Records the first failure; every later wait returns it.
     pub(crate) fn fail(&self, error: Error) {
-        let mut f = self.failure.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut f = lock(&self.failure);
         if f.is_none() {
             *f = Some(error);
         }
         self.failed.store(true, Ordering::Release);
-        self.fetcher.notify();
+        drop(f);
+        self.signal.notify();
     }
 
     /// `Err` if the cluster has failed or shut down.
@@ -90,33 +123,100 @@ impl ClientShared {
         if !self.failed.load(Ordering::Acquire) {
             return Ok(());
         }
-        let f = self.failure.lock().unwrap_or_else(PoisonError::into_inner);
+        let f = lock(&self.failure);
         Err(match &*f {
             Some(Error::Failed { component, message }) => Error::failed(component, message),
             _ => Error::ShutDown,
         })
     }
 
-    /// Collects `shards` answers to `Dump` requests already sent.
-    pub(crate) fn collect_dumps(&self, shards: usize) -> Result<Vec<(RowKey, AlignedBuf)>> {
-        let deadline = Instant::now() + Duration::from_secs(60);
+    /// Sends `msg` to `to`. A failed send fails the cluster (the message is lost, and
+    /// whoever waits for its answer would wait forever) and is returned, naming `to`.
+    pub(crate) fn send(&self, to: Endpoint, msg: Msg) -> Result<()> {
+        self.transport.send(to, msg).map_err(|e| {
+            let what = match to {
+                Endpoint::Shard(s) => format!("server shard {s}"),
+                Endpoint::Client(p) => format!("process {p}"),
+            };
+            self.fail(Error::failed(&what, &e));
+            Error::failed(what, e)
+        })
+    }
+
+    /// Whether the cluster has failed or shut down.
+    pub(crate) fn has_failed(&self) -> bool {
+        self.failed.load(Ordering::Acquire)
+    }
+
+    /// Waits until `poll` returns a value, the cluster fails (its error), or `timeout`
+    /// passes (an error naming `what`). `poll` is re-run whenever the communication
+    /// thread receives something. `Duration::MAX`: no deadline (the wait still ends when
+    /// the cluster fails).
+    pub(crate) fn wait_for<T>(
+        &self,
+        what: &str,
+        timeout: Duration,
+        mut poll: impl FnMut() -> Option<T>,
+    ) -> Result<T> {
+        let deadline = Instant::now().checked_add(timeout);
         loop {
-            let generation = self.fetcher.generation();
-            {
-                let mut d = self.dumps.lock().unwrap_or_else(PoisonError::into_inner);
-                if d.len() >= shards {
-                    return Ok(d.drain(..).flatten().collect());
-                }
+            let generation = self.signal.generation();
+            if let Some(value) = poll() {
+                return Ok(value);
             }
             self.check()?;
-            if Instant::now() > deadline {
+            if deadline.is_some_and(|d| Instant::now() > d) {
                 return Err(Error::failed(
-                    "table snapshot",
-                    "servers did not answer in 60 s",
+                    what,
+                    format!("no answer within {} s", timeout.as_secs_f64()),
                 ));
             }
-            self.fetcher.wait(generation, WAIT_SLICE);
+            self.signal.wait(generation, WAIT_SLICE);
         }
+    }
+
+    /// Collects `shards` answers to `Dump` requests already sent.
+    pub(crate) fn collect_dumps(&self, shards: usize) -> Result<Vec<(RowKey, AlignedBuf)>> {
+        self.wait_for("table snapshot", Duration::from_secs(60), || {
+            let mut d = lock(&self.dumps);
+            (d.len() >= shards).then(|| d.drain(..).flatten().collect())
+        })
+    }
+
+    /// Waits for every shard's answer to the barrier at the end of `run` and returns the
+    /// next run's start clock, which they must agree on.
+    pub(crate) fn await_run_ready(&self, run: u64) -> Result<Clock> {
+        let shards = self.world.total_shards();
+        // A run barrier waits for the slowest process's run to end: no fixed bound, but
+        // a failed or lost process ends it through `check`.
+        let answers = self.wait_for("run barrier", Duration::MAX, || {
+            let mut ready = lock(&self.run_ready);
+            if ready.get(&run).is_some_and(|a| a.len() >= shards) {
+                ready.remove(&run)
+            } else {
+                None
+            }
+        })?;
+        let start = answers[0].1;
+        if let Some((shard, other)) = answers.iter().find(|(_, s)| *s != start) {
+            return Err(Error::failed(
+                "run barrier",
+                format!(
+                    "shards disagree on the start clock of run {}: {start} and {other} (shard {shard})",
+                    run + 1
+                ),
+            ));
+        }
+        Ok(start)
+    }
+
+    /// Waits for the coordinator's declaration of table `name`.
+    pub(crate) fn await_table(&self, name: &str) -> Result<TableMeta> {
+        self.wait_for("table declaration", Duration::from_secs(60), || {
+            let mut d = lock(&self.declared);
+            let i = d.iter().position(|m| m.name == name)?;
+            Some(d.swap_remove(i))
+        })
     }
 
     fn on_rows(&self, data_clock: Clock, rows: Vec<(RowKey, AlignedBuf)>) {
@@ -126,12 +226,68 @@ impl ClientShared {
             self.cache.install(key, data, data_clock);
         }
         self.fetcher.answered(keys.into_iter(), data_clock);
-        self.fetcher.notify();
+        self.signal.notify();
+    }
+
+    /// Handles one message from a shard.
+    fn on_msg(&self, msg: Msg) {
+        match msg {
+            Msg::Rows {
+                data_clock, rows, ..
+            } => self.on_rows(data_clock, rows),
+            Msg::SlabRows {
+                shard,
+                epoch,
+                chunk,
+                data_clock,
+                bytes,
+            } => {
+                self.known_min.fetch_max(data_clock, Ordering::AcqRel);
+                // Bytes laid out for another plan than the current one are stale replies
+                // to requests made before a re-plan: drop them.
+                let written = match self.arena() {
+                    Some(arena) if arena.id == epoch => {
+                        arena.write_chunk(shard, chunk, data_clock, bytes.as_bytes())
+                    }
+                    _ => Ok(()),
+                };
+                if let Err(e) = written {
+                    self.fail(e);
+                }
+                self.signal.notify();
+            }
+            Msg::MinClock { clock, .. } => {
+                self.known_min.fetch_max(clock, Ordering::AcqRel);
+            }
+            Msg::RunReady { shard, run, start } => {
+                lock(&self.run_ready)
+                    .entry(run)
+                    .or_default()
+                    .push((shard, start));
+                self.signal.notify();
+            }
+            Msg::TableDeclared { meta } => {
+                lock(&self.declared).push(meta);
+                self.signal.notify();
+            }
+            Msg::DumpRows { rows, .. } => {
+                lock(&self.dumps).push(rows);
+                self.signal.notify();
+            }
+            Msg::Rejected { shard, reason } => {
+                self.fail(Error::failed(format!("server shard {shard}"), reason));
+            }
+            other => self.fail(Error::failed(
+                "client communication",
+                format!("unexpected message {other:?}"),
+            )),
+        }
     }
 }
 
 /// Runs the communication thread of `shared`'s process, bound to the CPUs `pus` when
-/// given, until `Shutdown` or a closed inbox.
+/// given, until it is stopped locally or its inbox closes. A panic fails the process's
+/// cluster (waiting workers see the error) instead of leaving them waiting.
 pub(crate) fn spawn_comm(
     shared: Arc<ClientShared>,
     inbox: Inbox,
@@ -141,49 +297,14 @@ pub(crate) fn spawn_comm(
     crate::topology::bind::spawn_bound(name, pus, move || {
         loop {
             match inbox.recv() {
-                Ok(Msg::Rows {
-                    data_clock, rows, ..
-                }) => shared.on_rows(data_clock, rows),
-                Ok(Msg::SlabRows {
-                    shard,
-                    plan,
-                    chunk,
-                    data_clock,
-                    bytes,
-                }) => {
-                    shared.known_min.fetch_max(data_clock, Ordering::AcqRel);
-                    // Bytes laid out for another plan than the current one are stale
-                    // replies to requests made before a re-plan: drop them.
-                    let written = match shared.arena() {
-                        Some(arena) if arena.id == plan => {
-                            arena.write_chunk(shard, chunk, data_clock, bytes.as_bytes())
-                        }
-                        _ => Ok(()),
-                    };
-                    if let Err(e) = written {
-                        shared.fail(e);
+                Ok(Inbound::Msg(msg)) => {
+                    if let Err(payload) = catch_unwind(AssertUnwindSafe(|| shared.on_msg(msg))) {
+                        let why = panic_message(payload.as_ref());
+                        shared.fail(Error::failed("client communication thread", why));
+                        break;
                     }
-                    shared.fetcher.notify();
                 }
-                Ok(Msg::MinClock { clock, .. }) => {
-                    shared.known_min.fetch_max(clock, Ordering::AcqRel);
-                }
-                Ok(Msg::DumpRows { rows, .. }) => {
-                    shared
-                        .dumps
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .push(rows);
-                    shared.fetcher.notify();
-                }
-                Ok(Msg::Rejected { shard, reason }) => {
-                    shared.fail(Error::failed(format!("server shard {shard}"), reason));
-                }
-                Ok(Msg::Shutdown) => break,
-                Ok(other) => shared.fail(Error::failed(
-                    "client communication",
-                    format!("unexpected message {other:?}"),
-                )),
+                Ok(Inbound::Stop) => break,
                 Err(_) => {
                     shared.fail(Error::failed("client communication", "inbox closed"));
                     break;

@@ -1,16 +1,22 @@
-//! [`ArenaShard`]: a shard's specialized storage — its planned rows in one contiguous
-//! arena in the client's first-use order, a read-only index built once, per-worker update
-//! layouts resolved to offsets, and chunk boundaries for refreshes.
+//! [`ArenaShard`]: a shard's specialized storage — one arena holding every row some
+//! process subscribed to, and per process a [`Subscription`]: its slot list, chunk
+//! boundaries and workers' update layouts, tagged with the process's plan epoch.
 //!
-//! Replies are byte copies of arena ranges; update slabs are applied by walking pre-resolved
-//! offsets. Nothing here hashes per row except the index used for rows sent the generic way.
+//! The arena only grows: a row keeps its place once it has one, so an update layout
+//! resolved when a slab arrived stays valid after another process re-plans. Rows are laid
+//! out in the order of the first subscription that names them, so a lone process's chunks
+//! are single byte ranges; another process's chunk is gathered from the fewest ranges
+//! its order allows. Update slabs are applied by walking pre-resolved rows. Nothing here
+//! hashes per row except the index used for rows sent the generic way.
 
-use crate::msg::WorkerId;
+use crate::msg::{ProcessId, WorkerId};
+use crate::slot::padded;
 use crate::{AlignedBuf, ElemType, RowKey, TableMeta};
 use rustc_hash::FxHashMap;
 use std::ops::Range;
+use std::sync::Arc;
 
-/// One planned row: where it lives and how to add to it.
+/// One row in the arena: where it lives and how to add to it.
 #[derive(Debug, Clone, Copy)]
 struct Row {
     offset: usize,
@@ -18,112 +24,224 @@ struct Row {
     elem: ElemType,
 }
 
-/// Specialized storage of one shard.
+/// The rows of one worker's update slab, as arena row numbers in slab order.
+pub(crate) type Layout = Arc<[u32]>;
+
+/// What a process asks for in [`Msg::Specialize`](crate::msg::Msg::Specialize).
 #[derive(Debug)]
+pub(crate) struct Request<'a> {
+    /// The process.
+    pub(crate) process: ProcessId,
+    /// Its plan epoch.
+    pub(crate) epoch: u32,
+    /// The shard's rows in the process's arena order.
+    pub(crate) keys: &'a [RowKey],
+    /// Exclusive end slot of each chunk.
+    pub(crate) chunk_ends: &'a [u32],
+    /// Per worker of the process (global id): the slots of its slab.
+    pub(crate) updaters: Vec<(WorkerId, Vec<u32>)>,
+}
+
+/// One process's view of the shard's arena.
+#[derive(Debug)]
+struct Subscription {
+    epoch: u32,
+    /// Per chunk: the arena byte ranges it is gathered from, in the process's order.
+    chunks: Vec<Vec<Range<usize>>>,
+    /// Per worker of the process (global id): its slab's rows.
+    updaters: FxHashMap<WorkerId, Layout>,
+}
+
+/// Specialized storage of one shard (see the module docs).
+#[derive(Debug, Default)]
 pub(crate) struct ArenaShard {
     keys: Vec<RowKey>,
     rows: Vec<Row>,
-    arena: AlignedBuf,
+    arena: Vec<u64>,
     index: FxHashMap<RowKey, u32>,
-    chunks: Vec<Range<usize>>,
-    updaters: FxHashMap<WorkerId, Vec<u32>>,
-}
-
-/// Bytes a row takes in an arena (rows start 8-byte aligned).
-pub(crate) fn padded(len: usize) -> usize {
-    len.div_ceil(8) * 8
+    subs: FxHashMap<ProcessId, Subscription>,
 }
 
 impl ArenaShard {
-    /// Lays out `keys` (all of known tables; checked by the caller) with zeroed values.
-    pub(crate) fn new(
+    /// Subscribes `req.process` at `req.epoch` to `req.keys` (in its arena order), cut
+    /// into chunks ending at the slot indices `req.chunk_ends`, with its workers' slab
+    /// layouts (slot lists). Rows new to the arena start from `initial(key)`, or zeros.
+    /// A plan of an epoch not newer than the process's current one is refused.
+    pub(crate) fn subscribe(
+        &mut self,
         tables: &[Option<TableMeta>],
-        keys: Vec<RowKey>,
-        chunk_ends: &[u32],
-        updaters: Vec<(WorkerId, Vec<u32>)>,
-    ) -> Result<Self, String> {
-        let mut rows = Vec::with_capacity(keys.len());
-        let mut offset = 0;
-        for key in &keys {
-            let meta = tables
+        req: Request<'_>,
+        mut initial: impl FnMut(RowKey) -> Option<AlignedBuf>,
+    ) -> Result<(), String> {
+        let Request {
+            process,
+            epoch,
+            keys,
+            chunk_ends,
+            updaters,
+        } = req;
+        if let Some(old) = self.subs.get(&process) {
+            if epoch <= old.epoch {
+                return Err(format!(
+                    "plan epoch {epoch} of process {process} is not newer than its epoch {}",
+                    old.epoch
+                ));
+            }
+        }
+        for key in keys {
+            if tables
                 .get(key.table as usize)
                 .and_then(Option::as_ref)
-                .ok_or_else(|| format!("plan names unknown table #{}", key.table))?;
-            rows.push(Row {
-                offset,
-                len: meta.row_bytes(),
-                elem: meta.elem,
-            });
-            offset += padded(meta.row_bytes());
+                .is_none()
+            {
+                return Err(format!("plan names unknown table #{}", key.table));
+            }
         }
-        let mut chunks = Vec::with_capacity(chunk_ends.len());
         let mut start = 0usize;
         for &end in chunk_ends {
-            let end = end as usize;
-            if end < start || end > keys.len() {
+            if (end as usize) < start || end as usize > keys.len() {
                 return Err(format!("bad chunk boundary {end}"));
             }
-            let bytes = |slot: usize| rows.get(slot).map_or(offset, |r| r.offset);
-            chunks.push(bytes(start)..bytes(end));
-            start = end;
+            start = end as usize;
         }
         if start != keys.len() {
             return Err("chunks do not cover the plan".into());
         }
-        for (_, slots) in &updaters {
-            if slots.iter().any(|&s| s as usize >= keys.len()) {
-                return Err("update layout names a slot outside the plan".into());
+        if updaters
+            .iter()
+            .any(|(_, slots)| slots.iter().any(|&s| s as usize >= keys.len()))
+        {
+            return Err("update layout names a slot outside the plan".into());
+        }
+        // Checked: now the arena may grow.
+        let rows: Vec<u32> = keys
+            .iter()
+            .map(|&key| self.row_or_insert(tables, key, &mut initial))
+            .collect();
+        let mut chunks = Vec::with_capacity(chunk_ends.len());
+        let mut start = 0usize;
+        for &end in chunk_ends {
+            chunks.push(self.ranges(&rows[start..end as usize]));
+            start = end as usize;
+        }
+        let updaters = updaters
+            .into_iter()
+            .map(|(w, slots)| (w, slots.iter().map(|&s| rows[s as usize]).collect()))
+            .collect();
+        self.subs.insert(
+            process,
+            Subscription {
+                epoch,
+                chunks,
+                updaters,
+            },
+        );
+        Ok(())
+    }
+
+    /// The arena row of `key`, appended (from `initial`, or zeros) if it has none.
+    fn row_or_insert(
+        &mut self,
+        tables: &[Option<TableMeta>],
+        key: RowKey,
+        initial: &mut impl FnMut(RowKey) -> Option<AlignedBuf>,
+    ) -> u32 {
+        if let Some(&r) = self.index.get(&key) {
+            return r;
+        }
+        let meta = tables[key.table as usize]
+            .as_ref()
+            .expect("tables checked by the caller");
+        let offset = self.arena.len() * 8;
+        let len = meta.row_bytes();
+        self.arena.resize(self.arena.len() + padded(len) / 8, 0);
+        if let Some(value) = initial(key) {
+            bytemuck::cast_slice_mut::<u64, u8>(&mut self.arena)[offset..offset + len]
+                .copy_from_slice(value.as_bytes());
+        }
+        let r = self.rows.len() as u32;
+        self.rows.push(Row {
+            offset,
+            len,
+            elem: meta.elem,
+        });
+        self.keys.push(key);
+        self.index.insert(key, r);
+        r
+    }
+
+    /// `rows` as the fewest byte ranges that gather them in order.
+    fn ranges(&self, rows: &[u32]) -> Vec<Range<usize>> {
+        let mut out: Vec<Range<usize>> = Vec::new();
+        for &r in rows {
+            let row = self.rows[r as usize];
+            let bytes = row.offset..row.offset + padded(row.len);
+            match out.last_mut() {
+                Some(last) if last.end == bytes.start => last.end = bytes.end,
+                _ => out.push(bytes),
             }
         }
-        let index = keys
-            .iter()
-            .enumerate()
-            .map(|(i, k)| (*k, i as u32))
-            .collect();
-        Ok(ArenaShard {
-            keys,
-            rows,
-            arena: AlignedBuf::zeroed(offset),
-            index,
-            chunks,
-            updaters: updaters.into_iter().collect(),
-        })
+        out
     }
 
-    /// The bytes of row `key` if it is planned here.
+    fn bytes(&self) -> &[u8] {
+        bytemuck::cast_slice(&self.arena)
+    }
+
+    /// The bytes of row `key` if it is in the arena.
     pub(crate) fn row_mut(&mut self, key: RowKey) -> Option<(&mut [u8], ElemType)> {
         let row = self.rows[*self.index.get(&key)? as usize];
-        Some((
-            &mut self.arena.as_bytes_mut()[row.offset..row.offset + row.len],
-            row.elem,
-        ))
+        let bytes = bytemuck::cast_slice_mut::<u64, u8>(&mut self.arena);
+        Some((&mut bytes[row.offset..row.offset + row.len], row.elem))
     }
 
-    /// A copy of row `key` if it is planned here.
+    /// Row `key` if it is in the arena.
     pub(crate) fn row(&self, key: RowKey) -> Option<&[u8]> {
         let row = self.rows[*self.index.get(&key)? as usize];
-        Some(&self.arena.as_bytes()[row.offset..row.offset + row.len])
+        Some(&self.bytes()[row.offset..row.offset + row.len])
     }
 
-    /// Adds worker `worker`'s delta slab. A slab whose size does not match the worker's
-    /// registered layout is refused whole.
-    pub(crate) fn apply_slab(&mut self, worker: WorkerId, slab: &AlignedBuf) -> Result<(), String> {
-        let slots = self.updaters.get(&worker).map(Vec::as_slice).unwrap_or(&[]);
-        let expected: usize = slots
+    /// The slab layout of worker `worker` of `process` under `epoch`; `Err` if the
+    /// process has no subscription of that epoch (a slab laid out for a plan the shard
+    /// does not hold must not be applied).
+    pub(crate) fn layout(
+        &self,
+        process: ProcessId,
+        epoch: u32,
+        worker: WorkerId,
+    ) -> Result<Layout, String> {
+        match self.subs.get(&process) {
+            Some(sub) if sub.epoch == epoch => {
+                Ok(sub.updaters.get(&worker).cloned().unwrap_or_default())
+            }
+            Some(sub) => Err(format!(
+                "update slab of worker {worker} is laid out for plan epoch {epoch} of process \
+                 {process}, whose current epoch is {}",
+                sub.epoch
+            )),
+            None => Err(format!(
+                "update slab of worker {worker} before process {process} sent any plan"
+            )),
+        }
+    }
+
+    /// Adds a slab laid out as `layout`. A slab of the wrong size is refused whole.
+    pub(crate) fn apply_slab(&mut self, layout: &[u32], slab: &AlignedBuf) -> Result<(), String> {
+        let expected: usize = layout
             .iter()
-            .map(|&s| padded(self.rows[s as usize].len))
+            .map(|&r| padded(self.rows[r as usize].len))
             .sum();
         if expected != slab.len() {
             return Err(format!(
-                "update slab of worker {worker} has {} bytes, its layout {expected}",
+                "update slab has {} bytes, its layout {expected}",
                 slab.len()
             ));
         }
-        let arena = self.arena.as_bytes_mut();
+        let arena = bytemuck::cast_slice_mut::<u64, u8>(&mut self.arena);
         let src = slab.as_bytes();
         let mut at = 0;
-        for &s in slots {
-            let row = self.rows[s as usize];
+        for &r in layout {
+            let row = self.rows[r as usize];
             row.elem.add(
                 &mut arena[row.offset..row.offset + row.len],
                 &src[at..at + row.len],
@@ -133,22 +251,136 @@ impl ArenaShard {
         Ok(())
     }
 
-    /// Number of refresh chunks.
-    pub(crate) fn chunks(&self) -> usize {
-        self.chunks.len()
+    /// The epoch and chunk count of `process`'s subscription.
+    pub(crate) fn subscription(&self, process: ProcessId) -> Option<(u32, usize)> {
+        self.subs.get(&process).map(|s| (s.epoch, s.chunks.len()))
     }
 
-    /// A copy of chunk `chunk`'s bytes.
-    pub(crate) fn chunk_bytes(&self, chunk: usize) -> Option<AlignedBuf> {
-        let range = self.chunks.get(chunk)?.clone();
-        Some(AlignedBuf::from_bytes(&self.arena.as_bytes()[range]))
+    /// A copy of chunk `chunk` of `process`'s subscription, laid out as its arena.
+    pub(crate) fn chunk_bytes(&self, process: ProcessId, chunk: usize) -> Option<AlignedBuf> {
+        let ranges = self.subs.get(&process)?.chunks.get(chunk)?;
+        let bytes = self.bytes();
+        if let [one] = ranges.as_slice() {
+            return Some(AlignedBuf::from_bytes(&bytes[one.clone()]));
+        }
+        let len = ranges.iter().map(|r| r.len()).sum();
+        let mut out = AlignedBuf::zeroed(len);
+        let dst = out.as_bytes_mut();
+        let mut at = 0;
+        for r in ranges {
+            dst[at..at + r.len()].copy_from_slice(&bytes[r.clone()]);
+            at += r.len();
+        }
+        Some(out)
     }
 
-    /// Every planned row with its value.
+    /// Every row in the arena with its value.
     pub(crate) fn rows(&self) -> impl Iterator<Item = (RowKey, &[u8])> + '_ {
+        let bytes = self.bytes();
         self.keys
             .iter()
             .zip(&self.rows)
-            .map(|(k, r)| (*k, &self.arena.as_bytes()[r.offset..r.offset + r.len]))
+            .map(move |(k, r)| (*k, &bytes[r.offset..r.offset + r.len]))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tables() -> Vec<Option<TableMeta>> {
+        vec![Some(TableMeta {
+            id: 0,
+            name: "t".into(),
+            width: 1,
+            elem: ElemType::I32,
+        })]
+    }
+
+    fn req<'a>(
+        process: ProcessId,
+        epoch: u32,
+        keys: &'a [RowKey],
+        chunk_ends: &'a [u32],
+        updaters: Vec<(WorkerId, Vec<u32>)>,
+    ) -> Request<'a> {
+        Request {
+            process,
+            epoch,
+            keys,
+            chunk_ends,
+            updaters,
+        }
+    }
+
+    fn keys(rows: &[u64]) -> Vec<RowKey> {
+        rows.iter().map(|&r| RowKey::new(0, r)).collect()
+    }
+
+    #[test]
+    fn two_processes_share_rows_in_their_own_orders() {
+        let t = tables();
+        let mut a = ArenaShard::default();
+        let k = keys(&[1, 2, 3]);
+        a.subscribe(&t, req(0, 1, &k, &[3], vec![(0, vec![0, 2])]), |_| None)
+            .unwrap();
+        // Process 1 orders the rows differently and adds one.
+        let k = keys(&[3, 4, 1]);
+        a.subscribe(&t, req(1, 1, &k, &[1, 3], vec![(1, vec![1])]), |k| {
+            Some(AlignedBuf::from_slice(&[k.row as i32 * 10]))
+        })
+        .unwrap();
+        let l0 = a.layout(0, 1, 0).unwrap();
+        a.apply_slab(&l0, &AlignedBuf::from_slice(&[5i32, 0, 7, 0]))
+            .unwrap();
+        let l1 = a.layout(1, 1, 1).unwrap();
+        a.apply_slab(&l1, &AlignedBuf::from_slice(&[1i32, 0]))
+            .unwrap();
+        // Process 0's one chunk is one contiguous range: rows 1, 2, 3.
+        let c = a.chunk_bytes(0, 0).unwrap();
+        assert_eq!(c.cast::<i32>(), &[5, 0, 0, 0, 7, 0]);
+        // Process 1's chunks are gathered in its order: [3], [4, 1].
+        assert_eq!(a.chunk_bytes(1, 0).unwrap().cast::<i32>(), &[7, 0]);
+        assert_eq!(a.chunk_bytes(1, 1).unwrap().cast::<i32>(), &[41, 0, 5, 0]);
+        assert_eq!(a.row(RowKey::new(0, 4)), Some(&41i32.to_le_bytes()[..]));
+    }
+
+    #[test]
+    fn stale_and_foreign_epochs_are_refused() {
+        let t = tables();
+        let mut a = ArenaShard::default();
+        a.subscribe(&t, req(0, 2, &keys(&[1]), &[1], vec![(0, vec![0])]), |_| {
+            None
+        })
+        .unwrap();
+        assert!(a
+            .subscribe(&t, req(0, 2, &keys(&[1]), &[1], vec![]), |_| None)
+            .is_err());
+        let err = a.layout(0, 1, 0).unwrap_err();
+        assert!(
+            err.contains("epoch 1") && err.contains("current epoch is 2"),
+            "{err}"
+        );
+        assert!(a.layout(1, 2, 0).unwrap_err().contains("process 1"));
+        assert!(a
+            .apply_slab(
+                &a.layout(0, 2, 0).unwrap(),
+                &AlignedBuf::from_slice(&[1i32])
+            )
+            .is_err());
+        // A re-plan keeps rows where they are: old layouts stay valid.
+        let old = a.layout(0, 2, 0).unwrap();
+        a.subscribe(
+            &t,
+            req(0, 3, &keys(&[9, 1]), &[2], vec![(0, vec![1])]),
+            |_| None,
+        )
+        .unwrap();
+        a.apply_slab(&old, &AlignedBuf::from_slice(&[3i32, 0]))
+            .unwrap();
+        assert_eq!(a.row(RowKey::new(0, 1)), Some(&3i32.to_le_bytes()[..]));
+        assert!(a
+            .subscribe(&t, req(0, 4, &keys(&[1]), &[2], vec![]), |_| None)
+            .is_err());
     }
 }

@@ -6,19 +6,21 @@
 //! about caches, workers' threads or how messages travel.
 
 mod arena;
+mod coordinator;
 mod shard;
 
-pub(crate) use arena::padded;
-
-pub(crate) use shard::{shard_of, Shard};
+pub(crate) use shard::Shard;
 
 use crate::msg::{Endpoint, Msg};
-use crate::transport::{Inbox, Transport};
+use crate::transport::{Inbound, Inbox, Transport};
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-/// Runs `shard` on a new thread, bound to the CPUs `pus` when given, until it receives
-/// [`Msg::Shutdown`] or its inbox closes.
+/// Runs `shard` on a new thread, bound to the CPUs `pus` when given, until every process
+/// has left it, it is stopped locally ([`Inbound::Stop`]) or its inbox closes. A panic
+/// while handling a message is reported to every process still in the cluster as a
+/// rejection naming the shard (the cluster fails rather than waits on a dead shard).
 pub(crate) fn spawn(
     mut shard: Shard,
     inbox: Inbox,
@@ -28,15 +30,30 @@ pub(crate) fn spawn(
     let name = format!("iterstore-shard-{}", shard.id());
     crate::topology::bind::spawn_bound(name, pus, move || {
         let mut out: Vec<(Endpoint, Msg)> = Vec::new();
-        while let Ok(msg) = inbox.recv() {
-            let stop = matches!(msg, Msg::Shutdown);
-            shard.handle(msg, &mut out);
+        while let Ok(Inbound::Msg(msg)) = inbox.recv() {
+            let handled = catch_unwind(AssertUnwindSafe(|| shard.handle(msg, &mut out)));
+            if let Err(payload) = handled {
+                let reason = format!(
+                    "server shard {} panicked: {}",
+                    shard.id(),
+                    crate::error::panic_message(payload.as_ref())
+                );
+                for p in shard.staying() {
+                    let msg = Msg::Rejected {
+                        shard: shard.id(),
+                        reason: reason.clone(),
+                    };
+                    let _ = transport.send(Endpoint::Client(p), msg);
+                }
+                return;
+            }
             for (to, reply) in out.drain(..) {
-                // A client that has gone away needs no answer; keep serving the others.
+                // A process that has gone away needs no answer; its loss is detected and
+                // reported by the transport.
                 let _ = transport.send(to, reply);
             }
-            if stop {
-                break;
+            if shard.released() {
+                return;
             }
         }
     })

@@ -3,51 +3,71 @@
 //! The shard serves **exact snapshots**: the rows it sends hold exactly the updates of
 //! clocks `< min_clock`, no more. Updates of later clocks wait in a pending list and are
 //! applied, in `(clock, worker)` order, when the minimum clock passes them. So under BSP
-//! every read sees the same values whatever the thread timing (deterministic up to the
-//! application's own update order), and a worker adds its own newer updates itself.
+//! every read sees the same values whatever the thread timing or the number of processes
+//! (deterministic up to the application's own update order), and a worker adds its own
+//! newer updates itself.
+//!
+//! Every process of the cluster talks to every shard. A shard keeps one arena for its
+//! planned rows and per process a subscription tagged with that process's plan epoch;
+//! runs end at a barrier ([`Msg::RunEnd`] from every process, then [`Msg::RunReady`]
+//! with the agreed start clock); a shard is done once every process has left it. Shard 0
+//! also holds the [`Coordinator`].
 
-use super::arena::ArenaShard;
+use super::arena::{ArenaShard, Layout, Request};
+use super::coordinator::Coordinator;
 use crate::consistency::{Clock, ClockTable, DeferredReads};
 use crate::msg::{Endpoint, Msg, ProcessId, RowBatch, ShardId, WorkerId};
+use crate::world::World;
 use crate::{AlignedBuf, RowKey, TableMeta};
 use dashmap::DashMap;
 use rustc_hash::{FxBuildHasher, FxHashMap};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
-/// Updates of one worker for one clock, waiting to become visible.
-type Pending = (WorkerId, RowBatch, AlignedBuf);
+/// Updates of one worker for one clock, waiting to become visible: rows sent the generic
+/// way, and a slab with the layout it was resolved to when it arrived.
+type Pending = (WorkerId, RowBatch, Option<(Layout, AlignedBuf)>);
 
-/// One server shard: visible rows, pending updates, worker clocks and deferred reads.
+/// One server shard: visible rows, pending updates, worker clocks, deferred reads, the
+/// run barrier and who has left.
 pub(crate) struct Shard {
     id: ShardId,
+    world: World,
     tables: Vec<Option<TableMeta>>,
+    /// Shard 0 only.
+    coordinator: Option<Coordinator>,
     rows: DashMap<RowKey, AlignedBuf, FxBuildHasher>,
     pending: BTreeMap<Clock, Vec<Pending>>,
     clocks: ClockTable,
     deferred: DeferredReads<(ProcessId, RowKey)>,
-    /// Specialized storage, once a plan arrived, with the plan's number.
-    arena: Option<ArenaShard>,
-    plan: u32,
-    /// Arena refreshes waiting for the minimum clock: `(process, chunk or all)`.
-    slab_deferred: DeferredReads<(ProcessId, Option<u32>)>,
-    /// Processes that have talked to this shard (told when the minimum clock advances).
-    processes: BTreeSet<ProcessId>,
+    /// Specialized storage: every subscribed row, and each process's subscription.
+    arena: ArenaShard,
+    /// Arena refreshes waiting for the minimum clock: `(process, epoch, chunk or all)`.
+    slab_deferred: DeferredReads<(ProcessId, u32, Option<u32>)>,
+    /// Per process: the last run it ended.
+    ended: Vec<u64>,
+    /// The last run every process ended (and this shard answered with `RunReady`).
+    run: u64,
+    /// Per process: whether it has left.
+    left: Vec<bool>,
 }
 
 impl Shard {
-    /// A shard serving `workers` workers in total.
-    pub(crate) fn new(id: ShardId, workers: usize) -> Self {
+    /// Global shard `id` of a cluster shaped `world`.
+    pub(crate) fn new(id: ShardId, world: World) -> Self {
         Shard {
             id,
+            world,
             tables: Vec::new(),
+            coordinator: (id == 0).then(Coordinator::default),
             rows: DashMap::with_hasher(FxBuildHasher),
             pending: BTreeMap::new(),
-            clocks: ClockTable::new(workers),
+            clocks: ClockTable::new(world.total_workers()),
             deferred: DeferredReads::default(),
-            arena: None,
-            plan: 0,
+            arena: ArenaShard::default(),
             slab_deferred: DeferredReads::default(),
-            processes: BTreeSet::new(),
+            ended: vec![0; world.processes],
+            run: 0,
+            left: vec![false; world.processes],
         }
     }
 
@@ -55,76 +75,108 @@ impl Shard {
         self.id
     }
 
+    /// Whether every process has left: nobody will send to this shard again.
+    pub(crate) fn released(&self) -> bool {
+        self.left.iter().all(|&l| l)
+    }
+
+    /// The processes that have not left yet.
+    pub(crate) fn staying(&self) -> Vec<ProcessId> {
+        (0..self.world.processes as ProcessId)
+            .filter(|&p| !self.left[p as usize])
+            .collect()
+    }
+
+    /// Whether `p` names a process of the cluster.
+    fn known(&self, p: ProcessId) -> bool {
+        (p as usize) < self.world.processes
+    }
+
     /// Handles one message, pushing any replies onto `out`.
     pub(crate) fn handle(&mut self, msg: Msg, out: &mut Vec<(Endpoint, Msg)>) {
+        if let Some(from) = sender(&msg) {
+            if !self.known(from) {
+                return self.reject_all(format!("message from unknown process {from}"), out);
+            }
+            if self.left[from as usize] {
+                return self.reject_all(format!("message from process {from} after it left"), out);
+            }
+        }
         match msg {
+            Msg::DeclareTable {
+                from,
+                name,
+                width,
+                elem,
+            } => match self.coordinator.as_mut() {
+                Some(c) => match c.declare(name, width, elem) {
+                    Ok(meta) => out.push((Endpoint::Client(from), Msg::TableDeclared { meta })),
+                    Err(reason) => self.reject(from, reason, out),
+                },
+                None => self.reject(from, "table declared to a shard other than 0".into(), out),
+            },
             Msg::CreateTable { meta } => {
                 let id = meta.id as usize;
                 if self.tables.len() <= id {
                     self.tables.resize(id + 1, None);
                 }
-                self.tables[id] = Some(meta);
+                match &self.tables[id] {
+                    Some(known) if *known != meta => self.reject_all(
+                        format!(
+                            "table #{id} declared as both '{}' and '{}'",
+                            known.name, meta.name
+                        ),
+                        out,
+                    ),
+                    _ => self.tables[id] = Some(meta),
+                }
             }
-            Msg::Fetch { from, rows } => {
-                self.processes.insert(from);
-                self.fetch(from, rows, out)
-            }
+            Msg::Fetch { from, rows } => self.fetch(from, rows, out),
             Msg::Specialize {
                 from,
-                plan,
+                epoch,
                 keys,
                 chunk_ends,
                 updaters,
-            } => {
-                self.processes.insert(from);
-                self.plan = plan;
-                self.specialize(from, keys, &chunk_ends, updaters, out);
-            }
+            } => self.specialize(from, epoch, &keys, &chunk_ends, updaters, out),
             Msg::SlabFetch {
                 from,
+                epoch,
                 required,
                 chunk,
             } => {
-                self.processes.insert(from);
                 if required <= self.clocks.min_clock() {
-                    self.reply_slab(from, chunk, out);
+                    self.reply_slab(from, epoch, chunk, out);
                 } else {
-                    self.slab_deferred.defer(required, (from, chunk));
+                    self.slab_deferred.defer(required, (from, epoch, chunk));
                 }
             }
             Msg::Clock {
                 worker,
                 clock,
+                epoch,
                 rows,
                 slab,
-            } => {
-                if (worker as usize) >= self.clocks.workers() || clock == 0 {
-                    return self.reject(
-                        None,
-                        format!("bad clock {clock} from worker {worker}"),
+            } => self.clock(worker, clock, epoch, rows, slab, out),
+            Msg::Finish { worker } => match self.clocks.finish(worker as usize) {
+                Ok(advanced) => self.advance(advanced, out),
+                Err(e) => self.reject_all(e.to_string(), out),
+            },
+            Msg::RunEnd { from, run } => {
+                let last = self.ended[from as usize];
+                if run != last + 1 {
+                    return self.reject_all(
+                        format!("process {from} ended run {run} after run {last}"),
                         out,
                     );
                 }
-                if !rows.is_empty() || !slab.is_empty() {
-                    if let Err(reason) = self.validate(&rows) {
-                        // Nobody to answer by process here; the clock still counts so that
-                        // the cluster does not hang, but the bad batch changes nothing.
-                        self.reject(None, reason, out);
-                    } else {
-                        self.pending
-                            .entry(clock - 1)
-                            .or_default()
-                            .push((worker, rows, slab));
-                    }
-                }
-                let advanced = self.clocks.tick(worker as usize, clock);
-                self.advance(advanced, out);
+                self.ended[from as usize] = run;
+                self.check_barrier(out);
             }
-            Msg::Finish { worker } => {
-                let advanced = self.clocks.finish(worker as usize);
-                self.advance(advanced, out);
+            Msg::Leave { from } => {
+                self.left[from as usize] = true;
+                self.check_barrier(out);
             }
-            Msg::Resume { worker, clock } => self.clocks.resume(worker as usize, clock),
             Msg::Dump { from, table } => {
                 let mut rows: Vec<(RowKey, AlignedBuf)> = self
                     .rows
@@ -132,14 +184,12 @@ impl Shard {
                     .filter(|e| e.key().table == table)
                     .map(|e| (*e.key(), e.value().clone()))
                     .collect();
-                if let Some(arena) = &self.arena {
-                    rows.extend(
-                        arena
-                            .rows()
-                            .filter(|(k, _)| k.table == table)
-                            .map(|(k, b)| (k, AlignedBuf::from_bytes(b))),
-                    );
-                }
+                rows.extend(
+                    self.arena
+                        .rows()
+                        .filter(|(k, _)| k.table == table)
+                        .map(|(k, b)| (k, AlignedBuf::from_bytes(b))),
+                );
                 out.push((
                     Endpoint::Client(from),
                     Msg::DumpRows {
@@ -148,8 +198,90 @@ impl Shard {
                     },
                 ));
             }
-            Msg::Shutdown => {}
-            other => self.reject(None, format!("unexpected message {other:?}"), out),
+            other => self.reject_all(format!("unexpected message {other:?}"), out),
+        }
+    }
+
+    fn clock(
+        &mut self,
+        worker: WorkerId,
+        clock: Clock,
+        epoch: u32,
+        rows: RowBatch,
+        slab: AlignedBuf,
+        out: &mut Vec<(Endpoint, Msg)>,
+    ) {
+        let Some(process) = self.world.process_of_worker(worker) else {
+            return self.reject_all(format!("clock from unknown worker {worker}"), out);
+        };
+        if self.left[process as usize] {
+            return self.reject_all(
+                format!("clock from worker {worker} after its process left"),
+                out,
+            );
+        }
+        let advanced = match self.clocks.tick(worker as usize, clock) {
+            Ok(advanced) => advanced,
+            Err(e) => return self.reject_all(e.to_string(), out),
+        };
+        if !rows.is_empty() || !slab.is_empty() {
+            let slab = if slab.is_empty() {
+                Ok(None)
+            } else {
+                self.arena
+                    .layout(process, epoch, worker)
+                    .map(|layout| Some((layout, slab)))
+            };
+            match (self.validate(&rows), slab) {
+                (Ok(()), Ok(slab)) => self
+                    .pending
+                    .entry(clock - 1)
+                    .or_default()
+                    .push((worker, rows, slab)),
+                // The clock still counts, so that nothing waits on it; the cluster fails.
+                (Err(reason), _) | (_, Err(reason)) => self.reject_all(reason, out),
+            }
+        }
+        self.advance(advanced, out);
+    }
+
+    /// Answers the run barrier once every process has ended the next run (a process
+    /// that left has ended all it will), or fails it if a process left before ending a
+    /// run the others wait at.
+    fn check_barrier(&mut self, out: &mut Vec<(Endpoint, Msg)>) {
+        let staying = self.staying();
+        let Some(waited) = staying.iter().map(|&p| self.ended[p as usize]).max() else {
+            return;
+        };
+        if let Some(gone) =
+            (0..self.world.processes).find(|&p| self.left[p] && self.ended[p] < waited)
+        {
+            return self.reject_all(
+                format!(
+                    "process {gone} left the cluster after run {} while others ended run {waited}",
+                    self.ended[gone]
+                ),
+                out,
+            );
+        }
+        let all = self.ended.iter().copied().min().unwrap_or(0);
+        if all <= self.run {
+            return;
+        }
+        self.run = all;
+        let start = self.clocks.max_clock();
+        if let Err(e) = self.clocks.resume_all(start) {
+            return self.reject_all(format!("run {all} cannot end: {e}"), out);
+        }
+        for p in staying {
+            out.push((
+                Endpoint::Client(p),
+                Msg::RunReady {
+                    shard: self.id,
+                    run: all,
+                    start,
+                },
+            ));
         }
     }
 
@@ -185,11 +317,7 @@ impl Shard {
         let mut ready = Vec::new();
         for (key, required) in rows {
             if self.table(key.table).is_none() {
-                self.reject(
-                    Some(from),
-                    format!("fetch of unknown table #{}", key.table),
-                    out,
-                );
+                self.reject(from, format!("fetch of unknown table #{}", key.table), out);
             } else if required <= min {
                 ready.push(key);
             } else {
@@ -209,20 +337,16 @@ impl Shard {
         let ready = std::mem::replace(&mut self.pending, later);
         for (_clock, mut batches) in ready {
             batches.sort_by_key(|(worker, _, _)| *worker);
-            for (worker, batch, slab) in batches {
+            for (_worker, batch, slab) in batches {
                 self.apply(batch);
-                if !slab.is_empty() {
-                    let applied = match &mut self.arena {
-                        Some(arena) => arena.apply_slab(worker, &slab),
-                        None => Err(format!("update slab from worker {worker} before any plan")),
-                    };
-                    if let Err(reason) = applied {
-                        self.reject(None, reason, out);
+                if let Some((layout, slab)) = slab {
+                    if let Err(reason) = self.arena.apply_slab(&layout, &slab) {
+                        self.reject_all(reason, out);
                     }
                 }
             }
         }
-        for &p in &self.processes {
+        for p in self.staying() {
             out.push((
                 Endpoint::Client(p),
                 Msg::MinClock {
@@ -231,8 +355,8 @@ impl Shard {
                 },
             ));
         }
-        for (from, chunk) in self.slab_deferred.release(min) {
-            self.reply_slab(from, chunk, out);
+        for (from, epoch, chunk) in self.slab_deferred.release(min) {
+            self.reply_slab(from, epoch, chunk, out);
         }
         let mut by_process: FxHashMap<ProcessId, Vec<RowKey>> = FxHashMap::default();
         for (from, key) in self.deferred.release(min) {
@@ -248,7 +372,7 @@ impl Shard {
             let Some(elem) = self.table(key.table).map(|m| m.elem) else {
                 continue;
             };
-            if let Some((row, _)) = self.arena.as_mut().and_then(|a| a.row_mut(key)) {
+            if let Some((row, _)) = self.arena.row_mut(key) {
                 elem.add(row, delta.as_bytes());
                 continue;
             }
@@ -267,7 +391,7 @@ impl Shard {
             .into_iter()
             .filter_map(|key| {
                 let bytes = self.table(key.table)?.row_bytes();
-                if let Some(row) = self.arena.as_ref().and_then(|a| a.row(key)) {
+                if let Some(row) = self.arena.row(key) {
                     return Some((key, AlignedBuf::from_bytes(row)));
                 }
                 let row = self
@@ -288,58 +412,75 @@ impl Shard {
         ));
     }
 
-    /// Installs a plan: rows already held move into the arena, keeping their values.
+    /// Subscribes `from` to a plan: rows new to the arena move in with their values.
     fn specialize(
         &mut self,
         from: ProcessId,
-        keys: Vec<RowKey>,
+        epoch: u32,
+        keys: &[RowKey],
         chunk_ends: &[u32],
         updaters: Vec<(WorkerId, Vec<u32>)>,
         out: &mut Vec<(Endpoint, Msg)>,
     ) {
-        // A previous plan's rows go back to the dynamic map first.
-        if let Some(old) = self.arena.take() {
-            for (key, bytes) in old.rows() {
-                self.rows.insert(key, AlignedBuf::from_bytes(bytes));
-            }
-        }
-        let mut arena = match ArenaShard::new(&self.tables, keys, chunk_ends, updaters) {
-            Ok(a) => a,
-            Err(reason) => return self.reject(Some(from), reason, out),
-        };
-        let moved: Vec<RowKey> = self
-            .rows
+        if let Some((w, _)) = updaters
             .iter()
-            .map(|e| *e.key())
-            .filter(|k| arena.row(*k).is_some())
-            .collect();
-        for key in moved {
-            if let (Some((_, value)), Some((row, _))) = (self.rows.remove(&key), arena.row_mut(key))
-            {
-                row.copy_from_slice(value.as_bytes());
-            }
+            .find(|(w, _)| self.world.process_of_worker(*w) != Some(from))
+        {
+            return self.reject(
+                from,
+                format!("plan of process {from} lays out worker {w}"),
+                out,
+            );
         }
-        self.arena = Some(arena);
+        let rows = &self.rows;
+        let req = Request {
+            process: from,
+            epoch,
+            keys,
+            chunk_ends,
+            updaters,
+        };
+        let subscribed = self.arena.subscribe(&self.tables, req, |key| {
+            rows.remove(&key).map(|(_, value)| value)
+        });
+        if let Err(reason) = subscribed {
+            self.reject(from, reason, out);
+        }
     }
 
-    /// Sends one chunk, or every chunk in order, of the arena at the current data clock.
-    fn reply_slab(&self, to: ProcessId, chunk: Option<u32>, out: &mut Vec<(Endpoint, Msg)>) {
-        let Some(arena) = &self.arena else {
-            return self.reject(Some(to), "arena fetch before any plan".into(), out);
+    /// Sends one chunk, or every chunk in order, of `to`'s subscription at the current
+    /// data clock. A request for an older epoch is stale (the process has re-planned
+    /// since) and needs no answer.
+    fn reply_slab(
+        &self,
+        to: ProcessId,
+        epoch: u32,
+        chunk: Option<u32>,
+        out: &mut Vec<(Endpoint, Msg)>,
+    ) {
+        let Some((current, chunks)) = self.arena.subscription(to) else {
+            return self.reject(
+                to,
+                format!("arena fetch of process {to} before any plan"),
+                out,
+            );
         };
+        if epoch != current {
+            return;
+        }
         let chunks = match chunk {
             Some(c) => c as usize..c as usize + 1,
-            None => 0..arena.chunks(),
+            None => 0..chunks,
         };
         for c in chunks {
-            let Some(bytes) = arena.chunk_bytes(c) else {
-                return self.reject(Some(to), format!("no chunk {c}"), out);
+            let Some(bytes) = self.arena.chunk_bytes(to, c) else {
+                return self.reject(to, format!("no chunk {c} in the plan of process {to}"), out);
             };
             out.push((
                 Endpoint::Client(to),
                 Msg::SlabRows {
                     shard: self.id,
-                    plan: self.plan,
+                    epoch,
                     chunk: c as u32,
                     data_clock: self.clocks.min_clock(),
                     bytes,
@@ -348,10 +489,7 @@ impl Shard {
         }
     }
 
-    fn reject(&self, to: Option<ProcessId>, reason: String, out: &mut Vec<(Endpoint, Msg)>) {
-        // Without an addressee (a clock from a worker) the rejection goes to every
-        // process this shard has heard of; in one process that is process 0.
-        let to = to.unwrap_or(0);
+    fn reject(&self, to: ProcessId, reason: String, out: &mut Vec<(Endpoint, Msg)>) {
         out.push((
             Endpoint::Client(to),
             Msg::Rejected {
@@ -360,14 +498,27 @@ impl Shard {
             },
         ));
     }
+
+    /// A protocol error that fails the cluster: every process still in it is told.
+    fn reject_all(&self, reason: String, out: &mut Vec<(Endpoint, Msg)>) {
+        for p in self.staying() {
+            self.reject(p, reason.clone(), out);
+        }
+    }
 }
 
-/// Which shard holds `key` when rows are placed by hash.
-pub(crate) fn shard_of(key: RowKey, shards: usize) -> usize {
-    use std::hash::BuildHasher;
-    // Fx's low bits are weak for small integer keys; mix the high half in.
-    let x = FxBuildHasher.hash_one(key);
-    ((x ^ (x >> 32)) % shards as u64) as usize
+/// The process a message names as its sender, if it names one.
+fn sender(msg: &Msg) -> Option<ProcessId> {
+    match msg {
+        Msg::DeclareTable { from, .. }
+        | Msg::Fetch { from, .. }
+        | Msg::RunEnd { from, .. }
+        | Msg::Dump { from, .. }
+        | Msg::Specialize { from, .. }
+        | Msg::SlabFetch { from, .. }
+        | Msg::Leave { from } => Some(*from),
+        _ => None,
+    }
 }
 
 #[cfg(test)]
@@ -376,7 +527,7 @@ mod tests {
     use crate::ElemType;
 
     fn shard_with_table(workers: usize) -> Shard {
-        let mut s = Shard::new(0, workers);
+        let mut s = Shard::new(0, World::single(workers, 1));
         let meta = TableMeta {
             id: 0,
             name: "t".into(),
@@ -407,6 +558,7 @@ mod tests {
         Msg::Clock {
             worker,
             clock,
+            epoch: 0,
             rows: rows
                 .iter()
                 .map(|(r, v)| (RowKey::new(0, *r), AlignedBuf::from_slice(v)))
@@ -448,6 +600,7 @@ mod tests {
         let bad = Msg::Clock {
             worker: 0,
             clock: 1,
+            epoch: 0,
             rows: vec![
                 (RowKey::new(0, 1), AlignedBuf::from_slice(&[1i64, 1])),
                 (RowKey::new(0, 2), AlignedBuf::from_slice(&[1i64])),
@@ -485,7 +638,7 @@ mod tests {
     #[test]
     fn updates_apply_in_worker_order_within_a_clock() {
         // Floating-point addition is not associative: the shard must fix the order.
-        let mut s = Shard::new(0, 2);
+        let mut s = Shard::new(0, World::single(2, 1));
         let meta = TableMeta {
             id: 0,
             name: "f".into(),
@@ -496,6 +649,7 @@ mod tests {
         let big = |w: WorkerId, v: f64| Msg::Clock {
             worker: w,
             clock: 1,
+            epoch: 0,
             rows: vec![(RowKey::new(0, 0), AlignedBuf::from_slice(&[v]))],
             slab: AlignedBuf::default(),
         };
@@ -515,12 +669,211 @@ mod tests {
         assert_eq!(rows[0].1.cast::<f64>(), &[0.0]);
     }
 
-    #[test]
-    fn placement_by_hash_spreads_rows() {
-        let mut counts = [0usize; 4];
-        for r in 0..4000 {
-            counts[shard_of(RowKey::new(0, r), 4)] += 1;
+    /// Every way to merge `a` and `b` keeping each one's order (what a transport that is
+    /// FIFO per sender allows).
+    fn interleavings<T: Clone>(a: &[T], b: &[T]) -> Vec<Vec<T>> {
+        match (a.split_first(), b.split_first()) {
+            (None, _) => vec![b.to_vec()],
+            (_, None) => vec![a.to_vec()],
+            (Some((x, ra)), Some((y, rb))) => {
+                let mut out = Vec::new();
+                for mut rest in interleavings(ra, b) {
+                    rest.insert(0, x.clone());
+                    out.push(rest);
+                }
+                for mut rest in interleavings(a, rb) {
+                    rest.insert(0, y.clone());
+                    out.push(rest);
+                }
+                out
+            }
         }
-        assert!(counts.iter().all(|&c| c > 800), "{counts:?}");
+    }
+
+    /// What process `p` (one worker, global id `p`) sends in one run of a two-process
+    /// cluster, until it waits at the run barrier; then what it sends after the barrier.
+    fn process_script(p: u32) -> (Vec<Msg>, Vec<Msg>) {
+        let meta = TableMeta {
+            id: 0,
+            name: "t".into(),
+            width: 2,
+            elem: ElemType::I64,
+        };
+        let key = |r: u64| RowKey::new(0, r);
+        // The processes order the shared rows differently and each has a row of its own.
+        let keys = if p == 0 {
+            vec![key(1), key(2), key(10)]
+        } else {
+            vec![key(11), key(2), key(1)]
+        };
+        let delta = |v: i64| [v, -v];
+        let slab: Vec<i64> = if p == 0 {
+            [delta(1), delta(2)].concat() // slots 0, 1: rows 1, 2
+        } else {
+            [delta(30), delta(40)].concat() // slots 1, 2: rows 2, 1
+        };
+        let before = vec![
+            Msg::CreateTable { meta },
+            Msg::Specialize {
+                from: p,
+                epoch: 1,
+                keys,
+                chunk_ends: vec![1, 3],
+                updaters: vec![(p, if p == 0 { vec![0, 1] } else { vec![1, 2] })],
+            },
+            Msg::Clock {
+                worker: p,
+                clock: 1,
+                epoch: 1,
+                rows: vec![(key(5), AlignedBuf::from_slice(&[100 + i64::from(p), 1]))],
+                slab: AlignedBuf::from_slice(&slab),
+            },
+            Msg::SlabFetch {
+                from: p,
+                epoch: 1,
+                required: 1,
+                chunk: None,
+            },
+            Msg::Finish { worker: p },
+            Msg::RunEnd { from: p, run: 1 },
+        ];
+        let after = vec![
+            Msg::Fetch {
+                from: p,
+                rows: vec![(key(5), 1), (key(2), 1)],
+            },
+            Msg::Leave { from: p },
+        ];
+        (before, after)
+    }
+
+    /// The answers process `p` got, in a form independent of arrival order.
+    fn answers_to(p: u32, out: &[(Endpoint, Msg)]) -> Vec<String> {
+        let mut v: Vec<String> = out
+            .iter()
+            .filter(|(to, _)| *to == Endpoint::Client(p))
+            .filter_map(|(_, m)| match m {
+                Msg::Rejected { reason, .. } => panic!("rejected: {reason}"),
+                Msg::MinClock { .. } => None,
+                Msg::Rows {
+                    rows, data_clock, ..
+                } => Some(format!(
+                    "rows@{data_clock} {:?}",
+                    rows.iter()
+                        .map(|(k, b)| (k.row, b.cast::<i64>().to_vec()))
+                        .collect::<Vec<_>>()
+                )),
+                Msg::SlabRows {
+                    chunk,
+                    data_clock,
+                    bytes,
+                    epoch,
+                    ..
+                } => Some(format!(
+                    "slab {epoch}/{chunk}@{data_clock} {:?}",
+                    bytes.cast::<i64>()
+                )),
+                other => Some(format!("{other:?}")),
+            })
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn two_processes_get_the_same_answers_in_every_order_the_transport_allows() {
+        let world = World {
+            processes: 2,
+            workers: 1,
+            shards: 1,
+        };
+        let (b0, a0) = process_script(0);
+        let (b1, a1) = process_script(1);
+        let mut expected: Option<(Vec<String>, Vec<String>)> = None;
+        let mut orders = 0;
+        // Before the barrier any merge is possible; after it, a process sends only once
+        // the barrier answered, i.e. after both `RunEnd`s.
+        for before in interleavings(&b0, &b1) {
+            for after in interleavings(&a0, &a1) {
+                orders += 1;
+                let mut s = Shard::new(0, world);
+                let mut out = Vec::new();
+                for m in before.iter().chain(&after) {
+                    s.handle(m.clone(), &mut out);
+                }
+                assert!(s.released(), "both processes left");
+                let got = (answers_to(0, &out), answers_to(1, &out));
+                match &expected {
+                    None => expected = Some(got),
+                    Some(e) => assert_eq!(&got, e),
+                }
+            }
+        }
+        assert_eq!(orders, 924 * 6);
+        let (p0, p1) = expected.unwrap();
+        // Row 2 got 2 (process 0) and 30 (process 1); row 1 got 1 and 40.
+        assert!(p0.contains(&"slab 1/0@1 [41, -41]".to_string()), "{p0:?}");
+        assert!(
+            p0.contains(&"slab 1/1@1 [32, -32, 0, 0]".to_string()),
+            "{p0:?}"
+        );
+        assert!(
+            p1.contains(&"slab 1/1@1 [32, -32, 41, -41]".to_string()),
+            "{p1:?}"
+        );
+        assert!(p1
+            .iter()
+            .any(|a| a.contains("RunReady") && a.contains("start: 1")));
+        assert!(
+            p0.contains(&"rows@1 [(5, [201, 2]), (2, [32, -32])]".to_string()),
+            "{p0:?}"
+        );
+    }
+
+    #[test]
+    fn a_process_that_leaves_early_fails_the_barrier_instead_of_hanging_it() {
+        let world = World {
+            processes: 2,
+            workers: 1,
+            shards: 1,
+        };
+        let mut s = Shard::new(0, world);
+        let mut out = Vec::new();
+        s.handle(Msg::Finish { worker: 0 }, &mut out);
+        s.handle(Msg::RunEnd { from: 0, run: 1 }, &mut out);
+        s.handle(Msg::Leave { from: 1 }, &mut out);
+        let rejected: Vec<&String> = out
+            .iter()
+            .filter_map(|(to, m)| match m {
+                Msg::Rejected { reason, .. } if *to == Endpoint::Client(0) => Some(reason),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(rejected.len(), 1, "{out:?}");
+        assert!(rejected[0].contains("process 1 left"), "{}", rejected[0]);
+    }
+
+    #[test]
+    fn slabs_of_a_plan_the_shard_does_not_hold_and_clock_regressions_are_rejected() {
+        let mut s = shard_with_table(1);
+        let mut out = Vec::new();
+        let slab = |epoch| Msg::Clock {
+            worker: 0,
+            clock: 1,
+            epoch,
+            rows: Vec::new(),
+            slab: AlignedBuf::from_slice(&[1i64, 1]),
+        };
+        s.handle(slab(1), &mut out);
+        assert!(
+            matches!(&out[0].1, Msg::Rejected { reason, .. } if reason.contains("before process 0 sent any plan")),
+            "{out:?}"
+        );
+        out.clear();
+        s.handle(clock(0, 1, &[]), &mut out);
+        assert!(
+            matches!(&out[0].1, Msg::Rejected { reason, .. } if reason.contains("worker 0 sent clock 1 after clock 1")),
+            "{out:?}"
+        );
     }
 }

@@ -11,8 +11,7 @@ use crate::client::ProcessArena;
 use crate::client::{CacheRef, ClientShared, WAIT_SLICE};
 use crate::consistency::Clock;
 use crate::gather::{Access, AccessLog};
-use crate::msg::{Endpoint, Msg, RowBatch};
-use crate::server::shard_of;
+use crate::msg::{Endpoint, Msg, RowBatch, WorkerId};
 use crate::table::resolve;
 use crate::{AlignedBuf, Element, Error, Result, RowKey, Staleness, Table, TableMeta};
 use rustc_hash::FxHashMap;
@@ -31,7 +30,9 @@ pub struct Worker<'a> {
     shared: &'a ClientShared,
     tables: &'a [TableMeta],
     cluster: u64,
-    id: usize,
+    /// Global id in the cluster (what messages and applications see).
+    global: WorkerId,
+    /// Workers in the cluster.
     workers: usize,
     clock: Clock,
     /// The clock this run started at (see [`Staleness::required_in_run`]).
@@ -87,8 +88,8 @@ impl<'a> Worker<'a> {
             shared,
             tables,
             cluster,
-            id,
-            workers: shared.config.workers,
+            global: shared.world.worker_id(shared.process, id),
+            workers: shared.world.total_workers(),
             clock,
             run_start: clock,
             oplog: Oplog::default(),
@@ -166,12 +167,13 @@ impl<'a> Worker<'a> {
         self.virtual_only
     }
 
-    /// This worker's index, `0..workers()`.
+    /// This worker's index in the cluster, `0..workers()`: worker `w` of process `p`
+    /// is `p * Config::workers + w`. Partition work by it.
     pub fn id(&self) -> usize {
-        self.id
+        self.global as usize
     }
 
-    /// Number of workers in the cluster.
+    /// Number of workers in the cluster (over all its processes).
     pub fn workers(&self) -> usize {
         self.workers
     }
@@ -423,30 +425,32 @@ impl<'a> Worker<'a> {
         if self.virtual_only {
             return Ok(());
         }
-        let shards = self.shared.config.shards;
+        let placement = &self.shared.placement;
+        let shards = placement.shards();
         let mut per_shard: Vec<RowBatch> = (0..shards).map(|_| Vec::new()).collect();
         let log = std::mem::take(&mut self.oplog);
         if self.keeps_recent() {
             for (key, delta) in &log {
-                per_shard[shard_of(*key, shards)].push((*key, delta.clone()));
+                per_shard[placement.shard_of(*key) as usize].push((*key, delta.clone()));
             }
             self.recent.push_back((self.clock, log));
         } else {
             for (key, delta) in log {
-                per_shard[shard_of(key, shards)].push((key, delta));
+                per_shard[placement.shard_of(key) as usize].push((key, delta));
             }
         }
         let keep = self.keeps_recent();
-        let mut slabs = match &mut self.special {
-            Some(sp) => sp.take_slabs(self.clock, keep),
-            None => Vec::new(),
+        let (epoch, mut slabs) = match &mut self.special {
+            Some(sp) => (sp.arena.id, sp.take_slabs(self.clock, keep)),
+            None => (0, Vec::new()),
         };
         slabs.resize_with(shards, AlignedBuf::default);
         self.clock += 1;
         for (shard, (rows, slab)) in per_shard.into_iter().zip(slabs).enumerate() {
             let msg = Msg::Clock {
-                worker: self.id as u32,
+                worker: self.global,
                 clock: self.clock,
+                epoch,
                 rows,
                 slab,
             };
@@ -460,8 +464,7 @@ impl<'a> Worker<'a> {
             sp.prune(floor);
             // Prefetch: the refresh the next reads need, asked for once per process.
             let shared = self.shared;
-            sp.arena
-                .request(shared.process, shared.transport.as_ref(), floor, None)?;
+            sp.arena.request(shared, floor, None)?;
         }
         Ok(())
     }
@@ -474,22 +477,15 @@ impl<'a> Worker<'a> {
         if !self.oplog.is_empty() || self.special.as_ref().is_some_and(Special::has_updates) {
             self.clock()?;
         }
-        for shard in 0..self.shared.config.shards {
-            self.send(
-                shard,
-                Msg::Finish {
-                    worker: self.id as u32,
-                },
-            )?;
+        for shard in 0..self.shared.placement.shards() {
+            let worker = self.global;
+            self.send(shard, Msg::Finish { worker })?;
         }
         Ok(self.clock)
     }
 
     fn send(&self, shard: usize, msg: Msg) -> Result<()> {
-        self.shared
-            .transport
-            .send(Endpoint::Shard(shard as u32), msg)
-            .map_err(|e| Error::failed(format!("server shard {shard}"), e))
+        self.shared.send(Endpoint::Shard(shard as u32), msg)
     }
 
     fn keeps_recent(&self) -> bool {
@@ -575,7 +571,7 @@ impl<'a> Worker<'a> {
             return Ok(entry);
         }
         loop {
-            let generation = self.shared.fetcher.generation();
+            let generation = self.shared.signal.generation();
             if let Some(entry) = self.shared.cache.get_fresh(key, required) {
                 return Ok(entry);
             }
@@ -586,14 +582,8 @@ impl<'a> Worker<'a> {
     fn request_and_wait(&self, key: RowKey, required: Clock, generation: u64) -> Result<()> {
         self.shared.check()?;
         let shared = self.shared;
-        shared.fetcher.request(
-            shared.process,
-            shared.config.shards,
-            shared.transport.as_ref(),
-            key,
-            required,
-        )?;
-        shared.fetcher.wait(generation, WAIT_SLICE);
+        shared.fetcher.request(shared, key, required)?;
+        shared.signal.wait(generation, WAIT_SLICE);
         Ok(())
     }
 

@@ -177,8 +177,26 @@ fn iteration(
 type Outcome = (Vec<Vec<Vec<u64>>>, Vec<(u64, Vec<u64>)>);
 
 fn run(variant: Variant, staleness: Staleness, real: &Program, gathered: &Program) -> Outcome {
+    run_on(1, variant, staleness, real, gathered)
+}
+
+/// [`run`] on `processes` processes (in one OS process, over the in-process transport),
+/// splitting the program's workers evenly between them; the reads are gathered in global
+/// worker order, and every process must see the same final tables.
+fn run_on(
+    processes: usize,
+    variant: Variant,
+    staleness: Staleness,
+    real: &Program,
+    gathered: &Program,
+) -> Outcome {
     let workers = real.len();
-    let mut config = Config::new(workers)
+    assert_eq!(
+        workers % processes,
+        0,
+        "{workers} workers on {processes} processes"
+    );
+    let mut config = Config::new(workers / processes)
         .with_shards(2)
         .with_staleness(staleness)
         .with_mode(variant.mode)
@@ -188,38 +206,63 @@ fn run(variant: Variant, staleness: Staleness, real: &Program, gathered: &Progra
     config.tape_budget = variant.tape_budget;
     let (real, gathered) = (real.clone(), gathered.clone());
     within(30, move || {
-        let mut cluster = Cluster::start(config).unwrap();
-        let t = Tables {
-            f: cluster.create_table("f", 3).unwrap(),
-            g: cluster.create_table("g", 5).unwrap(),
-            i: cluster.create_table("i", 2).unwrap(),
+        let body = |cluster: &mut Cluster| process(cluster, variant, &real, &gathered);
+        let per_process = if processes == 1 {
+            vec![body(&mut Cluster::start(config).unwrap()).unwrap()]
+        } else {
+            Cluster::run_local_processes(config, processes, body).unwrap()
         };
-        if variant.mode == Mode::Virtual {
-            cluster
-                .virtual_iteration(|w| iteration(w, &t, &gathered, 0))
-                .unwrap();
-        }
-        let reads = (0..ITERATIONS)
-            .map(|it| cluster.run(|w| iteration(w, &t, &real, it)).unwrap())
-            .collect();
-        let mut tables = Vec::new();
-        // Rows never written may be present as zeros or absent: compare the others.
-        let mut keep = |row: u64, bits: Vec<u64>| {
-            if bits.iter().any(|b| *b != 0) {
-                tables.push((row, bits));
+        let tables = per_process[0].1.clone();
+        let mut reads: Vec<Vec<Vec<u64>>> = vec![Vec::new(); ITERATIONS as usize];
+        for (rank, (r, t)) in per_process.into_iter().enumerate() {
+            assert!(
+                t == tables,
+                "process {rank} sees other tables than process 0"
+            );
+            for (it, per_worker) in r.into_iter().enumerate() {
+                reads[it].extend(per_worker);
             }
-        };
-        for (row, v) in cluster.snapshot(&t.f).unwrap() {
-            keep(row, v.iter().map(|x| x.to_bits()).collect());
-        }
-        for (row, v) in cluster.snapshot(&t.g).unwrap() {
-            keep(row + 100, v.iter().map(|x| x.to_bits() as u64).collect());
-        }
-        for (row, v) in cluster.snapshot(&t.i).unwrap() {
-            keep(row + 200, v.iter().map(|x| *x as u64).collect());
         }
         (reads, tables)
     })
+}
+
+/// One process's part of [`run_on`].
+fn process(
+    cluster: &mut Cluster,
+    variant: Variant,
+    real: &Program,
+    gathered: &Program,
+) -> iterstore::Result<Outcome> {
+    let t = Tables {
+        f: cluster.create_table("f", 3)?,
+        g: cluster.create_table("g", 5)?,
+        i: cluster.create_table("i", 2)?,
+    };
+    if variant.mode == Mode::Virtual {
+        cluster.virtual_iteration(|w| iteration(w, &t, gathered, 0))?;
+    }
+    let mut reads = Vec::new();
+    for it in 0..ITERATIONS {
+        reads.push(cluster.run(|w| iteration(w, &t, real, it))?);
+    }
+    let mut tables = Vec::new();
+    // Rows never written may be present as zeros or absent: compare the others.
+    let mut keep = |row: u64, bits: Vec<u64>| {
+        if bits.iter().any(|b| *b != 0) {
+            tables.push((row, bits));
+        }
+    };
+    for (row, v) in cluster.snapshot(&t.f)? {
+        keep(row, v.iter().map(|x| x.to_bits()).collect());
+    }
+    for (row, v) in cluster.snapshot(&t.g)? {
+        keep(row + 100, v.iter().map(|x| x.to_bits() as u64).collect());
+    }
+    for (row, v) in cluster.snapshot(&t.i)? {
+        keep(row + 200, v.iter().map(|x| *x as u64).collect());
+    }
+    Ok((reads, tables))
 }
 
 /// The program with some ops of every worker dropped and reads of unseen rows added.
@@ -259,6 +302,28 @@ proptest! {
     #[test]
     fn bsp_every_mode_and_ablation_is_bit_identical_to_generic(p in program()) {
         assert_same_everywhere(&p, &p)?;
+    }
+
+    #[test]
+    fn p_processes_compute_what_one_process_of_as_many_workers_computes(
+        p in prop::collection::vec(
+            prop::collection::vec(prop::collection::vec(op(), 0..8), 1..=3),
+            4,
+        ),
+        staleness in prop_oneof![Just(Staleness::BSP), Just(Staleness::Bounded(1))],
+    ) {
+        // Under BSP every read and the final tables are bit-identical; under SSP (where
+        // what a read sees depends on timing) the final tables still are.
+        let baseline = run(variants()[0], staleness, &p, &p);
+        for v in variants().into_iter().take(3) {
+            for processes in [1, 2, 4] {
+                let got = run_on(processes, v, staleness, &p, &p);
+                if staleness == Staleness::BSP {
+                    prop_assert!(got.0 == baseline.0, "{} on {processes} processes: reads differ", v.name);
+                }
+                prop_assert!(got.1 == baseline.1, "{} on {processes} processes: tables differ", v.name);
+            }
+        }
     }
 
     #[test]

@@ -7,7 +7,7 @@
 use super::{Special, AHEAD, HEADER_WORDS, NONE, SLOT_STEP, TOUCHED};
 use crate::consistency::Clock;
 use crate::prefetch::prefetch;
-use crate::server::padded;
+use crate::slot::padded_words;
 use crate::{Element, RowKey};
 
 /// A block [`Special::fresh_block`] found: where its view and delta rows are.
@@ -164,7 +164,7 @@ impl Special {
             return None;
         }
         let b = step as usize;
-        let row_words = padded(n * size_of::<T>()) / 8;
+        let row_words = padded_words(n * size_of::<T>());
         let block = self.words.get(b..b + HEADER_WORDS + 2 * row_words)?;
         let clock = block[2];
         if block[0] != key.row || block[1] as u32 != key.table || clock == Clock::MAX {

@@ -15,7 +15,7 @@ mod fast;
 
 use crate::client::{ClientShared, ProcessArena, WAIT_SLICE};
 use crate::consistency::Clock;
-use crate::server::padded;
+use crate::slot::{padded, padded_words};
 use crate::{AlignedBuf, ElemType, Element, Result, RowKey, TableMeta};
 use std::collections::VecDeque;
 use std::ops::Range;
@@ -184,7 +184,7 @@ impl Special {
         let mut shard_bytes = vec![0; plan.shards.len()];
         let mut chunk_views = vec![Vec::new(); if views { plan.chunks.len() } else { 0 }];
         let block_words = |s: u32| {
-            HEADER_WORDS + padded(plan.slots[s as usize].len) / 8 * (1 + usize::from(views))
+            HEADER_WORDS + padded_words(plan.slots[s as usize].len) * (1 + usize::from(views))
         };
         // Steps address blocks with 31 bits of words: beyond 16 GiB of blocks, none are
         // built and every update takes the generic path (a partial layout would not match
@@ -193,7 +193,7 @@ impl Special {
         if deltas && fits {
             for &s in updates {
                 let slot = &plan.slots[s as usize];
-                let row_words = padded(slot.len) / 8;
+                let row_words = padded_words(slot.len);
                 let b = words.len();
                 let r = blocks.len();
                 let range = &mut shard_blocks[slot.shard as usize];
@@ -584,7 +584,7 @@ impl Special {
     #[inline(always)]
     fn add_to_block<T: Element>(&mut self, b: usize, width: usize, column: usize, delta: &[T]) {
         let cols = column..column + delta.len();
-        let row_words = padded(width * size_of::<T>()) / 8;
+        let row_words = padded_words(width * size_of::<T>());
         let view_words = if self.views { row_words } else { 0 };
         let block = &mut self.words[b..b + HEADER_WORDS + view_words + row_words];
         let (header, rows) = block.split_at_mut(HEADER_WORDS);
@@ -665,7 +665,7 @@ impl Special {
 /// blocks hold views if `views`.
 #[inline(always)]
 fn block_parts(words: &[u64], views: bool, b: usize) -> (Range<usize>, Range<usize>) {
-    let row_words = padded((words[b + 3] >> 32) as usize) / 8;
+    let row_words = padded_words((words[b + 3] >> 32) as usize);
     let view = b + HEADER_WORDS;
     let delta = view + if views { row_words } else { 0 };
     (view..view + row_words, delta..delta + row_words)
@@ -716,17 +716,12 @@ fn wait_fresh(
         if let Some(clock) = attempt() {
             return Ok(clock);
         }
-        let generation = shared.fetcher.generation();
+        let generation = shared.signal.generation();
         if let Some(clock) = attempt() {
             return Ok(clock);
         }
         shared.check()?;
-        arena.request(
-            shared.process,
-            shared.transport.as_ref(),
-            required,
-            Some(slot),
-        )?;
-        shared.fetcher.wait(generation, WAIT_SLICE);
+        arena.request(shared, required, Some(slot))?;
+        shared.signal.wait(generation, WAIT_SLICE);
     }
 }

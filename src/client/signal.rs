@@ -1,0 +1,43 @@
+//! [`Signal`]: the process's wake-up signal. The communication thread bumps it whenever
+//! something a waiting thread may be waiting for arrives (rows, arena chunks, a run
+//! barrier's answer, a table id, a failure); waiting threads sleep on it in bounded slices
+//! and re-check their condition and the cluster's health.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex, PoisonError};
+use std::time::Duration;
+
+/// A generation counter with a condition variable (see the module docs).
+#[derive(Debug, Default)]
+pub(crate) struct Signal {
+    /// Bumped (under `lock`) on every notification; read without locking.
+    generation: AtomicU64,
+    lock: Mutex<()>,
+    arrived: Condvar,
+}
+
+impl Signal {
+    /// The current generation (no lock); pass it to [`wait`](Self::wait).
+    #[inline]
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// Wakes every waiting thread.
+    pub(crate) fn notify(&self) {
+        let guard = self.lock.lock().unwrap_or_else(PoisonError::into_inner);
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        drop(guard);
+        self.arrived.notify_all();
+    }
+
+    /// Waits until something arrived after `generation` was read, or `timeout` passed.
+    /// The generation is bumped under the same lock this checks it under, so a
+    /// notification between the caller's check and this wait is never missed.
+    pub(crate) fn wait(&self, generation: u64, timeout: Duration) {
+        let guard = self.lock.lock().unwrap_or_else(PoisonError::into_inner);
+        if self.generation.load(Ordering::Acquire) == generation {
+            let _ = self.arrived.wait_timeout(guard, timeout);
+        }
+    }
+}

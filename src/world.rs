@@ -1,0 +1,74 @@
+//! [`World`]: the shape of a cluster — how many processes, and how many worker threads and
+//! server shards each runs — and the global numbering of workers and shards derived from
+//! it. Every process of a cluster has the same `World`; rank 0 is the coordinator.
+
+use crate::msg::{ProcessId, ShardId, WorkerId};
+use std::ops::Range;
+
+/// The shape of a cluster. Worker `w` of process `p` is global worker `p * workers + w`;
+/// shard `s` of process `p` is global shard `p * shards + s`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct World {
+    /// Processes in the cluster.
+    pub(crate) processes: usize,
+    /// Worker threads per process.
+    pub(crate) workers: usize,
+    /// Server shards per process.
+    pub(crate) shards: usize,
+}
+
+impl World {
+    /// One process.
+    pub(crate) fn single(workers: usize, shards: usize) -> Self {
+        World {
+            processes: 1,
+            workers,
+            shards,
+        }
+    }
+
+    /// Worker threads in the cluster.
+    pub(crate) fn total_workers(&self) -> usize {
+        self.processes * self.workers
+    }
+
+    /// Server shards in the cluster.
+    pub(crate) fn total_shards(&self) -> usize {
+        self.processes * self.shards
+    }
+
+    /// The global id of process `p`'s local worker `w`.
+    pub(crate) fn worker_id(&self, p: ProcessId, w: usize) -> WorkerId {
+        (p as usize * self.workers + w) as WorkerId
+    }
+
+    /// The process running global worker `w`, if it exists.
+    pub(crate) fn process_of_worker(&self, w: WorkerId) -> Option<ProcessId> {
+        ((w as usize) < self.total_workers()).then(|| (w as usize / self.workers) as ProcessId)
+    }
+
+    /// The global ids of process `p`'s shards.
+    pub(crate) fn shards_of(&self, p: ProcessId) -> Range<ShardId> {
+        let first = (p as usize * self.shards) as ShardId;
+        first..first + self.shards as ShardId
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn global_ids_number_processes_in_rank_order() {
+        let w = World {
+            processes: 3,
+            workers: 2,
+            shards: 1,
+        };
+        assert_eq!(w.total_workers(), 6);
+        assert_eq!(w.worker_id(2, 1), 5);
+        assert_eq!(w.process_of_worker(5), Some(2));
+        assert_eq!(w.process_of_worker(6), None);
+        assert_eq!(w.shards_of(2), 2..3);
+    }
+}
