@@ -169,6 +169,8 @@ pub struct Cluster {
     runs: u64,
     /// The clock the next run starts at, agreed at the last run barrier.
     start_clock: Clock,
+    /// All-gathers done so far.
+    gathers: u64,
     threads: Threads,
     /// The worker threads, alive as long as the cluster.
     pool: WorkerPool,
@@ -225,6 +227,12 @@ impl Cluster {
     /// as long as the cluster: every [`run`](Self::run) uses the same threads.
     pub fn start(config: Config) -> Result<Cluster> {
         config.validate()?;
+        if config.membership.is_some() {
+            return Err(Error::config(
+                "membership",
+                "joining a cluster of processes over TCP is not in this build yet",
+            ));
+        }
         let world = World::single(config.workers, config.shards);
         let (transport, shard_inboxes, mut client_inboxes) = InProcTransport::new(1, config.shards);
         let inbox = client_inboxes.remove(0);
@@ -412,6 +420,7 @@ impl Cluster {
             world,
             runs: 0,
             start_clock: 0,
+            gathers: 0,
             specials: (0..config.workers).map(|_| Mutex::default()).collect(),
             pool,
             topology,
@@ -496,6 +505,43 @@ impl Cluster {
             });
         }
         Ok(Table::new(self.id, meta))
+    }
+
+    /// Every process's `values`, in rank order: a collective, which every process of the
+    /// cluster must call, the same number of times and in the same order as the others
+    /// (it waits for all of them). For what an application computes outside the store
+    /// and the whole cluster needs, such as the sum of each worker's part of an
+    /// objective: concatenating the parts in rank order gives the same sequence, and so
+    /// the same floating-point sum, as one process of as many workers.
+    ///
+    /// ```
+    /// use iterstore::{Cluster, Config};
+    ///
+    /// # fn main() -> iterstore::Result<()> {
+    /// let all = Cluster::run_local_processes(Config::new(1), 3, |cluster| {
+    ///     let mine = [cluster.rank() as f64 + 0.5];
+    ///     cluster.all_gather(&mine)
+    /// })?;
+    /// assert_eq!(all[2], vec![vec![0.5], vec![1.5], vec![2.5]]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn all_gather<T: Element>(&mut self, values: &[T]) -> Result<Vec<Vec<T>>> {
+        self.check()?;
+        self.gathers += 1;
+        let round = self.gathers;
+        let from = self.shared.process;
+        let values = crate::AlignedBuf::from_slice(values);
+        self.send(
+            0,
+            Msg::Gather {
+                from,
+                round,
+                values,
+            },
+        )?;
+        let parts = self.shared.await_gathered(round)?;
+        Ok(parts.iter().map(|b| b.cast::<T>().to_vec()).collect())
     }
 
     /// Runs `f` once on each of the `config.workers` worker threads and returns their

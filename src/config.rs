@@ -2,7 +2,7 @@
 //!
 //! This module only describes and checks settings; it starts nothing.
 
-use crate::{Error, Result, Topology};
+use crate::{Error, Membership, Result, Topology};
 
 /// How stale a read may be: Stale Synchronous Parallel with bound `s`.
 ///
@@ -183,6 +183,10 @@ pub struct Config {
     pub topology: Option<Topology>,
     /// How worker threads are spread over the topology's zones.
     pub worker_placement: WorkerPlacement,
+    /// How this process joins a cluster of processes over TCP; `None`: a one-process
+    /// cluster. Every process of a cluster must have the same `workers`, `shards`,
+    /// `staleness` and `mode` (checked when they connect).
+    pub membership: Option<Membership>,
 }
 
 /// Upper bound on workers per process; far above any machine this runs on.
@@ -204,6 +208,7 @@ impl Default for Config {
             tape_budget: None,
             topology: None,
             worker_placement: WorkerPlacement::Packed,
+            membership: None,
         }
     }
 }
@@ -253,6 +258,12 @@ impl Config {
         self
     }
 
+    /// Joins the cluster of processes `membership` describes (see [`Config::membership`]).
+    pub fn with_membership(mut self, membership: Membership) -> Self {
+        self.membership = Some(membership);
+        self
+    }
+
     /// Plans the NUMA placement for `topology` instead of this machine (see
     /// [`Config::topology`]).
     pub fn with_topology(mut self, topology: Topology) -> Self {
@@ -294,6 +305,9 @@ impl Config {
                 "cache_capacity",
                 "a capacity of 0 rows cannot hold the row being read; use None for unbounded",
             ));
+        }
+        if let Some(m) = &self.membership {
+            m.validate()?;
         }
         Ok(())
     }

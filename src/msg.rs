@@ -50,6 +50,17 @@ pub enum Msg {
         elem: crate::ElemType,
     },
 
+    /// A process's part of an all-gather (`Cluster::all_gather`): the coordinator answers
+    /// [`Msg::Gathered`] once every process sent its part of round `round`.
+    Gather {
+        /// The process.
+        from: ProcessId,
+        /// Numbers the process's all-gathers (from 1).
+        round: u64,
+        /// Its values, raw little-endian bytes.
+        values: AlignedBuf,
+    },
+
     // ---- process -> shard ----
     /// Declares a table (sent to every shard before the table is used; idempotent).
     CreateTable {
@@ -142,6 +153,13 @@ pub enum Msg {
     TableDeclared {
         /// The table, with its cluster-wide id.
         meta: TableMeta,
+    },
+    /// Every process's part of all-gather round `round`, in rank order.
+    Gathered {
+        /// The round.
+        round: u64,
+        /// One part per process.
+        parts: Vec<AlignedBuf>,
     },
     /// Row values: exactly every update of clocks `< data_clock`.
     Rows {

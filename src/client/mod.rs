@@ -59,6 +59,8 @@ pub(crate) struct ClientShared {
     run_ready: Mutex<BTreeMap<u64, Vec<(ShardId, Clock)>>>,
     /// Tables the coordinator declared to this process.
     declared: Mutex<Vec<TableMeta>>,
+    /// Completed all-gathers by round.
+    gathered: Mutex<BTreeMap<u64, Vec<AlignedBuf>>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -89,6 +91,7 @@ impl ClientShared {
             dumps: Mutex::new(Vec::new()),
             run_ready: Mutex::new(BTreeMap::new()),
             declared: Mutex::new(Vec::new()),
+            gathered: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -219,6 +222,14 @@ impl ClientShared {
         })
     }
 
+    /// Waits for every process's part of all-gather round `round`. Like a run barrier,
+    /// it waits for the slowest process; a failed one ends the wait.
+    pub(crate) fn await_gathered(&self, round: u64) -> Result<Vec<AlignedBuf>> {
+        self.wait_for("all-gather", Duration::MAX, || {
+            lock(&self.gathered).remove(&round)
+        })
+    }
+
     fn on_rows(&self, data_clock: Clock, rows: Vec<(RowKey, AlignedBuf)>) {
         self.known_min.fetch_max(data_clock, Ordering::AcqRel);
         let keys: Vec<RowKey> = rows.iter().map(|(k, _)| *k).collect();
@@ -264,6 +275,10 @@ impl ClientShared {
                     .entry(run)
                     .or_default()
                     .push((shard, start));
+                self.signal.notify();
+            }
+            Msg::Gathered { round, parts } => {
+                lock(&self.gathered).insert(round, parts);
                 self.signal.notify();
             }
             Msg::TableDeclared { meta } => {

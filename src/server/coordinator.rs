@@ -1,16 +1,61 @@
 //! [`Coordinator`]: what shard 0 (on rank 0) decides for the whole cluster — table ids,
-//! assigned once by name, so that every process agrees on them.
+//! assigned once by name, so that every process agrees on them — and the all-gathers it
+//! collects.
 
-use crate::{ElemType, TableMeta};
+use crate::msg::ProcessId;
+use crate::{AlignedBuf, ElemType, TableMeta};
 use rustc_hash::FxHashMap;
+use std::collections::BTreeMap;
 
-/// The cluster's table registry.
-#[derive(Debug, Default)]
+/// The cluster's table registry and open all-gather rounds.
+#[derive(Debug)]
 pub(crate) struct Coordinator {
+    processes: usize,
     tables: FxHashMap<String, TableMeta>,
+    /// Per round: each process's part so far.
+    gathers: BTreeMap<u64, Vec<Option<AlignedBuf>>>,
+    /// Per process: its last round.
+    rounds: Vec<u64>,
 }
 
 impl Coordinator {
+    /// The coordinator of a cluster of `processes` processes.
+    pub(crate) fn new(processes: usize) -> Self {
+        Coordinator {
+            processes,
+            tables: FxHashMap::default(),
+            gathers: BTreeMap::new(),
+            rounds: vec![0; processes],
+        }
+    }
+
+    /// Files `from`'s part of round `round`; once every process's part is in, returns
+    /// them in rank order. Rounds must follow each other one by one per process.
+    pub(crate) fn gather(
+        &mut self,
+        from: ProcessId,
+        round: u64,
+        values: AlignedBuf,
+    ) -> Result<Option<Vec<AlignedBuf>>, String> {
+        let last = self.rounds[from as usize];
+        if round != last + 1 {
+            return Err(format!(
+                "process {from} sent all-gather round {round} after round {last}"
+            ));
+        }
+        self.rounds[from as usize] = round;
+        let parts = self
+            .gathers
+            .entry(round)
+            .or_insert_with(|| vec![None; self.processes]);
+        parts[from as usize] = Some(values);
+        if parts.iter().any(Option::is_none) {
+            return Ok(None);
+        }
+        let parts = self.gathers.remove(&round).unwrap_or_default();
+        Ok(Some(parts.into_iter().flatten().collect()))
+    }
+
     /// The table `name`: assigned the next id on its first declaration; a later one must
     /// have the same shape.
     pub(crate) fn declare(
@@ -46,12 +91,28 @@ mod tests {
 
     #[test]
     fn ids_are_assigned_once_by_name() {
-        let mut c = Coordinator::default();
+        let mut c = Coordinator::new(1);
         let a = c.declare("a".into(), 2, ElemType::F32).unwrap();
         let b = c.declare("b".into(), 1, ElemType::I64).unwrap();
         assert_eq!((a.id, b.id), (0, 1));
         assert_eq!(c.declare("a".into(), 2, ElemType::F32).unwrap(), a);
         let err = c.declare("a".into(), 3, ElemType::F32).unwrap_err();
         assert!(err.contains("'a'"), "{err}");
+    }
+
+    #[test]
+    fn a_gather_completes_when_every_process_sent_its_part() {
+        let mut c = Coordinator::new(2);
+        let part = |v: i64| AlignedBuf::from_slice(&[v]);
+        assert_eq!(c.gather(1, 1, part(10)).unwrap(), None);
+        let all = c.gather(0, 1, part(5)).unwrap().unwrap();
+        assert_eq!(
+            all.iter().map(|b| b.cast::<i64>()[0]).collect::<Vec<_>>(),
+            vec![5, 10]
+        );
+        assert!(c
+            .gather(0, 3, part(1))
+            .unwrap_err()
+            .contains("round 3 after round 1"));
     }
 }

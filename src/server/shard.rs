@@ -58,7 +58,7 @@ impl Shard {
             id,
             world,
             tables: Vec::new(),
-            coordinator: (id == 0).then(Coordinator::default),
+            coordinator: (id == 0).then(|| Coordinator::new(world.processes)),
             rows: DashMap::with_hasher(FxBuildHasher),
             pending: BTreeMap::new(),
             clocks: ClockTable::new(world.total_workers()),
@@ -114,6 +114,25 @@ impl Shard {
                     Err(reason) => self.reject(from, reason, out),
                 },
                 None => self.reject(from, "table declared to a shard other than 0".into(), out),
+            },
+            Msg::Gather {
+                from,
+                round,
+                values,
+            } => match self
+                .coordinator
+                .as_mut()
+                .map(|c| c.gather(from, round, values))
+            {
+                Some(Ok(Some(parts))) => {
+                    for p in self.staying() {
+                        let parts = parts.clone();
+                        out.push((Endpoint::Client(p), Msg::Gathered { round, parts }));
+                    }
+                }
+                Some(Ok(None)) => {}
+                Some(Err(reason)) => self.reject_all(reason, out),
+                None => self.reject(from, "all-gather sent to a shard other than 0".into(), out),
             },
             Msg::CreateTable { meta } => {
                 let id = meta.id as usize;
@@ -511,6 +530,7 @@ impl Shard {
 fn sender(msg: &Msg) -> Option<ProcessId> {
     match msg {
         Msg::DeclareTable { from, .. }
+        | Msg::Gather { from, .. }
         | Msg::Fetch { from, .. }
         | Msg::RunEnd { from, .. }
         | Msg::Dump { from, .. }

@@ -198,11 +198,16 @@ pub fn run_observed(
     report.param("beta", params.beta);
     report.param("seed", params.seed);
 
-    let (k, workers, vocab) = (params.topics, cfg.workers, corpus.vocab_size);
+    // Partitions are by global worker id (`first + local` for this process's workers): P
+    // processes of W workers split the corpus as one process of P * W workers does.
+    let (k, vocab) = (params.topics, corpus.vocab_size);
+    let (workers, total, first) = (cfg.workers, cfg.total_workers(), cfg.first_worker());
     let num_docs = corpus.docs.len();
-    let range = |w: usize| partition(num_docs, workers, w);
+    let range = |w: usize| partition(num_docs, total, w);
     let (setup, setup_s) = timed(|| -> Result<_, AppError> {
-        let z: Vec<Vec<u32>> = par_build(workers, |w| initial_topics(params, corpus, range(w)));
+        let z: Vec<Vec<u32>> = par_build(workers, |l| {
+            initial_topics(params, corpus, range(first + l))
+        });
         let mut cluster = start(cfg)?;
         let t = Tables {
             words: cluster.create_table::<i32>("lda.word_topic", k)?,
@@ -244,11 +249,11 @@ pub fn run_observed(
             iteration(w, t, &sweep(w.id(), iter as u64), z)
         })?;
         (word_topic, topic_totals) = snapshot(&cluster, t, vocab, k)?;
-        let docs: f64 = par_build(workers, |w| {
-            doc_terms(params, &corpus.docs[range(w)], &z[w])
-        })
-        .iter()
-        .sum();
+        let parts: Vec<f64> = par_build(workers, |l| {
+            doc_terms(params, &corpus.docs[range(first + l)], &z[l])
+        });
+        // Every process's parts in global worker order: the same sum as one process.
+        let docs: f64 = cluster.all_gather(&parts)?.iter().flatten().sum();
         let objective = word_rows_term(params, &word_topic)
             + topic_totals_term(params, vocab, &topic_totals)
             + docs;
@@ -263,13 +268,16 @@ pub fn run_observed(
         report.push_iteration(record, observer);
     }
     report.record_store(&cluster);
+    // Every process's assignments, in global worker order.
+    let mine: Vec<i32> = z.iter().flatten().map(|&t| t as i32).collect();
+    let all = cluster.all_gather(&mine)?;
     cluster.shutdown()?;
     let mut assignments = Vec::with_capacity(num_docs);
-    for (w, z) in z.into_iter().enumerate() {
-        let mut at = 0;
+    let zs = all.iter().flatten().map(|&t| t as u32);
+    let mut zs = zs.collect::<Vec<u32>>().into_iter();
+    for w in 0..total {
         for doc in &corpus.docs[range(w)] {
-            assignments.push(z[at..at + doc.len()].to_vec());
-            at += doc.len();
+            assignments.push(zs.by_ref().take(doc.len()).collect());
         }
     }
     let model = LdaModel {

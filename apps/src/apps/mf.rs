@@ -226,7 +226,9 @@ pub fn run_observed(
     report.param("init_scale", params.init_scale);
     report.param("seed", params.seed);
 
-    let (k, workers, n) = (params.rank, cfg.workers, train.ratings.len());
+    // Partitions are by global worker id: P processes of W workers split the data as one
+    // process of P * W workers does.
+    let (k, workers, n) = (params.rank, cfg.total_workers(), train.ratings.len());
     let (wd, mean, clocks) = (width(k), global_mean(&train.ratings), clocks(n));
     report.param("clocks_per_iteration", clocks);
     let (setup, setup_s) = timed(|| -> Result<_, AppError> {
@@ -249,7 +251,7 @@ pub fn run_observed(
     };
 
     // Per worker: its scratch rows, kept across runs.
-    let mut scratch: Vec<Scratch> = (0..workers).map(|_| Scratch::new(wd)).collect();
+    let mut scratch: Vec<Scratch> = (0..cfg.workers).map(|_| Scratch::new(wd)).collect();
     let (pre_s, pattern) = preprocess(&mut cluster, cfg, &scratch, |w, scratch| {
         iteration(w, st, mine(w), scratch)
     })?;

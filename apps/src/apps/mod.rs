@@ -42,7 +42,8 @@ pub mod rss;
 pub use report::{IterRecord, MemoryReport, PatternSummary, Provenance, RunReport, StoreReport};
 
 use iterstore::{
-    Cluster, Config, Element, Mode, Specializations, Staleness, Topology, Worker, WorkerPlacement,
+    Cluster, Config, Element, Membership, Mode, Specializations, Staleness, Topology, Worker,
+    WorkerPlacement,
 };
 use std::time::Instant;
 
@@ -68,6 +69,10 @@ pub struct AppConfig {
     pub topology: Option<Topology>,
     /// How worker threads are spread over the topology's zones.
     pub worker_placement: WorkerPlacement,
+    /// The cluster of processes this one joins (`None`: one process). Every process loads
+    /// the whole input and works on its workers' partitions, so P processes of `workers`
+    /// workers compute what one process of `P * workers` computes.
+    pub membership: Option<Membership>,
 }
 
 impl Default for AppConfig {
@@ -82,6 +87,7 @@ impl Default for AppConfig {
             specializations: Specializations::ALL,
             topology: None,
             worker_placement: WorkerPlacement::Packed,
+            membership: None,
         }
     }
 }
@@ -106,7 +112,28 @@ impl AppConfig {
             .with_specializations(self.specializations);
         config.topology = self.topology.clone();
         config.worker_placement = self.worker_placement;
+        config.membership = self.membership.clone();
         config
+    }
+
+    /// Processes in the cluster.
+    pub fn processes(&self) -> usize {
+        self.membership.as_ref().map_or(1, |m| m.hosts.len())
+    }
+
+    /// This process's rank.
+    pub fn rank(&self) -> usize {
+        self.membership.as_ref().map_or(0, |m| m.rank)
+    }
+
+    /// Workers in the whole cluster (the number of data partitions).
+    pub fn total_workers(&self) -> usize {
+        self.processes() * self.workers
+    }
+
+    /// The global id of this process's first worker.
+    pub fn first_worker(&self) -> usize {
+        self.rank() * self.workers
     }
 }
 

@@ -242,7 +242,8 @@ pub fn run_observed(
     report.param("damping", params.config.damping);
     report.param("block", params.block);
 
-    let workers = cfg.workers;
+    // Partitions are by global worker id (`first + local` for this process's workers).
+    let (total, first) = (cfg.total_workers(), cfg.first_worker());
     let shape = Shape {
         damping: params.config.damping,
         vertices: graph.num_vertices as usize,
@@ -250,9 +251,9 @@ pub fn run_observed(
     };
     let (setup, setup_s) = timed(|| -> Result<_, AppError> {
         let degrees = out_degrees(graph);
-        let writers = init_writers(graph, &shape, workers);
-        let plans = par_build(workers, |w| {
-            Plan::new(graph, &degrees, &writers, &shape, workers, w)
+        let writers = init_writers(graph, &shape, total);
+        let plans = par_build(cfg.workers, |l| {
+            Plan::new(graph, &degrees, &writers, &shape, total, first + l)
         });
         let states: Vec<State> = plans.iter().map(|p| State::new(p, shape.block)).collect();
         let mut cluster = start(cfg)?;
@@ -266,7 +267,7 @@ pub fn run_observed(
     report.setup_s = setup_s;
 
     let (pre_s, pattern) = preprocess(&mut cluster, cfg, &states, |w, st| {
-        iteration(w, t, &shape, &plans[w.id()], st)
+        iteration(w, t, &shape, &plans[w.id() - first], st)
     })?;
     report.preprocess_s = pre_s;
     report.pattern = pattern;
@@ -275,7 +276,7 @@ pub fn run_observed(
         let (n, b) = (shape.vertices, shape.block);
         let teleport = (1.0 - shape.damping) / n as f64;
         let mut row = vec![0.0; b];
-        for &block in &plans[w.id()].init_blocks {
+        for &block in &plans[w.id() - first].init_blocks {
             let valid = (n - block as usize * b).min(b);
             row[..valid].fill(teleport);
             row[valid..].fill(0.0);
@@ -292,7 +293,7 @@ pub fn run_observed(
     // First-iter mode records the first real iteration (not the initialisation run).
     for iter in 0..cfg.iterations {
         let seconds = timed_run(&mut cluster, &mut states, |w, st| {
-            iteration(w, t, &shape, &plans[w.id()], st)
+            iteration(w, t, &shape, &plans[w.id() - first], st)
         })?;
         let next = snapshot(&cluster, t, &shape)?;
         let objective = l1_change(&next, &ranks);

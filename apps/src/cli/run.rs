@@ -115,6 +115,7 @@ fn app_config(args: &RunArgs) -> Result<AppConfig> {
         specializations,
         topology,
         worker_placement: args.placement,
+        membership: None,
     })
 }
 
