@@ -92,6 +92,7 @@ mod element;
 mod error;
 mod gather;
 mod msg;
+mod net;
 mod numa;
 mod plan;
 mod pool;
