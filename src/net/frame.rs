@@ -286,37 +286,9 @@ impl FrameDecoder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::net::tests::Bytes;
     use proptest::prelude::*;
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    /// A byte buffer serialized with `serialize_bytes`, like the protocol's `AlignedBuf`.
-    #[derive(Debug, Clone, PartialEq)]
-    struct Bytes(Vec<u8>);
-
-    impl Serialize for Bytes {
-        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-            s.serialize_bytes(&self.0)
-        }
-    }
-
-    impl<'de> Deserialize<'de> for Bytes {
-        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Bytes, D::Error> {
-            struct V;
-            impl serde::de::Visitor<'_> for V {
-                type Value = Bytes;
-                fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                    f.write_str("bytes")
-                }
-                fn visit_bytes<E>(self, v: &[u8]) -> Result<Bytes, E> {
-                    Ok(Bytes(v.to_vec()))
-                }
-                fn visit_byte_buf<E>(self, v: Vec<u8>) -> Result<Bytes, E> {
-                    Ok(Bytes(v))
-                }
-            }
-            d.deserialize_byte_buf(V)
-        }
-    }
+    use serde::Deserialize;
 
     #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
     enum Msg {
