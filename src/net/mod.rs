@@ -52,8 +52,7 @@ use serde::Serialize;
 
 use self::shared::{Mode, Shared};
 
-/// Configuration of one process's [`Net`].
-#[derive(Debug)]
+/// Configuration of one process's [`Net`]. Its `Debug` output leaves the secret out.
 pub(crate) struct NetConfig {
     /// This process's rank.
     pub(crate) rank: u32,
@@ -84,6 +83,26 @@ pub(crate) struct NetConfig {
     pub(crate) send_timeout: Duration,
     /// Longest `shutdown` waits to flush the queues and exchange Bye.
     pub(crate) shutdown_timeout: Duration,
+}
+
+impl std::fmt::Debug for NetConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NetConfig")
+            .field("rank", &self.rank)
+            .field("addrs", &self.addrs)
+            .field("listener", &self.listener)
+            .field("cluster_id", &self.cluster_id)
+            .field("secret", &format_args!("<{} bytes>", self.secret.len()))
+            .field("connect_timeout", &self.connect_timeout)
+            .field("handshake_timeout", &self.handshake_timeout)
+            .field("heartbeat_interval", &self.heartbeat_interval)
+            .field("heartbeat_timeout", &self.heartbeat_timeout)
+            .field("max_frame", &self.max_frame)
+            .field("queue_bytes", &self.queue_bytes)
+            .field("send_timeout", &self.send_timeout)
+            .field("shutdown_timeout", &self.shutdown_timeout)
+            .finish()
+    }
 }
 
 impl NetConfig {

@@ -89,6 +89,8 @@ pub(crate) struct Shared {
     pub(crate) send_timeout: Duration,
     /// Set by `shutdown`: sends fail, the loop says Bye.
     pub(crate) stopping: AtomicBool,
+    /// Whether `failure` is set (checked without the lock on every send).
+    failed: AtomicBool,
     /// Set when the loop died (panic or fatal error): the reason.
     failure: Mutex<Option<String>>,
     /// Test hook: stop sending heartbeats.
@@ -128,6 +130,7 @@ impl Shared {
             hard_bytes: queue_bytes.saturating_mul(4),
             send_timeout,
             stopping: AtomicBool::new(false),
+            failed: AtomicBool::new(false),
             failure: Mutex::new(None),
             #[cfg(test)]
             silent: AtomicBool::new(false),
@@ -154,13 +157,13 @@ impl Shared {
 
     /// The error a send to `to` fails with now, if any.
     fn refusal(&self, to: u32, q: &Queue) -> Option<NetError> {
-        if let Some(reason) = self
-            .failure
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_ref()
-        {
-            return Some(NetError::Failed(reason.clone()));
+        if self.failed.load(Ordering::SeqCst) {
+            let reason = self
+                .failure
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone();
+            return Some(NetError::Failed(reason.unwrap_or_default()));
         }
         if self.stopping.load(Ordering::SeqCst) {
             return Some(NetError::ShutDown);
@@ -290,6 +293,7 @@ impl Shared {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get_or_insert_with(|| reason.to_string());
+        self.failed.store(true, Ordering::SeqCst);
         self.notify_all_senders();
     }
 

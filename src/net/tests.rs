@@ -390,6 +390,17 @@ fn impostors_are_refused_and_the_cluster_is_unaffected() {
         matches!(&e, NetError::Handshake { rank: 0, reason, .. } if reason.contains("cluster id")),
         "{e}"
     );
+    // With the secret, a second rank 1 authenticates but is refused as a duplicate: rank 0
+    // closes on it (its start fails, or it loses rank 0 right after).
+    let (mut l, a) = bind(1);
+    let (d, events) = channel_deliver();
+    match Net::<TestMsg>::start(config(1, &[addrs[0], a[0]], l.remove(0)), d) {
+        Ok(dup) => {
+            let dup = Node { net: dup, events };
+            wait_lost(&dup, 0, Duration::from_secs(10));
+        }
+        Err(e) => assert!(matches!(e, NetError::PeerLost { rank: 0, .. }), "{e}"),
+    }
     ping(&nodes, 0, 1);
     ping(&nodes, 1, 0);
     shutdown_all(&mut nodes);
@@ -710,6 +721,10 @@ fn bad_sends_and_configs_are_errors() {
 
     let (mut l, addrs) = bind(1);
     let mut c = config(0, &addrs, l.remove(0));
+    assert!(
+        !format!("{c:?}").contains("shared secret"),
+        "Debug shows the secret"
+    );
     c.secret = b"short".to_vec();
     let (d, _e) = channel_deliver();
     assert!(matches!(
