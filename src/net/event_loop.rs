@@ -82,6 +82,8 @@ pub(crate) fn thread_main<M: DeserializeOwned + Send + 'static>(
     shared.stopping.store(true, Ordering::SeqCst);
     match outcome {
         Ok(()) => Ok(()),
+        // Not a failure of the loop: `shutdown` reports it, later sends fail as shut down.
+        Err(e @ NetError::ShutdownIncomplete(_)) => Err(e),
         Err(e) => {
             shared.fail(&e.to_string());
             if let Some(tx) = ready.take() {

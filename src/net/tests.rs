@@ -737,3 +737,29 @@ fn bad_sends_and_configs_are_errors() {
     let mut solo = Net::<TestMsg>::start(config(0, &addrs, l.remove(0)), d).unwrap();
     solo.shutdown().unwrap();
 }
+
+#[test]
+fn shutdown_is_bounded_when_a_peer_does_not_answer() {
+    let (d1, e1, gate) = gated_deliver();
+    let mut nodes = pair(
+        |c| {
+            c.shutdown_timeout = Duration::from_millis(500);
+            c.heartbeat_timeout = Duration::from_secs(30); // the stall is not a loss
+        },
+        [channel_deliver(), (d1, e1)],
+    );
+    nodes[0].net.send(1, &msg(0, 0, 0, 1)).unwrap(); // rank 1's loop stalls on it
+    let t0 = Instant::now();
+    match nodes[0].net.shutdown() {
+        Err(NetError::ShutdownIncomplete(why)) => assert!(why.contains("rank 1 at"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    assert!(matches!(
+        nodes[0].net.send(1, &msg(0, 0, 1, 1)),
+        Err(NetError::ShutDown)
+    ));
+    assert_no_loss(&nodes[0]);
+    gate.send(()).unwrap();
+    let _ = nodes[1].net.shutdown();
+}
