@@ -93,6 +93,7 @@ mod error;
 mod gather;
 mod membership;
 mod msg;
+mod net;
 mod numa;
 mod placement;
 mod plan;

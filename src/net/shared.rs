@@ -1,0 +1,319 @@
+//! State shared between the threads that send and the event-loop thread: one bounded
+//! outbound queue of encoded frames per peer, the peer's status, the counters, and the
+//! [`mio::Waker`] that tells the loop a queue went from empty to non-empty.
+//!
+//! Senders push whole encoded frames under the queue's mutex, so the order of a peer's
+//! frames is the order in which `send` calls took that mutex (FIFO per pair of
+//! processes). `bytes` counts the frames in the queue *and* those the loop has taken but
+//! not yet written to the socket, so the memory held for a peer is bounded by it.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use super::{NetCounters, NetError};
+
+/// The status of a peer, as senders see it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum PeerStatus {
+    /// Connected: sends are accepted.
+    Up,
+    /// Gone abnormally; the reason.
+    Lost(String),
+    /// Closed gracefully (it said Bye).
+    Closed,
+}
+
+/// The outbound queue of one peer.
+#[derive(Debug)]
+pub(crate) struct Queue {
+    /// Encoded frames not yet taken by the loop.
+    pub(crate) frames: VecDeque<Vec<u8>>,
+    /// Bytes of the frames queued or taken by the loop and not yet written.
+    pub(crate) bytes: usize,
+    /// Whether sends are accepted.
+    pub(crate) status: PeerStatus,
+}
+
+/// A peer's queue and the condition variable senders wait on for space.
+#[derive(Debug)]
+pub(crate) struct PeerQueue {
+    /// The queue.
+    queue: Mutex<Queue>,
+    /// Signalled when bytes are written or the status changes.
+    space: Condvar,
+}
+
+/// How `enqueue` treats a full queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// Wait (up to `send_timeout`) while the queue is over `queue_bytes`.
+    Blocking,
+    /// Never wait; over the hard bound, declare the peer lost.
+    NonBlocking,
+}
+
+/// Atomic traffic counters.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    /// Bytes of frames written.
+    pub(crate) bytes_sent: AtomicU64,
+    /// Frames written (all kinds).
+    pub(crate) frames_sent: AtomicU64,
+    /// Bytes of frames read.
+    pub(crate) bytes_received: AtomicU64,
+    /// Frames read (all kinds).
+    pub(crate) frames_received: AtomicU64,
+}
+
+/// Everything the senders and the loop share.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    /// Our rank.
+    pub(crate) rank: u32,
+    /// Every rank's address (index = rank).
+    pub(crate) addrs: Vec<SocketAddr>,
+    /// One queue per rank (ours unused).
+    queues: Vec<PeerQueue>,
+    /// Wakes the loop.
+    pub(crate) waker: mio::Waker,
+    /// Traffic counters.
+    pub(crate) counters: Counters,
+    /// Blocking sends wait while a queue holds more than this.
+    pub(crate) queue_bytes: usize,
+    /// Non-blocking sends over this declare the peer lost.
+    pub(crate) hard_bytes: usize,
+    /// Longest a blocking send waits for space.
+    pub(crate) send_timeout: Duration,
+    /// Set by `shutdown`: sends fail, the loop says Bye.
+    pub(crate) stopping: AtomicBool,
+    /// Whether `failure` is set (checked without the lock on every send).
+    failed: AtomicBool,
+    /// Set when the loop died (panic or fatal error): the reason.
+    failure: Mutex<Option<String>>,
+    /// Test hook: stop sending heartbeats.
+    #[cfg(test)]
+    pub(crate) silent: AtomicBool,
+    /// Test hook: exit the loop at once, closing sockets without Bye.
+    #[cfg(test)]
+    pub(crate) kill: AtomicBool,
+}
+
+impl Shared {
+    /// Shared state for `rank` among `addrs.len()` ranks.
+    pub(crate) fn new(
+        rank: u32,
+        addrs: Vec<SocketAddr>,
+        waker: mio::Waker,
+        queue_bytes: usize,
+        send_timeout: Duration,
+    ) -> Shared {
+        let queues = (0..addrs.len())
+            .map(|_| PeerQueue {
+                queue: Mutex::new(Queue {
+                    frames: VecDeque::new(),
+                    bytes: 0,
+                    status: PeerStatus::Up,
+                }),
+                space: Condvar::new(),
+            })
+            .collect();
+        Shared {
+            rank,
+            addrs,
+            queues,
+            waker,
+            counters: Counters::default(),
+            queue_bytes,
+            hard_bytes: queue_bytes.saturating_mul(4),
+            send_timeout,
+            stopping: AtomicBool::new(false),
+            failed: AtomicBool::new(false),
+            failure: Mutex::new(None),
+            #[cfg(test)]
+            silent: AtomicBool::new(false),
+            #[cfg(test)]
+            kill: AtomicBool::new(false),
+        }
+    }
+
+    /// Locks `rank`'s queue (a poisoned lock is still usable: the queue is consistent
+    /// after every statement).
+    pub(crate) fn lock(&self, rank: u32) -> MutexGuard<'_, Queue> {
+        self.queues[rank as usize]
+            .queue
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Wakes the loop (an error is only logged: the loop also polls on a short tick).
+    pub(crate) fn wake(&self) {
+        if let Err(e) = self.waker.wake() {
+            tracing::warn!("iterstore net: cannot wake the event loop: {e}");
+        }
+    }
+
+    /// The error a send to `to` fails with now, if any.
+    fn refusal(&self, to: u32, q: &Queue) -> Option<NetError> {
+        if self.failed.load(Ordering::SeqCst) {
+            let reason = self
+                .failure
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone();
+            return Some(NetError::Failed(reason.unwrap_or_default()));
+        }
+        if self.stopping.load(Ordering::SeqCst) {
+            return Some(NetError::ShutDown);
+        }
+        let addr = self.addrs[to as usize];
+        match &q.status {
+            PeerStatus::Up => None,
+            PeerStatus::Lost(reason) => Some(NetError::PeerLost {
+                rank: to,
+                addr,
+                reason: reason.clone(),
+            }),
+            PeerStatus::Closed => Some(NetError::PeerClosed { rank: to, addr }),
+        }
+    }
+
+    /// Appends an encoded frame to `to`'s queue (see [`Mode`]) and wakes the loop if the
+    /// queue was empty.
+    pub(crate) fn enqueue(&self, to: u32, frame: Vec<u8>, mode: Mode) -> Result<(), NetError> {
+        let pq = &self.queues[to as usize];
+        let len = frame.len();
+        let mut q = self.lock(to);
+        let mut deadline: Option<Instant> = None;
+        loop {
+            if let Some(e) = self.refusal(to, &q) {
+                return Err(e);
+            }
+            match mode {
+                Mode::Blocking => {
+                    // An empty queue takes any frame, so one larger than the bound still goes.
+                    if q.bytes == 0 || q.bytes + len <= self.queue_bytes {
+                        break;
+                    }
+                    let now = Instant::now();
+                    let deadline = *deadline.get_or_insert(now + self.send_timeout);
+                    if now >= deadline {
+                        return Err(NetError::Backpressure {
+                            rank: to,
+                            addr: self.addrs[to as usize],
+                            waited: self.send_timeout,
+                            queued: q.bytes,
+                        });
+                    }
+                    q = pq
+                        .space
+                        .wait_timeout(q, deadline - now)
+                        .unwrap_or_else(|p| p.into_inner())
+                        .0;
+                }
+                Mode::NonBlocking => {
+                    if q.bytes > 0 && q.bytes + len > self.hard_bytes {
+                        let reason = format!(
+                            "its outbound queue passed the hard bound of {} bytes ({} queued): too slow",
+                            self.hard_bytes, q.bytes
+                        );
+                        q.status = PeerStatus::Lost(reason.clone());
+                        q.frames.clear();
+                        pq.space.notify_all();
+                        drop(q);
+                        self.wake();
+                        return Err(NetError::PeerLost {
+                            rank: to,
+                            addr: self.addrs[to as usize],
+                            reason,
+                        });
+                    }
+                    break;
+                }
+            }
+        }
+        let was_empty = q.frames.is_empty();
+        q.frames.push_back(frame);
+        q.bytes += len;
+        drop(q);
+        if was_empty {
+            self.wake();
+        }
+        Ok(())
+    }
+
+    /// Loop side: takes every queued frame of `rank` (they stay counted in `bytes`) and
+    /// returns them with the peer's status.
+    pub(crate) fn take(&self, rank: u32) -> (VecDeque<Vec<u8>>, PeerStatus) {
+        let mut q = self.lock(rank);
+        (std::mem::take(&mut q.frames), q.status.clone())
+    }
+
+    /// Loop side: `bytes` of `rank`'s frames were written; wakes waiting senders.
+    pub(crate) fn release(&self, rank: u32, bytes: usize) {
+        let mut q = self.lock(rank);
+        q.bytes = q.bytes.saturating_sub(bytes);
+        drop(q);
+        self.queues[rank as usize].space.notify_all();
+    }
+
+    /// Loop side: sets `rank`'s status (a lost peer stays lost); on anything but `Up` the
+    /// queue is dropped. Wakes waiting senders.
+    pub(crate) fn set_status(&self, rank: u32, status: PeerStatus) {
+        let mut q = self.lock(rank);
+        if !matches!(q.status, PeerStatus::Lost(_)) {
+            q.status = status;
+        }
+        if q.status != PeerStatus::Up {
+            q.frames.clear();
+            q.bytes = 0;
+        }
+        drop(q);
+        self.queues[rank as usize].space.notify_all();
+    }
+
+    /// Bytes queued for `rank` (tests check the bound).
+    #[cfg(test)]
+    pub(crate) fn queued_bytes(&self, rank: u32) -> usize {
+        self.lock(rank).bytes
+    }
+
+    /// Starts shutting down: every later send fails; wakes waiting senders and the loop.
+    pub(crate) fn begin_stop(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+        self.notify_all_senders();
+        self.wake();
+    }
+
+    /// Records that the loop died: every later send fails with `reason`.
+    pub(crate) fn fail(&self, reason: &str) {
+        self.failure
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_or_insert_with(|| reason.to_string());
+        self.failed.store(true, Ordering::SeqCst);
+        self.notify_all_senders();
+    }
+
+    /// Wakes every sender waiting for space, so it re-checks why it should stop.
+    fn notify_all_senders(&self) {
+        for (rank, pq) in self.queues.iter().enumerate() {
+            // Take the lock so a sender between its check and its wait cannot miss this.
+            drop(self.lock(rank as u32));
+            pq.space.notify_all();
+        }
+    }
+
+    /// A snapshot of the counters.
+    pub(crate) fn counters(&self) -> NetCounters {
+        let c = &self.counters;
+        NetCounters {
+            bytes_sent: c.bytes_sent.load(Ordering::Relaxed),
+            frames_sent: c.frames_sent.load(Ordering::Relaxed),
+            bytes_received: c.bytes_received.load(Ordering::Relaxed),
+            frames_received: c.frames_received.load(Ordering::Relaxed),
+        }
+    }
+}
