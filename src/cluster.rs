@@ -10,16 +10,18 @@ use crate::consistency::Clock;
 use crate::error::panic_message;
 use crate::gather::AccessLog;
 use crate::msg::{Endpoint, Msg, ProcessId};
+use crate::net::NetConfig;
 use crate::numa::{self, NumaConfig, NumaPlan, ThreadZones, WorkerPlace};
 use crate::plan::{self, PlanConfig};
 use crate::pool::WorkerPool;
 use crate::table::{resolve, Registry};
 use crate::topology::bind::MemBinder;
-use crate::transport::{InProcTransport, Inbox, Transport};
+use crate::transport::{InProcTransport, Inbox, LocalInboxes, TcpTransport, Transport};
 use crate::worker::{AccessCounters, Kept, Role, Worker, WorkerMemory};
 use crate::world::World;
 use crate::Topology;
-use crate::{server, AccessPattern, Config, Element, Error, Mode, Result, Table};
+use crate::{server, AccessPattern, Config, Element, Error, Membership, Mode, Result, Table};
+use crossbeam::channel::unbounded;
 use std::hash::{BuildHasher, Hasher};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
@@ -66,6 +68,15 @@ pub struct Stats {
     pub tape_truncated: u64,
     /// Bytes held by the specialized state, by part.
     pub memory: SpecialMemory,
+    /// Bytes this process sent to other processes (frames and their headers; 0 in a
+    /// one-process cluster).
+    pub bytes_sent: u64,
+    /// Bytes this process received from other processes.
+    pub bytes_received: u64,
+    /// Frames (messages and heartbeats) this process sent to other processes.
+    pub frames_sent: u64,
+    /// Frames this process received from other processes.
+    pub frames_received: u64,
 }
 
 /// The NUMA placement of a cluster ([`Cluster::numa`]): where its worker threads run, where
@@ -227,11 +238,8 @@ impl Cluster {
     /// as long as the cluster: every [`run`](Self::run) uses the same threads.
     pub fn start(config: Config) -> Result<Cluster> {
         config.validate()?;
-        if config.membership.is_some() {
-            return Err(Error::config(
-                "membership",
-                "joining a cluster of processes over TCP is not in this build yet",
-            ));
+        if let Some(m) = config.membership.clone() {
+            return Self::join(config, m);
         }
         let world = World::single(config.workers, config.shards);
         let (transport, shard_inboxes, mut client_inboxes) = InProcTransport::new(1, config.shards);
@@ -243,6 +251,58 @@ impl Cluster {
             Arc::new(transport),
             shard_inboxes,
             inbox,
+            true,
+        )
+    }
+
+    /// Joins the cluster of processes `m` describes over TCP: connects to and
+    /// authenticates every other process (within `m.connect_timeout`), then starts this
+    /// process's threads.
+    fn join(config: Config, m: Membership) -> Result<Cluster> {
+        let world = World {
+            processes: m.hosts.len(),
+            workers: config.workers,
+            shards: config.shards,
+        };
+        let rank = m.rank as ProcessId;
+        let (shard_tx, shard_rx): (Vec<_>, Vec<_>) =
+            (0..config.shards).map(|_| unbounded()).unzip();
+        let (client_tx, client_rx) = unbounded();
+        let mut net = NetConfig::new(
+            rank,
+            m.hosts.clone(),
+            cluster_id(&config, &m),
+            m.secret.bytes().to_vec(),
+        );
+        net.connect_timeout = m.connect_timeout;
+        net.heartbeat_interval = m.heartbeat_interval;
+        net.heartbeat_timeout = m.heartbeat_timeout;
+        let local = LocalInboxes {
+            shards: shard_tx,
+            client: client_tx,
+        };
+        let what = format!(
+            "joining the cluster as process {rank} of {}",
+            world.processes
+        );
+        let transport = TcpTransport::start(net, world, local).map_err(|e| {
+            let mut message = e.to_string();
+            if message.contains("cluster id") {
+                message.push_str(
+                    " (every process must run with the same hosts, workers, shards, staleness \
+                     and mode)",
+                );
+            }
+            Error::failed(&what, message)
+        })?;
+        tracing::info!("{what}: connected to every process");
+        Self::start_process(
+            config,
+            world,
+            rank,
+            Arc::new(transport),
+            shard_rx,
+            client_rx,
             true,
         )
     }
@@ -870,7 +930,12 @@ impl Cluster {
             process_arena: arena_bytes,
             server_arenas: arena_rows,
         };
+        let traffic = self.transport.traffic();
         Stats {
+            bytes_sent: traffic.bytes_sent,
+            bytes_received: traffic.bytes_received,
+            frames_sent: traffic.frames_sent,
+            frames_received: traffic.frames_received,
             tape_accesses: self.counters.tape,
             indexed_accesses: self.counters.indexed,
             unplanned_accesses: self.counters.unplanned,
@@ -1035,6 +1100,9 @@ impl Cluster {
         }
         let failed = self.shared.has_failed();
         let mut result = self.threads.stop(self.transport.as_ref(), rank, failed);
+        if let Err(e) = self.transport.close() {
+            tracing::warn!("process {rank}: closing the network: {e}");
+        }
         if result.is_ok() && !failed {
             result = self.shared.check();
         }
@@ -1141,6 +1209,24 @@ fn default_tape_budget() -> Option<usize> {
     let line = meminfo.lines().find(|l| l.starts_with("MemAvailable:"))?;
     let kib: usize = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib.saturating_mul(1024) / 4)
+}
+
+/// The id a cluster's processes check in their handshake: a digest of what they must
+/// agree on (protocol version, hosts, workers, shards, staleness and mode), so a process
+/// started with other settings is refused before any work starts.
+fn cluster_id(config: &Config, m: &Membership) -> u64 {
+    let agreed = format!(
+        "iterstore protocol 1|{:?}|workers {}|shards {}|staleness {:?}|mode {}",
+        m.hosts,
+        config.workers,
+        config.shards,
+        config.staleness,
+        config.mode.name()
+    );
+    // FNV-1a: stable across builds and platforms.
+    agreed.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 /// Errors that are consequences of another failure rather than causes.

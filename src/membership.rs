@@ -57,6 +57,11 @@ impl Secret {
             .map_err(|e| Error::config("secret", format!("{}: {e}", path.display())))
     }
 
+    /// The bytes (for the handshake).
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &self.0
+    }
+
     /// The secret in the environment variable `var` ([`SECRET_ENV`] by convention).
     pub fn from_env(var: &str) -> Result<Secret> {
         let value = std::env::var_os(var).ok_or_else(|| {

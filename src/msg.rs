@@ -216,3 +216,20 @@ pub enum Msg {
         reason: String,
     },
 }
+
+impl Msg {
+    /// The process a message names as its sender, if it names one.
+    pub(crate) fn sender(&self) -> Option<ProcessId> {
+        match self {
+            Msg::DeclareTable { from, .. }
+            | Msg::Gather { from, .. }
+            | Msg::Fetch { from, .. }
+            | Msg::RunEnd { from, .. }
+            | Msg::Dump { from, .. }
+            | Msg::Specialize { from, .. }
+            | Msg::SlabFetch { from, .. }
+            | Msg::Leave { from } => Some(*from),
+            _ => None,
+        }
+    }
+}

@@ -319,6 +319,10 @@ pub(crate) fn spawn_comm(
                         break;
                     }
                 }
+                Ok(Inbound::Lost(reason)) => {
+                    shared.fail(Error::failed("cluster", reason));
+                    break;
+                }
                 Ok(Inbound::Stop) => break,
                 Err(_) => {
                     shared.fail(Error::failed("client communication", "inbox closed"));

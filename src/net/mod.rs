@@ -32,8 +32,6 @@
 //! never waits and declares the peer lost past `4 x queue_bytes`. Incoming frames are
 //! capped at `max_frame` bytes, checked before any allocation.
 
-#![allow(dead_code)] // wired into the cluster by the next change
-
 pub(crate) mod event_loop;
 pub(crate) mod frame;
 pub(crate) mod handshake;
@@ -399,11 +397,13 @@ impl<M: Serialize + DeserializeOwned + Send + 'static> Net<M> {
     }
 
     /// This process's rank.
+    #[cfg(test)]
     pub(crate) fn rank(&self) -> u32 {
         self.shared.rank
     }
 
     /// Number of ranks in the cluster.
+    #[cfg(test)]
     pub(crate) fn size(&self) -> usize {
         self.size
     }

@@ -30,7 +30,12 @@ pub(crate) fn spawn(
     let name = format!("iterstore-shard-{}", shard.id());
     crate::topology::bind::spawn_bound(name, pus, move || {
         let mut out: Vec<(Endpoint, Msg)> = Vec::new();
-        while let Ok(Inbound::Msg(msg)) = inbox.recv() {
+        loop {
+            let msg = match inbox.recv() {
+                Ok(Inbound::Msg(msg)) => msg,
+                Ok(Inbound::Lost(_)) => continue,
+                Ok(Inbound::Stop) | Err(_) => return,
+            };
             let handled = catch_unwind(AssertUnwindSafe(|| shard.handle(msg, &mut out)));
             if let Err(payload) = handled {
                 let reason = format!(
@@ -43,14 +48,14 @@ pub(crate) fn spawn(
                         shard: shard.id(),
                         reason: reason.clone(),
                     };
-                    let _ = transport.send(Endpoint::Client(p), msg);
+                    let _ = transport.reply(Endpoint::Client(p), msg);
                 }
                 return;
             }
             for (to, reply) in out.drain(..) {
                 // A process that has gone away needs no answer; its loss is detected and
                 // reported by the transport.
-                let _ = transport.send(to, reply);
+                let _ = transport.reply(to, reply);
             }
             if shard.released() {
                 return;

@@ -94,7 +94,7 @@ impl Shard {
 
     /// Handles one message, pushing any replies onto `out`.
     pub(crate) fn handle(&mut self, msg: Msg, out: &mut Vec<(Endpoint, Msg)>) {
-        if let Some(from) = sender(&msg) {
+        if let Some(from) = msg.sender() {
             if !self.known(from) {
                 return self.reject_all(format!("message from unknown process {from}"), out);
             }
@@ -523,21 +523,6 @@ impl Shard {
         for p in self.staying() {
             self.reject(p, reason.clone(), out);
         }
-    }
-}
-
-/// The process a message names as its sender, if it names one.
-fn sender(msg: &Msg) -> Option<ProcessId> {
-    match msg {
-        Msg::DeclareTable { from, .. }
-        | Msg::Gather { from, .. }
-        | Msg::Fetch { from, .. }
-        | Msg::RunEnd { from, .. }
-        | Msg::Dump { from, .. }
-        | Msg::Specialize { from, .. }
-        | Msg::SlabFetch { from, .. }
-        | Msg::Leave { from } => Some(*from),
-        _ => None,
     }
 }
 

@@ -11,8 +11,10 @@
 //! promised across senders: the protocol is tested under every interleaving of them.
 
 mod inproc;
+mod tcp;
 
 pub(crate) use inproc::InProcTransport;
+pub(crate) use tcp::{LocalInboxes, TcpTransport};
 
 use crate::msg::{Endpoint, Msg};
 
@@ -25,6 +27,9 @@ pub(crate) enum Inbound {
     Msg(Msg),
     /// Stop the receiving thread (sent only by the endpoint's own process).
     Stop,
+    /// The transport lost a peer or found it misbehaving: the cluster fails with this
+    /// reason (sent to the communication thread only).
+    Lost(String),
 }
 
 /// The receiving side of an endpoint.
@@ -40,6 +45,9 @@ pub(crate) enum TransportError {
     /// The endpoint has stopped receiving.
     #[error("endpoint {0:?} is closed")]
     Closed(Endpoint),
+    /// The network could not carry the message.
+    #[error("{1}")]
+    Network(Endpoint, String),
 }
 
 /// Moves messages to endpoints. Implementations are shared by all threads of a process.
@@ -47,6 +55,24 @@ pub(crate) trait Transport: Send + Sync + 'static {
     /// Sends `msg` to `to` (see the module docs for the ordering guarantee).
     fn send(&self, to: Endpoint, msg: Msg) -> Result<(), TransportError>;
 
+    /// Sends a server shard's reply: never blocks on a slow peer (a peer too slow to
+    /// keep up is declared lost instead), so a shard's state machine never waits on one.
+    fn reply(&self, to: Endpoint, msg: Msg) -> Result<(), TransportError> {
+        self.send(to, msg)
+    }
+
     /// Stops the thread of `to`, an endpoint of this process ([`Inbound::Stop`]).
     fn stop_local(&self, to: Endpoint) -> Result<(), TransportError>;
+
+    /// Bytes and frames this process sent and received over the network so far (zero
+    /// for a transport that does not leave the process).
+    fn traffic(&self) -> crate::net::NetCounters {
+        crate::net::NetCounters::default()
+    }
+
+    /// Closes the transport once this process has stopped its threads: what is queued is
+    /// flushed and peers are told this process leaves (bounded in time).
+    fn close(&self) -> Result<(), TransportError> {
+        Ok(())
+    }
 }

@@ -7,6 +7,7 @@
 
 mod bench;
 mod demo;
+mod launch;
 mod log;
 mod plan;
 mod run;
@@ -240,9 +241,9 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
 
-    /// mf: latent factors per row [default: 16].
-    #[arg(long, help_heading = "MF options", value_parser = at_least_one)]
-    pub rank: Option<usize>,
+    /// mf: latent factors per row (the factorization's rank) [default: 16].
+    #[arg(long, value_name = "K", help_heading = "MF options", value_parser = at_least_one)]
+    pub factors: Option<usize>,
     /// mf: AdaGrad step size (per-row AdaGrad, as LIBMF) [default: 0.1].
     #[arg(long, help_heading = "MF options")]
     pub lr: Option<f32>,
@@ -272,13 +273,42 @@ pub struct RunArgs {
     /// pagerank: vertices per row of the rank table [default: 256].
     #[arg(long, value_name = "B", help_heading = "PageRank options", value_parser = at_least_one)]
     pub block: Option<usize>,
+
+    /// Run as P local processes on 127.0.0.1, each with --workers workers (a launcher:
+    /// output prefixed by rank, exit status the worst child's, children stopped with it).
+    /// The result is the same as one process of P x --workers workers.
+    #[arg(long, value_name = "P", help_heading = "Cluster options", value_parser = at_least_one,
+          conflicts_with_all = ["hosts", "rank"])]
+    pub processes: Option<usize>,
+    /// Join the cluster described by FILE: one `rank host:port` line per process. Every
+    /// process runs the same command with its own --rank.
+    #[arg(long, value_name = "FILE", help_heading = "Cluster options")]
+    pub hosts: Option<PathBuf>,
+    /// This process's rank in --hosts [default: from SLURM_PROCID, OMPI_COMM_WORLD_RANK
+    /// or RANK].
+    #[arg(
+        long,
+        value_name = "R",
+        help_heading = "Cluster options",
+        requires = "hosts"
+    )]
+    pub rank: Option<usize>,
+    /// The cluster's shared secret, read from FILE [default: the ITERSTORE_SECRET
+    /// environment variable]. Never give it on the command line.
+    #[arg(
+        long,
+        value_name = "FILE",
+        help_heading = "Cluster options",
+        requires = "hosts"
+    )]
+    pub secret_file: Option<PathBuf>,
 }
 
 impl RunArgs {
     /// Rejects options that belong to another app.
     fn check_app_options(&self) -> Result<()> {
         let given = [
-            ("--rank", self.rank.is_some(), App::Mf),
+            ("--factors", self.factors.is_some(), App::Mf),
             ("--lr", self.lr.is_some(), App::Mf),
             ("--reg", self.reg.is_some(), App::Mf),
             ("--init-scale", self.init_scale.is_some(), App::Mf),
@@ -310,9 +340,12 @@ pub fn main(cli: Cli, args: &[std::ffi::OsString]) -> Result<()> {
     log::init(cli.quiet, cli.verbose);
     let command_line = command_line(args);
     match cli.command {
-        Command::Run(args) => {
-            args.check_app_options()?;
-            run::run(&args, command_line)
+        Command::Run(run_args) => {
+            run_args.check_app_options()?;
+            match run_args.processes {
+                Some(p) if p > 1 => launch::launch(&run_args, p, args),
+                _ => run::run(&run_args, command_line),
+            }
         }
         Command::Demo => demo::demo(),
         Command::Bench(args) => bench::bench(&args, command_line),

@@ -10,7 +10,7 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use iterstore::{Mode, Specializations, Topology};
+use iterstore::{rank_from_env, Membership, Mode, Secret, Specializations, Topology, SECRET_ENV};
 use iterstore_apps::algo::lda::LdaConfig;
 use iterstore_apps::algo::mf::MfConfig;
 use iterstore_apps::algo::pagerank::PageRankConfig;
@@ -92,9 +92,44 @@ impl Output {
     }
 }
 
+/// How this process joins a cluster (`--hosts`, `--rank` or a launcher's environment,
+/// `--secret-file` or `ITERSTORE_SECRET`); `None` without `--hosts`.
+fn membership(args: &RunArgs) -> Result<Option<Membership>> {
+    let Some(hosts) = &args.hosts else {
+        return Ok(None);
+    };
+    let rank = match args.rank {
+        Some(r) => r,
+        None => match rank_from_env()? {
+            Some((r, _)) => r,
+            None => bail!(
+                "--hosts needs --rank, or a launcher's SLURM_PROCID, OMPI_COMM_WORLD_RANK or RANK"
+            ),
+        },
+    };
+    let secret = match &args.secret_file {
+        Some(path) => Secret::from_file(path)?,
+        None => Secret::from_env(SECRET_ENV).context(
+            "--hosts needs the cluster's secret: --secret-file FILE or ITERSTORE_SECRET",
+        )?,
+    };
+    let m = Membership::from_hosts_file(hosts, rank, secret)?;
+    if let Some((_, size)) = rank_from_env()? {
+        if size != m.hosts.len() {
+            bail!(
+                "the launcher's world size is {size} but {} lists {} processes",
+                hosts.display(),
+                m.hosts.len()
+            );
+        }
+    }
+    m.validate()?;
+    Ok(Some(m))
+}
+
 /// The store-side settings of `args`; a synthetic topology that hwloc rejects (or a build
 /// without hwloc) is an error here, before any data is read.
-fn app_config(args: &RunArgs) -> Result<AppConfig> {
+pub(crate) fn app_config(args: &RunArgs) -> Result<AppConfig> {
     let mut specializations = Specializations::ALL;
     specializations.numa = args.numa;
     let topology = match &args.topology {
@@ -115,16 +150,19 @@ fn app_config(args: &RunArgs) -> Result<AppConfig> {
         specializations,
         topology,
         worker_placement: args.placement,
-        membership: None,
+        membership: membership(args)?,
     })
 }
 
 /// Runs `iterstore run` with validated arguments; `command_line` goes into the JSON report.
 pub fn run(args: &RunArgs, command_line: String) -> Result<()> {
     let started_at = super::now_rfc3339();
-    app_config(args)?.validate()?;
-    let model = Output::create(args.output.as_deref())?;
-    let json = Output::create(args.json.as_deref())?;
+    let cfg = app_config(args)?;
+    cfg.validate()?;
+    // In a cluster, every process computes the same model: rank 0 writes the files.
+    let writes = cfg.rank() == 0;
+    let model = Output::create(args.output.as_deref().filter(|_| writes))?;
+    let json = Output::create(args.json.as_deref().filter(|_| writes))?;
     let mut report = execute(args, model, Progress::Shown)?;
     println!("{}", report.summary());
     if let Some(json) = json {
@@ -232,7 +270,7 @@ fn run_mf(
     progress: Progress,
 ) -> Result<RunReport> {
     let params = MfConfig {
-        rank: args.rank.unwrap_or(MF_RANK),
+        rank: args.factors.unwrap_or(MF_RANK),
         learning_rate: args.lr.unwrap_or(MF_LR),
         regularization: args.reg.unwrap_or(MF_REG),
         init_scale: args.init_scale.unwrap_or(MF_INIT_SCALE),

@@ -1,0 +1,304 @@
+//! `iterstore run ... --processes P`: a launcher that starts P local processes on
+//! 127.0.0.1 as one cluster and waits for them.
+//!
+//! It picks P free ports, writes a hosts file and a fresh random secret (mode 0600) into a
+//! private temporary directory, and starts P copies of this binary with the same command
+//! line, `--processes` replaced by `--hosts FILE --rank R --secret-file FILE`. Their
+//! output is copied line by line, prefixed with `[rank R]`. Only rank 0 writes `--output`
+//! and `--json`. The exit status is the worst child's: when one fails, the others notice
+//! the lost peer and fail within seconds; any still running after a grace period are
+//! killed. Children die with the launcher (`PR_SET_PDEATHSIG`), also when it is killed,
+//! and an interrupt (Ctrl-C) reaches the whole process group. The directory is removed
+//! when the launcher ends.
+
+use super::RunArgs;
+use anyhow::{bail, Context, Result};
+use std::ffi::{OsStr, OsString};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long the other processes get to exit on their own once one has failed.
+const GRACE: Duration = Duration::from_secs(20);
+
+/// Runs `argv` (the launcher's own command line) as `processes` local processes.
+pub(crate) fn launch(args: &RunArgs, processes: usize, argv: &[OsString]) -> Result<()> {
+    super::run::app_config(args)?.validate()?;
+    let dir = TempDir::new()?;
+    let ports = free_ports(processes)?;
+    let hosts = dir.path().join("hosts");
+    let text: String = ports
+        .iter()
+        .enumerate()
+        .map(|(r, p)| format!("{r} 127.0.0.1:{p}\n"))
+        .collect();
+    std::fs::write(&hosts, text).with_context(|| format!("writing {}", hosts.display()))?;
+    let secret = dir.path().join("secret");
+    write_secret(&secret)?;
+    let exe = std::env::current_exe().context("finding this program's path")?;
+    let base = child_args(argv);
+    tracing::info!(
+        "launching {processes} processes on 127.0.0.1 (ports {})",
+        ports
+            .iter()
+            .map(u16::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let mut children: Vec<Running> = Vec::with_capacity(processes);
+    for rank in 0..processes {
+        let mut cmd = Command::new(&exe);
+        cmd.args(&base)
+            .arg("--hosts")
+            .arg(&hosts)
+            .arg("--rank")
+            .arg(rank.to_string())
+            .arg("--secret-file")
+            .arg(&secret)
+            .env_remove("ITERSTORE_SECRET")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        die_with_parent(&mut cmd);
+        let mut child = cmd
+            .spawn()
+            .with_context(|| format!("starting process {rank} ({})", exe.display()))?;
+        let copiers = [
+            copy_lines(rank, child.stdout.take(), false),
+            copy_lines(rank, child.stderr.take(), true),
+        ];
+        children.push(Running {
+            rank,
+            child,
+            copiers,
+            status: None,
+        });
+    }
+    let worst = wait_all(&mut children);
+    drop(dir);
+    match worst {
+        None => Ok(()),
+        Some((rank, status)) => bail!("process {rank} of {processes} failed ({status})"),
+    }
+}
+
+/// One started child and the threads copying its output.
+struct Running {
+    rank: usize,
+    child: Child,
+    copiers: [Option<std::thread::JoinHandle<()>>; 2],
+    status: Option<std::process::ExitStatus>,
+}
+
+/// Waits for every child; once one fails, the rest get [`GRACE`] to exit, then are
+/// killed. Returns the first failure (rank and status), if any.
+fn wait_all(children: &mut [Running]) -> Option<(usize, String)> {
+    let mut first_failure: Option<(usize, String)> = None;
+    let mut deadline: Option<Instant> = None;
+    loop {
+        let mut running = 0;
+        for c in children.iter_mut().filter(|c| c.status.is_none()) {
+            match c.child.try_wait() {
+                Ok(Some(status)) => {
+                    c.status = Some(status);
+                    if !status.success() && first_failure.is_none() {
+                        first_failure = Some((c.rank, status.to_string()));
+                        deadline = Some(Instant::now() + GRACE);
+                    }
+                }
+                Ok(None) => running += 1,
+                Err(e) => {
+                    let _ = c.child.kill();
+                    first_failure.get_or_insert((c.rank, format!("cannot wait for it: {e}")));
+                }
+            }
+        }
+        if running == 0 {
+            break;
+        }
+        if deadline.is_some_and(|d| Instant::now() > d) {
+            for c in children.iter_mut().filter(|c| c.status.is_none()) {
+                tracing::warn!(
+                    "process {} did not exit after process failure; killing it",
+                    c.rank
+                );
+                let _ = c.child.kill();
+                c.status = c.child.wait().ok();
+            }
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for c in children.iter_mut() {
+        for t in c.copiers.iter_mut().filter_map(Option::take) {
+            let _ = t.join();
+        }
+    }
+    first_failure
+}
+
+/// Copies `from` line by line to the launcher's stdout (or stderr), prefixed by the rank.
+fn copy_lines(
+    rank: usize,
+    from: Option<impl Read + Send + 'static>,
+    stderr: bool,
+) -> Option<std::thread::JoinHandle<()>> {
+    let from = from?;
+    std::thread::Builder::new()
+        .name(format!("launch-copy-{rank}"))
+        .spawn(move || {
+            for line in BufReader::new(from)
+                .split(b'\n')
+                .map_while(std::result::Result::ok)
+            {
+                let line = String::from_utf8_lossy(&line);
+                let text = format!("[rank {rank}] {}\n", line.trim_end_matches('\r'));
+                let _ = if stderr {
+                    std::io::stderr().lock().write_all(text.as_bytes())
+                } else {
+                    std::io::stdout().lock().write_all(text.as_bytes())
+                };
+            }
+        })
+        .ok()
+}
+
+/// The command line for a child: everything after the program name, without
+/// `--processes P` (or `--processes=P`).
+fn child_args(argv: &[OsString]) -> Vec<OsString> {
+    let mut out = Vec::with_capacity(argv.len());
+    let mut skip_next = false;
+    for a in argv.iter().skip(1) {
+        if std::mem::take(&mut skip_next) {
+            continue;
+        }
+        if a == OsStr::new("--processes") {
+            skip_next = true;
+            continue;
+        }
+        if a.to_str().is_some_and(|s| s.starts_with("--processes=")) {
+            continue;
+        }
+        out.push(a.clone());
+    }
+    out
+}
+
+/// `n` ports free on 127.0.0.1 right now (bound, read and released together, so they
+/// are distinct).
+fn free_ports(n: usize) -> Result<Vec<u16>> {
+    let listeners = (0..n)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
+        .collect::<std::io::Result<Vec<_>>>()
+        .context("reserving local ports")?;
+    listeners
+        .iter()
+        .map(|l| Ok(l.local_addr()?.port()))
+        .collect::<std::io::Result<Vec<u16>>>()
+        .context("reading local ports")
+}
+
+/// Writes 32 random bytes, hex-encoded, to `path`, readable by this user only.
+fn write_secret(path: &Path) -> Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut bytes = [0u8; 32];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .context("reading /dev/urandom for the cluster secret")?;
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("creating {}", path.display()))?;
+    f.write_all(hex.as_bytes())
+        .with_context(|| format!("writing {}", path.display()))
+}
+
+/// Makes the child receive SIGKILL when the launcher dies (Linux).
+fn die_with_parent(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the forked child before exec and only calls
+    // async-signal-safe functions (prctl, getppid).
+    unsafe {
+        cmd.pre_exec(|| {
+            #[cfg(target_os = "linux")]
+            {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // The launcher may already have died before the prctl.
+                if libc::getppid() == 1 {
+                    return Err(std::io::Error::other("the launcher is gone"));
+                }
+            }
+            Ok(())
+        });
+    }
+}
+
+/// A private temporary directory, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new() -> Result<TempDir> {
+        use std::os::unix::fs::DirBuilderExt;
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let path =
+            std::env::temp_dir().join(format!("iterstore-launch-{}-{nanos}", std::process::id()));
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&path)
+            .with_context(|| format!("creating {}", path.display()))?;
+        Ok(TempDir(path))
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn children_get_the_command_line_without_processes() {
+        let argv: Vec<OsString> = [
+            "iterstore",
+            "run",
+            "mf",
+            "--processes",
+            "2",
+            "--workers",
+            "1",
+            "--processes=3",
+        ]
+        .iter()
+        .map(OsString::from)
+        .collect();
+        assert_eq!(
+            child_args(&argv),
+            ["run", "mf", "--workers", "1"].map(OsString::from)
+        );
+    }
+
+    #[test]
+    fn ports_are_distinct() {
+        let p = free_ports(4).unwrap();
+        let mut q = p.clone();
+        q.dedup();
+        assert_eq!(p.len(), 4);
+        assert!(p.iter().all(|&x| x > 0));
+    }
+}
