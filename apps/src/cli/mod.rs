@@ -302,6 +302,10 @@ pub struct RunArgs {
         requires = "hosts"
     )]
     pub secret_file: Option<PathBuf>,
+    /// Seconds to wait at start-up for every other process to connect.
+    #[arg(long, value_name = "S", default_value_t = 30, help_heading = "Cluster options",
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub connect_timeout: u64,
 }
 
 impl RunArgs {

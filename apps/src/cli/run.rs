@@ -113,7 +113,8 @@ fn membership(args: &RunArgs) -> Result<Option<Membership>> {
             "--hosts needs the cluster's secret: --secret-file FILE or ITERSTORE_SECRET",
         )?,
     };
-    let m = Membership::from_hosts_file(hosts, rank, secret)?;
+    let mut m = Membership::from_hosts_file(hosts, rank, secret)?;
+    m.connect_timeout = std::time::Duration::from_secs(args.connect_timeout);
     if let Some((_, size)) = rank_from_env()? {
         if size != m.hosts.len() {
             bail!(
