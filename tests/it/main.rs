@@ -1,6 +1,7 @@
 //! Integration tests of iterstore through its public API (one test binary).
 
 mod api_errors;
+mod cluster;
 mod modes;
 mod numa;
 mod ssp_props;

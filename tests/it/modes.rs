@@ -180,10 +180,37 @@ fn run(variant: Variant, staleness: Staleness, real: &Program, gathered: &Progra
     run_on(1, variant, staleness, real, gathered)
 }
 
-/// [`run`] on `processes` processes (in one OS process, over the in-process transport),
-/// splitting the program's workers evenly between them; the reads are gathered in global
-/// worker order, and every process must see the same final tables.
+/// How the processes of [`run_on_with`] are connected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wire {
+    /// In one OS process over the in-process transport.
+    InProcess,
+    /// Each with its own `Cluster::start` over TCP on loopback.
+    Tcp,
+}
+
 fn run_on(
+    processes: usize,
+    variant: Variant,
+    staleness: Staleness,
+    real: &Program,
+    gathered: &Program,
+) -> Outcome {
+    run_on_with(
+        Wire::InProcess,
+        processes,
+        variant,
+        staleness,
+        real,
+        gathered,
+    )
+}
+
+/// [`run`] on `processes` processes connected by `wire`, splitting the program's workers
+/// evenly between them; the reads are gathered in global worker order, and every process
+/// must see the same final tables.
+fn run_on_with(
+    wire: Wire,
     processes: usize,
     variant: Variant,
     staleness: Staleness,
@@ -207,10 +234,10 @@ fn run_on(
     let (real, gathered) = (real.clone(), gathered.clone());
     within(30, move || {
         let body = |cluster: &mut Cluster| process(cluster, variant, &real, &gathered);
-        let per_process = if processes == 1 {
-            vec![body(&mut Cluster::start(config).unwrap()).unwrap()]
-        } else {
-            Cluster::run_local_processes(config, processes, body).unwrap()
+        let per_process = match wire {
+            _ if processes == 1 => vec![body(&mut Cluster::start(config).unwrap()).unwrap()],
+            Wire::InProcess => Cluster::run_local_processes(config, processes, body).unwrap(),
+            Wire::Tcp => crate::util::over_tcp(config, processes, body),
         };
         let tables = per_process[0].1.clone();
         let mut reads: Vec<Vec<Vec<u64>>> = vec![Vec::new(); ITERATIONS as usize];
@@ -627,6 +654,59 @@ fn float_rows_keep_read_my_writes_under_ssp() {
                 bad
             });
             assert!(failures.is_empty(), "{name} {staleness:?}: {failures:?}");
+        }
+    }
+}
+
+/// A program of `workers` workers drawn from `seed` (for tests that are too slow to run
+/// under proptest's many cases).
+fn seeded_program(seed: u64, workers: usize) -> Program {
+    let mut x = seed;
+    let mut next = move |n: u64| {
+        x = x
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (x >> 33) % n
+    };
+    (0..workers)
+        .map(|_| {
+            (0..3)
+                .map(|_| {
+                    (0..next(8))
+                        .map(|_| {
+                            let (t, r) = (next(3) as u8, next(ROWS));
+                            match next(3) {
+                                0 => Op::Read(t, r),
+                                1 => Op::Update(t, r),
+                                _ => Op::UpdateCol(t, r, next(2) as usize),
+                            }
+                        })
+                        .collect()
+                })
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn processes_over_tcp_compute_what_one_process_of_as_many_workers_computes() {
+    for seed in [1, 2] {
+        let p = seeded_program(seed, 4);
+        let baseline = run(variants()[0], Staleness::BSP, &p, &p);
+        for v in variants().into_iter().take(3) {
+            for processes in [2, 4] {
+                let got = run_on_with(Wire::Tcp, processes, v, Staleness::BSP, &p, &p);
+                assert!(
+                    got.0 == baseline.0,
+                    "{} on {processes} TCP processes: reads differ",
+                    v.name
+                );
+                assert!(
+                    got.1 == baseline.1,
+                    "{} on {processes} TCP processes: tables differ",
+                    v.name
+                );
+            }
         }
     }
 }

@@ -16,3 +16,47 @@ pub fn within<R: Send + 'static>(secs: u64, f: impl FnOnce() -> R + Send + 'stat
         Err(mpsc::RecvTimeoutError::Disconnected) => panic!("the test body panicked"),
     }
 }
+
+/// Runs `body` on `processes` processes' clusters joined over TCP on loopback (each
+/// started by `Cluster::start` with a `Membership`, on its own thread); returns the
+/// results in rank order. Panics (naming the rank) if any fails.
+pub fn over_tcp<R: Send>(
+    config: iterstore::Config,
+    processes: usize,
+    body: impl Fn(&mut iterstore::Cluster) -> iterstore::Result<R> + Sync,
+) -> Vec<R> {
+    let hosts = free_addrs(processes);
+    let secret = iterstore::Secret::new(b"a test secret of enough bytes".to_vec()).unwrap();
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..processes)
+            .map(|rank| {
+                let m = iterstore::Membership::new(rank, hosts.clone(), secret.clone());
+                let config = config.clone().with_membership(m);
+                let body = &body;
+                s.spawn(move || {
+                    let mut cluster = iterstore::Cluster::start(config)?;
+                    let r = body(&mut cluster)?;
+                    cluster.shutdown()?;
+                    Ok::<R, iterstore::Error>(r)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .enumerate()
+            .map(|(rank, h)| match h.join() {
+                Ok(Ok(r)) => r,
+                Ok(Err(e)) => panic!("process {rank}: {e}"),
+                Err(_) => panic!("process {rank} panicked"),
+            })
+            .collect()
+    })
+}
+
+/// `n` distinct loopback addresses with ports free right now.
+pub fn free_addrs(n: usize) -> Vec<std::net::SocketAddr> {
+    let listeners: Vec<std::net::TcpListener> = (0..n)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    listeners.iter().map(|l| l.local_addr().unwrap()).collect()
+}

@@ -1,0 +1,179 @@
+//! Clusters of several processes: coordination across processes (tables by name, all
+//! gathers, run barriers), and what happens when a process fails, leaves early, is
+//! configured differently or never comes — always an error naming it, never a hang.
+
+use crate::util::{free_addrs, within};
+use iterstore::{Cluster, Config, Error, Membership, Secret};
+use std::time::{Duration, Instant};
+
+fn secret() -> Secret {
+    Secret::new(b"a test secret of enough bytes".to_vec()).unwrap()
+}
+
+#[test]
+fn tables_get_one_id_per_name_and_all_gathers_see_every_process() {
+    let got = within(30, || {
+        Cluster::run_local_processes(Config::new(2), 3, |c| {
+            let a = c.create_table::<i64>("a", 1)?;
+            let b = c.create_table::<f32>("b", 2)?;
+            c.run(|w| {
+                w.update(&a, 0, &[w.id() as i64])?;
+                w.update(&b, w.id() as u64, &[1.0, 2.0])?;
+                w.clock()
+            })?;
+            let sums = c.all_gather(&[c.rank() as i64 * 10, c.total_workers() as i64])?;
+            Ok((c.snapshot(&a)?, c.snapshot(&b)?.len(), sums))
+        })
+        .unwrap()
+    });
+    for (rank, (a, b_rows, sums)) in got.iter().enumerate() {
+        assert_eq!(a, &vec![(0, vec![15])], "process {rank}: 0 + 1 + ... + 5");
+        assert_eq!(*b_rows, 6);
+        assert_eq!(sums, &vec![vec![0, 6], vec![10, 6], vec![20, 6]]);
+    }
+}
+
+#[test]
+fn tables_created_in_another_order_are_refused_by_name() {
+    let err = within(30, || {
+        Cluster::run_local_processes(Config::new(1), 2, |c| {
+            let names = if c.rank() == 0 {
+                ["x", "y"]
+            } else {
+                ["y", "x"]
+            };
+            for n in names {
+                c.create_table::<i64>(n, 1)?;
+            }
+            Ok(())
+        })
+        .unwrap_err()
+    });
+    assert!(err.to_string().contains("same order"), "{err}");
+}
+
+#[test]
+fn a_process_that_fails_makes_the_others_fail_instead_of_waiting() {
+    let err = within(30, || {
+        Cluster::run_local_processes(Config::new(1), 2, |c| {
+            let t = c.create_table::<i64>("t", 1)?;
+            if c.rank() == 1 {
+                return Err(Error::app(0, std::io::Error::other("the app gave up")));
+            }
+            for _ in 0..3 {
+                c.run(|w| {
+                    w.update(&t, 0, &[1])?;
+                    w.clock()
+                })?;
+            }
+            Ok(())
+        })
+        .unwrap_err()
+    });
+    assert!(
+        err.to_string().contains("the app gave up"),
+        "the cause, not its echo: {err}"
+    );
+}
+
+#[test]
+fn a_process_that_leaves_early_over_tcp_fails_the_others_naming_it() {
+    let hosts = free_addrs(2);
+    let results: Vec<iterstore::Result<()>> = within(60, move || {
+        std::thread::scope(|s| {
+            let handles: Vec<_> = (0..2)
+                .map(|rank| {
+                    let config = Config::new(1).with_membership(Membership::new(
+                        rank,
+                        hosts.clone(),
+                        secret(),
+                    ));
+                    s.spawn(move || -> iterstore::Result<()> {
+                        let mut c = Cluster::start(config)?;
+                        let t = c.create_table::<i64>("t", 1)?;
+                        let runs = if rank == 1 { 1 } else { 3 };
+                        for _ in 0..runs {
+                            c.run(|w| {
+                                w.update(&t, 0, &[1])?;
+                                w.clock()
+                            })?;
+                        }
+                        c.shutdown()
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        })
+    });
+    let err = results[0].as_ref().unwrap_err().to_string();
+    assert!(
+        err.contains("process 1 left the cluster after run 1"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_process_with_other_settings_is_refused_before_any_work() {
+    let hosts = free_addrs(2);
+    let results: Vec<String> = within(60, move || {
+        std::thread::scope(|s| {
+            let handles: Vec<_> = (0..2)
+                .map(|rank| {
+                    let mut m = Membership::new(rank, hosts.clone(), secret());
+                    m.connect_timeout = Duration::from_secs(3);
+                    // Rank 1 runs with two workers, rank 0 with one.
+                    let config = Config::new(1 + rank).with_membership(m);
+                    s.spawn(move || Cluster::start(config).map(|_| ()).unwrap_err().to_string())
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        })
+    });
+    assert!(
+        results
+            .iter()
+            .any(|e| e.contains("every process must run with the same")),
+        "{results:?}"
+    );
+}
+
+#[test]
+fn a_process_that_never_comes_is_named_after_the_connect_timeout() {
+    let hosts = free_addrs(2);
+    let mut m = Membership::new(0, hosts.clone(), secret());
+    m.connect_timeout = Duration::from_secs(1);
+    let started = Instant::now();
+    let err = within(30, move || {
+        Cluster::start(Config::new(1).with_membership(m)).unwrap_err()
+    });
+    let text = err.to_string();
+    assert!(text.contains(&format!("rank 1 at {}", hosts[1])), "{text}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+#[test]
+fn a_wrong_secret_is_refused() {
+    let hosts = free_addrs(2);
+    let results: Vec<iterstore::Result<()>> = within(60, move || {
+        std::thread::scope(|s| {
+            let handles: Vec<_> = (0..2)
+                .map(|rank| {
+                    let key = if rank == 0 {
+                        secret()
+                    } else {
+                        Secret::new(b"another secret of many bytes".to_vec()).unwrap()
+                    };
+                    let mut m = Membership::new(rank, hosts.clone(), key);
+                    m.connect_timeout = Duration::from_secs(2);
+                    s.spawn(move || Cluster::start(Config::new(1).with_membership(m)).map(|_| ()))
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        })
+    });
+    let errs: Vec<String> = results
+        .iter()
+        .map(|r| r.as_ref().unwrap_err().to_string())
+        .collect();
+    assert!(errs.iter().any(|e| e.contains("secret")), "{errs:?}");
+}
