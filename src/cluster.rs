@@ -518,6 +518,15 @@ impl Cluster {
         self.world.processes
     }
 
+    /// The rank of the process whose shard holds row `row` of `table` (where its updates
+    /// are applied and its reads served): for observability, and for applications or
+    /// benchmarks that care where their rows live.
+    pub fn home_of<T: Element>(&self, table: &Table<T>, row: u64) -> Result<usize> {
+        resolve(self.registry.tables(), self.id, table)?;
+        let shard = self.shared.placement.shard_of(table.key(row));
+        Ok(shard as usize / self.world.shards)
+    }
+
     /// Worker threads in the whole cluster: `processes() * config().workers`. Worker
     /// ids ([`Worker::id`]) run over `0..total_workers()`.
     pub fn total_workers(&self) -> usize {

@@ -129,6 +129,14 @@ pub struct StoreReport {
     pub unplanned_accesses: u64,
     /// Accesses left off the op tapes to stay within the memory budget.
     pub tape_truncated: u64,
+    /// Bytes this process sent to the cluster's other processes (0 in one process).
+    pub bytes_sent: u64,
+    /// Bytes this process received from the other processes.
+    pub bytes_received: u64,
+    /// Frames (messages and heartbeats) this process sent to the other processes.
+    pub frames_sent: u64,
+    /// Frames this process received from the other processes.
+    pub frames_received: u64,
 }
 
 /// Memory: what the process had resident, and what the specialized state holds by part.
@@ -177,8 +185,10 @@ pub struct RunReport {
     pub objective_name: &'static str,
     /// Store mode (`generic`, `first-iter`, `virtual`).
     pub mode: &'static str,
-    /// Worker threads.
+    /// Worker threads per process.
     pub workers: usize,
+    /// Processes in the cluster (each with `workers` workers).
+    pub processes: usize,
     /// Server shards.
     pub shards: usize,
     /// Staleness bound.
@@ -232,6 +242,7 @@ impl RunReport {
             objective_name,
             mode: cfg.mode.name(),
             workers: cfg.workers,
+            processes: cfg.processes(),
             shards: cfg.shards,
             staleness: cfg.staleness,
             setup_s: 0.0,
@@ -276,6 +287,10 @@ impl RunReport {
             indexed_accesses: stats.indexed_accesses,
             unplanned_accesses: stats.unplanned_accesses,
             tape_truncated: stats.tape_truncated,
+            bytes_sent: stats.bytes_sent,
+            bytes_received: stats.bytes_received,
+            frames_sent: stats.frames_sent,
+            frames_received: stats.frames_received,
         };
         let mut rss: Vec<u64> = self.iterations.iter().filter_map(|r| r.rss_bytes).collect();
         rss.sort_unstable();
@@ -355,8 +370,18 @@ impl RunReport {
             .iter()
             .map(|(k, v)| format!("{k} {v}"))
             .collect();
+        let cluster = if self.processes > 1 {
+            format!(
+                " per process x {} processes; network: {:.1} MB sent, {:.1} MB received by this process",
+                self.processes,
+                self.store.bytes_sent as f64 / 1e6,
+                self.store.bytes_received as f64 / 1e6
+            )
+        } else {
+            String::new()
+        };
         format!(
-            "{app}: {iters} iterations, mode {mode}, {w} workers, {s} shard(s), staleness {staleness}\n\
+            "{app}: {iters} iterations, mode {mode}, {w} workers, {s} shard(s){cluster}, staleness {staleness}\n\
              data: {data}\n\
              final {objective}\n\
              mean iteration {mean:.4} s; setup {setup:.3} s, preprocess {pre:.3} s, init {init:.3} s",
