@@ -5,19 +5,22 @@
 //! snapshot is too stale, and adds its own updates the snapshot does not include
 //! (read-my-writes). It never talks to a server except through the transport.
 
+mod clock;
+mod generic;
+mod sent;
 mod special;
 
+use crate::client::ClientShared;
 use crate::client::ProcessArena;
-use crate::client::{CacheRef, ClientShared, WAIT_SLICE};
 use crate::consistency::Clock;
 use crate::gather::{Access, AccessLog};
-use crate::msg::{Endpoint, Msg, RowBatch, WorkerId};
+use crate::msg::WorkerId;
 use crate::table::resolve;
 use crate::{AlignedBuf, Element, Error, Result, RowKey, Staleness, Table, TableMeta};
 use rustc_hash::FxHashMap;
+use sent::Sent;
 use special::Place;
 pub(crate) use special::{AccessCounters, Special, WorkerMemory};
-use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -39,7 +42,7 @@ pub struct Worker<'a> {
     run_start: Clock,
     oplog: Oplog,
     /// This worker's sent updates of recent clocks, for read-my-writes under SSP `s > 0`.
-    recent: VecDeque<(Clock, Oplog)>,
+    recent: Sent<Oplog>,
     /// A row's worth of words for `read_with` when it cannot lend the row (grown, never
     /// shrunk; see [`scratch_row`]).
     scratch: Vec<u64>,
@@ -93,7 +96,7 @@ impl<'a> Worker<'a> {
             clock,
             run_start: clock,
             oplog: Oplog::default(),
-            recent: VecDeque::new(),
+            recent: Sent::default(),
             scratch: Vec::new(),
             log: (role != Role::Normal).then(AccessLog::default),
             virtual_only: role == Role::Virtual,
@@ -220,15 +223,6 @@ impl<'a> Worker<'a> {
         }
     }
 
-    /// [`read`](Self::read) through the generic store: the process cache, then this
-    /// worker's own updates.
-    #[inline(always)]
-    fn read_generic<T: Element>(&mut self, key: RowKey, out: &mut [T]) -> Result<()> {
-        let data_clock = self.fetch_fresh(key, |data| out.copy_from_slice(data.cast()))?;
-        self.add_own(key, data_clock, out);
-        Ok(())
-    }
-
     /// Calls `f` with row `row` of `table` (same value as [`read`](Self::read)) without
     /// copying it when this worker has no unsent updates to the row. `f` runs while the
     /// row is locked for reading: keep it short.
@@ -279,27 +273,6 @@ impl<'a> Worker<'a> {
             }
         }
         self.lend_own_row(key, meta, |w, row| w.read_special(place, row), f)
-    }
-
-    /// [`read_with`](Self::read_with) through the generic store: lends the cached snapshot
-    /// when this worker has no updates of the row to add, else copies and adds them.
-    #[inline(always)]
-    fn read_with_generic<T: Element, R>(
-        &mut self,
-        key: RowKey,
-        meta: &TableMeta,
-        f: impl FnOnce(&[T]) -> R,
-    ) -> Result<R> {
-        let own =
-            self.oplog.contains_key(&key) || self.recent.iter().any(|(_, l)| l.contains_key(&key));
-        if !own {
-            let entry = self.fresh_entry(key)?;
-            return Ok(f(entry.data.cast()));
-        }
-        let fill = |w: &mut Self, row: &mut [T]| {
-            w.fetch_fresh(key, |data| row.copy_from_slice(data.cast()))
-        };
-        self.lend_own_row(key, meta, fill, f)
     }
 
     /// Calls `f` with `key`'s row as this worker sees it, built in the scratch row: `fill`
@@ -357,19 +330,6 @@ impl<'a> Worker<'a> {
         Ok(())
     }
 
-    /// [`update`](Self::update) through the generic store: into this worker's op log.
-    #[inline(always)]
-    fn update_generic<T: Element>(&mut self, key: RowKey, delta: &[T]) {
-        match self.oplog.entry(key) {
-            std::collections::hash_map::Entry::Occupied(mut e) => {
-                T::add_slice(e.get_mut().cast_mut(), delta);
-            }
-            std::collections::hash_map::Entry::Vacant(e) => {
-                e.insert(AlignedBuf::from_slice(delta));
-            }
-        }
-    }
-
     /// Adds `delta` to column `column` of row `row` of `table` (a sparse update).
     pub fn update_col<T: Element>(
         &mut self,
@@ -413,83 +373,6 @@ impl<'a> Worker<'a> {
         let cell = &mut row_buf.cast_mut::<T>()[column];
         *cell = cell.add(delta);
         Ok(())
-    }
-
-    /// Ends this worker's current clock: its buffered updates are sent, and become visible
-    /// to the other workers once every worker has finished this clock.
-    pub fn clock(&mut self) -> Result<()> {
-        self.shared.check()?;
-        if let Some(log) = &mut self.log {
-            log.clocks += 1;
-        }
-        if self.virtual_only {
-            return Ok(());
-        }
-        let placement = &self.shared.placement;
-        let shards = placement.shards();
-        let mut per_shard: Vec<RowBatch> = (0..shards).map(|_| Vec::new()).collect();
-        let log = std::mem::take(&mut self.oplog);
-        if self.keeps_recent() {
-            for (key, delta) in &log {
-                per_shard[placement.shard_of(*key) as usize].push((*key, delta.clone()));
-            }
-            self.recent.push_back((self.clock, log));
-        } else {
-            for (key, delta) in log {
-                per_shard[placement.shard_of(key) as usize].push((key, delta));
-            }
-        }
-        let keep = self.keeps_recent();
-        let (epoch, mut slabs) = match &mut self.special {
-            Some(sp) => (sp.arena.id, sp.take_slabs(self.clock, keep)),
-            None => (0, Vec::new()),
-        };
-        slabs.resize_with(shards, AlignedBuf::default);
-        self.clock += 1;
-        for (shard, (rows, slab)) in per_shard.into_iter().zip(slabs).enumerate() {
-            let msg = Msg::Clock {
-                worker: self.global,
-                clock: self.clock,
-                epoch,
-                rows,
-                slab,
-            };
-            self.send(shard, msg)?;
-        }
-        let floor = self.required();
-        while self.recent.front().is_some_and(|(c, _)| *c < floor) {
-            self.recent.pop_front();
-        }
-        if let Some(sp) = &mut self.special {
-            sp.prune(floor);
-            // Prefetch: the refresh the next reads need, asked for once per process.
-            let shared = self.shared;
-            sp.arena.request(shared, floor, None)?;
-        }
-        Ok(())
-    }
-
-    /// Sends what is left and tells the servers this worker is done for this run.
-    pub(crate) fn finish(&mut self) -> Result<Clock> {
-        if self.virtual_only {
-            return Ok(self.clock);
-        }
-        if !self.oplog.is_empty() || self.special.as_ref().is_some_and(Special::has_updates) {
-            self.clock()?;
-        }
-        for shard in 0..self.shared.placement.shards() {
-            let worker = self.global;
-            self.send(shard, Msg::Finish { worker })?;
-        }
-        Ok(self.clock)
-    }
-
-    fn send(&self, shard: usize, msg: Msg) -> Result<()> {
-        self.shared.send(Endpoint::Shard(shard as u32), msg)
-    }
-
-    fn keeps_recent(&self) -> bool {
-        self.shared.config.staleness != Staleness::BSP
     }
 
     /// The smallest data clock this worker may read now.
@@ -552,60 +435,6 @@ impl<'a> Worker<'a> {
         let data_clock = sp.read(shared, place, required, bytemuck::cast_slice_mut(dst))?;
         sp.add_own(place, data_clock, dst);
         Ok(data_clock)
-    }
-
-    /// Runs `copy` on a fresh-enough snapshot of `key`, fetching it first if needed;
-    /// returns the snapshot's data clock.
-    fn fetch_fresh(&self, key: RowKey, copy: impl FnOnce(&AlignedBuf)) -> Result<Clock> {
-        let entry = self.fresh_entry(key)?;
-        copy(&entry.data);
-        Ok(entry.data_clock)
-    }
-
-    /// The cached snapshot of `key`, fetched first if missing or too stale. The guard
-    /// read-locks part of the process cache: drop it promptly.
-    fn fresh_entry(&self, key: RowKey) -> Result<CacheRef<'a>> {
-        let required = self.required();
-        // Fast path first: the reply-generation signal is only read on a miss.
-        if let Some(entry) = self.shared.cache.get_fresh(key, required) {
-            return Ok(entry);
-        }
-        loop {
-            let generation = self.shared.signal.generation();
-            if let Some(entry) = self.shared.cache.get_fresh(key, required) {
-                return Ok(entry);
-            }
-            self.request_and_wait(key, required, generation)?;
-        }
-    }
-
-    fn request_and_wait(&self, key: RowKey, required: Clock, generation: u64) -> Result<()> {
-        self.shared.check()?;
-        let shared = self.shared;
-        shared.fetcher.request(shared, key, required)?;
-        shared.signal.wait(generation, WAIT_SLICE);
-        Ok(())
-    }
-
-    /// Adds this worker's updates that a snapshot at `data_clock` does not include.
-    #[inline(always)]
-    fn add_own<T: Element>(&self, key: RowKey, data_clock: Clock, dst: &mut [T]) {
-        if !self.recent.is_empty() {
-            for (clock, log) in &self.recent {
-                if *clock >= data_clock && !log.is_empty() {
-                    if let Some(delta) = log.get(&key) {
-                        T::add_slice(dst, delta.cast());
-                    }
-                }
-            }
-        }
-        // In specialized mode the log holds only deviating rows, usually none: skip the hash.
-        if self.oplog.is_empty() {
-            return;
-        }
-        if let Some(delta) = self.oplog.get(&key) {
-            T::add_slice(dst, delta.cast());
-        }
     }
 }
 

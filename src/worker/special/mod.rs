@@ -13,11 +13,11 @@
 
 mod fast;
 
+use super::sent::Sent;
 use crate::client::{ClientShared, ProcessArena, WAIT_SLICE};
 use crate::consistency::Clock;
 use crate::slot::{padded, padded_words};
 use crate::{AlignedBuf, ElemType, Element, Result, RowKey, TableMeta};
-use std::collections::VecDeque;
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -86,7 +86,7 @@ pub(crate) struct Special {
     /// Per refresh chunk of the arena: the rows in it this worker keeps a view of.
     chunk_views: Vec<Vec<ViewRow>>,
     /// Sent updates kept for read-my-writes under SSP: the blocks as they were sent.
-    recent: VecDeque<(Clock, Vec<u64>)>,
+    recent: Sent<Vec<u64>>,
     copies: Copies,
     /// Per slot of the plan, resolved once.
     slots: Vec<SlotInfo>,
@@ -248,7 +248,7 @@ impl Special {
             shard_bytes,
             shard_blocks,
             chunk_views,
-            recent: VecDeque::new(),
+            recent: Sent::default(),
             copies: Copies {
                 clocks: vec![Clock::MAX; offsets.len()],
                 offsets,
@@ -305,7 +305,7 @@ impl Special {
             copies: self.copies.data.as_bytes().len()
                 + self.copies.offsets.capacity() * 8
                 + self.copies.clocks.capacity() * 8,
-            recent: self.recent.iter().map(|(_, w)| w.capacity() * 8).sum(),
+            recent: self.recent.all().map(|w| w.capacity() * 8).sum(),
         }
     }
 
@@ -511,8 +511,8 @@ impl Special {
         let touched = self.words[b + 1] & TOUCHED != 0;
         let (head, tail) = self.words.split_at_mut(delta.start);
         let view: &mut [u8] = &mut bytemuck::cast_slice_mut(&mut head[view])[..len];
-        for (clock, sent) in &self.recent {
-            if *clock >= data_clock && sent[b + 1] & TOUCHED != 0 {
+        for sent in self.recent.missing_from(data_clock) {
+            if sent[b + 1] & TOUCHED != 0 {
                 elem.add(view, &bytemuck::cast_slice(&sent[delta.clone()])[..len]);
             }
         }
@@ -553,8 +553,8 @@ impl Special {
         let b = place.block as usize;
         let (_, delta) = self.block_parts(b);
         let n = dst.len();
-        for (clock, words) in &self.recent {
-            if *clock >= data_clock && words[b + 1] & TOUCHED != 0 {
+        for words in self.recent.missing_from(data_clock) {
+            if words[b + 1] & TOUCHED != 0 {
                 let sent = &bytemuck::cast_slice::<u64, T>(&words[delta.clone()])[..n];
                 T::add_slice(dst, sent);
             }
@@ -630,7 +630,7 @@ impl Special {
     /// arena order, zeros where untouched), and starts a new clock.
     pub(crate) fn take_slabs(&mut self, clock: Clock, keep_recent: bool) -> Vec<AlignedBuf> {
         if keep_recent {
-            self.recent.push_back((clock, self.words.clone()));
+            self.recent.push(clock, self.words.clone());
         }
         // One pass over the blocks: copy the touched deltas, clear the flags.
         let mut slabs = Vec::with_capacity(self.shard_blocks.len());
@@ -655,9 +655,7 @@ impl Special {
 
     /// Forgets sent updates every readable snapshot already includes.
     pub(crate) fn prune(&mut self, floor: Clock) {
-        while self.recent.front().is_some_and(|(c, _)| *c < floor) {
-            self.recent.pop_front();
-        }
+        self.recent.prune(floor);
     }
 }
 

@@ -1,0 +1,85 @@
+//! CLOCK and the end of a run for a [`Worker`]: the operation log and the specialized
+//! delta slabs split into one `Clock` message per shard, the sent updates kept for
+//! read-my-writes, and the prefetch of the refresh the next reads need.
+
+use super::{Special, Worker};
+use crate::consistency::Clock;
+use crate::msg::{Endpoint, Msg, RowBatch};
+use crate::{AlignedBuf, Result, Staleness};
+
+impl Worker<'_> {
+    /// Ends this worker's current clock: its buffered updates are sent, and become visible
+    /// to the other workers once every worker has finished this clock.
+    pub fn clock(&mut self) -> Result<()> {
+        self.shared.check()?;
+        if let Some(log) = &mut self.log {
+            log.clocks += 1;
+        }
+        if self.virtual_only {
+            return Ok(());
+        }
+        let placement = &self.shared.placement;
+        let shards = placement.shards();
+        let mut per_shard: Vec<RowBatch> = (0..shards).map(|_| Vec::new()).collect();
+        let log = std::mem::take(&mut self.oplog);
+        if self.keeps_recent() {
+            for (key, delta) in &log {
+                per_shard[placement.shard_of(*key) as usize].push((*key, delta.clone()));
+            }
+            self.recent.push(self.clock, log);
+        } else {
+            for (key, delta) in log {
+                per_shard[placement.shard_of(key) as usize].push((key, delta));
+            }
+        }
+        let keep = self.keeps_recent();
+        let (epoch, mut slabs) = match &mut self.special {
+            Some(sp) => (sp.arena.id, sp.take_slabs(self.clock, keep)),
+            None => (0, Vec::new()),
+        };
+        slabs.resize_with(shards, AlignedBuf::default);
+        self.clock += 1;
+        for (shard, (rows, slab)) in per_shard.into_iter().zip(slabs).enumerate() {
+            let msg = Msg::Clock {
+                worker: self.global,
+                clock: self.clock,
+                epoch,
+                rows,
+                slab,
+            };
+            self.send(shard, msg)?;
+        }
+        let floor = self.required();
+        self.recent.prune(floor);
+        if let Some(sp) = &mut self.special {
+            sp.prune(floor);
+            // Prefetch: the refresh the next reads need, asked for once per process.
+            let shared = self.shared;
+            sp.arena.request(shared, floor, None)?;
+        }
+        Ok(())
+    }
+
+    /// Sends what is left and tells the servers this worker is done for this run.
+    pub(crate) fn finish(&mut self) -> Result<Clock> {
+        if self.virtual_only {
+            return Ok(self.clock);
+        }
+        if !self.oplog.is_empty() || self.special.as_ref().is_some_and(Special::has_updates) {
+            self.clock()?;
+        }
+        for shard in 0..self.shared.placement.shards() {
+            let worker = self.global;
+            self.send(shard, Msg::Finish { worker })?;
+        }
+        Ok(self.clock)
+    }
+
+    pub(super) fn send(&self, shard: usize, msg: Msg) -> Result<()> {
+        self.shared.send(Endpoint::Shard(shard as u32), msg)
+    }
+
+    pub(super) fn keeps_recent(&self) -> bool {
+        self.shared.config.staleness != Staleness::BSP
+    }
+}
