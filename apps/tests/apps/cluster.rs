@@ -638,3 +638,100 @@ fn hosts_without_a_secret_fails_before_connecting() {
     );
     assert!(!stderr.contains("joining the cluster"), "{stderr}");
 }
+
+/// The pids of `pid`'s children (Linux: `/proc/PID/task/*/children`).
+fn children_of(pid: libc::pid_t) -> Vec<libc::pid_t> {
+    let mut pids = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let text =
+            std::fs::read_to_string(task.unwrap().path().join("children")).unwrap_or_default();
+        pids.extend(
+            text.split_whitespace()
+                .map(|p| p.parse::<libc::pid_t>().unwrap()),
+        );
+    }
+    pids
+}
+
+/// The command line of process `pid`, arguments separated by spaces.
+fn cmdline(pid: libc::pid_t) -> String {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
+        .unwrap_or_default()
+}
+
+#[test]
+fn launcher_fails_with_the_worst_child_and_leaves_none_behind() {
+    let dir = scratch("cluster-launcher-kill");
+    let mut args = LONG_MF.to_vec();
+    args.extend(["--workers", "1", "--processes", "2"]);
+    let mut launcher = Proc::start(&dir, "launcher", &args, |_| {});
+    for rank in 0..2 {
+        let deadline = Instant::now() + QUICK;
+        while !launcher
+            .stderr()
+            .lines()
+            .any(|l| l.starts_with(&format!("[rank {rank}] ")) && l.contains(JOINED))
+        {
+            assert!(
+                launcher.poll().is_none() && Instant::now() < deadline,
+                "rank {rank} did not join; stderr:\n{}",
+                launcher.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    let children = children_of(launcher.pid());
+    assert_eq!(children.len(), 2, "children {children:?}");
+    let rank1 = *children
+        .iter()
+        .find(|&&p| cmdline(p).contains(" --rank 1 "))
+        .expect("a child with --rank 1");
+    // SAFETY: kill(2) on a live child of our own child, found just above.
+    assert_eq!(unsafe { libc::kill(rank1, libc::SIGKILL) }, 0);
+    let stderr = launcher.wait_fails(Duration::from_secs(15));
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.starts_with("[rank 0] iterstore: error:")
+                && l.contains("process 1 at 127.0.0.1:")),
+        "rank 0 did not name the lost process 1:\n{stderr}"
+    );
+    assert!(
+        stderr.contains("iterstore: error: process 1 of 2 failed"),
+        "{stderr}"
+    );
+    for pid in children {
+        assert!(
+            !Path::new(&format!("/proc/{pid}")).exists(),
+            "child {pid} outlived the launcher"
+        );
+    }
+}
+
+#[test]
+fn launcher_exit_status_is_a_failed_childs() {
+    let dir = scratch("cluster-launcher-status");
+    let mut p = Proc::start(
+        &dir,
+        "launcher",
+        &[
+            "run",
+            "pagerank",
+            "--data",
+            "missing.tsv",
+            "--processes",
+            "2",
+            "-q",
+        ],
+        |_| {},
+    );
+    let stderr = p.wait_fails(QUICK);
+    for rank in 0..2 {
+        assert!(
+            stderr.contains(&format!("[rank {rank}] iterstore: error: missing.tsv")),
+            "{stderr}"
+        );
+    }
+    assert!(stderr.contains(" of 2 failed (exit status: 1)"), "{stderr}");
+}
