@@ -7,6 +7,7 @@
 
 mod bench_cli;
 mod cli;
+mod cluster;
 mod lda;
 mod mf;
 mod pagerank;
