@@ -19,7 +19,7 @@ use crate::consistency::Clock;
 use crate::error::panic_message;
 use crate::msg::{Endpoint, Msg, ProcessId, ShardId};
 use crate::placement::Placement;
-use crate::transport::{Inbound, Inbox, Transport};
+use crate::transport::{Inbound, Inbox, Transport, TransportError};
 use crate::world::World;
 use crate::{AlignedBuf, Config, Error, Result, RowKey, TableMeta};
 use std::collections::BTreeMap;
@@ -137,9 +137,12 @@ impl ClientShared {
     /// whoever waits for its answer would wait forever) and is returned, naming `to`.
     pub(crate) fn send(&self, to: Endpoint, msg: Msg) -> Result<()> {
         self.transport.send(to, msg).map_err(|e| {
-            let what = match to {
-                Endpoint::Shard(s) => format!("server shard {s}"),
-                Endpoint::Client(p) => format!("process {p}"),
+            let what = match (&e, to) {
+                // A lost process: the same error whichever noticed first, the network
+                // layer or this send.
+                (TransportError::Network(..), _) => "cluster".to_string(),
+                (_, Endpoint::Shard(s)) => format!("server shard {s}"),
+                (_, Endpoint::Client(p)) => format!("process {p}"),
             };
             self.fail(Error::failed(&what, &e));
             Error::failed(what, e)

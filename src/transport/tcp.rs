@@ -106,7 +106,7 @@ impl TcpTransport {
         } else {
             net.send_nonblocking(rank, &envelope)
         };
-        sent.map_err(|e| TransportError::Network(to, e.to_string()))
+        sent.map_err(|e| TransportError::Network(to, describe(&e)))
     }
 }
 
@@ -135,6 +135,20 @@ impl Transport for TcpTransport {
         let mut net = self.net.write().unwrap_or_else(PoisonError::into_inner);
         net.shutdown()
             .map_err(|e| TransportError::Network(Endpoint::Client(self.rank), e.to_string()))
+    }
+}
+
+/// A network error in the protocol's words: a lost peer is named as the process it is,
+/// with the same wording as a loss the network layer reports by itself.
+fn describe(e: &NetError) -> String {
+    match e {
+        NetError::PeerLost { rank, addr, reason } => {
+            format!("process {rank} at {addr} was lost: {reason}")
+        }
+        NetError::PeerClosed { rank, addr } => {
+            format!("process {rank} at {addr} was lost: it has shut down")
+        }
+        other => other.to_string(),
     }
 }
 

@@ -402,17 +402,14 @@ fn joined_pair(dir: &Path) -> (Cluster, Proc, Proc) {
     (cluster, r0, r1)
 }
 
-/// Whether a line of `stderr` starting with `prefix` reports rank 1 at `addr` as lost.
-///
-/// Two wordings occur, depending on which thread of the surviving process notices first:
-/// the transport's `cluster failed: process 1 at ADDR was lost: ...`, or a worker whose
-/// send to the lost process's shard fails, `server shard 1 failed: rank 1 at ADDR is lost:
-/// ...`. Both name the lost process by rank and address.
+/// Whether `stderr` has a line starting with `prefix` that names the lost process 1 and
+/// its address, in the one wording a lost peer gets whichever part of the process
+/// noticed first (the network layer's event, or a send to the lost process).
 fn names_lost_rank_1(stderr: &str, prefix: &str, addr: &str) -> bool {
     stderr.lines().any(|l| {
         l.starts_with(prefix)
-            && (l.contains(&format!("process 1 at {addr}")) && l.contains("was lost")
-                || l.contains(&format!("rank 1 at {addr}")) && l.contains("is lost"))
+            && l.contains(&format!("cluster failed: process 1 at {addr}"))
+            && l.contains("was lost")
     })
 }
 
