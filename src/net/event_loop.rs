@@ -518,6 +518,9 @@ impl<M: DeserializeOwned> EventLoop<M> {
     fn dial(&mut self, rank: u32) {
         let addr = self.cfg.addrs[rank as usize];
         let attempt = TcpStream::connect(addr).and_then(|stream| {
+            // Small protocol messages (a refresh request, a barrier) must not wait for
+            // Nagle's algorithm.
+            let _ = stream.set_nodelay(true);
             let hs = self.handshake(Role::Dialer { target: rank })?;
             let now = Instant::now();
             let hello = hs.hello().to_vec();
