@@ -344,6 +344,12 @@ impl Cluster {
         if processes == 0 {
             return Err(Error::config("processes", "must be at least 1"));
         }
+        if config.membership.is_some() {
+            return Err(Error::config(
+                "membership",
+                "run_local_processes joins its processes in this OS process; leave membership unset",
+            ));
+        }
         let world = World {
             processes,
             workers: config.workers,
