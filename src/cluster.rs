@@ -42,6 +42,11 @@ pub struct Stats {
     pub row_fetches: u64,
     /// Arena refresh requests sent (one per shard per batched refresh, or per chunk).
     pub arena_refreshes: u64,
+    /// Arena chunks received whole (a process's first copy of a chunk, or when most of
+    /// it changed).
+    pub whole_chunk_refreshes: u64,
+    /// Arena chunks received as only the rows changed since this process's last copy.
+    pub partial_chunk_refreshes: u64,
     /// Rows in the current plan's static arena.
     pub planned_rows: usize,
     /// Per-thread row copies in the current plan, summed over workers.
@@ -960,6 +965,12 @@ impl Cluster {
             arena_refreshes: arena
                 .as_ref()
                 .map_or(0, |a| a.requests_sent.load(Ordering::Relaxed)),
+            whole_chunk_refreshes: arena
+                .as_ref()
+                .map_or(0, |a| a.whole_refreshes.load(Ordering::Relaxed)),
+            partial_chunk_refreshes: arena
+                .as_ref()
+                .map_or(0, |a| a.partial_refreshes.load(Ordering::Relaxed)),
             planned_rows: arena.as_ref().map_or(0, |a| a.plan.slots.len()),
             thread_cached_rows: arena
                 .as_ref()

@@ -171,7 +171,8 @@ pub enum Msg {
         rows: Vec<(RowKey, AlignedBuf)>,
     },
     /// One chunk of a process's subscription: exactly every update of clocks
-    /// `< data_clock`.
+    /// `< data_clock`. Either the whole chunk, or only the rows that changed since the
+    /// last `SlabRows` of this chunk sent to this process (which it then holds).
     SlabRows {
         /// The sending shard.
         shard: ShardId,
@@ -181,6 +182,9 @@ pub enum Msg {
         chunk: u32,
         /// See above.
         data_clock: Clock,
+        /// `None`: `bytes` is the whole chunk; else the positions in the chunk of the rows
+        /// `bytes` holds, one after another (each padded to 8 bytes).
+        rows: Option<Vec<u32>>,
         /// The chunk's bytes, laid out as the process's arena.
         bytes: AlignedBuf,
     },

@@ -35,6 +35,10 @@ pub(crate) struct ProcessArena {
     batched: bool,
     /// Refresh requests sent so far (observability).
     pub(crate) requests_sent: AtomicU64,
+    /// Chunk refreshes received whole.
+    pub(crate) whole_refreshes: AtomicU64,
+    /// Chunk refreshes received as only the rows changed since the last one.
+    pub(crate) partial_refreshes: AtomicU64,
     /// Bytes of the arena bound to a NUMA node at allocation.
     pub(crate) bound_bytes: usize,
 }
@@ -120,6 +124,8 @@ impl ProcessArena {
             first_chunk,
             requested: Mutex::new(Vec::new()),
             requests_sent: AtomicU64::new(0),
+            whole_refreshes: AtomicU64::new(0),
+            partial_refreshes: AtomicU64::new(0),
             batched,
             plan,
             id,
@@ -200,13 +206,17 @@ impl ProcessArena {
         }
     }
 
-    /// Writes a refreshed chunk (`chunk` is shard-local). Called by the communication
-    /// thread only. A chunk of the wrong size or index is an error.
+    /// Writes a refreshed chunk (`chunk` is shard-local): the whole chunk, or with `rows`
+    /// only the rows at those positions of the chunk (`bytes` holds them one after
+    /// another), the others being unchanged since the last refresh. Called by the
+    /// communication thread only. A chunk of the wrong size or index is an error, and so
+    /// is a partial refresh of a chunk this arena does not hold as of an older data clock.
     pub(crate) fn write_chunk(
         &self,
         shard: u32,
         chunk: u32,
         data_clock: Clock,
+        rows: Option<&[u32]>,
         bytes: &[u8],
     ) -> Result<()> {
         let global = self
@@ -221,6 +231,11 @@ impl ProcessArena {
                 )
             })?;
         let span = &self.plan.chunks[global].bytes;
+        if let Some(rows) = rows {
+            self.partial_refreshes.fetch_add(1, Ordering::Relaxed);
+            return self.write_rows(global, shard, chunk, data_clock, rows, bytes);
+        }
+        self.whole_refreshes.fetch_add(1, Ordering::Relaxed);
         if span.len() != bytes.len() {
             return Err(Error::failed(
                 format!("server shard {shard}"),
@@ -243,6 +258,72 @@ impl ProcessArena {
             let mut word = [0u8; 8];
             word.copy_from_slice(b);
             w.store(u64::from_le_bytes(word), Ordering::Relaxed);
+        }
+        self.chunk_clocks[global].store(data_clock, Ordering::Relaxed);
+        self.versions[global].store(v + 2, Ordering::Release);
+        Ok(())
+    }
+
+    /// [`write_chunk`](Self::write_chunk) of the rows at positions `rows` of global chunk
+    /// `global`, changed since the chunk's last refresh.
+    fn write_rows(
+        &self,
+        global: usize,
+        shard: u32,
+        chunk: u32,
+        data_clock: Clock,
+        rows: &[u32],
+        bytes: &[u8],
+    ) -> Result<()> {
+        let bad = |why: String| Err(Error::failed(format!("server shard {shard}"), why));
+        let slots = self.plan.chunks[global].slots.clone();
+        let old = self.chunk_clocks[global].load(Ordering::Relaxed);
+        if old == EMPTY || old > data_clock {
+            return bad(format!(
+                "sent changed rows of chunk {chunk} at data clock {data_clock}, but this \
+                 process holds it at {}",
+                if old == EMPTY {
+                    "none".to_string()
+                } else {
+                    old.to_string()
+                }
+            ));
+        }
+        let mut spans = Vec::with_capacity(rows.len());
+        let mut total = 0;
+        for &i in rows {
+            let Some(slot) = self
+                .plan
+                .slots
+                .get(slots.start + i as usize)
+                .filter(|_| (i as usize) < slots.len())
+            else {
+                return bad(format!(
+                    "sent row {i} of chunk {chunk}, which has {}",
+                    slots.len()
+                ));
+            };
+            let len = crate::slot::padded(slot.len);
+            spans.push((slot.offset / 8, total / 8, len / 8));
+            total += len;
+        }
+        if total != bytes.len() {
+            return bad(format!(
+                "sent {} bytes for {} changed rows of chunk {chunk}, which take {total}",
+                bytes.len(),
+                rows.len()
+            ));
+        }
+        let v = self.versions[global].load(Ordering::Relaxed);
+        self.versions[global].store(v + 1, Ordering::Relaxed);
+        fence(Ordering::Release);
+        for (word, at, n) in spans {
+            let src = &bytes[at * 8..(at + n) * 8];
+            for (w, b) in self.words[word..word + n].iter().zip(src.chunks_exact(8)) {
+                let mut x = [0u8; 8];
+                x.copy_from_slice(b);
+                w.store(u64::from_le_bytes(x), Ordering::Relaxed);
+            }
         }
         self.chunk_clocks[global].store(data_clock, Ordering::Relaxed);
         self.versions[global].store(v + 2, Ordering::Release);
@@ -359,19 +440,56 @@ mod tests {
         let mut bytes = vec![0u8; chunk.bytes.len()];
         let at = a.plan.slots[slot as usize].offset - chunk.bytes.start;
         bytes[at..at + 12].copy_from_slice(bytemuck::cast_slice(&[1i32, 2, 3]));
-        a.write_chunk(0, 1, 4, &bytes).unwrap();
+        a.write_chunk(0, 1, 4, None, &bytes).unwrap();
         assert_eq!(a.read_fresh(slot, 4, &mut dst), Some(4));
         assert_eq!(bytemuck::cast_slice::<u8, i32>(&dst), &[1, 2, 3]);
         assert_eq!(a.read_fresh(slot, 5, &mut dst), None, "stale for clock 5");
-        a.write_chunk(0, 1, 3, &vec![0u8; chunk.bytes.len()])
+        a.write_chunk(0, 1, 3, None, &vec![0u8; chunk.bytes.len()])
             .unwrap();
         assert_eq!(
             a.read_fresh(slot, 4, &mut dst),
             Some(4),
             "older snapshot ignored"
         );
-        assert!(a.write_chunk(0, 1, 5, &[0u8; 3]).is_err());
-        assert!(a.write_chunk(0, 9, 5, &bytes).is_err());
+        assert!(a.write_chunk(0, 1, 5, None, &[0u8; 3]).is_err());
+        assert!(a.write_chunk(0, 9, 5, None, &bytes).is_err());
+    }
+
+    #[test]
+    fn a_partial_refresh_writes_only_its_rows_and_needs_the_chunk_first() {
+        let a = arena();
+        let slot = a.slot(RowKey::new(0, 7)).unwrap();
+        let chunk = &a.plan.chunks[1];
+        let pos = slot - chunk.slots.start as u32;
+        let row = bytemuck::cast_slice::<i32, u8>(&[4, 5, 6, 0]).to_vec(); // padded to 16
+        let err = a.write_chunk(0, 1, 2, Some(&[pos]), &row).unwrap_err();
+        assert!(err.to_string().contains("holds it at none"), "{err}");
+        let mut whole = vec![0u8; chunk.bytes.len()];
+        whole[..4].copy_from_slice(&9i32.to_le_bytes());
+        a.write_chunk(0, 1, 1, None, &whole).unwrap();
+        a.write_chunk(0, 1, 2, Some(&[pos]), &row).unwrap();
+        let mut dst = [0u8; 12];
+        assert_eq!(a.read_fresh(slot, 2, &mut dst), Some(2));
+        assert_eq!(bytemuck::cast_slice::<u8, i32>(&dst), &[4, 5, 6]);
+        // The chunk's other rows kept their values.
+        let first = chunk.slots.start as u32;
+        if first != slot {
+            let mut other = [0u8; 12];
+            a.read_fresh(first, 2, &mut other).unwrap();
+            assert_eq!(bytemuck::cast_slice::<u8, i32>(&other)[0], 9);
+        }
+        assert!(
+            a.write_chunk(0, 1, 1, Some(&[pos]), &row).is_err(),
+            "older than held"
+        );
+        assert!(
+            a.write_chunk(0, 1, 3, Some(&[999]), &row).is_err(),
+            "no such row"
+        );
+        assert!(
+            a.write_chunk(0, 1, 3, Some(&[pos]), &row[..8]).is_err(),
+            "wrong size"
+        );
     }
 
     #[test]

@@ -254,15 +254,20 @@ impl ClientShared {
                 epoch,
                 chunk,
                 data_clock,
+                rows,
                 bytes,
             } => {
                 self.known_min.fetch_max(data_clock, Ordering::AcqRel);
                 // Bytes laid out for another plan than the current one are stale replies
                 // to requests made before a re-plan: drop them.
                 let written = match self.arena() {
-                    Some(arena) if arena.id == epoch => {
-                        arena.write_chunk(shard, chunk, data_clock, bytes.as_bytes())
-                    }
+                    Some(arena) if arena.id == epoch => arena.write_chunk(
+                        shard,
+                        chunk,
+                        data_clock,
+                        rows.as_deref(),
+                        bytes.as_bytes(),
+                    ),
                     _ => Ok(()),
                 };
                 if let Err(e) = written {

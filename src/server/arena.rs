@@ -8,7 +8,18 @@
 //! are single byte ranges; another process's chunk is gathered from the fewest ranges
 //! its order allows. Update slabs are applied by walking pre-resolved rows. Nothing here
 //! hashes per row except the index used for rows sent the generic way.
+//!
+//! **Refreshes ship what changed.** Every row remembers the data clock at which it last
+//! changed, and every subscription the data clock of the last refresh of each chunk it was
+//! sent. A refresh carries only the rows changed since then (with their positions in the
+//! chunk), or the whole chunk when that is smaller or the process has none of it yet; a
+//! row nobody updated is never sent again. This is exact because a process's arena is
+//! written only by these refreshes, which arrive in order (FIFO per pair of processes), so
+//! its copy of a chunk is always the last one sent. Rows start as zeros and only ever have
+//! deltas added, so a row is never `-0.0` and adding an all-zero delta changes nothing:
+//! such deltas (rows a worker's slab covers but it did not touch) are skipped.
 
+use crate::consistency::Clock;
 use crate::msg::{ProcessId, WorkerId};
 use crate::slot::padded;
 use crate::{AlignedBuf, ElemType, RowKey, TableMeta};
@@ -50,6 +61,19 @@ struct Subscription {
     chunks: Vec<Vec<Range<usize>>>,
     /// Per worker of the process (global id): its slab's rows.
     updaters: FxHashMap<WorkerId, Layout>,
+    /// Per chunk: its arena rows, in the process's order.
+    chunk_rows: Vec<Vec<u32>>,
+    /// Per chunk: the data clock of the last refresh sent, if any.
+    sent: Vec<Option<Clock>>,
+}
+
+/// One chunk's refresh: the whole chunk, or only the rows changed since the last one.
+#[derive(Debug)]
+pub(crate) struct Refresh {
+    /// The bytes: the whole chunk, or the changed rows one after another.
+    pub(crate) bytes: AlignedBuf,
+    /// `None`: the whole chunk; else the changed rows' positions in the chunk.
+    pub(crate) rows: Option<Vec<u32>>,
 }
 
 /// Specialized storage of one shard (see the module docs).
@@ -57,6 +81,8 @@ struct Subscription {
 pub(crate) struct ArenaShard {
     keys: Vec<RowKey>,
     rows: Vec<Row>,
+    /// Per row: the data clock at which it last changed.
+    changed: Vec<Clock>,
     arena: Vec<u64>,
     index: FxHashMap<RowKey, u32>,
     subs: FxHashMap<ProcessId, Subscription>,
@@ -119,9 +145,11 @@ impl ArenaShard {
             .map(|&key| self.row_or_insert(tables, key, &mut initial))
             .collect();
         let mut chunks = Vec::with_capacity(chunk_ends.len());
+        let mut chunk_rows = Vec::with_capacity(chunk_ends.len());
         let mut start = 0usize;
         for &end in chunk_ends {
             chunks.push(self.ranges(&rows[start..end as usize]));
+            chunk_rows.push(rows[start..end as usize].to_vec());
             start = end as usize;
         }
         let updaters = updaters
@@ -132,8 +160,10 @@ impl ArenaShard {
             process,
             Subscription {
                 epoch,
+                sent: vec![None; chunks.len()],
                 chunks,
                 updaters,
+                chunk_rows,
             },
         );
         Ok(())
@@ -166,6 +196,7 @@ impl ArenaShard {
             elem: meta.elem,
         });
         self.keys.push(key);
+        self.changed.push(0);
         self.index.insert(key, r);
         r
     }
@@ -188,9 +219,12 @@ impl ArenaShard {
         bytemuck::cast_slice(&self.arena)
     }
 
-    /// The bytes of row `key` if it is in the arena.
-    pub(crate) fn row_mut(&mut self, key: RowKey) -> Option<(&mut [u8], ElemType)> {
-        let row = self.rows[*self.index.get(&key)? as usize];
+    /// The bytes of row `key` if it is in the arena, to be changed so that the change
+    /// becomes visible at data clock `now`.
+    pub(crate) fn row_mut(&mut self, key: RowKey, now: Clock) -> Option<(&mut [u8], ElemType)> {
+        let r = *self.index.get(&key)? as usize;
+        let row = self.rows[r];
+        self.changed[r] = now;
         let bytes = bytemuck::cast_slice_mut::<u64, u8>(&mut self.arena);
         Some((&mut bytes[row.offset..row.offset + row.len], row.elem))
     }
@@ -225,8 +259,14 @@ impl ArenaShard {
         }
     }
 
-    /// Adds a slab laid out as `layout`. A slab of the wrong size is refused whole.
-    pub(crate) fn apply_slab(&mut self, layout: &[u32], slab: &AlignedBuf) -> Result<(), String> {
+    /// Adds a slab laid out as `layout`, visible from data clock `now`. A slab of the
+    /// wrong size is refused whole. All-zero deltas change nothing and are skipped.
+    pub(crate) fn apply_slab(
+        &mut self,
+        layout: &[u32],
+        slab: &AlignedBuf,
+        now: Clock,
+    ) -> Result<(), String> {
         let expected: usize = layout
             .iter()
             .map(|&r| padded(self.rows[r as usize].len))
@@ -242,10 +282,12 @@ impl ArenaShard {
         let mut at = 0;
         for &r in layout {
             let row = self.rows[r as usize];
-            row.elem.add(
-                &mut arena[row.offset..row.offset + row.len],
-                &src[at..at + row.len],
-            );
+            let delta = &src[at..at + row.len];
+            if delta.iter().any(|&b| b != 0) {
+                row.elem
+                    .add(&mut arena[row.offset..row.offset + row.len], delta);
+                self.changed[r as usize] = now;
+            }
             at += padded(row.len);
         }
         Ok(())
@@ -256,8 +298,62 @@ impl ArenaShard {
         self.subs.get(&process).map(|s| (s.epoch, s.chunks.len()))
     }
 
+    /// The refresh of chunk `chunk` of `process`'s subscription at data clock `now`: the
+    /// rows changed since the last refresh sent to it, or the whole chunk (see the module
+    /// docs); recorded as sent.
+    pub(crate) fn refresh(
+        &mut self,
+        process: ProcessId,
+        chunk: usize,
+        now: Clock,
+    ) -> Option<Refresh> {
+        let sub = self.subs.get(&process)?;
+        let last = *sub.sent.get(chunk)?;
+        let refresh = last.and_then(|last| self.changed_rows(sub, chunk, last));
+        let refresh = match refresh {
+            Some(r) => r,
+            None => Refresh {
+                bytes: self.chunk_bytes(process, chunk)?,
+                rows: None,
+            },
+        };
+        if let Some(sub) = self.subs.get_mut(&process) {
+            sub.sent[chunk] = Some(now);
+        }
+        Some(refresh)
+    }
+
+    /// The rows of `sub`'s chunk `chunk` changed after data clock `last`, if sending them
+    /// with their positions takes fewer bytes than the whole chunk.
+    fn changed_rows(&self, sub: &Subscription, chunk: usize, last: Clock) -> Option<Refresh> {
+        let rows = &sub.chunk_rows[chunk];
+        let whole: usize = sub.chunks[chunk].iter().map(|r| r.len()).sum();
+        let changed: Vec<u32> = (0..rows.len() as u32)
+            .filter(|&i| self.changed[rows[i as usize] as usize] > last)
+            .collect();
+        let row = |i: u32| self.rows[rows[i as usize] as usize];
+        let len: usize = changed.iter().map(|&i| padded(row(i).len)).sum();
+        if len + changed.len() * 4 >= whole {
+            return None;
+        }
+        let bytes = self.bytes();
+        let mut out = AlignedBuf::zeroed(len);
+        let dst = out.as_bytes_mut();
+        let mut at = 0;
+        for &i in &changed {
+            let r = row(i);
+            let n = padded(r.len);
+            dst[at..at + n].copy_from_slice(&bytes[r.offset..r.offset + n]);
+            at += n;
+        }
+        Some(Refresh {
+            bytes: out,
+            rows: Some(changed),
+        })
+    }
+
     /// A copy of chunk `chunk` of `process`'s subscription, laid out as its arena.
-    pub(crate) fn chunk_bytes(&self, process: ProcessId, chunk: usize) -> Option<AlignedBuf> {
+    fn chunk_bytes(&self, process: ProcessId, chunk: usize) -> Option<AlignedBuf> {
         let ranges = self.subs.get(&process)?.chunks.get(chunk)?;
         let bytes = self.bytes();
         if let [one] = ranges.as_slice() {
@@ -331,10 +427,10 @@ mod tests {
         })
         .unwrap();
         let l0 = a.layout(0, 1, 0).unwrap();
-        a.apply_slab(&l0, &AlignedBuf::from_slice(&[5i32, 0, 7, 0]))
+        a.apply_slab(&l0, &AlignedBuf::from_slice(&[5i32, 0, 7, 0]), 1)
             .unwrap();
         let l1 = a.layout(1, 1, 1).unwrap();
-        a.apply_slab(&l1, &AlignedBuf::from_slice(&[1i32, 0]))
+        a.apply_slab(&l1, &AlignedBuf::from_slice(&[1i32, 0]), 1)
             .unwrap();
         // Process 0's one chunk is one contiguous range: rows 1, 2, 3.
         let c = a.chunk_bytes(0, 0).unwrap();
@@ -365,7 +461,8 @@ mod tests {
         assert!(a
             .apply_slab(
                 &a.layout(0, 2, 0).unwrap(),
-                &AlignedBuf::from_slice(&[1i32])
+                &AlignedBuf::from_slice(&[1i32]),
+                1
             )
             .is_err());
         // A re-plan keeps rows where they are: old layouts stay valid.
@@ -376,11 +473,39 @@ mod tests {
             |_| None,
         )
         .unwrap();
-        a.apply_slab(&old, &AlignedBuf::from_slice(&[3i32, 0]))
+        a.apply_slab(&old, &AlignedBuf::from_slice(&[3i32, 0]), 1)
             .unwrap();
         assert_eq!(a.row(RowKey::new(0, 1)), Some(&3i32.to_le_bytes()[..]));
         assert!(a
             .subscribe(&t, req(0, 4, &keys(&[1]), &[2], vec![]), |_| None)
             .is_err());
+    }
+
+    #[test]
+    fn refreshes_ship_only_the_rows_changed_since_the_last_one() {
+        let t = tables();
+        let mut a = ArenaShard::default();
+        let k = keys(&[0, 1, 2, 3, 4, 5, 6, 7]);
+        a.subscribe(&t, req(0, 1, &k, &[8], vec![(0, vec![1, 6])]), |_| None)
+            .unwrap();
+        let layout = a.layout(0, 1, 0).unwrap();
+        // The first refresh is the whole chunk.
+        let first = a.refresh(0, 0, 0).unwrap();
+        assert_eq!((first.rows, first.bytes.len()), (None, 64));
+        // Row 6 changes at data clock 1; row 1's delta is zero (untouched): not a change.
+        a.apply_slab(&layout, &AlignedBuf::from_slice(&[0i32, 0, 9, 0]), 1)
+            .unwrap();
+        let second = a.refresh(0, 0, 1).unwrap();
+        assert_eq!(second.rows, Some(vec![6]));
+        assert_eq!(second.bytes.cast::<i32>(), &[9, 0]);
+        // Nothing changed since: an empty refresh that only moves the data clock.
+        let third = a.refresh(0, 0, 2).unwrap();
+        assert_eq!((third.rows, third.bytes.len()), (Some(vec![]), 0));
+        // Most of the chunk changed: the whole chunk is smaller than rows + positions.
+        for r in 0..8 {
+            a.row_mut(RowKey::new(0, r), 3).unwrap().0[0] = 1;
+        }
+        let fourth = a.refresh(0, 0, 3).unwrap();
+        assert_eq!((fourth.rows, fourth.bytes.len()), (None, 64));
     }
 }

@@ -357,9 +357,9 @@ impl Shard {
         for (_clock, mut batches) in ready {
             batches.sort_by_key(|(worker, _, _)| *worker);
             for (_worker, batch, slab) in batches {
-                self.apply(batch);
+                self.apply(batch, min);
                 if let Some((layout, slab)) = slab {
-                    if let Err(reason) = self.arena.apply_slab(&layout, &slab) {
+                    if let Err(reason) = self.arena.apply_slab(&layout, &slab, min) {
                         self.reject_all(reason, out);
                     }
                 }
@@ -386,12 +386,13 @@ impl Shard {
         }
     }
 
-    fn apply(&mut self, batch: RowBatch) {
+    /// Adds `batch`, visible from data clock `now`.
+    fn apply(&mut self, batch: RowBatch, now: Clock) {
         for (key, delta) in batch {
             let Some(elem) = self.table(key.table).map(|m| m.elem) else {
                 continue;
             };
-            if let Some((row, _)) = self.arena.row_mut(key) {
+            if let Some((row, _)) = self.arena.row_mut(key, now) {
                 elem.add(row, delta.as_bytes());
                 continue;
             }
@@ -468,10 +469,11 @@ impl Shard {
     }
 
     /// Sends one chunk, or every chunk in order, of `to`'s subscription at the current
-    /// data clock. A request for an older epoch is stale (the process has re-planned
+    /// data clock: for each, the rows changed since the last refresh sent to `to`, or the
+    /// whole chunk. A request for an older epoch is stale (the process has re-planned
     /// since) and needs no answer.
     fn reply_slab(
-        &self,
+        &mut self,
         to: ProcessId,
         epoch: u32,
         chunk: Option<u32>,
@@ -491,8 +493,9 @@ impl Shard {
             Some(c) => c as usize..c as usize + 1,
             None => 0..chunks,
         };
+        let data_clock = self.clocks.min_clock();
         for c in chunks {
-            let Some(bytes) = self.arena.chunk_bytes(to, c) else {
+            let Some(refresh) = self.arena.refresh(to, c, data_clock) else {
                 return self.reject(to, format!("no chunk {c} in the plan of process {to}"), out);
             };
             out.push((
@@ -501,8 +504,9 @@ impl Shard {
                     shard: self.id,
                     epoch,
                     chunk: c as u32,
-                    data_clock: self.clocks.min_clock(),
-                    bytes,
+                    data_clock,
+                    rows: refresh.rows,
+                    bytes: refresh.bytes,
                 },
             ));
         }

@@ -710,3 +710,41 @@ fn processes_over_tcp_compute_what_one_process_of_as_many_workers_computes() {
         }
     }
 }
+
+#[test]
+fn refreshes_ship_only_changed_rows_and_give_the_same_answers() {
+    // Every clock, each worker reads every row and updates only its own: after the first
+    // refresh of a chunk, each one carries only the rows that changed.
+    let program: Program = (0..2)
+        .map(|w| {
+            (0..3)
+                .map(|_| {
+                    (0..ROWS)
+                        .map(|r| Op::Read(0, r))
+                        .chain([Op::Update(0, w)])
+                        .collect()
+                })
+                .collect()
+        })
+        .collect();
+    let special = stats_of(
+        &program,
+        &program,
+        Mode::Virtual,
+        Specializations::ALL,
+        None,
+    );
+    assert!(special.whole_chunk_refreshes > 0, "{special:?}");
+    assert!(special.partial_chunk_refreshes > 0, "{special:?}");
+    let generic = run(variants()[0], Staleness::BSP, &program, &program);
+    let virt = run(variants()[2], Staleness::BSP, &program, &program);
+    assert!(
+        virt == generic,
+        "virtual mode's reads or tables differ from generic's"
+    );
+    for staleness in [Staleness::Bounded(1), Staleness::Unbounded] {
+        let g = run(variants()[0], staleness, &program, &program);
+        let v = run(variants()[2], staleness, &program, &program);
+        assert!(v.1 == g.1, "{staleness:?}: tables differ");
+    }
+}
