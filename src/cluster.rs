@@ -256,7 +256,7 @@ impl Cluster {
             Arc::new(transport),
             shard_inboxes,
             inbox,
-            true,
+            Binding::After(0),
         )
     }
 
@@ -301,6 +301,9 @@ impl Cluster {
             Error::failed(&what, message)
         })?;
         tracing::info!("{what}: connected to every process");
+        // The processes before this one on the same machine have taken their workers'
+        // cores already.
+        let binding = Binding::After(colocated_before(&m) * config.workers);
         Self::start_process(
             config,
             world,
@@ -308,7 +311,7 @@ impl Cluster {
             Arc::new(transport),
             shard_rx,
             client_rx,
-            true,
+            binding,
         )
     }
 
@@ -374,7 +377,11 @@ impl Cluster {
                 transport.clone(),
                 shards,
                 inbox,
-                processes == 1,
+                if processes == 1 {
+                    Binding::After(0)
+                } else {
+                    Binding::Never
+                },
             );
             match cluster {
                 Ok(c) => clusters.push(c),
@@ -440,7 +447,7 @@ impl Cluster {
 
     /// Starts process `rank` of a cluster shaped `world`: its worker pool, its shards
     /// (fed by `shard_inboxes`) and its communication thread (fed by `client_inbox`).
-    /// Threads are bound only if `may_bind` and the NUMA placement applies.
+    /// Threads are bound only if `binding` allows it and the NUMA placement applies.
     fn start_process(
         config: Config,
         world: World,
@@ -448,14 +455,21 @@ impl Cluster {
         transport: Arc<dyn Transport>,
         shard_inboxes: Vec<Inbox>,
         client_inbox: Inbox,
-        may_bind: bool,
+        binding: Binding,
     ) -> Result<Cluster> {
         // Before any thread is bound: hwloc reads the CPUs this process may use.
         let topology = config.topology.clone().unwrap_or_else(Topology::detect);
         let numa_on = config.mode != Mode::Generic && config.specializations.numa;
-        let places = numa::place_workers(&topology, config.workers, config.worker_placement);
+        // Processes sharing this machine take cores one after another, not all the first.
+        let skip = match binding {
+            Binding::After(n) => n,
+            Binding::Never => 0,
+        };
+        let places: Vec<WorkerPlace> =
+            numa::place_workers(&topology, skip + config.workers, config.worker_placement)
+                .split_off(skip);
         // Binding on a topology other than this machine's would silently do nothing.
-        let bound = may_bind && numa_on && topology.is_this_machine();
+        let bound = binding != Binding::Never && numa_on && topology.is_this_machine();
         let pus: Vec<Vec<u32>> = places.iter().map(|p| p.pus.clone()).collect();
         // First, so that a failure here leaves no other thread behind.
         let pool = WorkerPool::start(config.workers)?;
@@ -1235,6 +1249,27 @@ fn default_tape_budget() -> Option<usize> {
     let line = meminfo.lines().find(|l| l.starts_with("MemAvailable:"))?;
     let kib: usize = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib.saturating_mul(1024) / 4)
+}
+
+/// Whether and where a process may pin its worker threads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Binding {
+    /// Not at all (several processes' worth of threads in one OS process).
+    Never,
+    /// On the cores after the first `n` in placement order (taken by the processes of
+    /// the cluster that share this machine and come before this one).
+    After(usize),
+}
+
+/// How many ranks before `m.rank` run on this process's machine: the same IP address,
+/// or both on loopback. (Processes in separate network namespaces of one machine have
+/// different addresses and are not detected; run them with `--numa off`.)
+fn colocated_before(m: &Membership) -> usize {
+    let me = m.hosts[m.rank].ip();
+    m.hosts[..m.rank]
+        .iter()
+        .filter(|a| a.ip() == me || (a.ip().is_loopback() && me.is_loopback()))
+        .count()
 }
 
 /// The id a cluster's processes check in their handshake: a digest of what they must

@@ -177,3 +177,23 @@ fn a_wrong_secret_is_refused() {
         .collect();
     assert!(errs.iter().any(|e| e.contains("secret")), "{errs:?}");
 }
+
+#[test]
+fn processes_on_one_machine_pin_their_workers_to_different_cores() {
+    let config = Config::new(1).with_mode(iterstore::Mode::Virtual);
+    let cores = within(60, move || {
+        crate::util::over_tcp(config, 2, |c| {
+            let numa = c.numa().expect("virtual mode with numa on");
+            Ok((numa.worker_cores.clone(), numa.bound))
+        })
+    });
+    let machine_cores: usize = iterstore::Topology::detect()
+        .zones()
+        .iter()
+        .map(|z| z.cores.len())
+        .sum();
+    if machine_cores >= 2 {
+        assert_ne!(cores[0].0, cores[1].0, "{cores:?}");
+    }
+    assert_eq!(cores[0].0, vec![0], "{cores:?}");
+}
