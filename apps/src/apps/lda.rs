@@ -245,7 +245,7 @@ pub fn run_observed(
     let (mut word_topic, mut topic_totals) = (Vec::new(), Vec::new());
     // First-iter mode records the first real iteration (not the initialisation run).
     for iter in 0..cfg.iterations {
-        let seconds = timed_run(&mut cluster, &mut z, |w, z| {
+        let cost = timed_run(&mut cluster, &mut z, |w, z| {
             iteration(w, t, &sweep(w.id(), iter as u64), z)
         })?;
         (word_topic, topic_totals) = snapshot(&cluster, t, vocab, k)?;
@@ -260,7 +260,9 @@ pub fn run_observed(
         check_finite("lda", iter, cfg.iterations, "log-likelihood", objective)?;
         let record = IterRecord {
             iter,
-            seconds,
+            seconds: cost.seconds,
+            bytes_sent: cost.bytes_sent,
+            messages_sent: cost.messages_sent,
             objective,
             test_rmse: None,
             rss_bytes: None,

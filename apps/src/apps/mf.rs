@@ -276,13 +276,15 @@ pub fn run_observed(
     let mut model = snapshot(&cluster, t, train, k, mean)?;
     // First-iter mode records the first real iteration (not the initialisation run).
     for iter in 0..cfg.iterations {
-        let seconds = timed_run(&mut cluster, &mut scratch, |w, scratch| {
+        let cost = timed_run(&mut cluster, &mut scratch, |w, scratch| {
             iteration(w, st, mine(w), scratch)
         })?;
         model = snapshot(&cluster, t, train, k, mean)?;
         let record = IterRecord {
             iter,
-            seconds,
+            seconds: cost.seconds,
+            bytes_sent: cost.bytes_sent,
+            messages_sent: cost.messages_sent,
             objective: model.rmse(&train.ratings),
             test_rmse: (!test.is_empty()).then(|| model.rmse(test)),
             rss_bytes: None,

@@ -262,20 +262,43 @@ where
     Ok((seconds, Some(pattern?)))
 }
 
+/// What one run cost: its time, and the network traffic it caused, summed over every
+/// process of the cluster (zero in one process).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct RunCost {
+    /// Wall-clock seconds of the run.
+    pub(crate) seconds: f64,
+    /// Bytes every process sent to the others during the run.
+    pub(crate) bytes_sent: u64,
+    /// Messages (frames) every process sent to the others during the run.
+    pub(crate) messages_sent: u64,
+}
+
 /// Runs one real run of `f` on every worker, worker `w` with `&mut states[w]`, and returns
-/// its time.
+/// its time and traffic (an all-gather: every process calls this as often).
 pub(crate) fn timed_run<S, F>(
     cluster: &mut Cluster,
     states: &mut [S],
     f: F,
-) -> Result<f64, AppError>
+) -> Result<RunCost, AppError>
 where
     S: Send,
     F: Fn(&mut Worker<'_>, &mut S) -> iterstore::Result<()> + Sync,
 {
+    let before = cluster.stats();
     let (result, seconds) = timed(|| cluster.run_with(states, f));
     result?;
-    Ok(seconds)
+    let after = cluster.stats();
+    let mine = [
+        (after.bytes_sent - before.bytes_sent) as i64,
+        (after.frames_sent - before.frames_sent) as i64,
+    ];
+    let all = cluster.all_gather(&mine)?;
+    Ok(RunCost {
+        seconds,
+        bytes_sent: all.iter().map(|p| p[0] as u64).sum(),
+        messages_sent: all.iter().map(|p| p[1] as u64).sum(),
+    })
 }
 
 /// Runs the initialisation run of `f` on every worker ([`Cluster::init_run_with`]) and

@@ -292,7 +292,7 @@ pub fn run_observed(
     let mut ranks = snapshot(&cluster, t, &shape)?;
     // First-iter mode records the first real iteration (not the initialisation run).
     for iter in 0..cfg.iterations {
-        let seconds = timed_run(&mut cluster, &mut states, |w, st| {
+        let cost = timed_run(&mut cluster, &mut states, |w, st| {
             iteration(w, t, &shape, &plans[w.id() - first], st)
         })?;
         let next = snapshot(&cluster, t, &shape)?;
@@ -300,7 +300,9 @@ pub fn run_observed(
         check_finite("pagerank", iter, cfg.iterations, "L1 change", objective)?;
         let record = IterRecord {
             iter,
-            seconds,
+            seconds: cost.seconds,
+            bytes_sent: cost.bytes_sent,
+            messages_sent: cost.messages_sent,
             objective,
             test_rmse: None,
             rss_bytes: None,

@@ -105,6 +105,11 @@ pub struct IterRecord {
     /// The process's resident memory after the iteration (set by
     /// [`RunReport::push_iteration`]; `None` where it cannot be read).
     pub rss_bytes: Option<u64>,
+    /// Bytes the cluster's processes sent each other during the iteration's run, summed
+    /// over processes (0 in one process).
+    pub bytes_sent: u64,
+    /// Messages (frames) they sent each other, summed over processes.
+    pub messages_sent: u64,
 }
 
 /// How the store served the run's accesses ([`iterstore::Stats`]): a specialized run that
@@ -480,6 +485,8 @@ mod tests {
             objective: 1.0,
             test_rmse: Some(1.5),
             rss_bytes: None,
+            bytes_sent: 0,
+            messages_sent: 0,
         });
         r.iterations.push(IterRecord {
             iter: 1,
@@ -487,6 +494,8 @@ mod tests {
             objective: 0.5,
             test_rmse: Some(0.7),
             rss_bytes: None,
+            bytes_sent: 0,
+            messages_sent: 0,
         });
         r.dataset.insert("users", 3);
         let v: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap();
@@ -525,6 +534,8 @@ mod tests {
             objective: 1.0,
             test_rmse: None,
             rss_bytes: None,
+            bytes_sent: 0,
+            messages_sent: 0,
         });
         r.set_provenance(
             "0.1.0",

@@ -101,6 +101,8 @@ mod tests {
                 objective: 0.0,
                 test_rmse: None,
                 rss_bytes: None,
+                bytes_sent: 0,
+                messages_sent: 0,
             });
         }
         r.init_s = 0.5;

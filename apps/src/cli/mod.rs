@@ -33,10 +33,13 @@ Output formats (--output FILE):
             then one line `word<TAB>n_w0<TAB>...<TAB>n_w{K-1}` per word id 0..V.
 
 --json FILE writes one object: iterstore_version, command_line, input, started_at, app,
-mode, workers, staleness, setup_s, preprocess_s (virtual iteration), init_s, iterations
-[{iter, seconds, objective[, test_rmse], rss_bytes}], dataset sizes, params, the
+mode, workers (per process), processes, staleness, setup_s, preprocess_s (virtual
+iteration), init_s, iterations [{iter, seconds, objective[, test_rmse], rss_bytes,
+bytes_sent, messages_sent (network traffic of the iteration's run, summed over the
+processes; 0 in one process)}], dataset sizes, params, the
 gathered access pattern's size, store (accesses by path: tape_accesses, indexed_accesses,
-unplanned_accesses; tape_truncated; row_fetches, arena_refreshes) and memory
+unplanned_accesses; tape_truncated; row_fetches, arena_refreshes; this process's
+bytes_sent, bytes_received, frames_sent, frames_received) and memory
 (peak_rss_bytes, steady_rss_bytes, special: the specialized state's bytes by part) and
 numa (topology, bound, each worker's planned core and CPUs, shard and comm zones, bytes
 per zone, arena bytes bound, remote_fraction and baseline_remote_fraction; null in

@@ -365,6 +365,16 @@ fn launcher_prefixes_output_by_rank_and_only_rank_0_writes_files() {
         command.contains("--rank 0 "),
         "the report is not rank 0's: {command}"
     );
+    assert_eq!(report["processes"], 2);
+    // Every iteration's run crossed the network, and the report says how much (summed
+    // over both processes).
+    let iterations = report["iterations"].as_array().unwrap();
+    assert!(!iterations.is_empty());
+    for it in iterations {
+        assert!(it["bytes_sent"].as_u64().unwrap() > 0, "{it}");
+        assert!(it["messages_sent"].as_u64().unwrap() >= 2, "{it}");
+    }
+    assert!(report["store"]["bytes_received"].as_u64().unwrap() > 0);
     assert!(std::fs::metadata(&output).unwrap().len() > 0);
     // Nothing else was written next to them (no per-rank copies).
     let mut names: Vec<String> = std::fs::read_dir(&dir)
