@@ -47,6 +47,11 @@ pub struct Stats {
     pub whole_chunk_refreshes: u64,
     /// Arena chunks received as only the rows changed since this process's last copy.
     pub partial_chunk_refreshes: u64,
+    /// Update slabs (a specialized worker's CLOCK to one shard) sent whole: every row the
+    /// worker may update there, zeros where untouched. Counted like `tape_accesses`.
+    pub whole_slabs: u64,
+    /// Update slabs sent as only the rows the worker touched (smaller than whole).
+    pub partial_slabs: u64,
     /// Rows in the current plan's static arena.
     pub planned_rows: usize,
     /// Per-thread row copies in the current plan, summed over workers.
@@ -973,6 +978,8 @@ impl Cluster {
             tape_accesses: self.counters.tape,
             indexed_accesses: self.counters.indexed,
             unplanned_accesses: self.counters.unplanned,
+            whole_slabs: self.counters.whole_slabs,
+            partial_slabs: self.counters.partial_slabs,
             tape_truncated: self.tape_truncated,
             memory,
             row_fetches: self.shared.fetcher.rows_requested.load(Ordering::Relaxed),

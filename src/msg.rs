@@ -88,8 +88,12 @@ pub enum Msg {
         rows: RowBatch,
         /// The worker's arena-shaped delta buffer for this shard (specialized mode; empty
         /// otherwise): the rows its process registered for it with [`Msg::Specialize`] of
-        /// `epoch`, in order, each padded to 8 bytes.
+        /// `epoch`, in order, each padded to 8 bytes — or only those at `slab_rows`.
         slab: AlignedBuf,
+        /// `None`: `slab` covers every row of the worker's layout; else the positions in
+        /// the layout of the rows it holds (the rows the worker touched, when sending
+        /// only them is smaller).
+        slab_rows: Option<Vec<u32>>,
     },
     /// A worker finished its work for this run; it is not waited for any more.
     Finish {

@@ -176,7 +176,8 @@ impl Shard {
                 epoch,
                 rows,
                 slab,
-            } => self.clock(worker, clock, epoch, rows, slab, out),
+                slab_rows,
+            } => self.clock(worker, clock, epoch, rows, (slab, slab_rows), out),
             Msg::Finish { worker } => match self.clocks.finish(worker as usize) {
                 Ok(advanced) => self.advance(advanced, out),
                 Err(e) => self.reject_all(e.to_string(), out),
@@ -227,7 +228,7 @@ impl Shard {
         clock: Clock,
         epoch: u32,
         rows: RowBatch,
-        slab: AlignedBuf,
+        (slab, slab_rows): (AlignedBuf, Option<Vec<u32>>),
         out: &mut Vec<(Endpoint, Msg)>,
     ) {
         let Some(process) = self.world.process_of_worker(worker) else {
@@ -249,6 +250,10 @@ impl Shard {
             } else {
                 self.arena
                     .layout(process, epoch, worker)
+                    .and_then(|layout| match slab_rows {
+                        None => Ok(layout),
+                        Some(positions) => sub_layout(&layout, &positions, worker),
+                    })
                     .map(|layout| Some((layout, slab)))
             };
             match (self.validate(&rows), slab) {
@@ -530,6 +535,21 @@ impl Shard {
     }
 }
 
+/// The rows at `positions` of `layout` (a sparse slab's layout).
+fn sub_layout(layout: &Layout, positions: &[u32], worker: WorkerId) -> Result<Layout, String> {
+    positions
+        .iter()
+        .map(|&p| {
+            layout.get(p as usize).copied().ok_or_else(|| {
+                format!(
+                    "update slab of worker {worker} names row {p} of a layout of {}",
+                    layout.len()
+                )
+            })
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -573,6 +593,7 @@ mod tests {
                 .map(|(r, v)| (RowKey::new(0, *r), AlignedBuf::from_slice(v)))
                 .collect(),
             slab: AlignedBuf::default(),
+            slab_rows: None,
         }
     }
 
@@ -615,6 +636,7 @@ mod tests {
                 (RowKey::new(0, 2), AlignedBuf::from_slice(&[1i64])),
             ],
             slab: AlignedBuf::default(),
+            slab_rows: None,
         };
         s.handle(bad, &mut out);
         assert!(matches!(out[0].1, Msg::Rejected { .. }));
@@ -661,6 +683,7 @@ mod tests {
             epoch: 0,
             rows: vec![(RowKey::new(0, 0), AlignedBuf::from_slice(&[v]))],
             slab: AlignedBuf::default(),
+            slab_rows: None,
         };
         let mut out = Vec::new();
         s.handle(big(1, -1e16), &mut out);
@@ -736,6 +759,7 @@ mod tests {
                 epoch: 1,
                 rows: vec![(key(5), AlignedBuf::from_slice(&[100 + i64::from(p), 1]))],
                 slab: AlignedBuf::from_slice(&slab),
+                slab_rows: None,
             },
             Msg::SlabFetch {
                 from: p,
@@ -872,6 +896,7 @@ mod tests {
             epoch,
             rows: Vec::new(),
             slab: AlignedBuf::from_slice(&[1i64, 1]),
+            slab_rows: None,
         };
         s.handle(slab(1), &mut out);
         assert!(

@@ -2,10 +2,11 @@
 //! delta slabs split into one `Clock` message per shard, the sent updates kept for
 //! read-my-writes, and the prefetch of the refresh the next reads need.
 
+use super::special::Slab;
 use super::{Special, Worker};
 use crate::consistency::Clock;
 use crate::msg::{Endpoint, Msg, RowBatch};
-use crate::{AlignedBuf, Result, Staleness};
+use crate::{Result, Staleness};
 
 impl Worker<'_> {
     /// Ends this worker's current clock: its buffered updates are sent, and become visible
@@ -37,7 +38,7 @@ impl Worker<'_> {
             Some(sp) => (sp.arena.id, sp.take_slabs(self.clock, keep)),
             None => (0, Vec::new()),
         };
-        slabs.resize_with(shards, AlignedBuf::default);
+        slabs.resize_with(shards, Slab::default);
         self.clock += 1;
         for (shard, (rows, slab)) in per_shard.into_iter().zip(slabs).enumerate() {
             let msg = Msg::Clock {
@@ -45,7 +46,8 @@ impl Worker<'_> {
                 clock: self.clock,
                 epoch,
                 rows,
-                slab,
+                slab: slab.bytes,
+                slab_rows: slab.rows,
             };
             self.send(shard, msg)?;
         }

@@ -748,3 +748,41 @@ fn refreshes_ship_only_changed_rows_and_give_the_same_answers() {
         assert!(v.1 == g.1, "{staleness:?}: tables differ");
     }
 }
+
+#[test]
+fn clocks_ship_only_the_touched_rows_and_give_the_same_answers() {
+    // Each clock a worker updates one of the rows it updates over the iteration (as an
+    // MF mini-batch does): its slab to a shard is mostly zeros, so only touched rows go.
+    let program: Program = (0..2)
+        .map(|w| {
+            (0..3)
+                .map(|k| {
+                    vec![
+                        Op::Read(0, k),
+                        Op::Update(0, (k + w) % ROWS),
+                        Op::Update(0, 3 + k),
+                    ]
+                })
+                .collect()
+        })
+        .collect();
+    let special = stats_of(
+        &program,
+        &program,
+        Mode::Virtual,
+        Specializations::ALL,
+        None,
+    );
+    assert!(special.partial_slabs > 0, "{special:?}");
+    let generic = run(variants()[0], Staleness::BSP, &program, &program);
+    for v in variants().into_iter().skip(1) {
+        assert!(
+            run(v, Staleness::BSP, &program, &program) == generic,
+            "{}",
+            v.name
+        );
+    }
+    let g = run(variants()[0], Staleness::Bounded(2), &program, &program);
+    let s = run(variants()[2], Staleness::Bounded(2), &program, &program);
+    assert!(s.1 == g.1, "SSP tables differ");
+}

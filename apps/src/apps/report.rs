@@ -134,6 +134,14 @@ pub struct StoreReport {
     pub unplanned_accesses: u64,
     /// Accesses left off the op tapes to stay within the memory budget.
     pub tape_truncated: u64,
+    /// Arena chunks this process received whole.
+    pub whole_chunk_refreshes: u64,
+    /// Arena chunks received as only the rows changed since this process's last copy.
+    pub partial_chunk_refreshes: u64,
+    /// Update slabs this process's workers sent whole.
+    pub whole_slabs: u64,
+    /// Update slabs sent as only the touched rows.
+    pub partial_slabs: u64,
     /// Bytes this process sent to the cluster's other processes (0 in one process).
     pub bytes_sent: u64,
     /// Bytes this process received from the other processes.
@@ -292,6 +300,10 @@ impl RunReport {
             indexed_accesses: stats.indexed_accesses,
             unplanned_accesses: stats.unplanned_accesses,
             tape_truncated: stats.tape_truncated,
+            whole_chunk_refreshes: stats.whole_chunk_refreshes,
+            partial_chunk_refreshes: stats.partial_chunk_refreshes,
+            whole_slabs: stats.whole_slabs,
+            partial_slabs: stats.partial_slabs,
             bytes_sent: stats.bytes_sent,
             bytes_received: stats.bytes_received,
             frames_sent: stats.frames_sent,

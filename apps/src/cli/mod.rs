@@ -38,7 +38,9 @@ iteration), init_s, iterations [{iter, seconds, objective[, test_rmse], rss_byte
 bytes_sent, messages_sent (network traffic of the iteration's run, summed over the
 processes; 0 in one process)}], dataset sizes, params, the
 gathered access pattern's size, store (accesses by path: tape_accesses, indexed_accesses,
-unplanned_accesses; tape_truncated; row_fetches, arena_refreshes; this process's
+unplanned_accesses; tape_truncated; row_fetches, arena_refreshes; whole_ and
+partial_chunk_refreshes, whole_ and partial_slabs (what refreshes and CLOCKs shipped:
+everything, or only what changed); this process's
 bytes_sent, bytes_received, frames_sent, frames_received) and memory
 (peak_rss_bytes, steady_rss_bytes, special: the specialized state's bytes by part) and
 numa (topology, bound, each worker's planned core and CPUs, shard and comm zones, bytes

@@ -116,6 +116,10 @@ pub(crate) struct AccessCounters {
     pub(crate) indexed: u64,
     /// Rows the plan does not hold: served by the generic path.
     pub(crate) unplanned: u64,
+    /// Update slabs sent whole (every row of the layout, zeros where untouched).
+    pub(crate) whole_slabs: u64,
+    /// Update slabs sent as only the touched rows.
+    pub(crate) partial_slabs: u64,
 }
 
 impl std::ops::AddAssign for AccessCounters {
@@ -123,6 +127,8 @@ impl std::ops::AddAssign for AccessCounters {
         self.tape += other.tape;
         self.indexed += other.indexed;
         self.unplanned += other.unplanned;
+        self.whole_slabs += other.whole_slabs;
+        self.partial_slabs += other.partial_slabs;
     }
 }
 
@@ -626,28 +632,55 @@ impl Special {
         self.dirty > 0
     }
 
-    /// Takes this clock's delta slabs, one per shard (every row the worker updates in
-    /// arena order, zeros where untouched), and starts a new clock.
-    pub(crate) fn take_slabs(&mut self, clock: Clock, keep_recent: bool) -> Vec<AlignedBuf> {
+    /// Takes this clock's delta slabs, one per shard, and starts a new clock. A slab is
+    /// every row the worker updates on that shard in arena order (zeros where untouched),
+    /// or, when that is smaller, only the touched rows with their positions.
+    pub(crate) fn take_slabs(&mut self, clock: Clock, keep_recent: bool) -> Vec<Slab> {
         if keep_recent {
             self.recent.push(clock, self.words.clone());
         }
-        // One pass over the blocks: copy the touched deltas, clear the flags.
+        // One pass over the blocks per shard: find the touched ones, copy their deltas,
+        // clear the flags.
         let mut slabs = Vec::with_capacity(self.shard_blocks.len());
         for (range, &bytes) in self.shard_blocks.iter().zip(&self.shard_bytes) {
-            let mut slab = AlignedBuf::zeroed(bytes);
+            let blocks = &self.blocks[range.clone()];
+            let mut touched: Vec<u32> = Vec::new();
+            let mut touched_bytes = 0;
+            for (i, &b) in blocks.iter().enumerate() {
+                if self.words[b as usize + 1] & TOUCHED != 0 {
+                    touched.push(i as u32);
+                    touched_bytes += block_parts(&self.words, self.views, b as usize).1.len() * 8;
+                }
+            }
+            let sparse = touched_bytes + touched.len() * 4 < bytes;
+            if bytes > 0 {
+                if sparse {
+                    self.counters.partial_slabs += 1;
+                } else {
+                    self.counters.whole_slabs += 1;
+                }
+            }
+            let mut slab = AlignedBuf::zeroed(if sparse { touched_bytes } else { bytes });
             let out = slab.as_bytes_mut();
             let mut at = 0;
-            for &b in &self.blocks[range.clone()] {
+            let mut next = touched.iter().peekable();
+            for (i, &b) in blocks.iter().enumerate() {
                 let (_, delta) = block_parts(&self.words, self.views, b as usize);
                 let len = delta.len() * 8;
-                if self.words[b as usize + 1] & TOUCHED != 0 {
+                let is_touched = next.peek() == Some(&&(i as u32));
+                if is_touched {
+                    next.next();
                     self.words[b as usize + 1] &= !TOUCHED;
                     out[at..at + len].copy_from_slice(bytemuck::cast_slice(&self.words[delta]));
                 }
-                at += len;
+                if is_touched || !sparse {
+                    at += len;
+                }
             }
-            slabs.push(slab);
+            slabs.push(Slab {
+                bytes: slab,
+                rows: sparse.then_some(touched),
+            });
         }
         self.dirty = 0;
         slabs
@@ -657,6 +690,16 @@ impl Special {
     pub(crate) fn prune(&mut self, floor: Clock) {
         self.recent.prune(floor);
     }
+}
+
+/// One shard's part of a CLOCK in specialized mode.
+#[derive(Debug, Default)]
+pub(crate) struct Slab {
+    /// The deltas, each padded to 8 bytes.
+    pub(crate) bytes: AlignedBuf,
+    /// `None`: every row of the worker's layout for the shard; else the positions in that
+    /// layout of the rows `bytes` holds.
+    pub(crate) rows: Option<Vec<u32>>,
 }
 
 /// The words of the view and of the delta of the block at word `b` of `words`, whose
