@@ -292,31 +292,27 @@ fn processes_write_the_same_bytes_as_threads() {
 
 #[test]
 fn four_processes_or_two_of_two_write_the_same_bytes_as_four_threads() {
+    // Every app in every mode: 4 processes of 1 worker and 2 of 2 against 1 of 4.
     let dir = scratch("cluster-same-bytes-4");
-    let cases: [(&str, &str, &[&[&str]]); 3] = [
-        (
-            "pagerank",
-            "virtual",
-            &[
-                &["--workers", "1", "--processes", "4"],
-                &["--workers", "2", "--processes", "2"],
-            ],
-        ),
-        ("mf", "generic", &[&["--workers", "2", "--processes", "2"]]),
-        (
-            "lda",
-            "first-iter",
-            &[&["--workers", "2", "--processes", "2"]],
-        ),
-    ];
-    for (app, mode, layouts) in cases {
-        let want = tiny_output(&dir, app, mode, &format!("{app}-1x4"), &["--workers", "4"]);
-        for (i, extra) in layouts.iter().enumerate() {
-            let got = tiny_output(&dir, app, mode, &format!("{app}-{i}"), extra);
-            assert!(
-                got == want,
-                "{app} --mode {mode} {extra:?} differs from --workers 4"
+    for app in ["mf", "lda", "pagerank"] {
+        for mode in ["generic", "first-iter", "virtual"] {
+            let want = tiny_output(
+                &dir,
+                app,
+                mode,
+                &format!("{app}-{mode}-1x4"),
+                &["--workers", "4"],
             );
+            for (name, extra) in [
+                ("4x1", ["--workers", "1", "--processes", "4"]),
+                ("2x2", ["--workers", "2", "--processes", "2"]),
+            ] {
+                let got = tiny_output(&dir, app, mode, &format!("{app}-{mode}-{name}"), &extra);
+                assert!(
+                    got == want,
+                    "{app} --mode {mode} {extra:?} differs from --workers 4"
+                );
+            }
         }
     }
 }
