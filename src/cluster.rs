@@ -78,6 +78,9 @@ pub struct Stats {
     pub tape_truncated: u64,
     /// Bytes held by the specialized state, by part.
     pub memory: SpecialMemory,
+    /// Rows locality placement put on another shard than the hash would (0 in one
+    /// process, with `placement` off, or before the first plan).
+    pub placed_rows: usize,
     /// Bytes this process sent to other processes (frames and their headers; 0 in a
     /// one-process cluster).
     pub bytes_sent: u64,
@@ -299,8 +302,8 @@ impl Cluster {
             let mut message = e.to_string();
             if message.contains("cluster id") {
                 message.push_str(
-                    " (every process must run with the same hosts, workers, shards, staleness \
-                     and mode)",
+                    " (every process must run with the same hosts, workers, shards, staleness, \
+                     mode and specializations)",
                 );
             }
             Error::failed(&what, message)
@@ -553,7 +556,7 @@ impl Cluster {
     /// benchmarks that care where their rows live.
     pub fn home_of<T: Element>(&self, table: &Table<T>, row: u64) -> Result<usize> {
         resolve(self.registry.tables(), self.id, table)?;
-        let shard = self.shared.placement.shard_of(table.key(row));
+        let shard = self.shared.placement().shard_of(table.key(row));
         Ok(shard as usize / self.world.shards)
     }
 
@@ -824,9 +827,75 @@ impl Cluster {
         let (_, logs) = self.on_workers(Role::Virtual, start, false, inputs, &f)?;
         self.gather(logs);
         if self.config.mode == Mode::Virtual {
+            self.place_rows()?;
             self.specialize()?;
         }
         Ok(self.pattern.as_ref().expect("set above"))
+    }
+
+    /// Locality placement ([`Specializations::placement`](crate::Specializations)): in a
+    /// cluster of several processes, before any run (no row holds a value yet, so
+    /// nothing has to move), every process shares its rows' access counts with every
+    /// other (an all-gather, which every process does alike) and installs the same
+    /// placement. After a run it is skipped, with a warning: moving rows that hold values
+    /// is not supported yet.
+    fn place_rows(&mut self) -> Result<()> {
+        if !self.config.specializations.placement || self.world.processes < 2 {
+            return Ok(());
+        }
+        if self.runs > 0 {
+            tracing::warn!(
+                "locality placement skipped: rows already hold values (the virtual iteration \
+                 came after a run); they keep the hash placement"
+            );
+            return Ok(());
+        }
+        let Some(pattern) = &self.pattern else {
+            return Ok(());
+        };
+        let mine: Vec<i64> = pattern
+            .rows()
+            .iter()
+            .flat_map(|r| {
+                [
+                    i64::from(r.key.table),
+                    r.key.row as i64,
+                    r.accesses() as i64,
+                ]
+            })
+            .collect();
+        let parts = self.all_gather(&mine)?;
+        let tables = self.registry.tables();
+        let mut uses: std::collections::BTreeMap<crate::RowKey, (u64, Vec<u64>)> =
+            std::collections::BTreeMap::new();
+        for (p, part) in parts.iter().enumerate() {
+            for r in part.chunks_exact(3) {
+                let key = crate::RowKey::new(r[0] as u32, r[1] as u64);
+                let Some(meta) = tables.get(key.table as usize) else {
+                    continue;
+                };
+                let entry = uses
+                    .entry(key)
+                    .or_insert_with(|| (meta.row_bytes() as u64, vec![0; parts.len()]));
+                entry.1[p] += r[2] as u64;
+            }
+        }
+        let uses: Vec<(crate::RowKey, u64, Vec<u64>)> =
+            uses.into_iter().map(|(k, (b, a))| (k, b, a)).collect();
+        let hashed = crate::placement::Placement::hashed(self.world.total_shards());
+        let placed = crate::placement::by_locality(
+            &hashed,
+            &uses,
+            self.world.shards,
+            self.config.placement_imbalance,
+        );
+        tracing::debug!(
+            "locality placement: {} of {} rows moved off their hash shard",
+            placed.overridden(),
+            uses.len()
+        );
+        self.shared.set_placement(placed);
+        Ok(())
     }
 
     /// Merges the workers' logs into the cluster's pattern, noting what they took.
@@ -858,7 +927,7 @@ impl Cluster {
         let plan = plan::build(
             pattern,
             self.registry.tables(),
-            &self.shared.placement,
+            &self.shared.placement(),
             &cfg,
         );
         let slabs = specs.static_cache && specs.contiguous_index;
@@ -971,6 +1040,7 @@ impl Cluster {
         };
         let traffic = self.transport.traffic();
         Stats {
+            placed_rows: self.shared.placement().overridden(),
             bytes_sent: traffic.bytes_sent,
             bytes_received: traffic.bytes_received,
             frames_sent: traffic.frames_sent,
@@ -1280,16 +1350,19 @@ fn colocated_before(m: &Membership) -> usize {
 }
 
 /// The id a cluster's processes check in their handshake: a digest of what they must
-/// agree on (protocol version, hosts, workers, shards, staleness and mode), so a process
+/// agree on (protocol version, hosts, workers, shards, staleness, mode, specializations
+/// and the placement imbalance, which decide which collectives they run), so a process
 /// started with other settings is refused before any work starts.
 fn cluster_id(config: &Config, m: &Membership) -> u64 {
     let agreed = format!(
-        "iterstore protocol 1|{:?}|workers {}|shards {}|staleness {:?}|mode {}",
+        "iterstore protocol 1|{:?}|workers {}|shards {}|staleness {:?}|mode {}|{:?}|{}",
         m.hosts,
         config.workers,
         config.shards,
         config.staleness,
-        config.mode.name()
+        config.mode.name(),
+        config.specializations,
+        config.placement_imbalance
     );
     // FNV-1a: stable across builds and platforms.
     agreed.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {

@@ -101,6 +101,12 @@ pub struct Specializations {
     /// when the topology is this machine's. Off: threads float and memory lands wherever
     /// it is first touched.
     pub numa: bool,
+    /// Locality placement, in a cluster of several processes: each row the virtual
+    /// iteration saw lives on a shard of the process whose workers access it most (ties
+    /// and overflow beyond [`Config::placement_imbalance`] go to the less loaded
+    /// process), decided by every process alike from everyone's access counts before any
+    /// value exists. Off (or rows the pattern did not see): the stable hash.
+    pub placement: bool,
 }
 
 impl Specializations {
@@ -111,6 +117,7 @@ impl Specializations {
         contiguous_index: true,
         prefetch_batching: true,
         numa: true,
+        placement: true,
     };
 }
 
@@ -187,6 +194,9 @@ pub struct Config {
     /// cluster. Every process of a cluster must have the same `workers`, `shards`,
     /// `staleness` and `mode` (checked when they connect).
     pub membership: Option<Membership>,
+    /// Locality placement's allowed imbalance: no process gets more than this many times
+    /// its even share of the placed rows' bytes (at least 1.0).
+    pub placement_imbalance: f64,
 }
 
 /// Upper bound on workers per process; far above any machine this runs on.
@@ -209,6 +219,7 @@ impl Default for Config {
             topology: None,
             worker_placement: WorkerPlacement::Packed,
             membership: None,
+            placement_imbalance: 1.2,
         }
     }
 }
@@ -308,6 +319,15 @@ impl Config {
         }
         if let Some(m) = &self.membership {
             m.validate()?;
+        }
+        if !(self.placement_imbalance >= 1.0 && self.placement_imbalance.is_finite()) {
+            return Err(Error::config(
+                "placement_imbalance",
+                format!(
+                    "{} is not a finite number of at least 1",
+                    self.placement_imbalance
+                ),
+            ));
         }
         Ok(())
     }

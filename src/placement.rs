@@ -31,6 +31,16 @@ impl Placement {
         self.shards as usize
     }
 
+    /// This placement with `key` on shard `shard` instead of where the hash puts it.
+    pub(crate) fn set(&mut self, key: RowKey, shard: u32) {
+        self.overrides.insert(key, shard);
+    }
+
+    /// Rows placed by an override.
+    pub(crate) fn overridden(&self) -> usize {
+        self.overrides.len()
+    }
+
     /// The shard holding `key`.
     #[inline]
     pub(crate) fn shard_of(&self, key: RowKey) -> u32 {
@@ -41,6 +51,51 @@ impl Placement {
         }
         (stable_hash(key) % u64::from(self.shards)) as u32
     }
+}
+
+/// Locality placement (IterStore's rule): every row of `uses` on the process that
+/// accesses it most. `uses` lists, per row, its bytes and each process's accesses, and
+/// must be the same list in every process (sorted by key), so that every process computes
+/// the same placement. Rows are placed in that order; a row goes to the process with the
+/// most accesses, ties to the less loaded one (then the lower rank), and a process whose
+/// placed bytes would pass `imbalance` times an even share is skipped for the next best.
+/// Within a process a row keeps the stable hash over its `shards_per_process` shards.
+pub(crate) fn by_locality(
+    hashed: &Placement,
+    uses: &[(RowKey, u64, Vec<u64>)],
+    shards_per_process: usize,
+    imbalance: f64,
+) -> Placement {
+    let processes = hashed.shards() / shards_per_process.max(1);
+    let mut placement = hashed.clone();
+    if processes < 2 {
+        return placement;
+    }
+    let total: u64 = uses.iter().map(|(_, bytes, _)| bytes).sum();
+    let cap = (total as f64 / processes as f64 * imbalance).ceil() as u64;
+    let mut load = vec![0u64; processes];
+    for (key, bytes, accesses) in uses {
+        let mut order: Vec<usize> = (0..processes).collect();
+        order.sort_by(|&a, &b| {
+            let use_of = |p: usize| accesses.get(p).copied().unwrap_or(0);
+            use_of(b)
+                .cmp(&use_of(a))
+                .then(load[a].cmp(&load[b]))
+                .then(a.cmp(&b))
+        });
+        let home = order
+            .iter()
+            .copied()
+            .find(|&p| load[p] + bytes <= cap)
+            .unwrap_or_else(|| (0..processes).min_by_key(|&p| (load[p], p)).unwrap_or(0));
+        load[home] += bytes;
+        let within = (stable_hash(*key) % shards_per_process.max(1) as u64) as usize;
+        let shard = (home * shards_per_process + within) as u32;
+        if shard != hashed.shard_of(*key) {
+            placement.set(*key, shard);
+        }
+    }
+    placement
 }
 
 /// The placement hash (protocol version 1; changing it changes the protocol version): SplitMix64's finalizer of the
@@ -91,5 +146,31 @@ mod tests {
         q.overrides.insert(key, other);
         assert_eq!(q.shard_of(key), other);
         assert_eq!(q.shard_of(RowKey::new(0, 8)), p.shard_of(RowKey::new(0, 8)));
+    }
+
+    #[test]
+    fn rows_go_where_they_are_used_within_the_allowed_imbalance() {
+        let hashed = Placement::hashed(4); // 2 processes x 2 shards
+        let key = |r| RowKey::new(0, r);
+        // Rows 0-3 used by process 0, rows 4-5 by process 1, row 6 by both equally.
+        let mut uses: Vec<(RowKey, u64, Vec<u64>)> =
+            (0..4).map(|r| (key(r), 8, vec![5, 1])).collect();
+        uses.extend((4..6).map(|r| (key(r), 8, vec![0, 3])));
+        uses.push((key(6), 8, vec![2, 2]));
+        let p = by_locality(&hashed, &uses, 2, 2.0);
+        let home = |r| p.shard_of(key(r)) / 2;
+        assert_eq!((0..4).map(home).collect::<Vec<_>>(), vec![0; 4]);
+        assert_eq!((4..6).map(home).collect::<Vec<_>>(), vec![1; 2]);
+        assert_eq!(home(6), 1, "a tie goes to the less loaded process");
+        // With no imbalance allowed, process 0 takes its even share (28 bytes of 56) and
+        // its fourth row overflows to process 1.
+        let even = by_locality(&hashed, &uses, 2, 1.0);
+        let homes: Vec<u32> = (0..7).map(|r| even.shard_of(key(r)) / 2).collect();
+        assert_eq!(&homes[..4], &[0, 0, 0, 1], "{homes:?}");
+        // One process: nothing moves.
+        assert_eq!(
+            by_locality(&Placement::hashed(2), &uses, 2, 1.0).overridden(),
+            0
+        );
     }
 }

@@ -100,7 +100,7 @@ impl Fetcher {
 }
 
 fn send_batch(shared: &ClientShared, batch: &[(RowKey, Clock)]) -> Result<()> {
-    let placement = &shared.placement;
+    let placement = shared.placement();
     let mut per_shard: Vec<Vec<(RowKey, Clock)>> = vec![Vec::new(); placement.shards()];
     for &(key, required) in batch {
         per_shard[placement.shard_of(key) as usize].push((key, required));

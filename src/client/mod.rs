@@ -40,8 +40,8 @@ pub(crate) struct ClientShared {
     pub(crate) world: World,
     pub(crate) config: Config,
     pub(crate) transport: Arc<dyn Transport>,
-    /// Which shard holds each row.
-    pub(crate) placement: Placement,
+    /// Which shard holds each row (replaced only between runs, by locality placement).
+    placement: RwLock<Arc<Placement>>,
     pub(crate) tables: RwLock<Vec<TableMeta>>,
     pub(crate) cache: ProcessCache,
     pub(crate) fetcher: Fetcher,
@@ -80,7 +80,7 @@ impl ClientShared {
             cache: ProcessCache::new(config.cache_capacity),
             config,
             transport,
-            placement: Placement::hashed(world.total_shards()),
+            placement: RwLock::new(Arc::new(Placement::hashed(world.total_shards()))),
             tables: RwLock::new(Vec::new()),
             fetcher: Fetcher::default(),
             signal: Signal::default(),
@@ -93,6 +93,23 @@ impl ClientShared {
             declared: Mutex::new(Vec::new()),
             gathered: Mutex::new(BTreeMap::new()),
         }
+    }
+
+    /// Which shard holds each row.
+    #[inline]
+    pub(crate) fn placement(&self) -> Arc<Placement> {
+        self.placement
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Replaces the placement (between runs, with every process doing the same).
+    pub(crate) fn set_placement(&self, placement: Placement) {
+        *self
+            .placement
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = Arc::new(placement);
     }
 
     /// The specialized process cache, if any.

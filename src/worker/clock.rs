@@ -19,7 +19,7 @@ impl Worker<'_> {
         if self.virtual_only {
             return Ok(());
         }
-        let placement = &self.shared.placement;
+        let placement = self.shared.placement();
         let shards = placement.shards();
         let mut per_shard: Vec<RowBatch> = (0..shards).map(|_| Vec::new()).collect();
         let log = std::mem::take(&mut self.oplog);
@@ -70,7 +70,7 @@ impl Worker<'_> {
         if !self.oplog.is_empty() || self.special.as_ref().is_some_and(Special::has_updates) {
             self.clock()?;
         }
-        for shard in 0..self.shared.placement.shards() {
+        for shard in 0..self.shared.world.total_shards() {
             let worker = self.global;
             self.send(shard, Msg::Finish { worker })?;
         }

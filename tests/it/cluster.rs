@@ -197,3 +197,60 @@ fn processes_on_one_machine_pin_their_workers_to_different_cores() {
     }
     assert_eq!(cores[0].0, vec![0], "{cores:?}");
 }
+
+/// Per process: each row's home process, the table's final contents, and the rows
+/// locality placement moved.
+type Seen = (Vec<usize>, Vec<(u64, Vec<i64>)>, usize);
+
+/// What each process sees when its workers each update and read only their own rows.
+fn own_rows(placement: bool) -> Vec<Seen> {
+    let mut specs = iterstore::Specializations::ALL;
+    specs.placement = placement;
+    let config = Config::new(2)
+        .with_mode(iterstore::Mode::Virtual)
+        .with_specializations(specs);
+    within(60, move || {
+        Cluster::run_local_processes(config, 2, |c| {
+            let t = c.create_table::<i64>("t", 1)?;
+            // Worker w uses rows 10w..10w+10 only.
+            let body = |w: &mut iterstore::Worker<'_>| {
+                let mut v = [0i64];
+                for r in 0..10 {
+                    let row = 10 * w.id() as u64 + r;
+                    w.read(&t, row, &mut v)?;
+                    w.update(&t, row, &[v[0] + 1])?;
+                }
+                w.clock()
+            };
+            c.virtual_iteration(body)?;
+            for _ in 0..3 {
+                c.run(body)?;
+            }
+            let homes = (0..40)
+                .map(|r| c.home_of(&t, r))
+                .collect::<iterstore::Result<_>>()?;
+            Ok((homes, c.snapshot(&t)?, c.stats().placed_rows))
+        })
+        .unwrap()
+    })
+}
+
+#[test]
+fn locality_placement_puts_rows_on_the_process_that_uses_them_and_changes_no_answer() {
+    let placed = own_rows(true);
+    // Rows 0..20 belong to process 0's workers (0 and 1), 20..40 to process 1's.
+    let homes = &placed[0].0;
+    assert!(homes[..20].iter().all(|&h| h == 0), "{homes:?}");
+    assert!(homes[20..].iter().all(|&h| h == 1), "{homes:?}");
+    assert_eq!(
+        placed[1].0, placed[0].0,
+        "both processes agree on the placement"
+    );
+    assert!(placed[0].2 > 0, "some rows moved off their hash shard");
+    let hashed = own_rows(false);
+    assert_eq!(hashed[0].2, 0);
+    assert!(hashed[0].0[..20].contains(&1), "the hash spreads rows");
+    // The same values either way: placement changes where rows live, not what they hold.
+    assert_eq!(placed[0].1, hashed[0].1);
+    assert_eq!(placed[0].1.len(), 40);
+}

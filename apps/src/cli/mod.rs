@@ -307,6 +307,11 @@ pub struct RunArgs {
         requires = "hosts"
     )]
     pub secret_file: Option<PathBuf>,
+    /// Locality placement in virtual mode on several processes: each row on the process
+    /// whose workers use it most (off: rows spread by hash).
+    #[arg(long, default_value = "on", value_parser = parse_on_off, value_name = "on|off",
+          action = ArgAction::Set, help_heading = "Cluster options")]
+    pub row_placement: bool,
     /// Seconds to wait at start-up for every other process to connect.
     #[arg(long, value_name = "S", default_value_t = 30, help_heading = "Cluster options",
           value_parser = clap::value_parser!(u64).range(1..=3600))]

@@ -133,6 +133,7 @@ fn membership(args: &RunArgs) -> Result<Option<Membership>> {
 pub(crate) fn app_config(args: &RunArgs) -> Result<AppConfig> {
     let mut specializations = Specializations::ALL;
     specializations.numa = args.numa;
+    specializations.placement = args.row_placement;
     let topology = match &args.topology {
         None => None,
         Some(desc) => {

@@ -501,7 +501,7 @@ fn a_wrong_secret_is_refused() {
 fn different_settings_are_refused() {
     let dir = scratch("cluster-mismatch");
     let (e0, e1) = refused_pair(&dir, "2", None);
-    let hint = "every process must run with the same hosts, workers, shards, staleness and mode";
+    let hint = "every process must run with the same hosts, workers, shards, staleness, mode and specializations";
     // Both hellos cross on the wire; whichever side checks first refuses the other's
     // cluster id and closes, so only that side is sure to name it. Rank 1 dials rank 0
     // and reports the refusal as its error.
