@@ -263,58 +263,42 @@ fn tiny_output(dir: &Path, app: &str, mode: &str, name: &str, extra: &[&str]) ->
     bytes
 }
 
-#[test]
-fn processes_write_the_same_bytes_as_threads() {
-    let dir = scratch("cluster-same-bytes");
+/// Every app in every mode writes the same bytes as P processes of W workers as one
+/// process of P x W workers, for `baseline` (the one process's `--workers`) and each of
+/// `shapes` (`(processes, workers)`).
+fn assert_shapes_write_the_same_bytes(name: &str, baseline: usize, shapes: &[(usize, usize)]) {
+    let dir = scratch(name);
     for app in ["mf", "lda", "pagerank"] {
         for mode in ["generic", "first-iter", "virtual"] {
-            let threads = tiny_output(
+            let workers = baseline.to_string();
+            let want = tiny_output(
                 &dir,
                 app,
                 mode,
-                &format!("{app}-{mode}-1x2"),
-                &["--workers", "2"],
+                &format!("{app}-{mode}-1x{baseline}"),
+                &["--workers", &workers],
             );
-            let procs = tiny_output(
-                &dir,
-                app,
-                mode,
-                &format!("{app}-{mode}-2x1"),
-                &["--workers", "1", "--processes", "2"],
-            );
-            assert!(
-                threads == procs,
-                "{app} --mode {mode}: 2 processes x 1 worker differ from 1 x 2"
-            );
+            for &(p, w) in shapes {
+                let (p, w) = (p.to_string(), w.to_string());
+                let extra = ["--workers", &w, "--processes", &p];
+                let got = tiny_output(&dir, app, mode, &format!("{app}-{mode}-{p}x{w}"), &extra);
+                assert!(
+                    got == want,
+                    "{app} --mode {mode}: {p} processes x {w} workers differ from 1 x {baseline}"
+                );
+            }
         }
     }
 }
 
 #[test]
+fn processes_write_the_same_bytes_as_threads() {
+    assert_shapes_write_the_same_bytes("cluster-same-bytes", 2, &[(2, 1)]);
+}
+
+#[test]
 fn four_processes_or_two_of_two_write_the_same_bytes_as_four_threads() {
-    // Every app in every mode: 4 processes of 1 worker and 2 of 2 against 1 of 4.
-    let dir = scratch("cluster-same-bytes-4");
-    for app in ["mf", "lda", "pagerank"] {
-        for mode in ["generic", "first-iter", "virtual"] {
-            let want = tiny_output(
-                &dir,
-                app,
-                mode,
-                &format!("{app}-{mode}-1x4"),
-                &["--workers", "4"],
-            );
-            for (name, extra) in [
-                ("4x1", ["--workers", "1", "--processes", "4"]),
-                ("2x2", ["--workers", "2", "--processes", "2"]),
-            ] {
-                let got = tiny_output(&dir, app, mode, &format!("{app}-{mode}-{name}"), &extra);
-                assert!(
-                    got == want,
-                    "{app} --mode {mode} {extra:?} differs from --workers 4"
-                );
-            }
-        }
-    }
+    assert_shapes_write_the_same_bytes("cluster-same-bytes-4", 4, &[(4, 1), (2, 2)]);
 }
 
 #[test]
