@@ -151,6 +151,42 @@ struct Conn {
     last_send: Instant,
 }
 
+impl Conn {
+    /// A new connection starting its handshake: our hello queued first, the handshake
+    /// due within `timeout`. `dialed`: the rank we dialed (`None`: accepted; an accepted
+    /// socket is connected already, a dialed one once writable).
+    fn handshaking(
+        stream: TcpStream,
+        addr: SocketAddr,
+        dialed: Option<u32>,
+        hs: Box<Handshake>,
+        timeout: Duration,
+    ) -> Conn {
+        // Small protocol messages (a refresh request, a barrier) must not wait for
+        // Nagle's algorithm and the peer's delayed ACK.
+        let _ = stream.set_nodelay(true);
+        let now = Instant::now();
+        let hello = hs.hello().to_vec();
+        Conn {
+            stream,
+            addr,
+            dialed,
+            connected: dialed.is_none(),
+            state: ConnState::Handshaking {
+                hs,
+                deadline: now + timeout,
+            },
+            out: VecDeque::from([OutFrame {
+                bytes: hello,
+                counted: false,
+            }]),
+            out_off: 0,
+            last_recv: now,
+            last_send: now,
+        }
+    }
+}
+
 /// Dialing state of a lower rank during start-up.
 struct Dial {
     /// When to try next.
@@ -475,7 +511,6 @@ impl<M: DeserializeOwned> EventLoop<M> {
                 );
                 continue;
             }
-            let _ = stream.set_nodelay(true);
             let hs = match self.handshake(Role::Acceptor) {
                 Ok(hs) => hs,
                 Err(e) => {
@@ -483,25 +518,7 @@ impl<M: DeserializeOwned> EventLoop<M> {
                     continue;
                 }
             };
-            let now = Instant::now();
-            let hello = hs.hello().to_vec();
-            let conn = Conn {
-                stream,
-                addr,
-                dialed: None,
-                connected: true,
-                state: ConnState::Handshaking {
-                    hs,
-                    deadline: now + self.cfg.handshake_timeout,
-                },
-                out: VecDeque::from([OutFrame {
-                    bytes: hello,
-                    counted: false,
-                }]),
-                out_off: 0,
-                last_recv: now,
-                last_send: now,
-            };
+            let conn = Conn::handshaking(stream, addr, None, hs, self.cfg.handshake_timeout);
             match self.add_conn(conn) {
                 Ok(slot) => {
                     tracing::debug!(rank = self.rank(), peer = %addr, "iterstore net: accepted a connection");
@@ -518,29 +535,9 @@ impl<M: DeserializeOwned> EventLoop<M> {
     fn dial(&mut self, rank: u32) {
         let addr = self.cfg.addrs[rank as usize];
         let attempt = TcpStream::connect(addr).and_then(|stream| {
-            // Small protocol messages (a refresh request, a barrier) must not wait for
-            // Nagle's algorithm.
-            let _ = stream.set_nodelay(true);
             let hs = self.handshake(Role::Dialer { target: rank })?;
-            let now = Instant::now();
-            let hello = hs.hello().to_vec();
-            self.add_conn(Conn {
-                stream,
-                addr,
-                dialed: Some(rank),
-                connected: false,
-                state: ConnState::Handshaking {
-                    hs,
-                    deadline: now + self.cfg.handshake_timeout,
-                },
-                out: VecDeque::from([OutFrame {
-                    bytes: hello,
-                    counted: false,
-                }]),
-                out_off: 0,
-                last_recv: now,
-                last_send: now,
-            })
+            let timeout = self.cfg.handshake_timeout;
+            self.add_conn(Conn::handshaking(stream, addr, Some(rank), hs, timeout))
         });
         match attempt {
             Ok(slot) => {
