@@ -186,9 +186,31 @@ pub fn run_observed(
     observer: Observer<'_>,
 ) -> Result<LdaOutcome, AppError> {
     cfg.validate()?;
+    let (cluster, start_s) = timed(|| start(cfg));
+    let mut cluster = cluster?;
+    let mut outcome = run_in(&mut cluster, cfg, params, corpus, observer)?;
+    outcome.report.setup_s += start_s;
+    cluster.shutdown()?;
+    Ok(outcome)
+}
+
+/// [`run_observed`] on a cluster already started (for example one process of
+/// [`Cluster::run_local_processes`]): this process's workers take their partitions by
+/// global worker id, so every process of the cluster must call it alike. The cluster
+/// stays up.
+pub fn run_in(
+    cluster: &mut Cluster,
+    cfg: &AppConfig,
+    params: &LdaConfig,
+    corpus: &Corpus,
+    observer: Observer<'_>,
+) -> Result<LdaOutcome, AppError> {
+    cfg.validate()?;
+    super::check_cluster(cfg, cluster)?;
     params.validate()?;
     check_corpus(corpus)?;
     let mut report = RunReport::new("lda", "log_likelihood", cfg);
+    report.processes = cluster.processes();
     let tokens: usize = corpus.docs.iter().map(Vec::len).sum();
     report.dataset.insert("docs", corpus.docs.len() as u64);
     report.dataset.insert("vocab", corpus.vocab_size.into());
@@ -201,21 +223,21 @@ pub fn run_observed(
     // Partitions are by global worker id (`first + local` for this process's workers): P
     // processes of W workers split the corpus as one process of P * W workers does.
     let (k, vocab) = (params.topics, corpus.vocab_size);
-    let (workers, total, first) = (cfg.workers, cfg.total_workers(), cfg.first_worker());
+    let (workers, total) = (cfg.workers, cluster.total_workers());
+    let first = cluster.rank() * workers;
     let num_docs = corpus.docs.len();
     let range = |w: usize| partition(num_docs, total, w);
     let (setup, setup_s) = timed(|| -> Result<_, AppError> {
         let z: Vec<Vec<u32>> = par_build(workers, |l| {
             initial_topics(params, corpus, range(first + l))
         });
-        let mut cluster = start(cfg)?;
         let t = Tables {
             words: cluster.create_table::<i32>("lda.word_topic", k)?,
             totals: cluster.create_table::<i32>("lda.topic_totals", k)?,
         };
-        Ok((z, cluster, t))
+        Ok((z, t))
     });
-    let (mut z, mut cluster, t) = setup?;
+    let (mut z, t) = setup?;
     report.setup_s = setup_s;
     let sweep = |w: usize, iter: u64| Sweep {
         cfg: params,
@@ -225,13 +247,13 @@ pub fn run_observed(
         first_doc: range(w).start,
     };
 
-    let (pre_s, pattern) = preprocess(&mut cluster, cfg, &z, |w, z| {
+    let (pre_s, pattern) = preprocess(cluster, cfg, &z, |w, z| {
         iteration(w, t, &sweep(w.id(), 0), z)
     })?;
     report.preprocess_s = pre_s;
     report.pattern = pattern;
 
-    report.init_s = timed_init_run(&mut cluster, &mut z, |w, z| {
+    report.init_s = timed_init_run(cluster, &mut z, |w, z| {
         let mut delta = vec![0i32; k];
         let words = corpus.docs[range(w.id())].iter().flatten();
         for (&word, &topic) in words.zip(z.iter()) {
@@ -245,10 +267,10 @@ pub fn run_observed(
     let (mut word_topic, mut topic_totals) = (Vec::new(), Vec::new());
     // First-iter mode records the first real iteration (not the initialisation run).
     for iter in 0..cfg.iterations {
-        let cost = timed_run(&mut cluster, &mut z, |w, z| {
+        let cost = timed_run(cluster, &mut z, |w, z| {
             iteration(w, t, &sweep(w.id(), iter as u64), z)
         })?;
-        (word_topic, topic_totals) = snapshot(&cluster, t, vocab, k)?;
+        (word_topic, topic_totals) = snapshot(cluster, t, vocab, k)?;
         let parts: Vec<f64> = par_build(workers, |l| {
             doc_terms(params, &corpus.docs[range(first + l)], &z[l])
         });
@@ -269,11 +291,10 @@ pub fn run_observed(
         };
         report.push_iteration(record, observer);
     }
-    report.record_store(&cluster);
+    report.record_store(cluster);
     // Every process's assignments, in global worker order.
     let mine: Vec<i32> = z.iter().flatten().map(|&t| t as i32).collect();
     let all = cluster.all_gather(&mine)?;
-    cluster.shutdown()?;
     let mut assignments = Vec::with_capacity(num_docs);
     let zs = all.iter().flatten().map(|&t| t as u32);
     let mut zs = zs.collect::<Vec<u32>>().into_iter();

@@ -208,10 +208,33 @@ pub fn run_observed(
     observer: Observer<'_>,
 ) -> Result<MfOutcome, AppError> {
     cfg.validate()?;
+    let (cluster, start_s) = timed(|| start(cfg));
+    let mut cluster = cluster?;
+    let mut outcome = run_in(&mut cluster, cfg, params, train, test, observer)?;
+    outcome.report.setup_s += start_s;
+    cluster.shutdown()?;
+    Ok(outcome)
+}
+
+/// [`run_observed`] on a cluster already started (for example one process of
+/// [`Cluster::run_local_processes`]): this process's workers take their partitions by
+/// global worker id, so every process of the cluster must call it alike. The cluster
+/// stays up.
+pub fn run_in(
+    cluster: &mut Cluster,
+    cfg: &AppConfig,
+    params: &MfConfig,
+    train: &Ratings,
+    test: &[Rating],
+    observer: Observer<'_>,
+) -> Result<MfOutcome, AppError> {
+    cfg.validate()?;
+    super::check_cluster(cfg, cluster)?;
     params.validate()?;
     check_ratings(&train.ratings, train.num_users, train.num_items)?;
     check_ratings(test, train.num_users, train.num_items).map_err(|e| format!("test set: {e}"))?;
     let mut report = RunReport::new("mf", "train_rmse", cfg);
+    report.processes = cluster.processes();
     for (k, v) in [
         ("users", train.num_users.into()),
         ("items", train.num_items.into()),
@@ -228,19 +251,18 @@ pub fn run_observed(
 
     // Partitions are by global worker id: P processes of W workers split the data as one
     // process of P * W workers does.
-    let (k, workers, n) = (params.rank, cfg.total_workers(), train.ratings.len());
+    let (k, workers, n) = (params.rank, cluster.total_workers(), train.ratings.len());
     let (wd, mean, clocks) = (width(k), global_mean(&train.ratings), clocks(n));
     report.param("clocks_per_iteration", clocks);
     let (setup, setup_s) = timed(|| -> Result<_, AppError> {
         let owners = init_owners(train, workers);
-        let mut cluster = start(cfg)?;
         let t = Tables {
             users: cluster.create_table::<f32>("mf.L", wd)?,
             items: cluster.create_table::<f32>("mf.R", wd)?,
         };
-        Ok((owners, cluster, t))
+        Ok((owners, t))
     });
-    let (owners, mut cluster, t) = setup?;
+    let (owners, t) = setup?;
     report.setup_s = setup_s;
     let mine = |w: &Worker<'_>| &train.ratings[partition(n, workers, w.id())];
     let st = Step {
@@ -252,13 +274,13 @@ pub fn run_observed(
 
     // Per worker: its scratch rows, kept across runs.
     let mut scratch: Vec<Scratch> = (0..cfg.workers).map(|_| Scratch::new(wd)).collect();
-    let (pre_s, pattern) = preprocess(&mut cluster, cfg, &scratch, |w, scratch| {
+    let (pre_s, pattern) = preprocess(cluster, cfg, &scratch, |w, scratch| {
         iteration(w, st, mine(w), scratch)
     })?;
     report.preprocess_s = pre_s;
     report.pattern = pattern;
 
-    report.init_s = timed_init_run(&mut cluster, &mut scratch, |w, _| {
+    report.init_s = timed_init_run(cluster, &mut scratch, |w, _| {
         let mut row = vec![0.0f32; wd];
         let (users, items) = &owners[w.id()];
         for (table, kind, ids) in [
@@ -273,13 +295,13 @@ pub fn run_observed(
         w.clock()
     })?;
 
-    let mut model = snapshot(&cluster, t, train, k, mean)?;
+    let mut model = snapshot(cluster, t, train, k, mean)?;
     // First-iter mode records the first real iteration (not the initialisation run).
     for iter in 0..cfg.iterations {
-        let cost = timed_run(&mut cluster, &mut scratch, |w, scratch| {
+        let cost = timed_run(cluster, &mut scratch, |w, scratch| {
             iteration(w, st, mine(w), scratch)
         })?;
-        model = snapshot(&cluster, t, train, k, mean)?;
+        model = snapshot(cluster, t, train, k, mean)?;
         let record = IterRecord {
             iter,
             seconds: cost.seconds,
@@ -301,8 +323,7 @@ pub fn run_observed(
         }
         report.push_iteration(record, observer);
     }
-    report.record_store(&cluster);
-    cluster.shutdown()?;
+    report.record_store(cluster);
     Ok(MfOutcome { report, model })
 }
 

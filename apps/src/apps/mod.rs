@@ -125,16 +125,6 @@ impl AppConfig {
     pub fn rank(&self) -> usize {
         self.membership.as_ref().map_or(0, |m| m.rank)
     }
-
-    /// Workers in the whole cluster (the number of data partitions).
-    pub fn total_workers(&self) -> usize {
-        self.processes() * self.workers
-    }
-
-    /// The global id of this process's first worker.
-    pub fn first_worker(&self) -> usize {
-        self.rank() * self.workers
-    }
 }
 
 /// Why an app run failed.
@@ -315,6 +305,19 @@ where
     let (result, seconds) = timed(|| cluster.init_run_with(states, f));
     result?;
     Ok(seconds)
+}
+
+/// Checks that `cluster` runs the workers `cfg` describes (an app given a cluster started
+/// elsewhere).
+pub(crate) fn check_cluster(cfg: &AppConfig, cluster: &Cluster) -> Result<(), AppError> {
+    let workers = cluster.config().workers;
+    if cfg.workers != workers {
+        return Err(AppError::Invalid(format!(
+            "the app is configured for {} workers per process, the cluster runs {workers}",
+            cfg.workers
+        )));
+    }
+    Ok(())
 }
 
 /// Builds one value per worker `0..workers` in parallel (inline for one worker).

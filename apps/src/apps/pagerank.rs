@@ -234,16 +234,38 @@ pub fn run_observed(
     observer: Observer<'_>,
 ) -> Result<PageRankOutcome, AppError> {
     cfg.validate()?;
+    let (cluster, start_s) = timed(|| start(cfg));
+    let mut cluster = cluster?;
+    let mut outcome = run_in(&mut cluster, cfg, params, graph, observer)?;
+    outcome.report.setup_s += start_s;
+    cluster.shutdown()?;
+    Ok(outcome)
+}
+
+/// [`run_observed`] on a cluster already started (for example one process of
+/// [`Cluster::run_local_processes`]): this process's workers take their partitions by
+/// global worker id, so every process of the cluster must call it alike. The cluster
+/// stays up.
+pub fn run_in(
+    cluster: &mut Cluster,
+    cfg: &AppConfig,
+    params: &PageRankParams,
+    graph: &Graph,
+    observer: Observer<'_>,
+) -> Result<PageRankOutcome, AppError> {
+    cfg.validate()?;
+    super::check_cluster(cfg, cluster)?;
     params.validate()?;
     check_graph(graph)?;
     let mut report = RunReport::new("pagerank", "l1_change", cfg);
+    report.processes = cluster.processes();
     report.dataset.insert("vertices", graph.num_vertices.into());
     report.dataset.insert("edges", graph.edges.len() as u64);
     report.param("damping", params.config.damping);
     report.param("block", params.block);
 
     // Partitions are by global worker id (`first + local` for this process's workers).
-    let (total, first) = (cfg.total_workers(), cfg.first_worker());
+    let (total, first) = (cluster.total_workers(), cluster.rank() * cfg.workers);
     let shape = Shape {
         damping: params.config.damping,
         vertices: graph.num_vertices as usize,
@@ -256,23 +278,22 @@ pub fn run_observed(
             Plan::new(graph, &degrees, &writers, &shape, total, first + l)
         });
         let states: Vec<State> = plans.iter().map(|p| State::new(p, shape.block)).collect();
-        let mut cluster = start(cfg)?;
         let t = Tables {
             ranks: cluster.create_table::<f64>("pagerank.rank", shape.block)?,
             dangling: cluster.create_table::<f64>("pagerank.dangling", 1)?,
         };
-        Ok((plans, states, cluster, t))
+        Ok((plans, states, t))
     });
-    let (plans, mut states, mut cluster, t) = setup?;
+    let (plans, mut states, t) = setup?;
     report.setup_s = setup_s;
 
-    let (pre_s, pattern) = preprocess(&mut cluster, cfg, &states, |w, st| {
+    let (pre_s, pattern) = preprocess(cluster, cfg, &states, |w, st| {
         iteration(w, t, &shape, &plans[w.id() - first], st)
     })?;
     report.preprocess_s = pre_s;
     report.pattern = pattern;
 
-    report.init_s = timed_init_run(&mut cluster, &mut states, |w, st| {
+    report.init_s = timed_init_run(cluster, &mut states, |w, st| {
         let (n, b) = (shape.vertices, shape.block);
         let teleport = (1.0 - shape.damping) / n as f64;
         let mut row = vec![0.0; b];
@@ -289,13 +310,13 @@ pub fn run_observed(
         w.clock()
     })?;
 
-    let mut ranks = snapshot(&cluster, t, &shape)?;
+    let mut ranks = snapshot(cluster, t, &shape)?;
     // First-iter mode records the first real iteration (not the initialisation run).
     for iter in 0..cfg.iterations {
-        let cost = timed_run(&mut cluster, &mut states, |w, st| {
+        let cost = timed_run(cluster, &mut states, |w, st| {
             iteration(w, t, &shape, &plans[w.id() - first], st)
         })?;
-        let next = snapshot(&cluster, t, &shape)?;
+        let next = snapshot(cluster, t, &shape)?;
         let objective = l1_change(&next, &ranks);
         check_finite("pagerank", iter, cfg.iterations, "L1 change", objective)?;
         let record = IterRecord {
@@ -310,8 +331,7 @@ pub fn run_observed(
         ranks = next;
         report.push_iteration(record, observer);
     }
-    report.record_store(&cluster);
-    cluster.shutdown()?;
+    report.record_store(cluster);
     Ok(PageRankOutcome { report, ranks })
 }
 
