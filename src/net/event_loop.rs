@@ -579,6 +579,10 @@ impl<M: DeserializeOwned> EventLoop<M> {
             return;
         };
         let (addr, dialed) = (conn.addr, conn.dialed);
+        let claimed = match &conn.state {
+            ConnState::Handshaking { hs, .. } => hs.claimed_peer(),
+            _ => None,
+        };
         match dialed {
             Some(rank) if refusal.is_some() && matches!(self.phase, Phase::Starting { .. }) => {
                 // The peer we are configured to reach refuses us, or is not who we expect:
@@ -605,6 +609,13 @@ impl<M: DeserializeOwned> EventLoop<M> {
                             Some(format!("refused a connection from {addr}: {why}"));
                     }
                 } else {
+                    if let Some(c) = claimed.filter(|&c| c < self.size) {
+                        // The peer saw our proof and closed: it most likely refused it.
+                        self.peers[c as usize].last_refusal = Some(format!(
+                            "a connection from {addr} claiming this rank {why} (it may have \
+                             refused our proof: a different secret or settings)"
+                        ));
+                    }
                     tracing::warn!(rank = self.rank(), peer = %addr, "iterstore net: closed unauthenticated connection: {why}");
                 }
                 self.drop_conn(slot);

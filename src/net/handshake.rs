@@ -207,6 +207,15 @@ pub(crate) struct Handshake {
 }
 
 impl Handshake {
+    /// The rank the peer's hello claimed, once it arrived (not authenticated before the
+    /// handshake is done: for error messages only).
+    pub(crate) fn claimed_peer(&self) -> Option<u32> {
+        match self.state {
+            State::Proof { peer_rank, .. } => Some(peer_rank),
+            _ => None,
+        }
+    }
+
     /// A handshake for our end `role` of a connection, by `rank` of a cluster of `size`
     /// ranks, with a fresh `nonce`; send [`Handshake::hello`] first.
     pub(crate) fn new(
