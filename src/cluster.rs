@@ -133,6 +133,23 @@ pub struct NumaReport {
     pub baseline_remote_fraction: Option<f64>,
 }
 
+/// Network traffic of one kind of protocol message ([`Cluster::traffic`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct KindTraffic {
+    /// The message kind, e.g. `Clock` (a worker's updates of a clock), `SlabRows` (an
+    /// arena refresh), `Rows` (generic row fetches), `RunReady` (the run barrier).
+    pub kind: &'static str,
+    /// Messages of this kind this process sent to other processes.
+    pub messages_sent: u64,
+    /// Their bytes on the wire (frame header included).
+    pub bytes_sent: u64,
+    /// Messages of this kind this process received from other processes.
+    pub messages_received: u64,
+    /// Their bytes on the wire.
+    pub bytes_received: u64,
+}
+
 /// Bytes held by the parts of the specialized state (heap buffers, by capacity). The
 /// `gathered_*` parts are what existed when the pattern was gathered, before planning;
 /// the others are the current state.
@@ -1069,6 +1086,15 @@ impl Cluster {
             plans: self.plans,
             specialize_time: self.specialize_time,
         }
+    }
+
+    /// This process's network traffic so far, by kind of protocol message: what the
+    /// bytes of [`Stats::bytes_sent`] and [`Stats::bytes_received`] were spent on. A
+    /// message counts as sent when it is queued for its peer (the totals in `Stats` count
+    /// bytes as they are written, heartbeats included), so at a given moment the two need
+    /// not agree. Empty in a one-process cluster.
+    pub fn traffic(&self) -> Vec<KindTraffic> {
+        self.transport.traffic_by_kind()
     }
 
     /// The NUMA placement (see [`NumaReport`]), or `None` when it does not apply: generic

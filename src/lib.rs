@@ -108,7 +108,7 @@ mod worker;
 mod world;
 
 pub use buf::AlignedBuf;
-pub use cluster::{Cluster, NumaReport, SpecialMemory, Stats};
+pub use cluster::{Cluster, KindTraffic, NumaReport, SpecialMemory, Stats};
 pub use config::{
     Config, Mode, Specializations, Staleness, WorkerPlacement, MAX_SHARDS, MAX_WORKERS,
 };

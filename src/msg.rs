@@ -226,6 +226,54 @@ pub enum Msg {
 }
 
 impl Msg {
+    /// The names of the kinds of message, indexed by [`Msg::kind`].
+    pub(crate) const KINDS: [&'static str; 19] = [
+        "DeclareTable",
+        "Gather",
+        "CreateTable",
+        "Fetch",
+        "Clock",
+        "Finish",
+        "RunEnd",
+        "Dump",
+        "Specialize",
+        "SlabFetch",
+        "Leave",
+        "TableDeclared",
+        "Gathered",
+        "Rows",
+        "SlabRows",
+        "MinClock",
+        "RunReady",
+        "DumpRows",
+        "Rejected",
+    ];
+
+    /// This message's kind, an index into [`Msg::KINDS`].
+    pub(crate) fn kind(&self) -> usize {
+        match self {
+            Msg::DeclareTable { .. } => 0,
+            Msg::Gather { .. } => 1,
+            Msg::CreateTable { .. } => 2,
+            Msg::Fetch { .. } => 3,
+            Msg::Clock { .. } => 4,
+            Msg::Finish { .. } => 5,
+            Msg::RunEnd { .. } => 6,
+            Msg::Dump { .. } => 7,
+            Msg::Specialize { .. } => 8,
+            Msg::SlabFetch { .. } => 9,
+            Msg::Leave { .. } => 10,
+            Msg::TableDeclared { .. } => 11,
+            Msg::Gathered { .. } => 12,
+            Msg::Rows { .. } => 13,
+            Msg::SlabRows { .. } => 14,
+            Msg::MinClock { .. } => 15,
+            Msg::RunReady { .. } => 16,
+            Msg::DumpRows { .. } => 17,
+            Msg::Rejected { .. } => 18,
+        }
+    }
+
     /// The process a message names as its sender, if it names one.
     pub(crate) fn sender(&self) -> Option<ProcessId> {
         match self {

@@ -762,7 +762,11 @@ impl<M: DeserializeOwned> EventLoop<M> {
             }
             match f.kind {
                 FrameKind::Data => match frame::decode_data::<M>(&f.body) {
-                    Ok(msg) => deliver(NetEvent::Msg { from: rank, msg }),
+                    Ok(msg) => deliver(NetEvent::Msg {
+                        from: rank,
+                        msg,
+                        bytes: f.body.len() + frame::HEADER_LEN,
+                    }),
                     Err(e) => {
                         self.lose(rank, format!("bad frame: {e}"));
                         alive = false;

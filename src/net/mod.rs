@@ -194,6 +194,8 @@ pub(crate) enum NetEvent<M> {
         from: u32,
         /// The message.
         msg: M,
+        /// Bytes of its frame on the wire (header included).
+        bytes: usize,
     },
     /// A peer is gone (closed without Bye, missed heartbeats, failed write, bad frame,
     /// outbound queue over the hard bound): sends to it fail from now on.
@@ -426,17 +428,24 @@ impl<M: Serialize + DeserializeOwned + Send + 'static> Net<M> {
     /// than `queue_bytes` are queued for that peer (backpressure), but at most
     /// `send_timeout` ([`NetError::Backpressure`] then, naming the peer). Fails at once if
     /// the peer is lost or closed, or the net is shut down.
-    pub(crate) fn send(&self, to: u32, msg: &M) -> Result<(), NetError> {
+    /// Returns the frame's size on the wire.
+    pub(crate) fn send(&self, to: u32, msg: &M) -> Result<usize, NetError> {
         let frame = self.frame_for(to, msg)?;
-        self.shared.enqueue(to, frame, Mode::Blocking)
+        let bytes = frame.len();
+        self.shared
+            .enqueue(to, frame, Mode::Blocking)
+            .map(|()| bytes)
     }
 
     /// Like [`Net::send`] but never blocks (for server shards that must not wait on a slow
     /// peer): if more than `4 x queue_bytes` would be queued, the peer is declared lost
     /// instead ([`NetError::PeerLost`], and a [`NetEvent::PeerLost`] is delivered).
-    pub(crate) fn send_nonblocking(&self, to: u32, msg: &M) -> Result<(), NetError> {
+    pub(crate) fn send_nonblocking(&self, to: u32, msg: &M) -> Result<usize, NetError> {
         let frame = self.frame_for(to, msg)?;
-        self.shared.enqueue(to, frame, Mode::NonBlocking)
+        let bytes = frame.len();
+        self.shared
+            .enqueue(to, frame, Mode::NonBlocking)
+            .map(|()| bytes)
     }
 
     /// Flushes the queues, sends Bye to every peer and waits for theirs (or their close),

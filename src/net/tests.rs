@@ -171,7 +171,7 @@ fn recv_msgs(node: &Node, count: usize, timeout: Duration) -> Vec<TestMsg> {
     while got.len() < count {
         let left = deadline.saturating_duration_since(Instant::now());
         match node.events.recv_timeout(left) {
-            Ok(NetEvent::Msg { from, msg }) => {
+            Ok(NetEvent::Msg { from, msg, .. }) => {
                 assert_eq!(from, msg.from, "delivered as from the wrong rank");
                 got.push(msg);
             }
@@ -323,7 +323,7 @@ fn graceful_shutdown_emits_no_peer_lost() {
                 assert_eq!(addr, addrs[0]);
                 break;
             }
-            Ok(()) => assert!(Instant::now() < deadline, "rank 0's Bye never arrived"),
+            Ok(_) => assert!(Instant::now() < deadline, "rank 0's Bye never arrived"),
             Err(e) => panic!("unexpected {e}"),
         }
         std::thread::sleep(Duration::from_millis(10));
@@ -612,7 +612,7 @@ fn send_blocks_under_backpressure_then_fails_and_recovers() {
     let err = loop {
         assert!(sent < 20_000, "the receiver's stall never pushed back");
         match nodes[0].net.send(1, &msg(0, 0, sent, LEN)) {
-            Ok(()) => sent += 1,
+            Ok(_) => sent += 1,
             Err(e) => break e,
         }
         let queued = nodes[0].net.queued_bytes(1);
@@ -652,7 +652,7 @@ fn send_nonblocking_declares_a_slow_peer_lost() {
     let err = loop {
         assert!(sent < 20_000, "the receiver's stall never pushed back");
         match nodes[0].net.send_nonblocking(1, &msg(0, 0, sent, LEN)) {
-            Ok(()) => sent += 1,
+            Ok(_) => sent += 1,
             Err(e) => break e,
         }
         let queued = nodes[0].net.queued_bytes(1);

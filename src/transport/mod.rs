@@ -70,6 +70,13 @@ pub(crate) trait Transport: Send + Sync + 'static {
         crate::net::NetCounters::default()
     }
 
+    /// Messages and bytes sent to and received from other processes so far, by kind of
+    /// message (kinds with none left out; empty for a transport that does not leave the
+    /// process).
+    fn traffic_by_kind(&self) -> Vec<crate::KindTraffic> {
+        Vec::new()
+    }
+
     /// Closes the transport once this process has stopped its threads: what is queued is
     /// flushed and peers are told this process leaves (bounded in time).
     fn close(&self) -> Result<(), TransportError> {

@@ -15,7 +15,8 @@ use crate::net::{Net, NetConfig, NetError, NetEvent};
 use crate::world::World;
 use crossbeam::channel::Sender;
 use serde::{Deserialize, Serialize};
-use std::sync::{PoisonError, RwLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
 
 /// What crosses the network: a message and the endpoint it is for.
 #[derive(Debug, Serialize, Deserialize)]
@@ -35,12 +36,23 @@ pub(crate) struct LocalInboxes {
     pub(crate) client: Sender<Inbound>,
 }
 
+/// Messages and bytes of one kind of message, sent and received.
+#[derive(Debug, Default)]
+struct KindCounter {
+    messages_sent: AtomicU64,
+    bytes_sent: AtomicU64,
+    messages_received: AtomicU64,
+    bytes_received: AtomicU64,
+}
+
 /// Moves messages between the processes of a TCP cluster (see the module docs).
 pub(crate) struct TcpTransport {
     rank: ProcessId,
     world: World,
     local: LocalInboxes,
     net: RwLock<Net<Envelope>>,
+    /// Per kind of message ([`Msg::KINDS`]).
+    kinds: Arc<Vec<KindCounter>>,
 }
 
 impl TcpTransport {
@@ -54,8 +66,17 @@ impl TcpTransport {
     ) -> Result<TcpTransport, NetError> {
         let rank = cfg.rank;
         let inboxes = local.clone();
+        let kinds: Arc<Vec<KindCounter>> = Arc::new(
+            (0..Msg::KINDS.len())
+                .map(|_| KindCounter::default())
+                .collect(),
+        );
+        let counted = kinds.clone();
         let deliver = Box::new(move |event: NetEvent<Envelope>| match event {
-            NetEvent::Msg { from, msg } => {
+            NetEvent::Msg { from, msg, bytes } => {
+                let k = &counted[msg.msg.kind()];
+                k.messages_received.fetch_add(1, Ordering::Relaxed);
+                k.bytes_received.fetch_add(bytes as u64, Ordering::Relaxed);
                 let delivered = match check(world, rank, from, &msg) {
                     Ok(()) => deliver_local(&inboxes, world, rank, msg.to, Inbound::Msg(msg.msg)),
                     Err(why) => Err(why),
@@ -79,6 +100,7 @@ impl TcpTransport {
             world,
             local,
             net: RwLock::new(net),
+            kinds,
         })
     }
 
@@ -100,13 +122,17 @@ impl TcpTransport {
                 .map_err(|_| TransportError::Closed(to));
         }
         let net = self.net.read().unwrap_or_else(PoisonError::into_inner);
+        let kind = &self.kinds[msg.kind()];
         let envelope = Envelope { to, msg };
         let sent = if blocking {
             net.send(rank, &envelope)
         } else {
             net.send_nonblocking(rank, &envelope)
         };
-        sent.map_err(|e| TransportError::Network(to, describe(&e)))
+        let bytes = sent.map_err(|e| TransportError::Network(to, describe(&e)))?;
+        kind.messages_sent.fetch_add(1, Ordering::Relaxed);
+        kind.bytes_sent.fetch_add(bytes as u64, Ordering::Relaxed);
+        Ok(())
     }
 }
 
@@ -122,6 +148,21 @@ impl Transport for TcpTransport {
     fn stop_local(&self, to: Endpoint) -> Result<(), TransportError> {
         deliver_local(&self.local, self.world, self.rank, to, Inbound::Stop)
             .map_err(|_| TransportError::Closed(to))
+    }
+
+    fn traffic_by_kind(&self) -> Vec<crate::KindTraffic> {
+        Msg::KINDS
+            .iter()
+            .zip(self.kinds.iter())
+            .map(|(&kind, k)| crate::KindTraffic {
+                kind,
+                messages_sent: k.messages_sent.load(Ordering::Relaxed),
+                bytes_sent: k.bytes_sent.load(Ordering::Relaxed),
+                messages_received: k.messages_received.load(Ordering::Relaxed),
+                bytes_received: k.bytes_received.load(Ordering::Relaxed),
+            })
+            .filter(|t| t.messages_sent + t.messages_received > 0)
+            .collect()
     }
 
     fn traffic(&self) -> crate::net::NetCounters {

@@ -254,3 +254,41 @@ fn locality_placement_puts_rows_on_the_process_that_uses_them_and_changes_no_ans
     assert_eq!(placed[0].1, hashed[0].1);
     assert_eq!(placed[0].1.len(), 40);
 }
+
+#[test]
+fn network_traffic_is_counted_by_kind_of_message() {
+    let config = Config::new(1).with_mode(iterstore::Mode::Virtual);
+    let seen = within(60, move || {
+        crate::util::over_tcp(config, 2, |c| {
+            let t = c.create_table::<i64>("t", 1)?;
+            let body = |w: &mut iterstore::Worker<'_>| {
+                let mut v = [0i64];
+                for r in 0..20 {
+                    w.read(&t, r, &mut v)?;
+                    w.update(&t, r, &[1])?;
+                }
+                w.clock()
+            };
+            c.virtual_iteration(body)?;
+            for _ in 0..3 {
+                c.run(body)?;
+            }
+            Ok((c.traffic(), c.stats()))
+        })
+    });
+    for (rank, (kinds, stats)) in seen.iter().enumerate() {
+        let of = |k: &str| kinds.iter().find(|t| t.kind == k);
+        for k in ["Clock", "SlabRows", "RunEnd", "RunReady"] {
+            let t = of(k).unwrap_or_else(|| panic!("process {rank}: no {k} in {kinds:?}"));
+            assert!(t.messages_sent > 0 && t.bytes_received > 0, "{t:?}");
+        }
+        // Messages are counted when sent (queued), the totals when written to the socket
+        // (heartbeats included): both are non-zero, neither bounds the other at a moment.
+        let sent: u64 = kinds.iter().map(|t| t.bytes_sent).sum();
+        assert!(
+            sent > 0 && stats.bytes_sent > 0,
+            "{sent}, {}",
+            stats.bytes_sent
+        );
+    }
+}

@@ -16,7 +16,7 @@
 
 use std::collections::BTreeMap;
 
-use iterstore::{AccessPattern, Cluster, NumaReport, SpecialMemory, Staleness};
+use iterstore::{AccessPattern, Cluster, KindTraffic, NumaReport, SpecialMemory, Staleness};
 use serde::{Serialize, Serializer};
 
 use super::AppConfig;
@@ -237,6 +237,9 @@ pub struct RunReport {
     /// each zone, the expected fraction of accesses to another zone against hash
     /// placement with unpinned threads); `null` in generic mode or with `numa` off.
     pub numa: Option<NumaReport>,
+    /// This process's network traffic by kind of protocol message
+    /// ([`iterstore::Cluster::traffic`]); empty in one process.
+    pub traffic: Vec<KindTraffic>,
 }
 
 fn staleness_json<S: Serializer>(s: &Staleness, ser: S) -> Result<S::Ok, S::Error> {
@@ -269,6 +272,7 @@ impl RunReport {
             store: StoreReport::default(),
             memory: MemoryReport::default(),
             numa: None,
+            traffic: Vec::new(),
         }
     }
 
@@ -290,6 +294,7 @@ impl RunReport {
     pub fn record_store(&mut self, cluster: &Cluster) {
         let stats = &cluster.stats();
         self.numa = cluster.numa();
+        self.traffic = cluster.traffic();
         self.specialize_s = stats.specialize_time.as_secs_f64();
         self.store = StoreReport {
             row_fetches: stats.row_fetches,

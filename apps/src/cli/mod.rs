@@ -41,7 +41,8 @@ gathered access pattern's size, store (accesses by path: tape_accesses, indexed_
 unplanned_accesses; tape_truncated; row_fetches, arena_refreshes; whole_ and
 partial_chunk_refreshes, whole_ and partial_slabs (what refreshes and CLOCKs shipped:
 everything, or only what changed); this process's
-bytes_sent, bytes_received, frames_sent, frames_received) and memory
+bytes_sent, bytes_received, frames_sent, frames_received), traffic (this process's
+messages and bytes sent and received by kind of protocol message) and memory
 (peak_rss_bytes, steady_rss_bytes, special: the specialized state's bytes by part) and
 numa (topology, bound, each worker's planned core and CPUs, shard and comm zones, bytes
 per zone, arena bytes bound, remote_fraction and baseline_remote_fraction; null in

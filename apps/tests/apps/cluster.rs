@@ -355,6 +355,16 @@ fn launcher_prefixes_output_by_rank_and_only_rank_0_writes_files() {
         assert!(it["messages_sent"].as_u64().unwrap() >= 2, "{it}");
     }
     assert!(report["store"]["bytes_received"].as_u64().unwrap() > 0);
+    // What the bytes were spent on, by kind of message.
+    let kinds: Vec<&str> = report["traffic"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["kind"].as_str().unwrap())
+        .collect();
+    for kind in ["Clock", "RunEnd", "RunReady", "SlabRows"] {
+        assert!(kinds.contains(&kind), "{kind} missing from {kinds:?}");
+    }
     assert!(std::fs::metadata(&output).unwrap().len() > 0);
     // Nothing else was written next to them (no per-rank copies).
     let mut names: Vec<String> = std::fs::read_dir(&dir)
