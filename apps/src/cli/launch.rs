@@ -7,9 +7,10 @@
 //! output is copied line by line, prefixed with `[rank R]`. Only rank 0 writes `--output`
 //! and `--json`. The exit status is the worst child's: when one fails, the others notice
 //! the lost peer and fail within seconds; any still running after a grace period are
-//! killed. Children die with the launcher (`PR_SET_PDEATHSIG`), also when it is killed,
-//! and an interrupt (Ctrl-C) reaches the whole process group. The directory is removed
-//! when the launcher ends.
+//! killed. Children die with the launcher (`PR_SET_PDEATHSIG`), also when it is killed.
+//! An interrupt or termination request (SIGINT, SIGTERM) is passed on to the children as
+//! SIGTERM, and the launcher waits for them (a grace period, then SIGKILL) before it
+//! removes its directory and exits with an error: nothing is left behind.
 
 use super::RunArgs;
 use anyhow::{bail, Context, Result};
@@ -17,7 +18,25 @@ use std::ffi::{OsStr, OsString};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+
+/// Set by the SIGINT/SIGTERM handler; the wait loop passes the request on.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_interrupt(_: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::SeqCst);
+}
+
+/// Makes SIGINT and SIGTERM set [`INTERRUPTED`] instead of killing the launcher.
+fn catch_interrupts() {
+    let handler = on_interrupt as extern "C" fn(libc::c_int);
+    // SAFETY: the handler only stores to an atomic (async-signal-safe).
+    unsafe {
+        libc::signal(libc::SIGINT, handler as libc::sighandler_t);
+        libc::signal(libc::SIGTERM, handler as libc::sighandler_t);
+    }
+}
 
 /// How long the other processes get to exit on their own once one has failed.
 const GRACE: Duration = Duration::from_secs(20);
@@ -37,6 +56,7 @@ pub(crate) fn launch(args: &RunArgs, processes: usize, argv: &[OsString]) -> Res
     let secret = dir.path().join("secret");
     write_secret(&secret)?;
     let exe = std::env::current_exe().context("finding this program's path")?;
+    catch_interrupts();
     let base = child_args(argv);
     tracing::info!(
         "launching {processes} processes on 127.0.0.1 (ports {})",
@@ -77,6 +97,9 @@ pub(crate) fn launch(args: &RunArgs, processes: usize, argv: &[OsString]) -> Res
     }
     let worst = wait_all(&mut children);
     drop(dir);
+    if INTERRUPTED.load(Ordering::SeqCst) {
+        bail!("interrupted: the {processes} processes were stopped");
+    }
     match worst {
         None => Ok(()),
         Some((rank, status)) => bail!("process {rank} of {processes} failed ({status})"),
@@ -96,7 +119,16 @@ struct Running {
 fn wait_all(children: &mut [Running]) -> Option<(usize, String)> {
     let mut first_failure: Option<(usize, String)> = None;
     let mut deadline: Option<Instant> = None;
+    let mut passed_on = false;
     loop {
+        if !passed_on && INTERRUPTED.load(Ordering::SeqCst) {
+            passed_on = true;
+            for c in children.iter().filter(|c| c.status.is_none()) {
+                // SAFETY: kill(2) on a child we started and have not reaped.
+                unsafe { libc::kill(c.child.id() as libc::pid_t, libc::SIGTERM) };
+            }
+            deadline.get_or_insert(Instant::now() + GRACE);
+        }
         let mut running = 0;
         for c in children.iter_mut().filter(|c| c.status.is_none()) {
             match c.child.try_wait() {

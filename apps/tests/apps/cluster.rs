@@ -678,6 +678,52 @@ fn cmdline(pid: libc::pid_t) -> String {
 }
 
 #[test]
+fn an_interrupted_launcher_stops_its_children_and_leaves_nothing_behind() {
+    let dir = scratch("cluster-launcher-interrupt");
+    let mut args = LONG_MF.to_vec();
+    args.extend(["--workers", "1", "--processes", "2"]);
+    let mut launcher = Proc::start(&dir, "launcher", &args, |_| {});
+    let deadline = Instant::now() + QUICK;
+    while children_of(launcher.pid()).len() < 2 || !launcher.stderr().contains(JOINED) {
+        assert!(
+            launcher.poll().is_none() && Instant::now() < deadline,
+            "the children did not start; stderr:\n{}",
+            launcher.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let children = children_of(launcher.pid());
+    let private = |pid: libc::pid_t| {
+        std::fs::read_dir(std::env::temp_dir())
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .any(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .starts_with(&format!("iterstore-launch-{pid}-"))
+            })
+    };
+    assert!(
+        private(launcher.pid()),
+        "the launcher's directory exists while it runs"
+    );
+    // SAFETY: kill(2) on our own child, which has not been reaped.
+    assert_eq!(unsafe { libc::kill(launcher.pid(), libc::SIGINT) }, 0);
+    let stderr = launcher.wait_fails(Duration::from_secs(10));
+    assert!(stderr.contains("iterstore: error: interrupted"), "{stderr}");
+    for pid in children {
+        assert!(
+            !Path::new(&format!("/proc/{pid}")).exists(),
+            "child {pid} outlived the launcher"
+        );
+    }
+    assert!(
+        !private(launcher.pid()),
+        "the launcher left its directory (and secret) behind"
+    );
+}
+
+#[test]
 fn launcher_fails_with_the_worst_child_and_leaves_none_behind() {
     let dir = scratch("cluster-launcher-kill");
     let mut args = LONG_MF.to_vec();
