@@ -1242,12 +1242,16 @@ impl Cluster {
                 .send(Endpoint::Shard(shard as u32), Msg::Leave { from: rank });
         }
         let failed = self.shared.has_failed();
-        let mut result = self.threads.stop(self.transport.as_ref(), rank, failed);
+        // A process lost while this one waits for the others to leave ends the wait.
+        let shared = &self.shared;
+        let gave_up = || shared.has_failed();
+        let mut result = self.threads.stop(self.transport.as_ref(), rank, failed, &gave_up);
         if let Err(e) = self.transport.close() {
             tracing::warn!("process {rank}: closing the network: {e}");
         }
-        if result.is_ok() && !failed {
-            result = self.shared.check();
+        if !failed && (result.is_ok() || self.shared.has_failed()) {
+            // The cause (a lost process), rather than that its shards were not released.
+            result = self.shared.check().and(result);
         }
         match result {
             Err(Error::ShutDown) => Ok(()),
@@ -1299,13 +1303,20 @@ struct Threads {
 impl Threads {
     /// Stops and joins every thread after a failed start; returns `error`.
     fn abort(&mut self, transport: &dyn Transport, rank: ProcessId, error: Error) -> Error {
-        let _ = self.stop(transport, rank, true);
+        let _ = self.stop(transport, rank, true, &|| true);
         error
     }
 
     /// Waits for the shard threads to be released by every process (at once if
-    /// `now`, else within [`SHUTDOWN_TIMEOUT`]), then stops the communication thread.
-    fn stop(&mut self, transport: &dyn Transport, rank: ProcessId, now: bool) -> Result<()> {
+    /// `now`, else within [`SHUTDOWN_TIMEOUT`] or until `give_up()`), then stops the
+    /// communication thread.
+    fn stop(
+        &mut self,
+        transport: &dyn Transport,
+        rank: ProcessId,
+        now: bool,
+        give_up: &dyn Fn() -> bool,
+    ) -> Result<()> {
         let deadline = Instant::now()
             + if now {
                 Duration::ZERO
@@ -1313,9 +1324,13 @@ impl Threads {
                 SHUTDOWN_TIMEOUT
             };
         let mut result = Ok(());
-        while self.shards.iter().any(|(_, t)| !t.is_finished()) && Instant::now() < deadline {
+        while self.shards.iter().any(|(_, t)| !t.is_finished())
+            && Instant::now() < deadline
+            && !give_up()
+        {
             std::thread::sleep(Duration::from_millis(2));
         }
+        let now = now || give_up();
         for (id, t) in self.shards.drain(..) {
             if !t.is_finished() {
                 if !now && result.is_ok() {
