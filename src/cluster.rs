@@ -1245,7 +1245,9 @@ impl Cluster {
         // A process lost while this one waits for the others to leave ends the wait.
         let shared = &self.shared;
         let gave_up = || shared.has_failed();
-        let mut result = self.threads.stop(self.transport.as_ref(), rank, failed, &gave_up);
+        let mut result = self
+            .threads
+            .stop(self.transport.as_ref(), rank, failed, &gave_up);
         if let Err(e) = self.transport.close() {
             tracing::warn!("process {rank}: closing the network: {e}");
         }
