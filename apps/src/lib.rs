@@ -7,5 +7,7 @@
 pub mod algo;
 pub mod apps;
 pub mod bench;
+pub mod calibrate;
 pub mod data;
+pub mod dnn;
 pub mod limit;

@@ -6,6 +6,7 @@
 //! rejected, and the apps' own `validate` methods run on the assembled parameters.
 
 mod bench;
+mod calibrate;
 mod demo;
 mod launch;
 mod log;
@@ -81,6 +82,41 @@ pub enum Command {
     /// Plan distributed DNN training: search the configurations of a cluster with the
     /// performance model (Yan et al., KDD'15), print the fastest and write the chosen plan.
     Plan(PlanArgs),
+    /// Measure this machine's hardware profile for the performance model (the dense
+    /// kernels' costs, their slow-down on H threads, and the latency and bandwidth of the
+    /// store's TCP transport on 127.0.0.1) and write it for `iterstore plan --profile`.
+    Calibrate(CalibrateArgs),
+}
+
+/// Options of `iterstore calibrate`.
+#[derive(Debug, Args)]
+pub struct CalibrateArgs {
+    /// Write the profile (JSON) to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// The profile's name.
+    #[arg(long, default_value = "this-machine")]
+    pub name: String,
+    /// Measure C_interf(H) up to H threads [default: the CPUs available].
+    #[arg(long, value_name = "H", value_parser = at_least_one)]
+    pub threads: Option<usize>,
+    /// Where the parameter-server read time lies between its best (0) and worst (1) case
+    /// (eqs. 10-11); a stated parameter, not measured.
+    #[arg(long, default_value_t = 0.5, value_parser = parse_unit)]
+    pub ps_read_alpha: f64,
+    /// A quick, rougher measurement (small layer, few repetitions).
+    #[arg(long)]
+    pub quick: bool,
+}
+
+/// Parses a number in [0, 1].
+fn parse_unit(s: &str) -> Result<f64, String> {
+    let v: f64 = s.parse().map_err(|_| format!("'{s}' is not a number"))?;
+    if (0.0..=1.0).contains(&v) {
+        Ok(v)
+    } else {
+        Err(format!("{v} is not in [0, 1]"))
+    }
 }
 
 /// Options of `iterstore plan`.
@@ -365,6 +401,7 @@ pub fn main(cli: Cli, args: &[std::ffi::OsString]) -> Result<()> {
         Command::Demo => demo::demo(),
         Command::Bench(args) => bench::bench(&args, command_line),
         Command::Plan(args) => plan::plan(&args),
+        Command::Calibrate(args) => calibrate::run(&args),
     }
 }
 

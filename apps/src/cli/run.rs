@@ -73,7 +73,7 @@ pub(crate) struct Output {
 }
 
 impl Output {
-    fn create(path: Option<&Path>) -> Result<Option<Output>> {
+    pub(crate) fn create(path: Option<&Path>) -> Result<Option<Output>> {
         path.map(|path| {
             let file =
                 File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
@@ -85,7 +85,10 @@ impl Output {
         .transpose()
     }
 
-    fn write(mut self, f: impl FnOnce(&mut dyn Write) -> std::io::Result<()>) -> Result<()> {
+    pub(crate) fn write(
+        mut self,
+        f: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+    ) -> Result<()> {
         f(&mut self.file)
             .and_then(|()| self.file.flush())
             .with_context(|| format!("writing {}", self.path.display()))

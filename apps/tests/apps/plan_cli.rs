@@ -185,3 +185,55 @@ fn options_are_checked_before_any_search() {
         text(&o.stderr)
     );
 }
+
+#[test]
+fn calibrate_measures_a_profile_that_plan_accepts() {
+    let dir = scratch("calibrate-cli");
+    let profile = dir.join("profile.json");
+    let o = iterstore(&[
+        "calibrate",
+        "--quick",
+        "--threads",
+        "2",
+        "--name",
+        "ci",
+        "--output",
+        profile.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let stdout = text(&o.stdout);
+    for line in ["C_muladd", "C_interf", "C_ncost", "C_nbw"] {
+        assert!(stdout.contains(line), "{stdout}");
+    }
+    let p: Value = serde_json::from_str(&std::fs::read_to_string(&profile).unwrap()).unwrap();
+    assert_eq!(p["name"], "ci");
+    assert_eq!(p["c_interf"].as_array().unwrap().len(), 2);
+    assert_eq!(p["c_interf"][0], 1.0);
+    for field in ["c_muladd_s", "c_act_s", "c_err_s", "c_nbw_bits_per_s"] {
+        assert!(p[field].as_f64().unwrap() > 0.0, "{field}: {p}");
+    }
+    assert!(p["c_ncost_s"][0].as_f64().unwrap() > 0.0, "{p}");
+    // The measured profile drives the optimizer.
+    let plan = dir.join("plan.json");
+    let o = iterstore(&[
+        "plan",
+        "--model",
+        "mlp",
+        "--profile",
+        profile.to_str().unwrap(),
+        "--machines",
+        "4",
+        "--cores",
+        "2",
+        "--output",
+        plan.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stdout).contains("profile ci"),
+        "{}",
+        text(&o.stdout)
+    );
+    let o = iterstore(&["calibrate", "--ps-read-alpha", "2"]);
+    assert!(!o.status.success());
+}

@@ -1,0 +1,176 @@
+//! One fully connected layer of `inputs` → `outputs` neurons with a logistic activation,
+//! over a batch: weights `w` are `outputs × inputs`, row-major; activations are
+//! `batch × width`, row-major.
+//!
+//! - [`forward`]: `y = σ(x · wᵀ)` — `batch·inputs·outputs` multiply-adds (GEMM), then
+//!   `batch·outputs` activations ([`activate`]).
+//! - [`backward`]: `δ_in = (δ_out · w) ∘ σ'(x)` — the same multiply-adds, then
+//!   `batch·inputs` error terms ([`error_terms`]).
+//! - [`update`]: `w −= η · δ_outᵀ · x` — the same multiply-adds.
+
+/// `c = alpha · a(m×k) · b(k×n) + beta · c(m×n)`, row-major, with `b` transposed when
+/// `b_transposed` (then `b` is stored n×k).
+#[allow(clippy::too_many_arguments)]
+fn gemm(
+    m: usize,
+    k: usize,
+    n: usize,
+    alpha: f32,
+    a: &[f32],
+    b: &[f32],
+    b_transposed: bool,
+    beta: f32,
+    c: &mut [f32],
+) {
+    assert!(a.len() >= m * k && b.len() >= k * n && c.len() >= m * n);
+    let (rsb, csb) = if b_transposed {
+        (1, k as isize)
+    } else {
+        (n as isize, 1)
+    };
+    // SAFETY: the asserts above bound every index the strides reach.
+    unsafe {
+        matrixmultiply::sgemm(
+            m,
+            k,
+            n,
+            alpha,
+            a.as_ptr(),
+            k as isize,
+            1,
+            b.as_ptr(),
+            rsb,
+            csb,
+            beta,
+            c.as_mut_ptr(),
+            n as isize,
+            1,
+        );
+    }
+}
+
+/// The logistic function applied in place.
+pub fn activate(y: &mut [f32]) {
+    for v in y {
+        *v = 1.0 / (1.0 + (-*v).exp());
+    }
+}
+
+/// `delta ∘ σ'(x)` in place, where `x` holds σ's outputs (so `σ' = x (1 − x)`).
+pub fn error_terms(delta: &mut [f32], x: &[f32]) {
+    for (d, &a) in delta.iter_mut().zip(x) {
+        *d *= a * (1.0 - a);
+    }
+}
+
+/// `y = σ(x · wᵀ)`: `x` is `batch × inputs`, `w` is `outputs × inputs`, `y` is
+/// `batch × outputs`.
+pub fn forward(w: &[f32], x: &[f32], y: &mut [f32], batch: usize, inputs: usize, outputs: usize) {
+    gemm(batch, inputs, outputs, 1.0, x, w, true, 0.0, y);
+    activate(&mut y[..batch * outputs]);
+}
+
+/// `δ_in = (δ_out · w) ∘ σ'(x)`: `delta_out` is `batch × outputs`, `x` (this layer's
+/// input, σ's outputs of the layer below) and `delta_in` are `batch × inputs`.
+pub fn backward(
+    w: &[f32],
+    delta_out: &[f32],
+    x: &[f32],
+    delta_in: &mut [f32],
+    batch: usize,
+    inputs: usize,
+    outputs: usize,
+) {
+    gemm(
+        batch, outputs, inputs, 1.0, delta_out, w, false, 0.0, delta_in,
+    );
+    error_terms(&mut delta_in[..batch * inputs], x);
+}
+
+/// `w −= rate · δ_outᵀ · x`.
+pub fn update(
+    w: &mut [f32],
+    delta_out: &[f32],
+    x: &[f32],
+    rate: f32,
+    batch: usize,
+    inputs: usize,
+    outputs: usize,
+) {
+    // δ_outᵀ (outputs × batch) · x (batch × inputs): a is δ_out read transposed, so
+    // compute it as a GEMM over the batch with explicit strides.
+    assert!(delta_out.len() >= batch * outputs && x.len() >= batch * inputs);
+    assert!(w.len() >= outputs * inputs);
+    // SAFETY: the asserts above bound every index the strides reach.
+    unsafe {
+        matrixmultiply::sgemm(
+            outputs,
+            batch,
+            inputs,
+            -rate,
+            delta_out.as_ptr(),
+            1,
+            outputs as isize,
+            x.as_ptr(),
+            inputs as isize,
+            1,
+            1.0,
+            w.as_mut_ptr(),
+            inputs as isize,
+            1,
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn naive_forward(w: &[f32], x: &[f32], b: usize, i: usize, o: usize) -> Vec<f32> {
+        let mut y = vec![0.0f32; b * o];
+        for r in 0..b {
+            for c in 0..o {
+                let s: f32 = (0..i).map(|k| x[r * i + k] * w[c * i + k]).sum();
+                y[r * o + c] = 1.0 / (1.0 + (-s).exp());
+            }
+        }
+        y
+    }
+
+    fn data(n: usize, seed: u32) -> Vec<f32> {
+        (0..n)
+            .map(|k| {
+                ((k as u32).wrapping_mul(2_654_435_761).wrapping_add(seed) % 1000) as f32 / 1000.0
+                    - 0.5
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_kernels_compute_the_textbook_formulas() {
+        let (b, i, o) = (3, 5, 4);
+        let (w, x) = (data(o * i, 1), data(b * i, 2));
+        let mut y = vec![0.0; b * o];
+        forward(&w, &x, &mut y, b, i, o);
+        let want = naive_forward(&w, &x, b, i, o);
+        assert!(y.iter().zip(&want).all(|(a, c)| (a - c).abs() < 1e-6));
+        let delta_out = data(b * o, 3);
+        let mut delta_in = vec![0.0; b * i];
+        backward(&w, &delta_out, &x, &mut delta_in, b, i, o);
+        for r in 0..b {
+            for k in 0..i {
+                let s: f32 = (0..o).map(|c| delta_out[r * o + c] * w[c * i + k]).sum();
+                let want = s * x[r * i + k] * (1.0 - x[r * i + k]);
+                assert!((delta_in[r * i + k] - want).abs() < 1e-6);
+            }
+        }
+        let mut w2 = w.clone();
+        update(&mut w2, &delta_out, &x, 0.5, b, i, o);
+        for c in 0..o {
+            for k in 0..i {
+                let g: f32 = (0..b).map(|r| delta_out[r * o + c] * x[r * i + k]).sum();
+                assert!((w2[c * i + k] - (w[c * i + k] - 0.5 * g)).abs() < 1e-6);
+            }
+        }
+    }
+}
