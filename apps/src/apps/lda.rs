@@ -33,7 +33,7 @@ use std::io::{self, Write};
 use iterstore::{Cluster, Table, Worker};
 
 use super::{
-    check_finite, dense, par_build, preprocess, start, timed, timed_init_run, timed_run, AppConfig,
+    check_finite, dense, par_build, preprocess, timed, timed_init_run, timed_run, AppConfig,
     AppError, IterRecord, Observer, RunReport,
 };
 use crate::algo::lda::{
@@ -185,12 +185,9 @@ pub fn run_observed(
     corpus: &Corpus,
     observer: Observer<'_>,
 ) -> Result<LdaOutcome, AppError> {
-    cfg.validate()?;
-    let (cluster, start_s) = timed(|| start(cfg));
-    let mut cluster = cluster?;
-    let mut outcome = run_in(&mut cluster, cfg, params, corpus, observer)?;
+    let (mut outcome, start_s) =
+        super::with_cluster(cfg, |c| run_in(c, cfg, params, corpus, observer))?;
     outcome.report.setup_s += start_s;
-    cluster.shutdown()?;
     Ok(outcome)
 }
 

@@ -33,7 +33,7 @@ use iterstore::{Cluster, Table, Worker};
 use std::io::{self, Write};
 
 use super::{
-    check_finite, dense, preprocess, start, timed, timed_init_run, timed_run, AppConfig, AppError,
+    check_finite, dense, preprocess, timed, timed_init_run, timed_run, AppConfig, AppError,
     IterRecord, Observer, RunReport,
 };
 use crate::algo::mf::{
@@ -207,12 +207,9 @@ pub fn run_observed(
     test: &[Rating],
     observer: Observer<'_>,
 ) -> Result<MfOutcome, AppError> {
-    cfg.validate()?;
-    let (cluster, start_s) = timed(|| start(cfg));
-    let mut cluster = cluster?;
-    let mut outcome = run_in(&mut cluster, cfg, params, train, test, observer)?;
+    let (mut outcome, start_s) =
+        super::with_cluster(cfg, |c| run_in(c, cfg, params, train, test, observer))?;
     outcome.report.setup_s += start_s;
-    cluster.shutdown()?;
     Ok(outcome)
 }
 

@@ -307,6 +307,20 @@ where
     Ok(seconds)
 }
 
+/// Starts a cluster for `cfg`, runs `f` on it and shuts it down; returns `f`'s result and
+/// the seconds the start took.
+pub(crate) fn with_cluster<R>(
+    cfg: &AppConfig,
+    f: impl FnOnce(&mut Cluster) -> Result<R, AppError>,
+) -> Result<(R, f64), AppError> {
+    cfg.validate()?;
+    let (cluster, start_s) = timed(|| start(cfg));
+    let mut cluster = cluster?;
+    let out = f(&mut cluster)?;
+    cluster.shutdown()?;
+    Ok((out, start_s))
+}
+
 /// Checks that `cluster` runs the workers `cfg` describes (an app given a cluster started
 /// elsewhere).
 pub(crate) fn check_cluster(cfg: &AppConfig, cluster: &Cluster) -> Result<(), AppError> {

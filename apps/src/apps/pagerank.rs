@@ -39,7 +39,7 @@ use std::io::{self, Write};
 use iterstore::{Cluster, Table, Worker};
 
 use super::{
-    check_finite, dense, par_build, preprocess, start, timed, timed_init_run, timed_run, AppConfig,
+    check_finite, dense, par_build, preprocess, timed, timed_init_run, timed_run, AppConfig,
     AppError, IterRecord, Observer, RunReport,
 };
 use crate::algo::pagerank::{check_graph, l1_change, out_degrees, share, PageRankConfig};
@@ -233,12 +233,9 @@ pub fn run_observed(
     graph: &Graph,
     observer: Observer<'_>,
 ) -> Result<PageRankOutcome, AppError> {
-    cfg.validate()?;
-    let (cluster, start_s) = timed(|| start(cfg));
-    let mut cluster = cluster?;
-    let mut outcome = run_in(&mut cluster, cfg, params, graph, observer)?;
+    let (mut outcome, start_s) =
+        super::with_cluster(cfg, |c| run_in(c, cfg, params, graph, observer))?;
     outcome.report.setup_s += start_s;
-    cluster.shutdown()?;
     Ok(outcome)
 }
 
