@@ -204,8 +204,6 @@ pub struct Cluster {
     registry: Registry,
     shared: Arc<ClientShared>,
     transport: Arc<dyn Transport>,
-    /// The shape of the cluster this process belongs to.
-    world: World,
     /// Runs every process has ended so far (the run barrier's count).
     runs: u64,
     /// The clock the next run starts at, agreed at the last run barrier.
@@ -527,7 +525,6 @@ impl Cluster {
             id: std::collections::hash_map::RandomState::new()
                 .build_hasher()
                 .finish(),
-            world,
             runs: 0,
             start_clock: 0,
             gathers: 0,
@@ -565,7 +562,7 @@ impl Cluster {
 
     /// Number of processes in the cluster.
     pub fn processes(&self) -> usize {
-        self.world.processes
+        self.shared.world.processes
     }
 
     /// The rank of the process whose shard holds row `row` of `table` (where its updates
@@ -574,13 +571,13 @@ impl Cluster {
     pub fn home_of<T: Element>(&self, table: &Table<T>, row: u64) -> Result<usize> {
         resolve(self.registry.tables(), self.id, table)?;
         let shard = self.shared.placement().shard_of(table.key(row));
-        Ok(shard as usize / self.world.shards)
+        Ok(shard as usize / self.shared.world.shards)
     }
 
     /// Worker threads in the whole cluster: `processes() * config().workers`. Worker
     /// ids ([`Worker::id`]) run over `0..total_workers()`.
     pub fn total_workers(&self) -> usize {
-        self.world.total_workers()
+        self.shared.world.total_workers()
     }
 
     /// The configuration the cluster runs with.
@@ -602,7 +599,7 @@ impl Cluster {
         self.send(0, declare)?;
         let meta = self.shared.await_table(name)?;
         let meta = self.registry.insert(meta)?.clone();
-        for shard in 0..self.world.total_shards() {
+        for shard in 0..self.shared.world.total_shards() {
             self.send(shard, Msg::CreateTable { meta: meta.clone() })?;
         }
         self.shared
@@ -857,7 +854,7 @@ impl Cluster {
     /// placement. After a run it is skipped, with a warning: moving rows that hold values
     /// is not supported yet.
     fn place_rows(&mut self) -> Result<()> {
-        if !self.config.specializations.placement || self.world.processes < 2 {
+        if !self.config.specializations.placement || self.shared.world.processes < 2 {
             return Ok(());
         }
         if self.runs > 0 {
@@ -899,11 +896,11 @@ impl Cluster {
         }
         let uses: Vec<(crate::RowKey, u64, Vec<u64>)> =
             uses.into_iter().map(|(k, (b, a))| (k, b, a)).collect();
-        let hashed = crate::placement::Placement::hashed(self.world.total_shards());
+        let hashed = crate::placement::Placement::hashed(self.shared.world.total_shards());
         let placed = crate::placement::by_locality(
             &hashed,
             &uses,
-            self.world.shards,
+            self.shared.world.shards,
             self.config.placement_imbalance,
         );
         tracing::debug!(
@@ -949,7 +946,7 @@ impl Cluster {
         );
         let slabs = specs.static_cache && specs.contiguous_index;
         self.plans += 1;
-        let (rank, world) = (self.shared.process, self.world);
+        let (rank, world) = (self.shared.process, self.shared.world);
         for span in &plan.shards {
             let first = span.slots.start as u32;
             let in_shard = |s: &&u32| plan.slots[**s as usize].shard == span.shard;
@@ -1203,7 +1200,7 @@ impl Cluster {
     pub fn snapshot<T: Element>(&self, table: &Table<T>) -> Result<Vec<(u64, Vec<T>)>> {
         self.check()?;
         resolve(self.registry.tables(), self.id, table)?;
-        for shard in 0..self.world.total_shards() {
+        for shard in 0..self.shared.world.total_shards() {
             self.send(
                 shard,
                 Msg::Dump {
@@ -1214,7 +1211,7 @@ impl Cluster {
         }
         let mut rows: Vec<(u64, Vec<T>)> = self
             .shared
-            .collect_dumps(self.world.total_shards())?
+            .collect_dumps(self.shared.world.total_shards())?
             .into_iter()
             .map(|(k, b)| (k.row, b.cast::<T>().to_vec()))
             .collect();
@@ -1235,7 +1232,7 @@ impl Cluster {
         }
         self.down = true;
         let rank = self.shared.process;
-        for shard in 0..self.world.total_shards() {
+        for shard in 0..self.shared.world.total_shards() {
             // Best effort: a failed cluster still tells the others it is gone.
             let _ = self
                 .transport
@@ -1276,7 +1273,7 @@ impl Cluster {
     /// then all updates are applied, and the shards agree on the next run's start clock.
     fn end_run(&mut self) -> Result<()> {
         let run = self.runs + 1;
-        for shard in 0..self.world.total_shards() {
+        for shard in 0..self.shared.world.total_shards() {
             let from = self.shared.process;
             self.send(shard, Msg::RunEnd { from, run })?;
         }

@@ -250,17 +250,8 @@ impl ProcessArena {
         if old != EMPTY && old > data_clock {
             return Ok(()); // never replace a newer snapshot
         }
-        let v = self.versions[global].load(Ordering::Relaxed);
-        self.versions[global].store(v + 1, Ordering::Relaxed);
-        fence(Ordering::Release);
-        let words = &self.words[span.start / 8..span.end / 8];
-        for (w, b) in words.iter().zip(bytes.chunks_exact(8)) {
-            let mut word = [0u8; 8];
-            word.copy_from_slice(b);
-            w.store(u64::from_le_bytes(word), Ordering::Relaxed);
-        }
-        self.chunk_clocks[global].store(data_clock, Ordering::Relaxed);
-        self.versions[global].store(v + 2, Ordering::Release);
+        let spans = [(span.start / 8, 0, span.len() / 8)];
+        self.store_words(global, data_clock, &spans, bytes);
         Ok(())
     }
 
@@ -314,10 +305,24 @@ impl ProcessArena {
                 rows.len()
             ));
         }
+        self.store_words(global, data_clock, &spans, bytes);
+        Ok(())
+    }
+
+    /// Stores `bytes` into global chunk `global` as a snapshot at `data_clock`, under the
+    /// chunk's sequence counter (readers see all of it or retry): each span `(word, at, n)`
+    /// puts the `n` words at word `at` of `bytes` at arena word `word`.
+    fn store_words(
+        &self,
+        global: usize,
+        data_clock: Clock,
+        spans: &[(usize, usize, usize)],
+        bytes: &[u8],
+    ) {
         let v = self.versions[global].load(Ordering::Relaxed);
         self.versions[global].store(v + 1, Ordering::Relaxed);
         fence(Ordering::Release);
-        for (word, at, n) in spans {
+        for &(word, at, n) in spans {
             let src = &bytes[at * 8..(at + n) * 8];
             for (w, b) in self.words[word..word + n].iter().zip(src.chunks_exact(8)) {
                 let mut x = [0u8; 8];
@@ -327,7 +332,6 @@ impl ProcessArena {
         }
         self.chunk_clocks[global].store(data_clock, Ordering::Relaxed);
         self.versions[global].store(v + 2, Ordering::Release);
-        Ok(())
     }
 
     /// Makes sure a refresh that will satisfy `required` has been asked for: with

@@ -600,24 +600,36 @@ fn stalled_pair(queue_bytes: usize) -> (Vec<Node>, Sender<()>) {
     (nodes, gate)
 }
 
+/// Sends `len`-byte messages from `node` to rank 1 (whose reading is stalled) with
+/// `send` until it is refused, checking that no more than `bound` bytes (plus one frame)
+/// are ever queued; returns how many were accepted and the refusal.
+fn fill_until_refused(
+    node: &Node,
+    len: usize,
+    bound: usize,
+    send: impl Fn(&Net<TestMsg>, &TestMsg) -> Result<usize, NetError>,
+) -> (u64, NetError) {
+    let frame_len = super::frame::encode_data(&msg(0, 0, 0, len), usize::MAX)
+        .unwrap()
+        .len();
+    let mut sent = 0u64;
+    loop {
+        assert!(sent < 20_000, "the receiver's stall never pushed back");
+        match send(&node.net, &msg(0, 0, sent, len)) {
+            Ok(_) => sent += 1,
+            Err(e) => return (sent, e),
+        }
+        let queued = node.net.queued_bytes(1);
+        assert!(queued <= bound + frame_len, "{queued} bytes queued");
+    }
+}
+
 #[test]
 fn send_blocks_under_backpressure_then_fails_and_recovers() {
     const QUEUE: usize = 256 << 10;
     const LEN: usize = 64 << 10;
     let (mut nodes, gate) = stalled_pair(QUEUE);
-    let frame_len = super::frame::encode_data(&msg(0, 0, 0, LEN), usize::MAX)
-        .unwrap()
-        .len();
-    let mut sent = 0u64;
-    let err = loop {
-        assert!(sent < 20_000, "the receiver's stall never pushed back");
-        match nodes[0].net.send(1, &msg(0, 0, sent, LEN)) {
-            Ok(_) => sent += 1,
-            Err(e) => break e,
-        }
-        let queued = nodes[0].net.queued_bytes(1);
-        assert!(queued <= QUEUE + frame_len, "{queued} bytes queued");
-    };
+    let (sent, err) = fill_until_refused(&nodes[0], LEN, QUEUE, |net, m| net.send(1, m));
     assert!(
         matches!(err, NetError::Backpressure { rank: 1, .. }),
         "{err}"
@@ -645,19 +657,9 @@ fn send_nonblocking_declares_a_slow_peer_lost() {
     const QUEUE: usize = 256 << 10;
     const LEN: usize = 64 << 10;
     let (mut nodes, gate) = stalled_pair(QUEUE);
-    let frame_len = super::frame::encode_data(&msg(0, 0, 0, LEN), usize::MAX)
-        .unwrap()
-        .len();
-    let mut sent = 0u64;
-    let err = loop {
-        assert!(sent < 20_000, "the receiver's stall never pushed back");
-        match nodes[0].net.send_nonblocking(1, &msg(0, 0, sent, LEN)) {
-            Ok(_) => sent += 1,
-            Err(e) => break e,
-        }
-        let queued = nodes[0].net.queued_bytes(1);
-        assert!(queued <= 4 * QUEUE + frame_len, "{queued} bytes queued");
-    };
+    let (_, err) = fill_until_refused(&nodes[0], LEN, 4 * QUEUE, |net, m| {
+        net.send_nonblocking(1, m)
+    });
     assert!(
         matches!(&err, NetError::PeerLost { rank: 1, reason, .. } if reason.contains("hard bound")),
         "{err}"

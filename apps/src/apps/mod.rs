@@ -116,11 +116,6 @@ impl AppConfig {
         config
     }
 
-    /// Processes in the cluster.
-    pub fn processes(&self) -> usize {
-        self.membership.as_ref().map_or(1, |m| m.hosts.len())
-    }
-
     /// This process's rank.
     pub fn rank(&self) -> usize {
         self.membership.as_ref().map_or(0, |m| m.rank)

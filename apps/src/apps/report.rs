@@ -258,7 +258,7 @@ impl RunReport {
             objective_name,
             mode: cfg.mode.name(),
             workers: cfg.workers,
-            processes: cfg.processes(),
+            processes: 1, // the app sets its cluster's
             shards: cfg.shards,
             staleness: cfg.staleness,
             setup_s: 0.0,

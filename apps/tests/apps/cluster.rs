@@ -677,21 +677,32 @@ fn cmdline(pid: libc::pid_t) -> String {
         .unwrap_or_default()
 }
 
+/// Waits (bounded) until a 2-process launcher's ranks both logged that they joined.
+fn wait_until_both_ranks_joined(launcher: &mut Proc) {
+    for rank in 0..2 {
+        let deadline = Instant::now() + QUICK;
+        while !launcher
+            .stderr()
+            .lines()
+            .any(|l| l.starts_with(&format!("[rank {rank}] ")) && l.contains(JOINED))
+        {
+            assert!(
+                launcher.poll().is_none() && Instant::now() < deadline,
+                "rank {rank} did not join; stderr:\n{}",
+                launcher.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
 #[test]
 fn an_interrupted_launcher_stops_its_children_and_leaves_nothing_behind() {
     let dir = scratch("cluster-launcher-interrupt");
     let mut args = LONG_MF.to_vec();
     args.extend(["--workers", "1", "--processes", "2"]);
     let mut launcher = Proc::start(&dir, "launcher", &args, |_| {});
-    let deadline = Instant::now() + QUICK;
-    while children_of(launcher.pid()).len() < 2 || !launcher.stderr().contains(JOINED) {
-        assert!(
-            launcher.poll().is_none() && Instant::now() < deadline,
-            "the children did not start; stderr:\n{}",
-            launcher.stderr()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until_both_ranks_joined(&mut launcher);
     let children = children_of(launcher.pid());
     let private = |pid: libc::pid_t| {
         std::fs::read_dir(std::env::temp_dir())
@@ -729,21 +740,7 @@ fn launcher_fails_with_the_worst_child_and_leaves_none_behind() {
     let mut args = LONG_MF.to_vec();
     args.extend(["--workers", "1", "--processes", "2"]);
     let mut launcher = Proc::start(&dir, "launcher", &args, |_| {});
-    for rank in 0..2 {
-        let deadline = Instant::now() + QUICK;
-        while !launcher
-            .stderr()
-            .lines()
-            .any(|l| l.starts_with(&format!("[rank {rank}] ")) && l.contains(JOINED))
-        {
-            assert!(
-                launcher.poll().is_none() && Instant::now() < deadline,
-                "rank {rank} did not join; stderr:\n{}",
-                launcher.stderr()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
+    wait_until_both_ranks_joined(&mut launcher);
     let children = children_of(launcher.pid());
     assert_eq!(children.len(), 2, "children {children:?}");
     let rank1 = *children
