@@ -42,11 +42,7 @@ struct Pair {
 
 impl Pair {
     fn start(mode: Mode, staleness: Staleness) -> Pair {
-        let listeners: Vec<_> = (0..2)
-            .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
-            .collect();
-        let hosts: Vec<_> = listeners.iter().map(|l| l.local_addr().unwrap()).collect();
-        drop(listeners);
+        let hosts = iterstore::loopback_hosts(2).unwrap();
         let secret = Secret::new(b"kv benchmark secret, not for use".to_vec()).unwrap();
         let config = |rank| {
             Config::new(1)

@@ -116,7 +116,7 @@ pub use consistency::Clock;
 pub use element::{ElemType, Element};
 pub use error::{Error, Result};
 pub use gather::{AccessPattern, RowUse};
-pub use membership::{parse_hosts, rank_from_env, Membership, Secret, SECRET_ENV};
+pub use membership::{loopback_hosts, parse_hosts, rank_from_env, Membership, Secret, SECRET_ENV};
 pub use table::{RowKey, Table, TableId, TableMeta};
 pub use topology::{Core, Topology, TopologySource, Zone};
 pub use worker::Worker;

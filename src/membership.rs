@@ -151,6 +151,19 @@ impl Membership {
     }
 }
 
+/// `n` distinct addresses on 127.0.0.1 whose ports are free now (bound together, read and
+/// released), for a cluster of `n` processes on this machine: launchers, tests and
+/// benchmarks. Another program may take a port before the cluster binds it.
+pub fn loopback_hosts(n: usize) -> std::io::Result<Vec<SocketAddr>> {
+    let listeners = (0..n)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
+        .collect::<std::io::Result<Vec<_>>>()?;
+    listeners
+        .iter()
+        .map(std::net::TcpListener::local_addr)
+        .collect()
+}
+
 /// Parses a hosts file's text: `rank host:port` lines. Errors name the line.
 pub fn parse_hosts(text: &str) -> std::result::Result<Vec<SocketAddr>, String> {
     let mut hosts: Vec<Option<SocketAddr>> = Vec::new();
@@ -307,5 +320,15 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("both have address"));
+    }
+
+    #[test]
+    fn loopback_hosts_are_distinct_free_ports() {
+        let hosts = loopback_hosts(4).unwrap();
+        let mut ports: Vec<u16> = hosts.iter().map(SocketAddr::port).collect();
+        ports.sort_unstable();
+        ports.dedup();
+        assert_eq!(ports.len(), 4);
+        assert!(hosts.iter().all(|a| a.ip().is_loopback() && a.port() > 0));
     }
 }

@@ -184,16 +184,7 @@ pub fn interference(s: &Settings) -> Vec<f64> {
 /// `(C_ncost seconds, C_nbw bits per second)` over the store's TCP transport between two
 /// processes on 127.0.0.1 (see the module docs).
 pub fn network_costs(s: &Settings) -> iterstore::Result<(f64, f64)> {
-    let listeners: Vec<std::net::TcpListener> = (0..2)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
-        .collect::<std::io::Result<_>>()
-        .map_err(|e| iterstore::Error::app(0, e))?;
-    let hosts: Vec<_> = listeners
-        .iter()
-        .map(|l| l.local_addr())
-        .collect::<std::io::Result<_>>()
-        .map_err(|e| iterstore::Error::app(0, e))?;
-    drop(listeners);
+    let hosts = iterstore::loopback_hosts(2).map_err(|e| iterstore::Error::app(0, e))?;
     let secret = Secret::new(b"calibration, loopback only".to_vec())?;
     let values = s.bandwidth_bytes / 8;
     let repeats = s.repeats;

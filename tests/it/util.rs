@@ -55,8 +55,5 @@ pub fn over_tcp<R: Send>(
 
 /// `n` distinct loopback addresses with ports free right now.
 pub fn free_addrs(n: usize) -> Vec<std::net::SocketAddr> {
-    let listeners: Vec<std::net::TcpListener> = (0..n)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
-        .collect();
-    listeners.iter().map(|l| l.local_addr().unwrap()).collect()
+    iterstore::loopback_hosts(n).unwrap()
 }

@@ -45,7 +45,11 @@ const GRACE: Duration = Duration::from_secs(20);
 pub(crate) fn launch(args: &RunArgs, processes: usize, argv: &[OsString]) -> Result<()> {
     super::run::app_config(args)?.validate()?;
     let dir = TempDir::new()?;
-    let ports = free_ports(processes)?;
+    let ports: Vec<u16> = iterstore::loopback_hosts(processes)
+        .context("reserving local ports")?
+        .iter()
+        .map(std::net::SocketAddr::port)
+        .collect();
     let hosts = dir.path().join("hosts");
     let text: String = ports
         .iter()
@@ -217,20 +221,6 @@ fn child_args(argv: &[OsString]) -> Vec<OsString> {
     out
 }
 
-/// `n` ports free on 127.0.0.1 right now (bound, read and released together, so they
-/// are distinct).
-fn free_ports(n: usize) -> Result<Vec<u16>> {
-    let listeners = (0..n)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
-        .collect::<std::io::Result<Vec<_>>>()
-        .context("reserving local ports")?;
-    listeners
-        .iter()
-        .map(|l| Ok(l.local_addr()?.port()))
-        .collect::<std::io::Result<Vec<u16>>>()
-        .context("reading local ports")
-}
-
 /// Writes 32 random bytes, hex-encoded, to `path`, readable by this user only.
 fn write_secret(path: &Path) -> Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
@@ -323,14 +313,5 @@ mod tests {
             child_args(&argv),
             ["run", "mf", "--workers", "1"].map(OsString::from)
         );
-    }
-
-    #[test]
-    fn ports_are_distinct() {
-        let p = free_ports(4).unwrap();
-        let mut q = p.clone();
-        q.dedup();
-        assert_eq!(p.len(), 4);
-        assert!(p.iter().all(|&x| x > 0));
     }
 }

@@ -10,7 +10,7 @@
 //! to files in the test's scratch directory, so a chatty child never blocks on a full pipe.
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -163,12 +163,10 @@ impl Drop for Proc {
 
 /// `n` distinct ports that were free a moment ago (bound to 127.0.0.1:0 and released).
 fn free_ports(n: usize) -> Vec<u16> {
-    let listeners: Vec<TcpListener> = (0..n)
-        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
-        .collect();
-    listeners
+    iterstore::loopback_hosts(n)
+        .unwrap()
         .iter()
-        .map(|l| l.local_addr().unwrap().port())
+        .map(std::net::SocketAddr::port)
         .collect()
 }
 
