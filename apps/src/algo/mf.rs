@@ -35,6 +35,7 @@
 //! This module does not know where rows live or when updates become visible; [`reference()`]
 //! is the plain one-worker loop used as the test oracle.
 
+use super::ratings_layout::RatingsPartition;
 use super::{partition, Rng64};
 use crate::data::{Rating, Ratings};
 
@@ -87,6 +88,8 @@ pub struct MfConfig {
     pub init_scale: f32,
     /// Seed of the initial factors.
     pub seed: u64,
+    /// How the ratings are split over workers and mini-batches.
+    pub partition: RatingsPartition,
 }
 
 impl Default for MfConfig {
@@ -97,6 +100,7 @@ impl Default for MfConfig {
             regularization: 0.05,
             init_scale: 0.1,
             seed: 42,
+            partition: RatingsPartition::Ratings,
         }
     }
 }

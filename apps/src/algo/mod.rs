@@ -13,9 +13,11 @@
 //! It knows nothing of threads, of the parameter server or of files: callers decide where
 //! rows live and how updates are applied.
 
+pub mod graph_partition;
 pub mod lda;
 pub mod mf;
 pub mod pagerank;
+pub mod ratings_layout;
 
 use std::ops::Range;
 

@@ -5,8 +5,10 @@
 //! the accumulators are shared through the store like the factors. The global mean is
 //! computed from the training ratings before the run and is not a table.
 //!
-//! **Iteration.** Worker `w` owns the training ratings [`partition`]`(n, W, w)` in their
-//! given order, cut into [`clocks`]`(n)` mini-batches ([`mini_batch`]). For each rating
+//! **Iteration.** Worker `w` owns the training ratings the layout
+//! ([`RatingsLayout`], chosen by [`MfConfig::partition`]) gives it, cut into
+//! [`clocks`]`(n)` mini-batches: by default the range [`partition`]`(n, W, w)` of the
+//! ratings in their given order, cut into equal mini-batches ([`mini_batch`]). For each rating
 //! `(u, i, x)` of a mini-batch it READs `L_u` and `R_i`, computes the step with
 //! [`sgd_step`] and UPDATEs both rows by the deltas; after each mini-batch it CLOCKs, so an
 //! iteration makes [`clocks`]`(n)` clocks. A READ includes the worker's own earlier
@@ -37,10 +39,11 @@ use super::{
     IterRecord, Observer, RunReport,
 };
 use crate::algo::mf::{
-    check_ratings, clocks, global_mean, init_row, mini_batch, sgd_step, width, Factor, MfConfig,
-    MfModel,
+    check_ratings, clocks, global_mean, init_row, sgd_step, width, Factor, MfConfig, MfModel,
 };
-use crate::algo::partition;
+use crate::algo::ratings_layout::RatingsLayout;
+#[cfg(doc)]
+use crate::algo::{mf::mini_batch, partition};
 use crate::data::{Rating, Ratings};
 
 /// The outcome of a store-backed MF run.
@@ -117,19 +120,20 @@ struct Step<'a> {
     clocks: usize,
 }
 
-/// One iteration of one worker over its ratings `mine`, one CLOCK per mini-batch: the
+/// One iteration of one worker over its ratings in `layout`, one CLOCK per mini-batch: the
 /// function both the virtual iteration and the real iterations run. (In the virtual
 /// iteration reads are zeros, so the steps are garbage, but they are dropped and the rows
 /// touched do not depend on them.)
 fn iteration(
     w: &mut Worker<'_>,
     st: Step<'_>,
-    mine: &[Rating],
+    layout: &RatingsLayout<'_>,
     s: &mut Scratch,
 ) -> iterstore::Result<()> {
     let t = st.t;
+    let id = w.id();
     for b in 0..st.clocks {
-        for r in mini_batch(mine, st.clocks, b) {
+        for r in layout.batch(id, b) {
             let (u, i) = (u64::from(r.user), u64::from(r.item));
             w.read(&t.users, u, &mut s.l)?;
             w.read(&t.items, i, &mut s.r)?;
@@ -145,13 +149,16 @@ fn iteration(
 }
 
 /// The rows each worker initialises: `(users, items)` per worker.
-fn init_owners(train: &Ratings, workers: usize) -> Vec<(Vec<u32>, Vec<u32>)> {
+fn init_owners(
+    train: &Ratings,
+    layout: &RatingsLayout<'_>,
+    workers: usize,
+) -> Vec<(Vec<u32>, Vec<u32>)> {
     const NONE: u32 = u32::MAX;
     let mut user_owner = vec![NONE; train.num_users as usize];
     let mut item_owner = vec![NONE; train.num_items as usize];
-    let n = train.ratings.len();
     for w in 0..workers {
-        for r in &train.ratings[partition(n, workers, w)] {
+        for r in layout.of(w) {
             for (owner, id) in [(&mut user_owner, r.user), (&mut item_owner, r.item)] {
                 if owner[id as usize] == NONE {
                     owner[id as usize] = w as u32;
@@ -245,6 +252,7 @@ pub fn run_in(
     report.param("regularization", params.regularization);
     report.param("init_scale", params.init_scale);
     report.param("seed", params.seed);
+    report.param("partition", params.partition.name());
 
     // Partitions are by global worker id: P processes of W workers split the data as one
     // process of P * W workers does.
@@ -252,16 +260,22 @@ pub fn run_in(
     let (wd, mean, clocks) = (width(k), global_mean(&train.ratings), clocks(n));
     report.param("clocks_per_iteration", clocks);
     let (setup, setup_s) = timed(|| -> Result<_, AppError> {
-        let owners = init_owners(train, workers);
+        let layout = RatingsLayout::new(
+            &train.ratings,
+            params.partition,
+            (train.num_users, train.num_items),
+            workers,
+            clocks,
+        );
+        let owners = init_owners(train, &layout, workers);
         let t = Tables {
             users: cluster.create_table::<f32>("mf.L", wd)?,
             items: cluster.create_table::<f32>("mf.R", wd)?,
         };
-        Ok((owners, t))
+        Ok((layout, owners, t))
     });
-    let (owners, t) = setup?;
+    let (layout, owners, t) = setup?;
     report.setup_s = setup_s;
-    let mine = |w: &Worker<'_>| &train.ratings[partition(n, workers, w.id())];
     let st = Step {
         t,
         params,
@@ -272,7 +286,7 @@ pub fn run_in(
     // Per worker: its scratch rows, kept across runs.
     let mut scratch: Vec<Scratch> = (0..cfg.workers).map(|_| Scratch::new(wd)).collect();
     let (pre_s, pattern) = preprocess(cluster, cfg, &scratch, |w, scratch| {
-        iteration(w, st, mine(w), scratch)
+        iteration(w, st, &layout, scratch)
     })?;
     report.preprocess_s = pre_s;
     report.pattern = pattern;
@@ -296,7 +310,7 @@ pub fn run_in(
     // First-iter mode records the first real iteration (not the initialisation run).
     for iter in 0..cfg.iterations {
         let cost = timed_run(cluster, &mut scratch, |w, scratch| {
-            iteration(w, st, mine(w), scratch)
+            iteration(w, st, &layout, scratch)
         })?;
         model = snapshot(cluster, t, train, k, mean)?;
         let record = IterRecord {
@@ -351,7 +365,14 @@ mod tests {
             num_users: 4,
             num_items: 3,
         };
-        let owners = init_owners(&train, 2);
+        let layout = RatingsLayout::new(
+            &train.ratings,
+            Default::default(),
+            (train.num_users, train.num_items),
+            2,
+            1,
+        );
+        let owners = init_owners(&train, &layout, 2);
         // Worker 0 has rating 0, worker 1 ratings 1..3.
         assert_eq!(owners[0], (vec![2], vec![0, 2]));
         assert_eq!(owners[1], (vec![0, 1, 3], vec![1]));

@@ -14,8 +14,19 @@
 //! it owns), computes their current ranks, and UPDATEs the target blocks by
 //! `d·(r(u) − p(u))/outdeg(u)` summed over its edges (accumulated locally, one dense UPDATE
 //! per touched block), and the dangling row by `Σ (r(u) − p(u))` over its dangling vertices;
-//! then it CLOCKs once. Worker `w` owns the edges [`partition`](crate::algo::partition)`(E, W, w)`
-//! and the dangling vertices of the blocks [`partition`](crate::algo::partition)`(⌈N/B⌉, W, w)`.
+//! then it CLOCKs once.
+//!
+//! **Layout** ([`GraphPartition`]). By default worker `w` holds the edges
+//! [`partition`](crate::algo::partition)`(E, W, w)` and owns the dangling vertices of the
+//! blocks [`partition`](crate::algo::partition)`(⌈N/B⌉, W, w)`; every worker then updates
+//! most blocks and reads most blocks. With [`GraphPartition::Communities`] the vertices are
+//! split by a graph partitioner ([`crate::algo::graph_partition`]), each worker holds the
+//! in-edges of its own vertices, and the rank table stores each worker's vertices
+//! together, grouped by the set of workers that read them: a worker updates only its own
+//! blocks and reads few others', which is what lets the store's locality placement keep
+//! most rows on the process that uses them. The layout depends only on the graph and the
+//! total number of workers, so `P` processes of `W` workers still compute what one process
+//! of `P·W` workers does.
 //!
 //! Under BSP every worker propagates the ranks of the previous iteration, so after `t`
 //! iterations `r` is exactly `t` textbook power-iteration steps from `1/N` (networkx's
@@ -42,11 +53,34 @@ use super::{
     check_finite, dense, par_build, preprocess, timed, timed_init_run, timed_run, AppConfig,
     AppError, IterRecord, Observer, RunReport,
 };
-use crate::algo::pagerank::{check_graph, l1_change, out_degrees, share, PageRankConfig};
+use crate::algo::pagerank::{check_graph, l1_change, share, PageRankConfig};
 use crate::data::Graph;
+use layout::Layout;
 use plan::{init_writers, Plan, Shape};
 
+mod layout;
 mod plan;
+
+/// How PageRank splits the graph over the workers (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GraphPartition {
+    /// Contiguous ranges of the edges in the file's order; vertices keep their ids.
+    #[default]
+    Edges,
+    /// Vertices split into communities with few edges between them, each worker holding
+    /// its vertices' in-edges; what a run over several processes should use.
+    Communities,
+}
+
+impl GraphPartition {
+    /// The name the CLI and the run report use.
+    pub fn name(self) -> &'static str {
+        match self {
+            GraphPartition::Edges => "edges",
+            GraphPartition::Communities => "communities",
+        }
+    }
+}
 
 /// PageRank's parameters: the algorithm's and the table layout's.
 #[derive(Debug, Clone, PartialEq)]
@@ -55,14 +89,17 @@ pub struct PageRankParams {
     pub config: PageRankConfig,
     /// Vertices per row of the rank table (`B`).
     pub block: usize,
+    /// How the graph is split over the workers.
+    pub partition: GraphPartition,
 }
 
 impl Default for PageRankParams {
-    /// Damping 0.85, blocks of 256 vertices.
+    /// Damping 0.85, blocks of 256 vertices, edges split in file order.
     fn default() -> Self {
         Self {
             config: PageRankConfig::default(),
             block: 256,
+            partition: GraphPartition::Edges,
         }
     }
 }
@@ -260,6 +297,7 @@ pub fn run_in(
     report.dataset.insert("edges", graph.edges.len() as u64);
     report.param("damping", params.config.damping);
     report.param("block", params.block);
+    report.param("partition", params.partition.name());
 
     // Partitions are by global worker id (`first + local` for this process's workers).
     let (total, first) = (cluster.total_workers(), cluster.rank() * cfg.workers);
@@ -269,20 +307,23 @@ pub fn run_in(
         block: params.block,
     };
     let (setup, setup_s) = timed(|| -> Result<_, AppError> {
-        let degrees = out_degrees(graph);
-        let writers = init_writers(graph, &shape, total);
+        let layout = Layout::new(graph, params.partition, total, shape.block);
+        let writers = init_writers(&layout, &shape);
         let plans = par_build(cfg.workers, |l| {
-            Plan::new(graph, &degrees, &writers, &shape, total, first + l)
+            Plan::new(&layout, &writers, &shape, first + l)
         });
         let states: Vec<State> = plans.iter().map(|p| State::new(p, shape.block)).collect();
         let t = Tables {
             ranks: cluster.create_table::<f64>("pagerank.rank", shape.block)?,
             dangling: cluster.create_table::<f64>("pagerank.dangling", 1)?,
         };
-        Ok((plans, states, t))
+        Ok((layout, plans, states, t))
     });
-    let (plans, mut states, t) = setup?;
+    let (layout, plans, mut states, t) = setup?;
     report.setup_s = setup_s;
+    if let Some(cut) = layout.cut_edges {
+        report.dataset.insert("cut_edges", cut as u64);
+    }
 
     let (pre_s, pattern) = preprocess(cluster, cfg, &states, |w, st| {
         iteration(w, t, &shape, &plans[w.id() - first], st)
@@ -329,6 +370,7 @@ pub fn run_in(
         report.push_iteration(record, observer);
     }
     report.record_store(cluster);
+    let ranks = layout.to_graph_order(&ranks);
     Ok(PageRankOutcome { report, ranks })
 }
 

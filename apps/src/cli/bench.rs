@@ -337,6 +337,7 @@ fn mf_workload(ratings: iterstore_apps::data::Ratings) -> Workload {
             regularization: MF_REG,
             init_scale: MF_INIT_SCALE,
             seed: SEED,
+            ..MfConfig::default()
         },
     }
 }

@@ -316,6 +316,15 @@ pub struct RunArgs {
     #[arg(long, value_name = "B", help_heading = "PageRank options", value_parser = at_least_one)]
     pub block: Option<usize>,
 
+    /// How the data is split over the workers: pagerank `edges` (ranges of the file's
+    /// edges) or `communities` (a graph partition: each worker holds its vertices'
+    /// in-edges); mf `ratings` (ranges of the file's ratings) or `strata` (each worker
+    /// holds the ratings of its items, mini-batches by user strata). `communities` and
+    /// `strata` keep most rows on one process, so locality placement can cut network
+    /// traffic [default: edges, ratings].
+    #[arg(long, value_name = "HOW", help_heading = "Data options")]
+    pub partition: Option<String>,
+
     /// Run as P local processes on 127.0.0.1, each with --workers workers (a launcher:
     /// output prefixed by rank, exit status the worst child's, children stopped with it).
     /// The result is the same as one process of P x --workers workers.
@@ -370,6 +379,9 @@ impl RunArgs {
             ("--damping", self.damping.is_some(), App::Pagerank),
             ("--block", self.block.is_some(), App::Pagerank),
         ];
+        if self.partition.is_some() && self.app == App::Lda {
+            bail!("--partition is an option of `run mf` and `run pagerank`, not of `run lda`");
+        }
         for (flag, is_given, app) in given {
             if is_given && app != self.app {
                 bail!(

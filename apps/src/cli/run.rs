@@ -14,7 +14,8 @@ use iterstore::{rank_from_env, Membership, Mode, Secret, Specializations, Topolo
 use iterstore_apps::algo::lda::LdaConfig;
 use iterstore_apps::algo::mf::MfConfig;
 use iterstore_apps::algo::pagerank::PageRankConfig;
-use iterstore_apps::apps::pagerank::PageRankParams;
+use iterstore_apps::algo::ratings_layout::RatingsPartition;
+use iterstore_apps::apps::pagerank::{GraphPartition, PageRankParams};
 use iterstore_apps::apps::{lda, mf, pagerank, AppConfig, IterRecord, RunReport};
 use iterstore_apps::data::{
     load_corpus, load_graph, load_ratings, split_ratings, CorpusSpec, GraphSpec, RatingsSpec,
@@ -280,6 +281,14 @@ fn run_mf(
         regularization: args.reg.unwrap_or(MF_REG),
         init_scale: args.init_scale.unwrap_or(MF_INIT_SCALE),
         seed: args.seed,
+        partition: match args.partition.as_deref() {
+            None => RatingsPartition::default(),
+            Some("ratings") => RatingsPartition::Ratings,
+            Some("strata") => RatingsPartition::Strata,
+            Some(other) => {
+                bail!("--partition {other}: mf splits its ratings by `ratings` or `strata`")
+            }
+        },
     };
     params.validate().map_err(anyhow::Error::msg)?;
     let test_fraction = args.test_fraction.unwrap_or(MF_TEST_FRACTION);
@@ -370,6 +379,14 @@ fn run_pagerank(
             damping: args.damping.unwrap_or(defaults.config.damping),
         },
         block: args.block.unwrap_or(defaults.block),
+        partition: match args.partition.as_deref() {
+            None => defaults.partition,
+            Some("edges") => GraphPartition::Edges,
+            Some("communities") => GraphPartition::Communities,
+            Some(other) => {
+                bail!("--partition {other}: pagerank splits its graph by `edges` or `communities`")
+            }
+        },
     };
     params.validate().map_err(anyhow::Error::msg)?;
     let loading_step = step(progress, || loading(&input, "graph"));

@@ -364,6 +364,7 @@ mod tests {
             regularization: 0.001,
             init_scale: 0.5,
             seed: 3,
+            ..MfConfig::default()
         }
     }
 

@@ -855,3 +855,35 @@ fn every_app_on_local_processes_computes_what_one_process_of_as_many_workers_com
         }
     }
 }
+
+/// The layouts that give rows an owner (`--partition communities` for PageRank, `strata`
+/// for MF) write the same bytes on 4 processes, or 2 of 2 workers, as one process of 4
+/// workers, with locality placement on and off.
+#[test]
+fn owner_layouts_write_the_same_bytes_with_placement_on_and_off() {
+    let dir = scratch("cluster-owner-layouts");
+    for (app, partition) in [("pagerank", "communities"), ("mf", "strata")] {
+        let base = ["--partition", partition, "--workers", "4"];
+        let want = tiny_output(&dir, app, "virtual", &format!("{app}-1x4"), &base);
+        for placement in ["on", "off"] {
+            for (p, w) in [("4", "1"), ("2", "2")] {
+                let extra = [
+                    "--partition",
+                    partition,
+                    "--workers",
+                    w,
+                    "--processes",
+                    p,
+                    "--row-placement",
+                    placement,
+                ];
+                let name = format!("{app}-{p}x{w}-placement-{placement}");
+                let got = tiny_output(&dir, app, "virtual", &name, &extra);
+                assert!(
+                    got == want,
+                    "{app} --partition {partition}: {name} differs from 1 x 4"
+                );
+            }
+        }
+    }
+}

@@ -35,6 +35,7 @@ fn params() -> MfConfig {
         regularization: 0.001,
         init_scale: 0.3,
         seed: 1,
+        ..MfConfig::default()
     }
 }
 

@@ -17,6 +17,7 @@ fn params(block: usize) -> PageRankParams {
     PageRankParams {
         config: PageRankConfig::default(),
         block,
+        ..PageRankParams::default()
     }
 }
 

@@ -1,9 +1,8 @@
 //! PageRank's table layout for one worker: which vertices it reads (grouped by block),
 //! where each of its edges accumulates, and which blocks it initialises. Built once per
-//! run from the graph and the partition; it never touches the store.
+//! run from the [`Layout`]; it never touches the store. Vertices are table ids throughout.
 
-use crate::algo::partition;
-use crate::data::Graph;
+use super::layout::Layout;
 
 /// Constants every worker shares.
 pub(super) struct Shape {
@@ -36,48 +35,37 @@ pub(super) struct Plan {
 }
 
 /// The worker that initialises each block: the first whose edges point into it, else the
-/// block's owner.
-pub(super) fn init_writers(graph: &Graph, shape: &Shape, workers: usize) -> Vec<u32> {
+/// owner of the block's first vertex.
+pub(super) fn init_writers(layout: &Layout, shape: &Shape) -> Vec<u32> {
     let blocks = shape.vertices.div_ceil(shape.block);
     let mut writer = vec![u32::MAX; blocks];
-    for w in 0..workers {
-        for &(_, v) in &graph.edges[partition(graph.edges.len(), workers, w)] {
+    for (w, edges) in layout.edges.iter().enumerate() {
+        for &(_, v) in edges {
             let block = &mut writer[v as usize / shape.block];
             if *block == u32::MAX {
                 *block = w as u32;
             }
         }
     }
-    for w in 0..workers {
-        for block in partition(blocks, workers, w) {
-            if writer[block] == u32::MAX {
-                writer[block] = w as u32;
-            }
+    for (block, writer) in writer.iter_mut().enumerate() {
+        if *writer == u32::MAX {
+            *writer = layout.owner[block * shape.block];
         }
     }
     writer
 }
 
 impl Plan {
-    pub(super) fn new(
-        graph: &Graph,
-        degrees: &[u32],
-        writers: &[u32],
-        shape: &Shape,
-        workers: usize,
-        w: usize,
-    ) -> Self {
+    pub(super) fn new(layout: &Layout, writers: &[u32], shape: &Shape, w: usize) -> Self {
         let (n, b) = (shape.vertices, shape.block);
         let blocks = n.div_ceil(b);
-        let owned_blocks = partition(blocks, workers, w);
-        let mine = &graph.edges[partition(graph.edges.len(), workers, w)];
+        let (mine, degrees) = (&layout.edges[w], &layout.degrees);
         let mut slot = vec![u32::MAX; n];
         for &(u, _) in mine {
             slot[u as usize] = 0;
         }
-        let owned = owned_blocks.start * b..(owned_blocks.end * b).min(n);
-        for v in owned {
-            if degrees[v] == 0 {
+        for v in 0..n {
+            if degrees[v] == 0 && layout.owner[v] == w as u32 {
                 slot[v] = 0;
             }
         }
@@ -128,7 +116,8 @@ impl Plan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algo::pagerank::out_degrees;
+    use crate::apps::pagerank::GraphPartition;
+    use crate::data::Graph;
 
     #[test]
     fn plan_reads_sources_and_owned_dangling_vertices() {
@@ -137,17 +126,17 @@ mod tests {
             num_vertices: 6,
             edges: vec![(0, 1), (1, 2), (2, 0), (3, 2)],
         };
-        let deg = out_degrees(&g);
         let shape = Shape {
             damping: 0.85,
             vertices: 6,
             block: 2,
         };
-        let writers = init_writers(&g, &shape, 2);
+        let layout = Layout::new(&g, GraphPartition::Edges, 2, 2);
+        let writers = init_writers(&layout, &shape);
         // Block 0 is first targeted by worker 0 (0→1), block 1 by worker 0 (1→2); nobody
         // targets block 2, which worker 1 owns.
         assert_eq!(writers, [0, 0, 1]);
-        let p = Plan::new(&g, &deg, &writers, &shape, 2, 1);
+        let p = Plan::new(&layout, &writers, &shape, 1);
         // Worker 1: edges 2→0, 3→2; owns block 2 (vertices 4, 5, both dangling).
         assert_eq!(p.reads, [2, 3, 4, 5]);
         assert_eq!(p.degrees, [1, 1, 0, 0]);
