@@ -42,6 +42,11 @@ pub struct Stats {
     pub row_fetches: u64,
     /// Arena refresh requests sent (one per shard per batched refresh, or per chunk).
     pub arena_refreshes: u64,
+    /// Batched refreshes asked for the chunks one clock of the iteration reads (each sent
+    /// to every shard holding some): the prefetch the pattern's clocks allow. Refresh
+    /// requests beyond these were for single chunks (reads off the pattern, or batching
+    /// off).
+    pub clock_refreshes: u64,
     /// Arena chunks received whole (a process's first copy of a chunk, or when most of
     /// it changed).
     pub whole_chunk_refreshes: u64,
@@ -973,6 +978,13 @@ impl Cluster {
                     .filter(|c| c.shard == span.shard)
                     .map(|c| c.slots.end as u32 - first)
                     .collect(),
+                chunk_phases: plan
+                    .chunks
+                    .iter()
+                    .zip(&plan.chunk_phases)
+                    .filter(|(c, _)| c.shard == span.shard)
+                    .map(|(_, &phases)| phases)
+                    .collect(),
                 updaters,
             };
             self.send(span.shard as usize, msg)?;
@@ -1070,6 +1082,9 @@ impl Cluster {
             arena_refreshes: arena
                 .as_ref()
                 .map_or(0, |a| a.requests_sent.load(Ordering::Relaxed)),
+            clock_refreshes: arena
+                .as_ref()
+                .map_or(0, |a| a.phase_requests.load(Ordering::Relaxed)),
             whole_chunk_refreshes: arena
                 .as_ref()
                 .map_or(0, |a| a.whole_refreshes.load(Ordering::Relaxed)),

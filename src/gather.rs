@@ -31,6 +31,8 @@ struct LocalRow {
     first_use: u64,
     reads: u32,
     updates: u32,
+    /// Bit `c mod 64` set if the row is read in the log's clock `c`.
+    read_phases: u64,
 }
 
 /// The operations one worker performed while recording, summarised as they happen (see
@@ -58,11 +60,15 @@ impl AccessLog {
                 first_use: self.events.len() as u64,
                 reads: 0,
                 updates: 0,
+                read_phases: 0,
             });
         }
         let row = &mut self.rows[id as usize];
         match access {
-            Access::Read => row.reads = row.reads.saturating_add(1),
+            Access::Read => {
+                row.reads = row.reads.saturating_add(1);
+                row.read_phases |= phase_bit(self.clocks);
+            }
             Access::Update => row.updates = row.updates.saturating_add(1),
         }
         self.events.push(id);
@@ -76,6 +82,12 @@ impl AccessLog {
     }
 }
 
+/// The bit of [`RowUse::read_phases`] for the iteration's clock `clock` (0-based).
+#[inline]
+pub(crate) fn phase_bit(clock: u64) -> u64 {
+    1 << (clock % 64)
+}
+
 /// How the workers use one row during an iteration.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RowUse {
@@ -87,6 +99,10 @@ pub struct RowUse {
     pub readers: Vec<(u32, u32)>,
     /// `(worker, number of UPDATEs)` for each worker that updates the row, by worker.
     pub updaters: Vec<(u32, u32)>,
+    /// The clocks of the iteration in which some worker reads the row: bit `c mod 64` for
+    /// the iteration's `c`-th clock (0-based). The refresh before a clock brings only the
+    /// rows read in it.
+    pub read_phases: u64,
 }
 
 impl RowUse {
@@ -146,11 +162,13 @@ impl AccessPattern {
                         first_use: local.first_use,
                         readers: Vec::new(),
                         updaters: Vec::new(),
+                        read_phases: 0,
                     });
                     rows.len() - 1
                 });
                 let row = &mut rows[i];
                 row.first_use = row.first_use.min(local.first_use);
+                row.read_phases |= local.read_phases;
                 if local.reads > 0 {
                     row.readers.push((w, local.reads));
                 }

@@ -28,6 +28,17 @@ pub enum Endpoint {
     Client(ProcessId),
 }
 
+/// The chunks of a process's subscription a [`Msg::SlabFetch`] asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Want {
+    /// Every chunk.
+    All,
+    /// One chunk (shard-local index).
+    Chunk(u32),
+    /// The chunks read in the iteration's clock `c` (bit `c mod 64` of their phases).
+    Phase(u32),
+}
+
 /// One protocol message.
 ///
 /// Every message from a process to a shard travels on that pair's ordered channel
@@ -130,10 +141,13 @@ pub enum Msg {
         keys: Vec<RowKey>,
         /// Exclusive end slot of each chunk.
         chunk_ends: Vec<u32>,
+        /// Per chunk: the clocks of an iteration in which the process reads it (bit
+        /// `c mod 64`), for [`Want::Phase`].
+        chunk_phases: Vec<u64>,
         /// `(worker, slots)` pairs (global worker ids).
         updaters: Vec<(WorkerId, Vec<u32>)>,
     },
-    /// Asks for the process's subscribed rows (one chunk, or all chunks in order) at a
+    /// Asks for the process's subscribed rows (the chunks `want` names, in order) at a
     /// data clock of at least `required`.
     SlabFetch {
         /// The asking process.
@@ -142,8 +156,8 @@ pub enum Msg {
         epoch: u32,
         /// Required data clock.
         required: Clock,
-        /// One chunk (shard-local index), or `None` for all.
-        chunk: Option<u32>,
+        /// Which chunks.
+        want: Want,
     },
     /// The process has sent everything it will send: it leaves the cluster. A shard stops
     /// once every process has left it.

@@ -59,8 +59,15 @@ pub struct Plan {
     pub slots: Vec<Slot>,
     /// Per shard: its contiguous part of the arena.
     pub shards: Vec<Span>,
-    /// Refresh chunks, shard by shard, each in first-use order.
+    /// Refresh chunks, shard by shard (see [`build`] for their order).
     pub chunks: Vec<Span>,
+    /// Per chunk: the clocks of the iteration in which the process reads its rows (bit
+    /// `c mod 64`, as [`RowUse::read_phases`](crate::RowUse::read_phases)); every row of
+    /// a chunk is read in the same clocks. The refresh before clock `c` asks only for the
+    /// chunks with bit `c` set; a chunk no worker reads is never refreshed.
+    pub chunk_phases: Vec<u64>,
+    /// CLOCKs per iteration in the pattern (at least 1).
+    pub clocks: u64,
     /// Arena size in bytes.
     pub arena_bytes: usize,
     /// The pre-built read-only index: row -> slot.
@@ -77,6 +84,7 @@ impl Plan {
         let lists = |v: &Vec<Vec<u32>>| v.iter().map(|l| l.capacity() * 4).sum::<usize>();
         self.slots.capacity() * size_of::<Slot>()
             + (self.shards.capacity() + self.chunks.capacity()) * size_of::<Span>()
+            + self.chunk_phases.capacity() * 8
             + map_bytes(self.index.capacity(), size_of::<(RowKey, u32)>())
             + lists(&self.updates)
             + lists(&self.thread_cached)
@@ -140,7 +148,12 @@ pub fn tapes(
 }
 
 /// Lays out `pattern` over the shards of `placement` (rows of tables unknown to `tables`
-/// are left out).
+/// are left out). Within a shard, rows are grouped by the clocks in which the process
+/// reads them ([`RowUse::read_phases`](crate::RowUse::read_phases); groups of fewer than
+/// a quarter of a chunk's rows merged into one), groups ordered by their first use and
+/// rows by first use within a group, and each group is cut into chunks of at most the
+/// shard's rows over [`PlanConfig::chunks`]: a refresh ships the chunks of one clock, in
+/// the order they are needed.
 pub(crate) fn build(
     pattern: &AccessPattern,
     tables: &[TableMeta],
@@ -155,9 +168,38 @@ pub(crate) fn build(
             by_shard[placement.shard_of(row.key) as usize].push(i);
         }
     }
+    let rows_of = pattern.rows();
+    let mut phases_of: Vec<u64> = rows_of.iter().map(|r| r.read_phases).collect();
+    for rows in &mut by_shard {
+        // Groups smaller than a quarter of a chunk are merged into one, read in every
+        // clock any of them is: refreshing it costs a few rows more, and a shard's chunks
+        // (one message each per refresh) stay at most about 5x `cfg.chunks`.
+        let min_rows = rows.len() / (4 * cfg.chunks.max(1));
+        let mut size: FxHashMap<u64, usize> = FxHashMap::default();
+        for &i in rows.iter() {
+            *size.entry(phases_of[i]).or_default() += 1;
+        }
+        let small = |p: &u64| size[p] < min_rows;
+        let merged = size.keys().filter(|p| small(p)).fold(0, |all, p| all | p);
+        for &i in rows.iter() {
+            if small(&phases_of[i]) {
+                phases_of[i] = merged;
+            }
+        }
+        let mut group_start: FxHashMap<u64, u64> = FxHashMap::default();
+        for &i in rows.iter() {
+            let first = group_start
+                .entry(phases_of[i])
+                .or_insert(rows_of[i].first_use);
+            *first = (*first).min(rows_of[i].first_use);
+        }
+        // Stable: within a group, the pattern's (first-use) order.
+        rows.sort_by_key(|&i| (group_start[&phases_of[i]], phases_of[i]));
+    }
     let mut plan = Plan {
         updates: vec![Vec::new(); cfg.workers],
         thread_cached: vec![Vec::new(); cfg.workers],
+        clocks: pattern.clocks().max(1),
         ..Plan::default()
     };
     let total_accesses = pattern.accesses().max(1) as f64;
@@ -166,15 +208,18 @@ pub(crate) fn build(
         let shard_start = (plan.slots.len(), offset);
         let per_chunk = rows.len().div_ceil(cfg.chunks.max(1)).max(1);
         for (n, &i) in rows.iter().enumerate() {
-            let row = &pattern.rows()[i];
+            let row = &rows_of[i];
             let len = tables[row.key.table as usize].row_bytes();
             let slot = plan.slots.len() as u32;
-            if n % per_chunk == 0 {
+            let in_chunk = plan.chunks.last().map_or(0, |c| c.slots.len());
+            let same_group = plan.chunk_phases.last() == Some(&phases_of[i]);
+            if n == 0 || in_chunk == per_chunk || !same_group {
                 plan.chunks.push(Span {
                     shard: shard as u32,
                     slots: plan.slots.len()..plan.slots.len(),
                     bytes: offset..offset,
                 });
+                plan.chunk_phases.push(phases_of[i]);
             }
             let chunk = plan.chunks.len() as u32 - 1;
             plan.slots.push(Slot {
@@ -307,6 +352,83 @@ mod tests {
         // Only the hot row is contended enough for per-thread copies.
         let hot = plan.index[&RowKey::new(1, 0)];
         assert_eq!(plan.thread_cached, vec![vec![hot], vec![hot]]);
+    }
+
+    #[test]
+    fn chunks_hold_rows_read_in_the_same_clocks_in_order_of_need() {
+        // One worker, two clocks: rows 0 and 1 read in clock 0, rows 2 and 3 in clock 1,
+        // row 4 in both, row 5 only updated (never read).
+        let mut log = AccessLog::default();
+        let key = |r| RowKey::new(0, r);
+        for r in [4, 0, 5, 1] {
+            log.record(key(r), if r == 5 { Access::Update } else { Access::Read });
+        }
+        log.clocks = 1;
+        for r in [2, 4, 3] {
+            log.record(key(r), Access::Read);
+        }
+        log.clocks = 2;
+        let pattern = AccessPattern::from_logs(vec![log]);
+        let cfg = PlanConfig {
+            workers: 1,
+            chunks: 1,
+            thread_caches: false,
+            contention_threshold: 1.0,
+        };
+        let plan = build(&pattern, &tables(), &Placement::hashed(1), &cfg);
+        assert_eq!(plan.clocks, 2);
+        let rows: Vec<Vec<u64>> = plan
+            .chunks
+            .iter()
+            .map(|c| {
+                plan.slots[c.slots.clone()]
+                    .iter()
+                    .map(|s| s.key.row)
+                    .collect()
+            })
+            .collect();
+        // Groups by first use: {4} (both clocks), {0, 1} (clock 0), {5} (never read),
+        // {2, 3} (clock 1); one shard asked for one chunk still gets one per group.
+        assert_eq!(rows, [vec![4], vec![0, 1], vec![5], vec![2, 3]]);
+        assert_eq!(plan.chunk_phases, [0b11, 0b01, 0, 0b10]);
+    }
+
+    #[test]
+    fn groups_too_small_for_a_chunk_are_merged() {
+        // 64 rows read in clock 0 and `lone` rows in each of the clocks 1..=8; 4 chunks,
+        // so groups under a sixteenth of the shard's rows merge. With 8 per clock (128
+        // rows): none does, chunks of 32 rows. With 2 (80 rows): the eight groups of 2
+        // merge into one read in clocks 1..=8, and clock 0's rows take chunks of 20.
+        let plan_for = |lone: u64| {
+            let mut log = AccessLog::default();
+            for r in 0..64 {
+                log.record(RowKey::new(0, r), Access::Read);
+            }
+            for c in 1..=8u64 {
+                log.clocks = c;
+                for r in 0..lone {
+                    log.record(RowKey::new(0, 1000 + c * 10 + r), Access::Read);
+                }
+            }
+            log.clocks = 9;
+            let cfg = PlanConfig {
+                workers: 1,
+                chunks: 4,
+                thread_caches: false,
+                contention_threshold: 1.0,
+            };
+            build(
+                &AccessPattern::from_logs(vec![log]),
+                &tables(),
+                &Placement::hashed(1),
+                &cfg,
+            )
+        };
+        let separate = plan_for(8);
+        let lone_clocks: Vec<u64> = (1..=8).map(|c| 1 << c).collect();
+        assert_eq!(separate.chunk_phases, [&[1, 1][..], &lone_clocks].concat());
+        let merged = plan_for(2);
+        assert_eq!(merged.chunk_phases, [1, 1, 1, 1, 0b1_1111_1110]);
     }
 
     /// Two workers, one shard and one chunk, no per-thread copies.

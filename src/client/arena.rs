@@ -8,7 +8,8 @@
 
 use super::ClientShared;
 use crate::consistency::Clock;
-use crate::msg::{Endpoint, Msg};
+use crate::gather::phase_bit;
+use crate::msg::{Endpoint, Msg, Want};
 use crate::plan::Plan;
 use crate::topology::bind::MemBinder;
 use crate::{Error, Result, RowKey};
@@ -28,13 +29,15 @@ pub(crate) struct ProcessArena {
     chunk_clocks: Box<[AtomicU64]>,
     /// Per shard: global index of its first chunk.
     first_chunk: Vec<u32>,
-    /// Outstanding refresh requests: `(chunk or all, required clock)`. A request is
-    /// shared only by readers with the same requirement: a reply to a higher one may wait
-    /// for the very worker that needs a lower one.
-    requested: Mutex<Vec<(Option<u32>, Clock)>>,
+    /// Outstanding refresh requests: `(what, required clock)`. A request is shared only
+    /// by readers with the same requirement: a reply to a higher one may wait for the
+    /// very worker that needs a lower one.
+    requested: Mutex<Vec<(Target, Clock)>>,
     batched: bool,
     /// Refresh requests sent so far (observability).
     pub(crate) requests_sent: AtomicU64,
+    /// Of those, the requests for the chunks of one clock (batched prefetches).
+    pub(crate) phase_requests: AtomicU64,
     /// Chunk refreshes received whole.
     pub(crate) whole_refreshes: AtomicU64,
     /// Chunk refreshes received as only the rows changed since the last one.
@@ -124,6 +127,7 @@ impl ProcessArena {
             first_chunk,
             requested: Mutex::new(Vec::new()),
             requests_sent: AtomicU64::new(0),
+            phase_requests: AtomicU64::new(0),
             whole_refreshes: AtomicU64::new(0),
             partial_refreshes: AtomicU64::new(0),
             batched,
@@ -334,67 +338,99 @@ impl ProcessArena {
         self.versions[global].store(v + 2, Ordering::Release);
     }
 
-    /// Makes sure a refresh that will satisfy `required` has been asked for: with
-    /// batching, every chunk of every shard in one request per shard; without, only the
-    /// chunk holding `slot` (if given).
+    /// Makes sure a refresh that will satisfy `required` has been asked for. With
+    /// batching: the chunks read in the iteration's clock `phase` (one request per shard
+    /// holding some), or, when `slot` is given and its chunk is not read in that clock (an
+    /// access off the pattern), that chunk alone. Without batching, only the chunk
+    /// holding `slot` (if given).
     pub(crate) fn request(
         &self,
         shared: &ClientShared,
         required: Clock,
+        phase: u32,
         slot: Option<u32>,
     ) -> Result<()> {
-        let send = |shard: u32, chunk: Option<u32>| {
-            self.requests_sent.fetch_add(1, Ordering::Relaxed);
-            let msg = Msg::SlabFetch {
-                from: shared.process,
-                epoch: self.id,
-                required,
-                chunk,
-            };
-            shared.send(Endpoint::Shard(shard), msg)
-        };
-        let chunk = match (self.batched, slot) {
-            (true, _) => None,
-            (false, Some(slot)) => Some(self.plan.slots[slot as usize].chunk),
+        let chunk = slot.map(|s| self.plan.slots[s as usize].chunk);
+        let bit = phase_bit(u64::from(phase));
+        let target = match (self.batched, chunk) {
+            (true, Some(c)) if self.plan.chunk_phases[c as usize] & bit == 0 => Target::Chunk(c),
+            (true, _) => Target::Phase(phase),
+            (false, Some(c)) => Target::Chunk(c),
             (false, None) => return Ok(()),
         };
+        if target == Target::Phase(phase) && !self.plan.chunk_phases.iter().any(|&p| p & bit != 0) {
+            return Ok(()); // nothing is read in this clock
+        }
         {
             let mut requested = self
                 .requested
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
             // Forget requests every chunk they cover has been refreshed past.
-            requested.retain(|&(c, r)| self.covered_clock(c) < r);
-            if requested.contains(&(chunk, required)) {
+            requested.retain(|&(t, r)| self.covered_clock(t) < r);
+            if requested.contains(&(target, required)) {
                 return Ok(());
             }
-            requested.push((chunk, required));
+            requested.push((target, required));
         }
-        match chunk {
-            None => {
-                for span in self.plan.shards.iter().filter(|s| !s.slots.is_empty()) {
-                    send(span.shard, None)?;
+        let send = |shard: u32, want: Want| {
+            self.requests_sent.fetch_add(1, Ordering::Relaxed);
+            let msg = Msg::SlabFetch {
+                from: shared.process,
+                epoch: self.id,
+                required,
+                want,
+            };
+            shared.send(Endpoint::Shard(shard), msg)
+        };
+        match target {
+            Target::Phase(p) => {
+                self.phase_requests.fetch_add(1, Ordering::Relaxed);
+                let mut last = None;
+                for (c, span) in self.plan.chunks.iter().enumerate() {
+                    if self.plan.chunk_phases[c] & bit != 0 && last != Some(span.shard) {
+                        last = Some(span.shard);
+                        send(span.shard, Want::Phase(p))?;
+                    }
                 }
             }
-            Some(c) => {
+            Target::Chunk(c) => {
                 let shard = self.plan.chunks[c as usize].shard;
-                send(shard, Some(c - self.first_chunk[shard as usize]))?;
+                send(shard, Want::Chunk(c - self.first_chunk[shard as usize]))?;
             }
         }
         Ok(())
     }
 
-    /// The oldest data clock among `chunk` (or every chunk); 0 if one was never filled.
-    fn covered_clock(&self, chunk: Option<u32>) -> Clock {
+    /// The oldest data clock among the chunks `target` covers; 0 if one was never filled.
+    fn covered_clock(&self, target: Target) -> Clock {
         let clock = |c: &AtomicU64| match c.load(Ordering::Acquire) {
             EMPTY => 0,
             d => d,
         };
-        match chunk {
-            Some(c) => clock(&self.chunk_clocks[c as usize]),
-            None => self.chunk_clocks.iter().map(clock).min().unwrap_or(0),
+        match target {
+            Target::Chunk(c) => clock(&self.chunk_clocks[c as usize]),
+            Target::Phase(p) => {
+                let bit = phase_bit(u64::from(p));
+                self.chunk_clocks
+                    .iter()
+                    .zip(&self.plan.chunk_phases)
+                    .filter(|(_, &phases)| phases & bit != 0)
+                    .map(|(c, _)| clock(c))
+                    .min()
+                    .unwrap_or(Clock::MAX)
+            }
         }
     }
+}
+
+/// What a refresh request covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Target {
+    /// One chunk (global index).
+    Chunk(u32),
+    /// The chunks read in the iteration's clock `p`.
+    Phase(u32),
 }
 
 #[cfg(test)]

@@ -23,7 +23,7 @@ use sha2::Sha256;
 /// First bytes of every hello ("IterStore Net").
 pub(crate) const MAGIC: [u8; 4] = *b"ISNt";
 /// Version of the handshake and framing; both sides must agree.
-pub(crate) const PROTOCOL_VERSION: u32 = 1;
+pub(crate) const PROTOCOL_VERSION: u32 = 2;
 /// Size of a hello on the wire.
 pub(crate) const HELLO_LEN: usize = 4 + 4 + 8 + 4 + 32;
 /// Size of a proof (an HMAC-SHA256 tag) on the wire.
@@ -598,8 +598,11 @@ mod tests {
             })
         );
         assert_eq!(
-            feed(&hello_with(|h| h.protocol_version = 2)),
-            Err(Refusal::Version { got: 2, want: 1 })
+            feed(&hello_with(|h| h.protocol_version = 1)),
+            Err(Refusal::Version {
+                got: 1,
+                want: PROTOCOL_VERSION
+            })
         );
         assert_eq!(
             feed(&hello_with(|h| h.rank = 4)),

@@ -49,6 +49,8 @@ pub(crate) struct Request<'a> {
     pub(crate) keys: &'a [RowKey],
     /// Exclusive end slot of each chunk.
     pub(crate) chunk_ends: &'a [u32],
+    /// Per chunk: the clocks of an iteration in which the process reads it.
+    pub(crate) chunk_phases: &'a [u64],
     /// Per worker of the process (global id): the slots of its slab.
     pub(crate) updaters: Vec<(WorkerId, Vec<u32>)>,
 }
@@ -65,6 +67,8 @@ struct Subscription {
     chunk_rows: Vec<Vec<u32>>,
     /// Per chunk: the data clock of the last refresh sent, if any.
     sent: Vec<Option<Clock>>,
+    /// Per chunk: the clocks of an iteration in which the process reads it.
+    phases: Vec<u64>,
 }
 
 /// One chunk's refresh: the whole chunk, or only the rows changed since the last one.
@@ -104,6 +108,7 @@ impl ArenaShard {
             epoch,
             keys,
             chunk_ends,
+            chunk_phases,
             updaters,
         } = req;
         if let Some(old) = self.subs.get(&process) {
@@ -133,6 +138,13 @@ impl ArenaShard {
         if start != keys.len() {
             return Err("chunks do not cover the plan".into());
         }
+        if chunk_phases.len() != chunk_ends.len() {
+            return Err(format!(
+                "{} chunk phases for {} chunks",
+                chunk_phases.len(),
+                chunk_ends.len()
+            ));
+        }
         if updaters
             .iter()
             .any(|(_, slots)| slots.iter().any(|&s| s as usize >= keys.len()))
@@ -161,6 +173,7 @@ impl ArenaShard {
             Subscription {
                 epoch,
                 sent: vec![None; chunks.len()],
+                phases: chunk_phases.to_vec(),
                 chunks,
                 updaters,
                 chunk_rows,
@@ -293,9 +306,10 @@ impl ArenaShard {
         Ok(())
     }
 
-    /// The epoch and chunk count of `process`'s subscription.
-    pub(crate) fn subscription(&self, process: ProcessId) -> Option<(u32, usize)> {
-        self.subs.get(&process).map(|s| (s.epoch, s.chunks.len()))
+    /// The epoch of `process`'s subscription and, per chunk, the clocks of an iteration
+    /// in which the process reads it.
+    pub(crate) fn subscription(&self, process: ProcessId) -> Option<(u32, &[u64])> {
+        self.subs.get(&process).map(|s| (s.epoch, &s.phases[..]))
     }
 
     /// The refresh of chunk `chunk` of `process`'s subscription at data clock `now`: the
@@ -400,11 +414,13 @@ mod tests {
         chunk_ends: &'a [u32],
         updaters: Vec<(WorkerId, Vec<u32>)>,
     ) -> Request<'a> {
+        const EVERY_CLOCK: [u64; 64] = [u64::MAX; 64];
         Request {
             process,
             epoch,
             keys,
             chunk_ends,
+            chunk_phases: &EVERY_CLOCK[..chunk_ends.len()],
             updaters,
         }
     }

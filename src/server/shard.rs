@@ -16,7 +16,8 @@
 use super::arena::{ArenaShard, Layout, Request};
 use super::coordinator::Coordinator;
 use crate::consistency::{Clock, ClockTable, DeferredReads};
-use crate::msg::{Endpoint, Msg, ProcessId, RowBatch, ShardId, WorkerId};
+use crate::gather::phase_bit;
+use crate::msg::{Endpoint, Msg, ProcessId, RowBatch, ShardId, Want, WorkerId};
 use crate::world::World;
 use crate::{AlignedBuf, RowKey, TableMeta};
 use dashmap::DashMap;
@@ -42,7 +43,7 @@ pub(crate) struct Shard {
     /// Specialized storage: every subscribed row, and each process's subscription.
     arena: ArenaShard,
     /// Arena refreshes waiting for the minimum clock: `(process, epoch, chunk or all)`.
-    slab_deferred: DeferredReads<(ProcessId, u32, Option<u32>)>,
+    slab_deferred: DeferredReads<(ProcessId, u32, Want)>,
     /// Per process: the last run it ended.
     ended: Vec<u64>,
     /// The last run every process ended (and this shard answered with `RunReady`).
@@ -156,18 +157,22 @@ impl Shard {
                 epoch,
                 keys,
                 chunk_ends,
+                chunk_phases,
                 updaters,
-            } => self.specialize(from, epoch, &keys, &chunk_ends, updaters, out),
+            } => {
+                let layout = (&keys[..], &chunk_ends[..], &chunk_phases[..]);
+                self.specialize(from, epoch, layout, updaters, out)
+            }
             Msg::SlabFetch {
                 from,
                 epoch,
                 required,
-                chunk,
+                want,
             } => {
                 if required <= self.clocks.min_clock() {
-                    self.reply_slab(from, epoch, chunk, out);
+                    self.reply_slab(from, epoch, want, out);
                 } else {
-                    self.slab_deferred.defer(required, (from, epoch, chunk));
+                    self.slab_deferred.defer(required, (from, epoch, want));
                 }
             }
             Msg::Clock {
@@ -379,8 +384,8 @@ impl Shard {
                 },
             ));
         }
-        for (from, epoch, chunk) in self.slab_deferred.release(min) {
-            self.reply_slab(from, epoch, chunk, out);
+        for (from, epoch, want) in self.slab_deferred.release(min) {
+            self.reply_slab(from, epoch, want, out);
         }
         let mut by_process: FxHashMap<ProcessId, Vec<RowKey>> = FxHashMap::default();
         for (from, key) in self.deferred.release(min) {
@@ -442,8 +447,7 @@ impl Shard {
         &mut self,
         from: ProcessId,
         epoch: u32,
-        keys: &[RowKey],
-        chunk_ends: &[u32],
+        (keys, chunk_ends, chunk_phases): (&[RowKey], &[u32], &[u64]),
         updaters: Vec<(WorkerId, Vec<u32>)>,
         out: &mut Vec<(Endpoint, Msg)>,
     ) {
@@ -463,6 +467,7 @@ impl Shard {
             epoch,
             keys,
             chunk_ends,
+            chunk_phases,
             updaters,
         };
         let subscribed = self.arena.subscribe(&self.tables, req, |key| {
@@ -473,7 +478,7 @@ impl Shard {
         }
     }
 
-    /// Sends one chunk, or every chunk in order, of `to`'s subscription at the current
+    /// Sends the chunks `want` names, in order, of `to`'s subscription at the current
     /// data clock: for each, the rows changed since the last refresh sent to `to`, or the
     /// whole chunk. A request for an older epoch is stale (the process has re-planned
     /// since) and needs no answer.
@@ -481,10 +486,10 @@ impl Shard {
         &mut self,
         to: ProcessId,
         epoch: u32,
-        chunk: Option<u32>,
+        want: Want,
         out: &mut Vec<(Endpoint, Msg)>,
     ) {
-        let Some((current, chunks)) = self.arena.subscription(to) else {
+        let Some((current, phases)) = self.arena.subscription(to) else {
             return self.reject(
                 to,
                 format!("arena fetch of process {to} before any plan"),
@@ -494,9 +499,15 @@ impl Shard {
         if epoch != current {
             return;
         }
-        let chunks = match chunk {
-            Some(c) => c as usize..c as usize + 1,
-            None => 0..chunks,
+        let chunks: Vec<usize> = match want {
+            Want::All => (0..phases.len()).collect(),
+            Want::Chunk(c) => vec![c as usize],
+            Want::Phase(p) => {
+                let bit = phase_bit(u64::from(p));
+                (0..phases.len())
+                    .filter(|&c| phases[c] & bit != 0)
+                    .collect()
+            }
         };
         let data_clock = self.clocks.min_clock();
         for c in chunks {
@@ -602,6 +613,61 @@ mod tests {
             from: 0,
             rows: vec![(RowKey::new(0, row), required)],
         }
+    }
+
+    #[test]
+    fn a_clock_refresh_ships_only_the_chunks_read_in_that_clock() {
+        let mut s = shard_with_table(1);
+        let mut out = Vec::new();
+        let specialize = Msg::Specialize {
+            from: 0,
+            epoch: 1,
+            keys: (0..4).map(|r| RowKey::new(0, r)).collect(),
+            chunk_ends: vec![1, 2, 3, 4],
+            // Chunk 0 is read in clock 0, chunk 1 in clock 1, chunk 2 in both, chunk 3
+            // never (its rows are only updated).
+            chunk_phases: vec![0b01, 0b10, 0b11, 0],
+            updaters: vec![],
+        };
+        s.handle(specialize, &mut out);
+        let chunks_for = |s: &mut Shard, want| {
+            let mut out = Vec::new();
+            let msg = Msg::SlabFetch {
+                from: 0,
+                epoch: 1,
+                required: 0,
+                want,
+            };
+            s.handle(msg, &mut out);
+            let chunks = out.iter().filter_map(|(_, m)| match m {
+                Msg::SlabRows { chunk, .. } => Some(*chunk),
+                _ => None,
+            });
+            chunks.collect::<Vec<_>>()
+        };
+        assert_eq!(chunks_for(&mut s, Want::Phase(0)), [0, 2]);
+        assert_eq!(chunks_for(&mut s, Want::Phase(1)), [1, 2]);
+        assert_eq!(
+            chunks_for(&mut s, Want::Phase(65)),
+            [1, 2],
+            "clocks wrap at 64"
+        );
+        assert!(chunks_for(&mut s, Want::Phase(2)).is_empty());
+        assert_eq!(chunks_for(&mut s, Want::Chunk(3)), [3]);
+        assert_eq!(chunks_for(&mut s, Want::All), [0, 1, 2, 3]);
+        let bad = Msg::Specialize {
+            from: 0,
+            epoch: 2,
+            keys: vec![RowKey::new(0, 0)],
+            chunk_ends: vec![1],
+            chunk_phases: vec![],
+            updaters: vec![],
+        };
+        s.handle(bad, &mut out);
+        assert!(
+            out.iter().any(|(_, m)| matches!(m, Msg::Rejected { reason, .. } if reason.contains("0 chunk phases for 1 chunks"))),
+            "{out:?}"
+        );
     }
 
     #[test]
@@ -751,6 +817,7 @@ mod tests {
                 epoch: 1,
                 keys,
                 chunk_ends: vec![1, 3],
+                chunk_phases: vec![u64::MAX; 2],
                 updaters: vec![(p, if p == 0 { vec![0, 1] } else { vec![1, 2] })],
             },
             Msg::Clock {
@@ -765,7 +832,7 @@ mod tests {
                 from: p,
                 epoch: 1,
                 required: 1,
-                chunk: None,
+                want: Want::All,
             },
             Msg::Finish { worker: p },
             Msg::RunEnd { from: p, run: 1 },

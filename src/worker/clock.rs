@@ -55,9 +55,12 @@ impl Worker<'_> {
         self.recent.prune(floor);
         if let Some(sp) = &mut self.special {
             sp.prune(floor);
-            // Prefetch: the refresh the next reads need, asked for once per process.
+            // Prefetch: the refresh the next clock's reads need (the chunks the pattern
+            // reads in it), asked for once per process.
+            let phase = (self.clock - self.run_start) % sp.arena.plan.clocks;
+            sp.phase = phase as u32;
             let shared = self.shared;
-            sp.arena.request(shared, floor, None)?;
+            sp.arena.request(shared, floor, sp.phase, None)?;
         }
         Ok(())
     }

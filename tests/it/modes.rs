@@ -413,6 +413,12 @@ fn specialized_modes_use_the_arena_and_generic_mode_does_not() {
     assert_eq!(special.row_fetches, 0, "{special:?}");
     assert!(special.specialize_time > Duration::ZERO, "{special:?}");
     assert!(special.arena_refreshes > 0, "{special:?}");
+    // Following the pattern, every refresh is the prefetch of one clock's chunks.
+    assert!(special.clock_refreshes > 0, "{special:?}");
+    assert_eq!(
+        special.clock_refreshes, special.arena_refreshes,
+        "{special:?}"
+    );
     assert_eq!(special.planned_rows, ROWS as usize + 3, "{special:?}");
     // Row (i, 0) is read by both workers in every step: (12 of 38 accesses) x 2 threads
     // = 0.63 >= 0.5, so it alone gets per-thread copies (the f rows score 0.21).

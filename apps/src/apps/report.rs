@@ -120,6 +120,8 @@ pub struct StoreReport {
     pub row_fetches: u64,
     /// Arena refresh requests sent.
     pub arena_refreshes: u64,
+    /// Batched refreshes of one clock's chunks (see `iterstore::Stats::clock_refreshes`).
+    pub clock_refreshes: u64,
     /// Rows in the specialized plan's arena.
     pub planned_rows: usize,
     /// Per-thread copies of contended rows, summed over workers.
@@ -299,6 +301,7 @@ impl RunReport {
         self.store = StoreReport {
             row_fetches: stats.row_fetches,
             arena_refreshes: stats.arena_refreshes,
+            clock_refreshes: stats.clock_refreshes,
             planned_rows: stats.planned_rows,
             thread_cached_rows: stats.thread_cached_rows,
             tape_accesses: stats.tape_accesses,

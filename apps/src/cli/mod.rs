@@ -39,7 +39,7 @@ iteration), init_s, iterations [{iter, seconds, objective[, test_rmse], rss_byte
 bytes_sent, messages_sent (network traffic of the iteration's run, summed over the
 processes; 0 in one process)}], dataset sizes, params, the
 gathered access pattern's size, store (accesses by path: tape_accesses, indexed_accesses,
-unplanned_accesses; tape_truncated; row_fetches, arena_refreshes; whole_ and
+unplanned_accesses; tape_truncated; row_fetches, arena_refreshes, clock_refreshes; whole_ and
 partial_chunk_refreshes, whole_ and partial_slabs (what refreshes and CLOCKs shipped:
 everything, or only what changed); this process's
 bytes_sent, bytes_received, frames_sent, frames_received), traffic (this process's

@@ -104,6 +104,9 @@ pub(crate) struct Special {
     /// Tape hits before the cursor's current run: every step the cursor advances past is
     /// a hit, so hits = `tape_hits + cursor` (wrapping), kept without a per-access count.
     tape_hits: u64,
+    /// The clock of the iteration this worker is in (from 0), for the refresh requests
+    /// of reads that find their chunk too stale.
+    pub(crate) phase: u32,
 }
 
 /// How a specialized worker's accesses found their rows.
@@ -266,6 +269,7 @@ impl Special {
             dirty: 0,
             counters: AccessCounters::default(),
             tape_hits: 0,
+            phase: 0,
             arena,
         }
     }
@@ -394,7 +398,14 @@ impl Special {
         if let Some(clock) = self.arena.read_at(info.chunk, info.word, required, dst) {
             return Ok(clock);
         }
-        wait_read(shared, &self.arena, place.slot, &info, required, dst)
+        wait_read(
+            shared,
+            &self.arena,
+            (place.slot, self.phase),
+            &info,
+            required,
+            dst,
+        )
     }
 
     /// The row at `place` from this worker's view, refreshed first if its snapshot is older
@@ -497,7 +508,14 @@ impl Special {
                 arena.copy_row(row.word, &mut words[view]);
             }
         };
-        let clock = wait_chunk(shared, &self.arena, place.slot, info.chunk, required, copy)?;
+        let clock = wait_chunk(
+            shared,
+            &self.arena,
+            (place.slot, self.phase),
+            info.chunk,
+            required,
+            copy,
+        )?;
         for i in 0..self.chunk_views[info.chunk as usize].len() {
             let row = self.chunk_views[info.chunk as usize][i];
             let b = row.block as usize;
@@ -543,7 +561,14 @@ impl Special {
         let clock = self.copies.clocks[r];
         if clock == Clock::MAX || clock < required {
             let row = &mut self.copies.data.as_bytes_mut()[at..at + len];
-            self.copies.clocks[r] = wait_read(shared, &self.arena, slot, &info, required, row)?;
+            self.copies.clocks[r] = wait_read(
+                shared,
+                &self.arena,
+                (slot, self.phase),
+                &info,
+                required,
+                row,
+            )?;
         }
         dst.copy_from_slice(&self.copies.data.as_bytes()[at..at + len]);
         Ok(self.copies.clocks[r])
@@ -625,6 +650,7 @@ impl Special {
     pub(crate) fn start_run(&mut self) {
         self.move_cursor(0);
         self.recent.clear();
+        self.phase = 0;
     }
 
     /// Whether updates of the current clock are waiting to be sent.
@@ -713,12 +739,13 @@ fn block_parts(words: &[u64], views: bool, b: usize) -> (Range<usize>, Range<usi
 }
 
 /// Runs `copy` on a snapshot `>= required` of arena chunk `chunk` (see
-/// [`ProcessArena::read_chunk`]), asking for a refresh of the chunk holding `slot` and
-/// waiting while it is too stale; returns the snapshot's data clock.
+/// [`ProcessArena::read_chunk`]), asking for a refresh (of the chunks read in clock
+/// `phase`, or the chunk holding `slot`: [`ProcessArena::request`]) and waiting while it
+/// is too stale; returns the snapshot's data clock.
 fn wait_chunk(
     shared: &ClientShared,
     arena: &ProcessArena,
-    slot: u32,
+    slot: (u32, u32),
     chunk: u32,
     required: Clock,
     mut copy: impl FnMut(&crate::client::ArenaWords<'_>),
@@ -728,12 +755,12 @@ fn wait_chunk(
     })
 }
 
-/// Reads the row of `slot` (described by `info`) from the arena, asking for a refresh and
-/// waiting while it is too stale.
+/// Reads the row of `slot` (described by `info`) from the arena, asking for a refresh (see
+/// [`wait_chunk`]) and waiting while it is too stale.
 fn wait_read(
     shared: &ClientShared,
     arena: &ProcessArena,
-    slot: u32,
+    slot: (u32, u32),
     info: &SlotInfo,
     required: Clock,
     dst: &mut [u8],
@@ -744,12 +771,12 @@ fn wait_read(
 }
 
 /// Calls `attempt` (a read of the arena that needs data clock `>= required`) until it
-/// succeeds, asking for a refresh of the chunk holding `slot` and waiting for replies in
-/// between; returns the data clock it read.
+/// succeeds, asking for a refresh for the read of `slot` in the iteration's clock `phase`
+/// and waiting for replies in between; returns the data clock it read.
 fn wait_fresh(
     shared: &ClientShared,
     arena: &ProcessArena,
-    slot: u32,
+    (slot, phase): (u32, u32),
     required: Clock,
     mut attempt: impl FnMut() -> Option<Clock>,
 ) -> Result<Clock> {
@@ -762,7 +789,7 @@ fn wait_fresh(
             return Ok(clock);
         }
         shared.check()?;
-        arena.request(shared, required, Some(slot))?;
+        arena.request(shared, required, phase, Some(slot))?;
         shared.signal.wait(generation, WAIT_SLICE);
     }
 }
