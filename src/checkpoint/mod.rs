@@ -5,9 +5,10 @@
 //! `process-0.app`, each written by whoever owns that state — and `MANIFEST.json`
 //! ([`Manifest`]), which lists every part with its size and SHA-256, the clock, the
 //! format version and the [`Meta`] of the run that wrote it (app, table shapes, cluster
-//! shape). A checkpoint is complete exactly when its manifest exists.
-//!
-//! So far this holds the on-disk format only: the writer and the reader come next.
+//! shape). Every file is written under a temporary name, fsynced and renamed; the
+//! manifest is written last and its directory fsynced, so **a checkpoint is complete
+//! exactly when its manifest exists**, and a crash or a full disk at any point leaves the
+//! previous complete checkpoint as it was.
 //!
 //! This module knows files, bytes and checksums. It does not know what a part holds (rows,
 //! topic assignments and RNG positions are the callers' formats), nor shards, processes,
@@ -18,14 +19,22 @@
 // uses it. Remove this and the `allow(unused_imports)` below when wiring it.
 #![allow(dead_code)]
 
+mod durable;
 mod error;
 mod layout;
 mod manifest;
 mod meta;
+mod reader;
+mod writer;
+
+#[cfg(test)]
+mod tests;
 
 #[allow(unused_imports)]
 pub(crate) use self::{
     error::CheckpointError,
     manifest::{Manifest, PartEntry},
     meta::{ClusterRule, ClusterShape, Meta, TableShape},
+    reader::{Checkpoint, PartReader},
+    writer::{CheckpointWriter, Committed, PartWriter},
 };
