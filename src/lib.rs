@@ -84,6 +84,7 @@
 #![warn(missing_docs)]
 
 mod buf;
+mod checkpoint;
 mod client;
 mod cluster;
 mod config;
