@@ -86,6 +86,9 @@ pub struct Stats {
     /// Rows locality placement put on another shard than the hash would (0 in one
     /// process, with `placement` off, or before the first plan).
     pub placed_rows: usize,
+    /// Times rows holding values moved to their locality placement (in first-iter mode,
+    /// after the recorded run; 0 when placement happened before any run).
+    pub migrations: u32,
     /// Bytes this process sent to other processes (frames and their headers; 0 in a
     /// one-process cluster).
     pub bytes_sent: u64,
@@ -248,6 +251,8 @@ pub struct Cluster {
     gathered: (usize, usize),
     /// Number of plans made so far (the current plan's id).
     plans: u32,
+    /// Migrations of rows holding values to their locality placement.
+    migrations: u32,
     /// Time spent in [`Cluster::specialize`] so far.
     specialize_time: Duration,
     /// In first-iter mode: record the next run (the first real iteration) and specialize.
@@ -552,6 +557,7 @@ impl Cluster {
             gathered: (0, 0),
             gather_next: true,
             plans: 0,
+            migrations: 0,
             specialize_time: Duration::ZERO,
             shared,
             transport,
@@ -782,6 +788,7 @@ impl Cluster {
             // on the servers now, so the conversion loses nothing.
             self.gather_next = false;
             self.gather(logs);
+            self.place_rows()?;
             self.specialize()?;
         }
         Ok(results)
@@ -853,19 +860,23 @@ impl Cluster {
     }
 
     /// Locality placement ([`Specializations::placement`](crate::Specializations)): in a
-    /// cluster of several processes, before any run (no row holds a value yet, so
-    /// nothing has to move), every process shares its rows' access counts with every
-    /// other (an all-gather, which every process does alike) and installs the same
-    /// placement. After a run it is skipped, with a warning: moving rows that hold values
-    /// is not supported yet.
+    /// cluster of several processes, every process shares its rows' access counts with
+    /// every other (an all-gather, which every process does alike) and installs the same
+    /// placement. Before any run no row holds a value, so nothing moves. After runs (the
+    /// first-iter mode, which gathers in the first real iteration) the rows that hold
+    /// values move to their new home shards first ([`Msg::Migrate`]): every shard hands
+    /// them over between runs, when every update of the last run is applied, and every
+    /// process waits until every shard has finished before it goes on. Once a plan
+    /// exists its rows live in the shards' arenas and stay where they are (a warning
+    /// says so).
     fn place_rows(&mut self) -> Result<()> {
         if !self.config.specializations.placement || self.shared.world.processes < 2 {
             return Ok(());
         }
-        if self.runs > 0 {
+        if self.plans > 0 {
             tracing::warn!(
-                "locality placement skipped: rows already hold values (the virtual iteration \
-                 came after a run); they keep the hash placement"
+                "locality placement skipped: the rows are already planned; they keep their \
+                 placement"
             );
             return Ok(());
         }
@@ -913,6 +924,22 @@ impl Cluster {
             placed.overridden(),
             uses.len()
         );
+        if self.runs > 0 {
+            let overrides = placed.overrides();
+            let rank = self.shared.process;
+            for shard in self.shared.world.shards_of(rank) {
+                let overrides = overrides.clone();
+                self.send(
+                    shard as usize,
+                    Msg::Migrate {
+                        from: rank,
+                        overrides,
+                    },
+                )?;
+            }
+            self.shared.await_migrated()?;
+            self.migrations += 1;
+        }
         self.shared.set_placement(placed);
         Ok(())
     }
@@ -1067,6 +1094,7 @@ impl Cluster {
         let traffic = self.transport.traffic();
         Stats {
             placed_rows: self.shared.placement().overridden(),
+            migrations: self.migrations,
             bytes_sent: traffic.bytes_sent,
             bytes_received: traffic.bytes_received,
             frames_sent: traffic.frames_sent,

@@ -159,6 +159,26 @@ pub enum Msg {
         /// Which chunks.
         want: Want,
     },
+    /// Between runs, before the first plan: the shard hands every row it holds whose home
+    /// under the new placement (the hash, with these overrides) is another shard to that
+    /// shard ([`Msg::Adopt`]). Sent by the shard's own process only.
+    Migrate {
+        /// The shard's process.
+        from: ProcessId,
+        /// The new placement's per-row overrides of the hash.
+        overrides: Vec<(RowKey, ShardId)>,
+    },
+
+    // ---- shard -> shard ----
+    /// The rows of a migration whose new home is the receiving shard, with their values;
+    /// exactly one per pair of shards per migration (possibly empty).
+    Adopt {
+        /// The sending shard.
+        shard: ShardId,
+        /// The rows.
+        rows: Vec<(RowKey, AlignedBuf)>,
+    },
+
     /// The process has sent everything it will send: it leaves the cluster. A shard stops
     /// once every process has left it.
     Leave {
@@ -223,6 +243,12 @@ pub enum Msg {
         /// The next run's start clock.
         start: Clock,
     },
+    /// The shard has handed over every row a migration moved away from it and adopted
+    /// every row it moved to it.
+    Migrated {
+        /// The sending shard.
+        shard: ShardId,
+    },
     /// Answer to [`Msg::Dump`].
     DumpRows {
         /// The sending shard.
@@ -241,7 +267,7 @@ pub enum Msg {
 
 impl Msg {
     /// The names of the kinds of message, indexed by [`Msg::kind`].
-    pub(crate) const KINDS: [&'static str; 19] = [
+    pub(crate) const KINDS: [&'static str; 22] = [
         "DeclareTable",
         "Gather",
         "CreateTable",
@@ -261,6 +287,9 @@ impl Msg {
         "RunReady",
         "DumpRows",
         "Rejected",
+        "Migrate",
+        "Adopt",
+        "Migrated",
     ];
 
     /// This message's kind, an index into [`Msg::KINDS`].
@@ -285,6 +314,9 @@ impl Msg {
             Msg::RunReady { .. } => 16,
             Msg::DumpRows { .. } => 17,
             Msg::Rejected { .. } => 18,
+            Msg::Migrate { .. } => 19,
+            Msg::Adopt { .. } => 20,
+            Msg::Migrated { .. } => 21,
         }
     }
 
@@ -298,6 +330,7 @@ impl Msg {
             | Msg::Dump { from, .. }
             | Msg::Specialize { from, .. }
             | Msg::SlabFetch { from, .. }
+            | Msg::Migrate { from, .. }
             | Msg::Leave { from } => Some(*from),
             _ => None,
         }

@@ -41,6 +41,13 @@ impl Placement {
         self.overrides.len()
     }
 
+    /// The overrides, sorted by row.
+    pub(crate) fn overrides(&self) -> Vec<(RowKey, u32)> {
+        let mut all: Vec<(RowKey, u32)> = self.overrides.iter().map(|(k, s)| (*k, *s)).collect();
+        all.sort_unstable();
+        all
+    }
+
     /// The shard holding `key`.
     #[inline]
     pub(crate) fn shard_of(&self, key: RowKey) -> u32 {

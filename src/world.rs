@@ -47,6 +47,11 @@ impl World {
         ((w as usize) < self.total_workers()).then(|| (w as usize / self.workers) as ProcessId)
     }
 
+    /// The process holding global shard `s`, if it exists.
+    pub(crate) fn process_of_shard(&self, s: ShardId) -> Option<ProcessId> {
+        ((s as usize) < self.total_shards()).then(|| (s as usize / self.shards) as ProcessId)
+    }
+
     /// The global ids of process `p`'s shards.
     pub(crate) fn shards_of(&self, p: ProcessId) -> Range<ShardId> {
         let first = (p as usize * self.shards) as ShardId;

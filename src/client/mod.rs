@@ -61,6 +61,8 @@ pub(crate) struct ClientShared {
     declared: Mutex<Vec<TableMeta>>,
     /// Completed all-gathers by round.
     gathered: Mutex<BTreeMap<u64, Vec<AlignedBuf>>>,
+    /// Shards that have finished the migration under way ([`Msg::Migrated`]).
+    migrated: Mutex<Vec<ShardId>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -92,6 +94,7 @@ impl ClientShared {
             run_ready: Mutex::new(BTreeMap::new()),
             declared: Mutex::new(Vec::new()),
             gathered: Mutex::new(BTreeMap::new()),
+            migrated: Mutex::new(Vec::new()),
         }
     }
 
@@ -250,6 +253,17 @@ impl ClientShared {
         })
     }
 
+    /// Waits until every shard of the cluster has finished the migration this process
+    /// started ([`Msg::Migrated`]). Like a run barrier it waits for the slowest; a failed
+    /// cluster ends the wait.
+    pub(crate) fn await_migrated(&self) -> Result<()> {
+        let total = self.world.total_shards();
+        self.wait_for("row migration", Duration::MAX, || {
+            let mut done = lock(&self.migrated);
+            (done.len() >= total).then(|| done.clear())
+        })
+    }
+
     fn on_rows(&self, data_clock: Clock, rows: Vec<(RowKey, AlignedBuf)>) {
         self.known_min.fetch_max(data_clock, Ordering::AcqRel);
         let keys: Vec<RowKey> = rows.iter().map(|(k, _)| *k).collect();
@@ -300,6 +314,10 @@ impl ClientShared {
                     .entry(run)
                     .or_default()
                     .push((shard, start));
+                self.signal.notify();
+            }
+            Msg::Migrated { shard } => {
+                lock(&self.migrated).push(shard);
                 self.signal.notify();
             }
             Msg::Gathered { round, parts } => {

@@ -18,6 +18,7 @@ use super::coordinator::Coordinator;
 use crate::consistency::{Clock, ClockTable, DeferredReads};
 use crate::gather::phase_bit;
 use crate::msg::{Endpoint, Msg, ProcessId, RowBatch, ShardId, Want, WorkerId};
+use crate::placement::Placement;
 use crate::world::World;
 use crate::{AlignedBuf, RowKey, TableMeta};
 use dashmap::DashMap;
@@ -50,6 +51,16 @@ pub(crate) struct Shard {
     run: u64,
     /// Per process: whether it has left.
     left: Vec<bool>,
+    /// A migration under way (see [`Msg::Migrate`]).
+    migration: Option<Migration>,
+}
+
+/// Where a shard is in a migration: its own hand-over done, and from which shards it has
+/// adopted rows. Both can happen in either order.
+#[derive(Debug)]
+struct Migration {
+    handed_over: bool,
+    adopted_from: Vec<bool>,
 }
 
 impl Shard {
@@ -69,6 +80,7 @@ impl Shard {
             ended: vec![0; world.processes],
             run: 0,
             left: vec![false; world.processes],
+            migration: None,
         }
     }
 
@@ -202,6 +214,8 @@ impl Shard {
                 self.left[from as usize] = true;
                 self.check_barrier(out);
             }
+            Msg::Migrate { from, overrides } => self.migrate(from, overrides, out),
+            Msg::Adopt { shard, rows } => self.adopt(shard, rows, out),
             Msg::Dump { from, table } => {
                 let mut rows: Vec<(RowKey, AlignedBuf)> = self
                     .rows
@@ -528,6 +542,112 @@ impl Shard {
         }
     }
 
+    /// This shard's part of a migration: every row it holds whose home under the new
+    /// placement is another shard goes there in one [`Msg::Adopt`] per shard (empty ones
+    /// too, so each shard knows when it has everything). Only between runs, before any
+    /// plan: rows in the arena or updates not yet visible could not follow.
+    fn migrate(
+        &mut self,
+        from: ProcessId,
+        overrides: Vec<(RowKey, ShardId)>,
+        out: &mut Vec<(Endpoint, Msg)>,
+    ) {
+        let total = self.world.total_shards();
+        if self.world.process_of_shard(self.id) != Some(from) {
+            return self.reject_all(
+                format!("process {from} asked shard {} to migrate", self.id),
+                out,
+            );
+        }
+        if !self.pending.is_empty() || self.arena.rows().next().is_some() {
+            return self.reject_all(
+                "a migration after updates are pending or rows are planned".into(),
+                out,
+            );
+        }
+        if let Some((key, s)) = overrides.iter().find(|(_, s)| *s as usize >= total) {
+            return self.reject_all(format!("migration sends {key:?} to shard {s}"), out);
+        }
+        let state = self.migration.get_or_insert_with(|| Migration {
+            handed_over: false,
+            adopted_from: vec![false; total],
+        });
+        if state.handed_over {
+            return self.reject_all("a second migration before the first ended".into(), out);
+        }
+        state.handed_over = true;
+        let mut placement = Placement::hashed(total);
+        for (key, shard) in overrides {
+            placement.set(key, shard);
+        }
+        let mut leaving: Vec<RowKey> = self
+            .rows
+            .iter()
+            .map(|e| *e.key())
+            .filter(|&k| placement.shard_of(k) != self.id)
+            .collect();
+        leaving.sort_unstable();
+        let mut to: Vec<Vec<(RowKey, AlignedBuf)>> = vec![Vec::new(); total];
+        for key in leaving {
+            if let Some((key, value)) = self.rows.remove(&key) {
+                to[placement.shard_of(key) as usize].push((key, value));
+            }
+        }
+        for (shard, rows) in to.into_iter().enumerate() {
+            if shard != self.id as usize {
+                let adopt = Msg::Adopt {
+                    shard: self.id,
+                    rows,
+                };
+                out.push((Endpoint::Shard(shard as ShardId), adopt));
+            }
+        }
+        self.check_migrated(out);
+    }
+
+    /// Rows shard `from` handed over in a migration.
+    fn adopt(
+        &mut self,
+        from: ShardId,
+        rows: Vec<(RowKey, AlignedBuf)>,
+        out: &mut Vec<(Endpoint, Msg)>,
+    ) {
+        let total = self.world.total_shards();
+        if from as usize >= total || from == self.id {
+            return self.reject_all(format!("rows adopted from shard {from}"), out);
+        }
+        let state = self.migration.get_or_insert_with(|| Migration {
+            handed_over: false,
+            adopted_from: vec![false; total],
+        });
+        if std::mem::replace(&mut state.adopted_from[from as usize], true) {
+            return self.reject_all(format!("rows adopted twice from shard {from}"), out);
+        }
+        for (key, value) in rows {
+            if self.rows.insert(key, value).is_some() {
+                return self.reject_all(format!("{key:?} adopted but already here"), out);
+            }
+        }
+        self.check_migrated(out);
+    }
+
+    /// Tells every process once this shard has handed over and adopted everything.
+    fn check_migrated(&mut self, out: &mut Vec<(Endpoint, Msg)>) {
+        let done = self.migration.as_ref().is_some_and(|m| {
+            m.handed_over
+                && m.adopted_from
+                    .iter()
+                    .enumerate()
+                    .all(|(s, &a)| a || s == self.id as usize)
+        });
+        if done {
+            self.migration = None;
+            for p in self.staying() {
+                out.push((Endpoint::Client(p), Msg::Migrated { shard: self.id }));
+            }
+        }
+    }
+
     fn reject(&self, to: ProcessId, reason: String, out: &mut Vec<(Endpoint, Msg)>) {
         out.push((
             Endpoint::Client(to),
@@ -668,6 +788,147 @@ mod tests {
             out.iter().any(|(_, m)| matches!(m, Msg::Rejected { reason, .. } if reason.contains("0 chunk phases for 1 chunks"))),
             "{out:?}"
         );
+    }
+
+    /// Shard 1 of 3 (one per process, one worker each) holding rows 0..8 of table 0.
+    fn seeded_middle_shard() -> Shard {
+        let world = World {
+            processes: 3,
+            workers: 1,
+            shards: 1,
+        };
+        let mut s = Shard::new(1, world);
+        let meta = TableMeta {
+            id: 0,
+            name: "t".into(),
+            width: 2,
+            elem: ElemType::I64,
+        };
+        let mut out = Vec::new();
+        s.handle(Msg::CreateTable { meta }, &mut out);
+        let rows: Vec<(u64, [i64; 2])> = (0..8).map(|r| (r, [r as i64, 1])).collect();
+        s.handle(clock(0, 1, &rows), &mut out);
+        s.handle(clock(1, 1, &[]), &mut out);
+        s.handle(clock(2, 1, &[]), &mut out);
+        assert!(s.pending.is_empty(), "{out:?}");
+        s
+    }
+
+    #[test]
+    fn a_migration_completes_under_every_order_of_its_messages_and_loses_nothing() {
+        let key = |r| RowKey::new(0, r);
+        // Rows 100 and 200 come from shards 0 and 2: the same placement sends them here.
+        let overrides = vec![
+            (key(0), 0),
+            (key(1), 2),
+            (key(2), 1),
+            (key(100), 1),
+            (key(200), 1),
+        ];
+        let mut placement = Placement::hashed(3);
+        for &(k, s) in &overrides {
+            placement.set(k, s);
+        }
+        let adopt = |from: ShardId, row: u64| Msg::Adopt {
+            shard: from,
+            rows: vec![(key(row), AlignedBuf::from_slice(&[row as i64, 7]))],
+        };
+        let script = [
+            Msg::Migrate {
+                from: 1,
+                overrides: overrides.clone(),
+            },
+            adopt(0, 100),
+            adopt(2, 200),
+        ];
+        let orders = [
+            [0, 1, 2],
+            [0, 2, 1],
+            [1, 0, 2],
+            [1, 2, 0],
+            [2, 0, 1],
+            [2, 1, 0],
+        ];
+        for order in orders.map(|o| o.map(|i| script[i].clone())) {
+            let mut s = seeded_middle_shard();
+            let mut out = Vec::new();
+            for (i, msg) in order.iter().enumerate() {
+                s.handle(msg.clone(), &mut out);
+                let migrated = out
+                    .iter()
+                    .filter(|(_, m)| matches!(m, Msg::Migrated { shard: 1 }))
+                    .count();
+                assert_eq!(migrated, if i == 2 { 3 } else { 0 }, "{order:?}: {out:?}");
+            }
+            assert!(
+                !out.iter().any(|(_, m)| matches!(m, Msg::Rejected { .. })),
+                "{out:?}"
+            );
+            // What left went to its new home, one Adopt per other shard.
+            let mut handed: Vec<(ShardId, u64)> = Vec::new();
+            for (to, m) in &out {
+                if let (Endpoint::Shard(t), Msg::Adopt { shard: 1, rows }) = (to, m) {
+                    handed.extend(rows.iter().map(|(k, _)| (*t, k.row)));
+                }
+            }
+            let adopts = out
+                .iter()
+                .filter(|(_, m)| matches!(m, Msg::Adopt { .. }))
+                .count();
+            assert_eq!(adopts, 2);
+            let mut kept: Vec<u64> = s.rows.iter().map(|e| e.key().row).collect();
+            kept.sort_unstable();
+            for r in 0..8 {
+                let home = placement.shard_of(key(r));
+                if home == 1 {
+                    assert!(kept.contains(&r), "row {r} stays");
+                } else {
+                    assert!(
+                        handed.contains(&(home, r)),
+                        "row {r} goes to {home}: {handed:?}"
+                    );
+                }
+            }
+            assert!(
+                handed.contains(&(0, 0)) && handed.contains(&(2, 1)),
+                "{handed:?}"
+            );
+            assert!(kept.contains(&2) && kept.contains(&100) && kept.contains(&200));
+            assert_eq!(s.rows.get(&key(100)).unwrap().cast::<i64>(), [100, 7]);
+        }
+    }
+
+    #[test]
+    fn a_bad_migration_is_a_protocol_error() {
+        let rejected = |msgs: Vec<Msg>| {
+            let mut s = seeded_middle_shard();
+            let mut out = Vec::new();
+            for m in msgs {
+                s.handle(m, &mut out);
+            }
+            out.iter().any(|(_, m)| matches!(m, Msg::Rejected { .. }))
+        };
+        let migrate = |from| Msg::Migrate {
+            from,
+            overrides: vec![],
+        };
+        let adopt = |from| Msg::Adopt {
+            shard: from,
+            rows: vec![],
+        };
+        assert!(!rejected(vec![migrate(1), adopt(0), adopt(2)]));
+        assert!(rejected(vec![migrate(0)]), "another process's shard");
+        assert!(rejected(vec![adopt(0), adopt(0)]), "adopted twice");
+        assert!(rejected(vec![adopt(1)]), "from itself");
+        assert!(
+            rejected(vec![migrate(1), migrate(1)]),
+            "migrated twice at once"
+        );
+        let far = Msg::Migrate {
+            from: 1,
+            overrides: vec![(RowKey::new(0, 0), 3)],
+        };
+        assert!(rejected(vec![far]), "a shard that does not exist");
     }
 
     #[test]

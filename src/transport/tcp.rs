@@ -234,6 +234,7 @@ fn check(
     }
     let claimed = match &envelope.msg {
         Msg::Clock { worker, .. } | Msg::Finish { worker } => world.process_of_worker(*worker),
+        Msg::Adopt { shard, .. } => world.process_of_shard(*shard),
         other => other.sender(),
     };
     match claimed {

@@ -198,17 +198,20 @@ fn processes_on_one_machine_pin_their_workers_to_different_cores() {
     assert_eq!(cores[0].0, vec![0], "{cores:?}");
 }
 
-/// Per process: each row's home process, the table's final contents, and the rows
-/// locality placement moved.
-type Seen = (Vec<usize>, Vec<(u64, Vec<i64>)>, usize);
+/// Per process: each row's home process, the table's final contents, the rows locality
+/// placement moved, and how many times rows holding values migrated.
+type Seen = (Vec<usize>, Vec<(u64, Vec<i64>)>, usize, u32);
 
 /// What each process sees when its workers each update and read only their own rows.
 fn own_rows(placement: bool) -> Vec<Seen> {
+    own_rows_in(iterstore::Mode::Virtual, placement)
+}
+
+/// [`own_rows`] in `mode`.
+fn own_rows_in(mode: iterstore::Mode, placement: bool) -> Vec<Seen> {
     let mut specs = iterstore::Specializations::ALL;
     specs.placement = placement;
-    let config = Config::new(2)
-        .with_mode(iterstore::Mode::Virtual)
-        .with_specializations(specs);
+    let config = Config::new(2).with_mode(mode).with_specializations(specs);
     within(60, move || {
         Cluster::run_local_processes(config, 2, |c| {
             let t = c.create_table::<i64>("t", 1)?;
@@ -222,14 +225,17 @@ fn own_rows(placement: bool) -> Vec<Seen> {
                 }
                 w.clock()
             };
-            c.virtual_iteration(body)?;
+            if mode == iterstore::Mode::Virtual {
+                c.virtual_iteration(body)?;
+            }
             for _ in 0..3 {
                 c.run(body)?;
             }
             let homes = (0..40)
                 .map(|r| c.home_of(&t, r))
                 .collect::<iterstore::Result<_>>()?;
-            Ok((homes, c.snapshot(&t)?, c.stats().placed_rows))
+            let stats = c.stats();
+            Ok((homes, c.snapshot(&t)?, stats.placed_rows, stats.migrations))
         })
         .unwrap()
     })
@@ -253,6 +259,36 @@ fn locality_placement_puts_rows_on_the_process_that_uses_them_and_changes_no_ans
     // The same values either way: placement changes where rows live, not what they hold.
     assert_eq!(placed[0].1, hashed[0].1);
     assert_eq!(placed[0].1.len(), 40);
+    assert_eq!(
+        placed[0].3, 0,
+        "placed before any value existed: nothing migrated"
+    );
+}
+
+#[test]
+fn first_iter_placement_moves_rows_holding_values_and_loses_nothing() {
+    // The first run is generic and recorded; then the rows, which hold its values, move
+    // to the process that uses them, and the next two runs are specialized.
+    let moved = own_rows_in(iterstore::Mode::FirstIter, true);
+    let virtual_placed = own_rows(true);
+    for (rank, seen) in moved.iter().enumerate() {
+        assert_eq!(seen.3, 1, "process {rank} migrated once");
+        assert_eq!(
+            seen.0, virtual_placed[0].0,
+            "process {rank}: the same homes"
+        );
+        assert!(seen.2 > 0);
+    }
+    // Each run adds one more than the row held (0, 1, 3, 7), whatever shard held it when.
+    assert_eq!(moved[0].1, virtual_placed[0].1);
+    assert!(
+        moved[0].1.iter().all(|(_, v)| v == &[7]),
+        "{:?}",
+        moved[0].1
+    );
+    let unplaced = own_rows_in(iterstore::Mode::FirstIter, false);
+    assert_eq!(unplaced[0].3, 0);
+    assert_eq!(unplaced[0].1, moved[0].1);
 }
 
 #[test]
