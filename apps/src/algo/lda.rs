@@ -30,6 +30,30 @@
 use super::Rng64;
 use crate::data::Corpus;
 
+mod sparse;
+
+pub use sparse::SparseSampler;
+
+/// Which sampler draws the topics (both draw from the same conditional).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SamplerKind {
+    /// [`TopicSampler`]: `K` terms per token.
+    #[default]
+    Dense,
+    /// [`SparseSampler`]: terms for the document's and the word's topics only.
+    Sparse,
+}
+
+impl SamplerKind {
+    /// The name the CLI and the run report use.
+    pub fn name(self) -> &'static str {
+        match self {
+            SamplerKind::Dense => "dense",
+            SamplerKind::Sparse => "sparse",
+        }
+    }
+}
+
 /// Hyper-parameters of collapsed Gibbs LDA.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LdaConfig {
@@ -41,6 +65,8 @@ pub struct LdaConfig {
     pub beta: f64,
     /// Seed of the initial assignments and of every sweep.
     pub seed: u64,
+    /// Which sampler draws the topics.
+    pub sampler: SamplerKind,
 }
 
 impl Default for LdaConfig {
@@ -50,6 +76,7 @@ impl Default for LdaConfig {
             alpha: 0.1,
             beta: 0.01,
             seed: 42,
+            sampler: SamplerKind::Dense,
         }
     }
 }
@@ -184,6 +211,59 @@ impl TopicSampler {
         }
         let u = rng.next_f64() * total;
         self.cumulative.partition_point(|&c| c <= u).min(k - 1) as u32
+    }
+}
+
+/// The sampler [`LdaConfig::sampler`] names: one interface for the sweeps of the app and
+/// the limit.
+#[derive(Debug, Clone)]
+pub enum Sampler {
+    /// The dense sampler.
+    Dense(TopicSampler),
+    /// The sparse sampler.
+    Sparse(SparseSampler),
+}
+
+impl Sampler {
+    /// The sampler `cfg.sampler` names, for a vocabulary of `vocab_size` words.
+    pub fn new(cfg: &LdaConfig, vocab_size: u32) -> Self {
+        match cfg.sampler {
+            SamplerKind::Dense => Sampler::Dense(TopicSampler::new(cfg, vocab_size)),
+            SamplerKind::Sparse => Sampler::Sparse(SparseSampler::new(cfg, vocab_size)),
+        }
+    }
+
+    /// Starts a sweep: the topic totals as just read.
+    #[inline]
+    pub fn begin(&mut self, topic_totals: &[i32]) {
+        if let Sampler::Sparse(s) = self {
+            s.begin(topic_totals);
+        }
+    }
+
+    /// Starts a document: its topic counts as just counted, and the totals now.
+    #[inline]
+    pub fn start_doc(&mut self, topic_totals: &[i32], doc_topic: &[i32]) {
+        if let Sampler::Sparse(s) = self {
+            s.start_doc(topic_totals, doc_topic);
+        }
+    }
+
+    /// Resamples one token (see [`TopicSampler::sample`]); between draws the caller moves
+    /// the token from `old` to the returned topic in the totals and document counts.
+    #[inline]
+    pub fn sample(
+        &mut self,
+        word_topic: &[i32],
+        topic_totals: &[i32],
+        doc_topic: &[i32],
+        old: u32,
+        rng: &mut Rng64,
+    ) -> u32 {
+        match self {
+            Sampler::Dense(s) => s.sample(word_topic, topic_totals, doc_topic, old, rng),
+            Sampler::Sparse(s) => s.sample(word_topic, topic_totals, doc_topic, old, rng),
+        }
     }
 }
 
@@ -349,6 +429,7 @@ mod tests {
             alpha: 0.5,
             beta: 0.1,
             seed: 1,
+            ..LdaConfig::default()
         };
         let (nw, nt, nd) = ([3, 0, 1, 6], [10, 4, 8, 20], [2, 1, 0, 5]);
         let mut sampler = TopicSampler::new(&cfg, 10);
@@ -391,6 +472,7 @@ mod tests {
             alpha: 0.3,
             beta: 0.7,
             seed: 0,
+            ..LdaConfig::default()
         };
         let m = LdaModel {
             topics: 1,

@@ -8,7 +8,7 @@
 //!
 //! **Iteration** (sweep `t`). Worker `w` owns the documents [`partition`]`(D, W, w)`. It
 //! READs the totals row once, then for every token of its documents, in order, READs the
-//! token's word row, draws the new topic with [`TopicSampler::sample`] (randomness keyed by
+//! token's word row, draws the new topic with [`Sampler::sample`] (dense or sparse, [`LdaConfig::sampler`]; randomness keyed by
 //! `(seed, t, corpus document index)`), and UPDATEs the word row by `−1` at the old topic and
 //! `+1` at the new one — even when they are equal, so the rows touched never depend on the
 //! values read. Its own totals changes are applied to its copy of the totals row as it
@@ -38,7 +38,7 @@ use super::{
 };
 use crate::algo::lda::{
     check_corpus, count_doc, doc_rng, doc_term, init_doc, topic_totals_term, word_rows_term,
-    LdaConfig, LdaModel, TopicSampler,
+    LdaConfig, LdaModel, Sampler,
 };
 use crate::algo::partition;
 use crate::data::Corpus;
@@ -100,16 +100,20 @@ struct Sweep<'a> {
 /// the real iterations run. `z` holds the topics of the documents' tokens, concatenated.
 fn iteration(w: &mut Worker<'_>, t: Tables, s: &Sweep<'_>, z: &mut [u32]) -> iterstore::Result<()> {
     let k = s.cfg.topics;
-    let mut sampler = TopicSampler::new(s.cfg, s.vocab);
+    let mut sampler = Sampler::new(s.cfg, s.vocab);
     let pattern_only = w.is_virtual();
     let (mut row, mut totals) = (vec![0i32; k], vec![0i32; k]);
     let (mut delta, mut doc_topic) = (vec![0i32; k], vec![0i32; k]);
     w.read(&t.totals, 0, &mut totals)?;
+    sampler.begin(&totals);
     let mut at = 0;
     for (d, doc) in s.docs.iter().enumerate() {
         let zd = &mut z[at..at + doc.len()];
         at += doc.len();
         count_doc(zd, &mut doc_topic);
+        if !pattern_only {
+            sampler.start_doc(&totals, &doc_topic);
+        }
         let mut rng = doc_rng(s.cfg, s.iter, (s.first_doc + d) as u64);
         for (&word, topic) in doc.iter().zip(zd.iter_mut()) {
             let word_row = u64::from(word);

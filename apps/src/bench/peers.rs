@@ -177,6 +177,7 @@ impl LdaPeerParams {
             alpha,
             beta,
             seed,
+            ..lda::LdaConfig::default()
         }
     }
 }

@@ -308,6 +308,11 @@ pub struct RunArgs {
     /// lda: topic-word prior [default: 0.01].
     #[arg(long, help_heading = "LDA options")]
     pub beta: Option<f64>,
+    /// lda: `sparse` (SparseLDA's bucket sampler: cost per token grows with the topics of
+    /// the document and the word) or `dense` (K terms per token) [default: dense]. Both
+    /// draw from the same conditional.
+    #[arg(long, value_name = "KIND", help_heading = "LDA options")]
+    pub sampler: Option<String>,
 
     /// pagerank: damping factor [default: 0.85].
     #[arg(long, help_heading = "PageRank options")]
@@ -376,6 +381,7 @@ impl RunArgs {
             ("--topics", self.topics.is_some(), App::Lda),
             ("--alpha", self.alpha.is_some(), App::Lda),
             ("--beta", self.beta.is_some(), App::Lda),
+            ("--sampler", self.sampler.is_some(), App::Lda),
             ("--damping", self.damping.is_some(), App::Pagerank),
             ("--block", self.block.is_some(), App::Pagerank),
         ];

@@ -3,7 +3,7 @@
 //! Worker `w` owns the documents [`partition`]`(D, W, w)` in their given order, stored as
 //! one flat token array with its words mapped to dense local rows. Each iteration it copies
 //! just those word rows and the topic totals into its private view, resamples every token
-//! with the shared [`TopicSampler`] (keyed by the corpus-wide document index), applying
+//! with the shared [`Sampler`] (dense or sparse, as configured; keyed by the corpus-wide document index), applying
 //! each move to its view at once (read-my-writes), then turns the view into a delta
 //! (view − start); the deltas are added into the shared table in worker order. Counts are
 //! integers, so the merge is exact and one worker reproduces [`crate::algo::lda::reference`]
@@ -16,7 +16,7 @@ use std::time::Instant;
 use super::{add_parts, localize, par_each, par_map, par_rows, IterStats, LimitConfig, Part};
 use crate::algo::lda::{
     check_corpus, count_doc, doc_rng, doc_term, init_doc, topic_totals_term, word_rows_term,
-    LdaConfig, LdaModel, TopicSampler,
+    LdaConfig, LdaModel, Sampler,
 };
 use crate::algo::partition;
 use crate::data::Corpus;
@@ -48,7 +48,7 @@ struct Worker {
     totals: Vec<i32>,
     /// Scratch: the current document's topic counts.
     doc_topic: Vec<i32>,
-    sampler: TopicSampler,
+    sampler: Sampler,
 }
 
 impl Worker {
@@ -75,7 +75,7 @@ impl Worker {
             z,
             totals: vec![0; k],
             doc_topic: vec![0; k],
-            sampler: TopicSampler::new(cfg, corpus.vocab_size),
+            sampler: Sampler::new(cfg, corpus.vocab_size),
         }
     }
 
@@ -102,6 +102,7 @@ impl Worker {
             dst.copy_from_slice(&word_topic[row as usize * k..][..k]);
         }
         self.totals.copy_from_slice(totals);
+        self.sampler.begin(&self.totals);
         let Self {
             offsets,
             words,
@@ -115,6 +116,7 @@ impl Worker {
         for (d, range) in offsets.windows(2).enumerate() {
             let (words, z) = (&words[range[0]..range[1]], &mut z[range[0]..range[1]]);
             count_doc(z, doc_topic);
+            sampler.start_doc(my_totals, doc_topic);
             let mut rng = doc_rng(cfg, iter as u64, (self.first_doc + d) as u64);
             for (&w, t) in words.iter().zip(z.iter_mut()) {
                 let row = &mut view[w as usize * k..][..k];
@@ -245,7 +247,7 @@ pub fn run(cfg: &LdaConfig, limit: &LimitConfig, corpus: &Corpus) -> Result<LdaR
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algo::lda::reference;
+    use crate::algo::lda::{reference, SamplerKind};
     use crate::algo::Rng64;
 
     /// 3 planted topics over 30 words (topic t uses words 10t..10t+10); 40 documents of
@@ -276,6 +278,7 @@ mod tests {
             alpha: 0.1,
             beta: 0.05,
             seed: 5,
+            ..LdaConfig::default()
         }
     }
 
@@ -299,6 +302,43 @@ mod tests {
                 "{} vs {h}",
                 s.objective
             );
+        }
+    }
+
+    #[test]
+    fn the_sparse_samplers_log_likelihood_stays_in_the_dense_samplers_range() {
+        let corpus = planted();
+        let final_ll = |sampler, seed| {
+            let cfg = LdaConfig {
+                sampler,
+                seed,
+                ..cfg()
+            };
+            let limit = LimitConfig {
+                threads: 2,
+                iterations: 30,
+            };
+            let run = run(&cfg, &limit, &corpus).unwrap();
+            run.stats.iter().map(|s| s.objective).collect::<Vec<f64>>()
+        };
+        let dense: Vec<Vec<f64>> = (1..=4).map(|s| final_ll(SamplerKind::Dense, s)).collect();
+        for seed in 1..=2 {
+            let sparse = final_ll(SamplerKind::Sparse, seed);
+            // From iteration 10 on, each iteration's log-likelihood lies within the dense
+            // runs' range for that iteration, widened by 1 %.
+            for it in 10..30 {
+                let lo = dense.iter().map(|d| d[it]).fold(f64::INFINITY, f64::min);
+                let hi = dense
+                    .iter()
+                    .map(|d| d[it])
+                    .fold(f64::NEG_INFINITY, f64::max);
+                let slack = 0.01 * lo.abs();
+                assert!(
+                    (lo - slack..=hi + slack).contains(&sparse[it]),
+                    "seed {seed}, iteration {it}: {} outside [{lo}, {hi}]",
+                    sparse[it]
+                );
+            }
         }
     }
 

@@ -3,7 +3,7 @@
 //! of workers) exactly under BSP, and every store mode gives the same model.
 
 use iterstore::Mode;
-use iterstore_apps::algo::lda::{reference, LdaConfig};
+use iterstore_apps::algo::lda::{reference, LdaConfig, SamplerKind};
 use iterstore_apps::apps::lda::run;
 use iterstore_apps::apps::AppError;
 use iterstore_apps::data::{Corpus, CorpusSpec, PlantedTopics};
@@ -21,6 +21,15 @@ fn params(topics: usize) -> LdaConfig {
         alpha: 0.1,
         beta: 0.01,
         seed: 3,
+        ..LdaConfig::default()
+    }
+}
+
+/// [`params`] with the sparse sampler.
+fn sparse(topics: usize) -> LdaConfig {
+    LdaConfig {
+        sampler: SamplerKind::Sparse,
+        ..params(topics)
     }
 }
 
@@ -81,14 +90,23 @@ fn one_worker_equals_the_sequential_reference_exactly() {
 #[test]
 fn matches_the_limit_implementation_exactly_under_bsp() {
     let (corpus, _) = tiny();
-    for workers in [2, 3] {
+    for (workers, cfg) in [
+        (2, params(5)),
+        (3, params(5)),
+        (2, sparse(5)),
+        (3, sparse(5)),
+    ] {
         let limit = LimitConfig {
             threads: workers,
             iterations: 6,
         };
-        let want = limit::lda::run(&params(5), &limit, &corpus).unwrap();
-        let got = run(&bsp(Mode::Generic, workers, 6), &params(5), &corpus).unwrap();
-        assert_eq!(got.model, want.model, "{workers} workers");
+        let want = limit::lda::run(&cfg, &limit, &corpus).unwrap();
+        let got = run(&bsp(Mode::Generic, workers, 6), &cfg, &corpus).unwrap();
+        assert_eq!(
+            got.model, want.model,
+            "{workers} workers, {:?}",
+            cfg.sampler
+        );
         for (r, s) in got.report.iterations.iter().zip(&want.stats) {
             assert!((r.objective - s.objective).abs() <= 1e-9 * s.objective.abs());
         }
@@ -98,10 +116,10 @@ fn matches_the_limit_implementation_exactly_under_bsp() {
 #[test]
 fn every_mode_gives_the_same_model() {
     let (corpus, _) = tiny();
-    for workers in [1, 2] {
+    for (workers, cfg) in [(1, params(5)), (2, params(5)), (2, sparse(5))] {
         let runs: Vec<_> = MODES
             .iter()
-            .map(|&mode| run(&bsp(mode, workers, 4), &params(5), &corpus).unwrap())
+            .map(|&mode| run(&bsp(mode, workers, 4), &cfg, &corpus).unwrap())
             .collect();
         for out in &runs[1..] {
             assert_eq!(out.model, runs[0].model, "{} × {workers}", out.report.mode);
