@@ -5,6 +5,10 @@
 //! The cluster owns threads and wiring; the protocol lives in `client`, `server` and
 //! `worker`, and the transport only moves messages between them.
 
+mod checkpointing;
+
+pub use checkpointing::Resumed;
+
 use crate::client::{spawn_comm, ClientShared, ProcessArena};
 use crate::consistency::Clock;
 use crate::error::panic_message;
@@ -257,6 +261,8 @@ pub struct Cluster {
     specialize_time: Duration,
     /// In first-iter mode: record the next run (the first real iteration) and specialize.
     gather_next: bool,
+    /// Whether the tables were restored from a checkpoint ([`Cluster::resume`]).
+    resumed: bool,
     down: bool,
 }
 
@@ -562,6 +568,7 @@ impl Cluster {
             shared,
             transport,
             threads,
+            resumed: false,
             down: false,
         })
     }
@@ -862,8 +869,9 @@ impl Cluster {
     /// Locality placement ([`Specializations::placement`](crate::Specializations)): in a
     /// cluster of several processes, every process shares its rows' access counts with
     /// every other (an all-gather, which every process does alike) and installs the same
-    /// placement. Before any run no row holds a value, so nothing moves. After runs (the
-    /// first-iter mode, which gathers in the first real iteration) the rows that hold
+    /// placement. Before any run or resume no row holds a value, so nothing moves. After
+    /// runs (the first-iter mode, which gathers in the first real iteration) or a resume
+    /// (rows restored from a checkpoint) the rows that hold
     /// values move to their new home shards first ([`Msg::Migrate`]): every shard hands
     /// them over between runs, when every update of the last run is applied, and every
     /// process waits until every shard has finished before it goes on. Once a plan
@@ -924,7 +932,7 @@ impl Cluster {
             placed.overridden(),
             uses.len()
         );
-        if self.runs > 0 {
+        if self.runs > 0 || self.resumed {
             let overrides = placed.overrides();
             let rank = self.shared.process;
             for shard in self.shared.world.shards_of(rank) {

@@ -89,6 +89,16 @@ pub enum Error {
         /// Why.
         message: String,
     },
+    /// A checkpoint could not be written, or a resume was refused: a missing, incomplete,
+    /// corrupt or mismatched checkpoint, a full disk, a call at the wrong time. The
+    /// message names the file and says why.
+    #[error("checkpoint: {message}")]
+    Checkpoint {
+        /// The file or directory at fault.
+        path: std::path::PathBuf,
+        /// What is wrong, naming the file.
+        message: String,
+    },
     /// An error raised by application code running on a worker.
     #[error("worker {worker}: {source}")]
     App {
@@ -117,11 +127,27 @@ impl Error {
         }
     }
 
+    pub(crate) fn checkpoint(
+        path: impl Into<std::path::PathBuf>,
+        message: impl fmt::Display,
+    ) -> Self {
+        Error::Checkpoint {
+            path: path.into(),
+            message: message.to_string(),
+        }
+    }
+
     pub(crate) fn failed(component: impl fmt::Display, message: impl fmt::Display) -> Self {
         Error::Failed {
             component: component.to_string(),
             message: message.to_string(),
         }
+    }
+}
+
+impl From<crate::checkpoint::CheckpointError> for Error {
+    fn from(e: crate::checkpoint::CheckpointError) -> Self {
+        Error::checkpoint(e.path(), e)
     }
 }
 

@@ -100,6 +100,7 @@ mod placement;
 mod plan;
 mod pool;
 mod prefetch;
+mod rows_part;
 mod server;
 mod slot;
 mod table;
@@ -109,7 +110,8 @@ mod worker;
 mod world;
 
 pub use buf::AlignedBuf;
-pub use cluster::{Cluster, KindTraffic, NumaReport, SpecialMemory, Stats};
+pub use checkpoint::ClusterRule;
+pub use cluster::{Cluster, KindTraffic, NumaReport, Resumed, SpecialMemory, Stats};
 pub use config::{
     Config, Mode, Specializations, Staleness, WorkerPlacement, MAX_SHARDS, MAX_WORKERS,
 };

@@ -19,6 +19,10 @@ pub type WorkerId = u32;
 /// A batch of per-row deltas.
 pub type RowBatch = Vec<(RowKey, AlignedBuf)>;
 
+/// A shard's answer to a checkpoint ([`Msg::Checkpointed`]): its part's manifest entry
+/// `(name, size, SHA-256)`, or why it could not write it.
+pub type ShardPart = Result<(String, u64, String), String>;
+
 /// Where a message goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Endpoint {
@@ -169,6 +173,35 @@ pub enum Msg {
         overrides: Vec<(RowKey, ShardId)>,
     },
 
+    /// Between runs, when every update is applied: the shard writes its rows (generic
+    /// and arena rows alike) as part `shard-<id>.rows` of the checkpoint at `clock` in
+    /// `root` (whose directory the process has begun) and answers
+    /// [`Msg::Checkpointed`]. Sent by the shard's own process only; refused with pending
+    /// updates, at another clock than the shard's or during a migration or restore.
+    Checkpoint {
+        /// The shard's process.
+        from: ProcessId,
+        /// The checkpoint root directory (on this machine).
+        root: std::path::PathBuf,
+        /// The clock the checkpoint holds: every worker's clock at the shard.
+        clock: Clock,
+    },
+    /// Before any run and any plan, when resuming from a checkpoint at `clock`: rows this
+    /// process read from the checkpoint whose home is this shard. Each process sends
+    /// every shard one or more, the last with `last` set (possibly empty); once every
+    /// process's last has come, the shard starts every worker at `clock` and answers
+    /// [`Msg::Restored`].
+    Restore {
+        /// The sending process.
+        from: ProcessId,
+        /// The checkpoint's clock.
+        clock: Clock,
+        /// The rows, with their values.
+        rows: Vec<(RowKey, AlignedBuf)>,
+        /// Whether this is the process's last `Restore` to this shard.
+        last: bool,
+    },
+
     // ---- shard -> shard ----
     /// The rows of a migration whose new home is the receiving shard, with their values;
     /// exactly one per pair of shards per migration (possibly empty).
@@ -249,6 +282,20 @@ pub enum Msg {
         /// The sending shard.
         shard: ShardId,
     },
+    /// Answer to [`Msg::Checkpoint`]: the part the shard wrote, or why it could not
+    /// (the file and the reason; the cluster goes on, but the checkpoint fails).
+    Checkpointed {
+        /// The sending shard.
+        shard: ShardId,
+        /// The part's manifest entry, or the error.
+        part: ShardPart,
+    },
+    /// The shard has every process's rows of a resume and starts every worker at the
+    /// checkpoint's clock.
+    Restored {
+        /// The sending shard.
+        shard: ShardId,
+    },
     /// Answer to [`Msg::Dump`].
     DumpRows {
         /// The sending shard.
@@ -267,7 +314,7 @@ pub enum Msg {
 
 impl Msg {
     /// The names of the kinds of message, indexed by [`Msg::kind`].
-    pub(crate) const KINDS: [&'static str; 22] = [
+    pub(crate) const KINDS: [&'static str; 26] = [
         "DeclareTable",
         "Gather",
         "CreateTable",
@@ -290,6 +337,10 @@ impl Msg {
         "Migrate",
         "Adopt",
         "Migrated",
+        "Checkpoint",
+        "Restore",
+        "Checkpointed",
+        "Restored",
     ];
 
     /// This message's kind, an index into [`Msg::KINDS`].
@@ -317,6 +368,10 @@ impl Msg {
             Msg::Migrate { .. } => 19,
             Msg::Adopt { .. } => 20,
             Msg::Migrated { .. } => 21,
+            Msg::Checkpoint { .. } => 22,
+            Msg::Restore { .. } => 23,
+            Msg::Checkpointed { .. } => 24,
+            Msg::Restored { .. } => 25,
         }
     }
 
@@ -331,6 +386,8 @@ impl Msg {
             | Msg::Specialize { from, .. }
             | Msg::SlabFetch { from, .. }
             | Msg::Migrate { from, .. }
+            | Msg::Checkpoint { from, .. }
+            | Msg::Restore { from, .. }
             | Msg::Leave { from } => Some(*from),
             _ => None,
         }

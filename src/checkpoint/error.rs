@@ -157,6 +157,28 @@ pub(crate) enum CheckpointError {
 }
 
 impl CheckpointError {
+    /// The file or directory at fault (for a bad part name, the name).
+    pub(crate) fn path(&self) -> PathBuf {
+        use CheckpointError::*;
+        match self {
+            Io { path, .. }
+            | CorruptManifest { path, .. }
+            | Version { path, .. }
+            | MetaMismatch { path, .. }
+            | MissingPart { path }
+            | NotAFile { path }
+            | SizeMismatch { path, .. }
+            | ChecksumMismatch { path, .. }
+            | DuplicatePart { path }
+            | BadEntry { path, .. }
+            | Unfinished { path }
+            | NotNewer { path, .. } => path.clone(),
+            MissingDir { dir } | NoCheckpoint { dir, .. } | Incomplete { dir } => dir.clone(),
+            UnknownPart { dir, name } => dir.join(name),
+            BadPartName { name, .. } => PathBuf::from(name),
+        }
+    }
+
     /// An [`Io`](CheckpointError::Io) error on `path`.
     pub(crate) fn io(path: impl Into<PathBuf>, action: &'static str, source: io::Error) -> Self {
         CheckpointError::Io {

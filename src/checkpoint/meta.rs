@@ -55,12 +55,14 @@ pub(crate) struct ClusterShape {
     pub(crate) shards: usize,
 }
 
-/// Whether a checkpoint written by another cluster shape may be resumed.
+/// Whether a checkpoint written by a cluster of another shape may be resumed
+/// ([`Cluster::resume`](crate::Cluster::resume)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ClusterRule {
+pub enum ClusterRule {
     /// The cluster must have the same shape (processes, workers and shards).
     Same,
-    /// Any cluster shape: the caller redistributes the parts itself.
+    /// Any cluster shape: the store redistributes the rows by key; the application's
+    /// per-process states are the application's to redistribute.
     Any,
 }
 

@@ -15,10 +15,6 @@
 //! clocks' meaning or the command line: the caller decides when to write, which parts to
 //! write and how to read them back. It does not log.
 
-// Not wired into the shards and the CLI yet: until it is, nothing outside the tests
-// uses it. Remove this and the `allow(unused_imports)` below when wiring it.
-#![allow(dead_code)]
-
 mod durable;
 mod error;
 mod layout;
@@ -30,11 +26,14 @@ mod writer;
 #[cfg(test)]
 mod tests;
 
+pub use self::meta::ClusterRule;
+
 #[allow(unused_imports)]
 pub(crate) use self::{
     error::CheckpointError,
+    layout::dir_name,
     manifest::{Manifest, PartEntry},
-    meta::{ClusterRule, ClusterShape, Meta, TableShape},
+    meta::{ClusterShape, Meta, TableShape},
     reader::{Checkpoint, PartReader},
     writer::{CheckpointWriter, Committed, PartWriter},
 };

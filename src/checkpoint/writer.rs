@@ -141,18 +141,15 @@ impl CheckpointWriter {
     }
 
     /// The checkpoint's directory.
+    #[cfg_attr(not(test), allow(dead_code))] // for callers to come; the tests use it
     pub(crate) fn dir(&self) -> &Path {
         &self.dir
-    }
-
-    /// The clock the checkpoint holds.
-    pub(crate) fn clock(&self) -> Clock {
-        self.clock
     }
 
     /// Begins part `name` (a plain file name such as `shard-3.rows`, not used before in
     /// this checkpoint). The returned writer is independent of `self` and may move to
     /// another thread.
+    #[cfg_attr(not(test), allow(dead_code))] // for callers to come; the tests use it
     pub(crate) fn part(&self, name: &str) -> Result<PartWriter, CheckpointError> {
         let mut parts = lock(&self.parts);
         parts.claim(name, &self.dir)?;
@@ -167,20 +164,13 @@ impl CheckpointWriter {
 
     /// Writes part `name` with `write` and finishes it. An error of `write` (its own or
     /// the file's) is returned naming the part's file; the part is then left unfinished.
+    #[cfg_attr(not(test), allow(dead_code))] // for callers to come; the tests use it
     pub(crate) fn write_part(
         &self,
         name: &str,
         write: impl FnOnce(&mut PartWriter) -> io::Result<()>,
     ) -> Result<PartEntry, CheckpointError> {
-        let mut part = self.part(name)?;
-        match write(&mut part) {
-            Ok(()) => part.finish(),
-            Err(e) => {
-                // The file's own error if a write failed, else the caller's.
-                let e = part.file.take_failure().unwrap_or(e);
-                Err(CheckpointError::io(part.file.dest(), "write", e))
-            }
-        }
+        self.part(name)?.write_all_with(write)
     }
 
     /// Lists a part written elsewhere (by another process into this directory), as its
@@ -236,6 +226,7 @@ impl CheckpointWriter {
     /// Gives up on this checkpoint and removes its directory (with every part in it,
     /// whoever wrote them). Without `abort`, an abandoned checkpoint stays until a newer
     /// one commits; on a full disk, removing it frees the space for the next attempt.
+    #[cfg_attr(not(test), allow(dead_code))] // for callers to come; the tests use it
     pub(crate) fn abort(self) -> Result<(), CheckpointError> {
         fs::remove_dir_all(&self.dir).map_err(|e| CheckpointError::io(&self.dir, "remove", e))?;
         sync_dir(&self.root)
@@ -251,12 +242,55 @@ impl CheckpointWriter {
 }
 
 impl PartWriter {
+    /// Begins part `name` of the checkpoint at `clock` in `root` that a
+    /// [`CheckpointWriter`] elsewhere (another thread or process, which called
+    /// [`begin`](CheckpointWriter::begin)) writes: its directory must exist. Nothing here
+    /// lists the part; [`finish`](PartWriter::finish) returns its entry for that writer's
+    /// [`record`](CheckpointWriter::record).
+    pub(crate) fn standalone(
+        root: &Path,
+        clock: Clock,
+        name: &str,
+    ) -> Result<PartWriter, CheckpointError> {
+        let dir = root.join(dir_name(clock));
+        if !dir.is_dir() {
+            return Err(CheckpointError::MissingDir { dir });
+        }
+        let parts: Arc<Mutex<Parts>> = Arc::default();
+        lock(&parts).claim(name, &dir)?;
+        let file = DurableFile::create(dir.join(name))?;
+        lock(&parts).begun.insert(name.to_string());
+        Ok(PartWriter {
+            name: name.to_string(),
+            file,
+            parts,
+        })
+    }
+
+    /// Writes the whole part with `write` and finishes it, as
+    /// [`CheckpointWriter::write_part`] does: an error names the part's file.
+    pub(crate) fn write_all_with(
+        mut self,
+        write: impl FnOnce(&mut PartWriter) -> io::Result<()>,
+    ) -> Result<PartEntry, CheckpointError> {
+        match write(&mut self) {
+            Ok(()) => self.finish(),
+            Err(e) => {
+                // The file's own error if a write failed, else the caller's.
+                let e = self.file.take_failure().unwrap_or(e);
+                Err(CheckpointError::io(self.file.dest(), "write", e))
+            }
+        }
+    }
+
     /// The part's name.
+    #[cfg_attr(not(test), allow(dead_code))] // for callers to come; the tests use it
     pub(crate) fn name(&self) -> &str {
         &self.name
     }
 
     /// The file the part is written to (under a temporary name until finished).
+    #[cfg_attr(not(test), allow(dead_code))] // for callers to come; the tests use it
     pub(crate) fn path(&self) -> &Path {
         self.file.dest()
     }

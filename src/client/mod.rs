@@ -17,7 +17,7 @@ pub(crate) use signal::Signal;
 
 use crate::consistency::Clock;
 use crate::error::panic_message;
-use crate::msg::{Endpoint, Msg, ProcessId, ShardId};
+use crate::msg::{Endpoint, Msg, ProcessId, ShardId, ShardPart};
 use crate::placement::Placement;
 use crate::transport::{Inbound, Inbox, Transport, TransportError};
 use crate::world::World;
@@ -63,6 +63,10 @@ pub(crate) struct ClientShared {
     gathered: Mutex<BTreeMap<u64, Vec<AlignedBuf>>>,
     /// Shards that have finished the migration under way ([`Msg::Migrated`]).
     migrated: Mutex<Vec<ShardId>>,
+    /// This process's shards' answers to the checkpoint under way ([`Msg::Checkpointed`]).
+    checkpointed: Mutex<Vec<(ShardId, ShardPart)>>,
+    /// Shards that have finished the resume under way ([`Msg::Restored`]).
+    restored: Mutex<Vec<ShardId>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -95,6 +99,8 @@ impl ClientShared {
             declared: Mutex::new(Vec::new()),
             gathered: Mutex::new(BTreeMap::new()),
             migrated: Mutex::new(Vec::new()),
+            checkpointed: Mutex::new(Vec::new()),
+            restored: Mutex::new(Vec::new()),
         }
     }
 
@@ -264,6 +270,30 @@ impl ClientShared {
         })
     }
 
+    /// Waits for the answers of this process's `shards` shards to the checkpoint this
+    /// process asked them for ([`Msg::Checkpointed`]), in shard order. Its own shards
+    /// write while it waits, so there is no fixed bound; a failed cluster (a shard that
+    /// panicked or rejected the request) ends the wait.
+    pub(crate) fn await_checkpointed(&self, shards: usize) -> Result<Vec<(ShardId, ShardPart)>> {
+        let mut answers = self.wait_for("checkpoint", Duration::MAX, || {
+            let mut done = lock(&self.checkpointed);
+            (done.len() >= shards).then(|| std::mem::take(&mut *done))
+        })?;
+        answers.sort_by_key(|(shard, _)| *shard);
+        Ok(answers)
+    }
+
+    /// Waits until every shard of the cluster has every process's rows of the resume
+    /// under way ([`Msg::Restored`]). Like a run barrier it waits for the slowest process;
+    /// a failed cluster (a process that left, a rejected row) ends the wait.
+    pub(crate) fn await_restored(&self) -> Result<()> {
+        let total = self.world.total_shards();
+        self.wait_for("resume", Duration::MAX, || {
+            let mut done = lock(&self.restored);
+            (done.len() >= total).then(|| done.clear())
+        })
+    }
+
     fn on_rows(&self, data_clock: Clock, rows: Vec<(RowKey, AlignedBuf)>) {
         self.known_min.fetch_max(data_clock, Ordering::AcqRel);
         let keys: Vec<RowKey> = rows.iter().map(|(k, _)| *k).collect();
@@ -318,6 +348,14 @@ impl ClientShared {
             }
             Msg::Migrated { shard } => {
                 lock(&self.migrated).push(shard);
+                self.signal.notify();
+            }
+            Msg::Checkpointed { shard, part } => {
+                lock(&self.checkpointed).push((shard, part));
+                self.signal.notify();
+            }
+            Msg::Restored { shard } => {
+                lock(&self.restored).push(shard);
                 self.signal.notify();
             }
             Msg::Gathered { round, parts } => {

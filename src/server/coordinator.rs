@@ -16,6 +16,8 @@ pub(crate) struct Coordinator {
     gathers: BTreeMap<u64, Vec<Option<AlignedBuf>>>,
     /// Per process: its last round.
     rounds: Vec<u64>,
+    /// Per process: whether it has left the cluster.
+    left: Vec<bool>,
 }
 
 impl Coordinator {
@@ -26,6 +28,7 @@ impl Coordinator {
             tables: FxHashMap::default(),
             gathers: BTreeMap::new(),
             rounds: vec![0; processes],
+            left: vec![false; processes],
         }
     }
 
@@ -49,11 +52,31 @@ impl Coordinator {
             .entry(round)
             .or_insert_with(|| vec![None; self.processes]);
         parts[from as usize] = Some(values);
+        if let Some(gone) = (0..self.processes).find(|&p| self.left[p] && parts[p].is_none()) {
+            return Err(format!(
+                "process {gone} left the cluster before all-gather round {round}"
+            ));
+        }
         if parts.iter().any(Option::is_none) {
             return Ok(None);
         }
         let parts = self.gathers.remove(&round).unwrap_or_default();
         Ok(Some(parts.into_iter().flatten().collect()))
+    }
+
+    /// Process `from` has left the cluster: if an all-gather round waits for its part,
+    /// the round can never complete, and this says why (the cluster must fail rather
+    /// than leave the others waiting). A round begun later fails in
+    /// [`gather`](Self::gather).
+    pub(crate) fn left(&mut self, from: ProcessId) -> Option<String> {
+        *self.left.get_mut(from as usize)? = true;
+        let (round, _) = self
+            .gathers
+            .iter()
+            .find(|(_, parts)| parts.get(from as usize).is_some_and(Option::is_none))?;
+        Some(format!(
+            "process {from} left the cluster during all-gather round {round}"
+        ))
     }
 
     /// The table `name`: assigned the next id on its first declaration; a later one must
@@ -114,5 +137,28 @@ mod tests {
             .gather(0, 3, part(1))
             .unwrap_err()
             .contains("round 3 after round 1"));
+    }
+
+    #[test]
+    fn a_process_that_leaves_fails_the_rounds_it_never_joins_in_either_order() {
+        let part = || AlignedBuf::from_slice(&[1i64]);
+        // Leaves while a round waits for it.
+        let mut c = Coordinator::new(2);
+        assert_eq!(c.gather(0, 1, part()).unwrap(), None);
+        let why = c.left(1).unwrap();
+        assert!(
+            why.contains("process 1 left") && why.contains("round 1"),
+            "{why}"
+        );
+        // Leaves before the others begin a round.
+        let mut c = Coordinator::new(2);
+        assert_eq!(c.left(1), None);
+        let why = c.gather(0, 1, part()).unwrap_err();
+        assert!(why.contains("process 1 left"), "{why}");
+        // Leaves after its part of every round: nothing fails.
+        let mut c = Coordinator::new(2);
+        assert_eq!(c.gather(1, 1, part()).unwrap(), None);
+        assert_eq!(c.left(1), None);
+        assert!(c.gather(0, 1, part()).unwrap().is_some());
     }
 }

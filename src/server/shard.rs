@@ -12,18 +12,25 @@
 //! runs end at a barrier ([`Msg::RunEnd`] from every process, then [`Msg::RunReady`]
 //! with the agreed start clock); a shard is done once every process has left it. Shard 0
 //! also holds the [`Coordinator`].
+//!
+//! Between runs a shard writes its rows into a checkpoint ([`Msg::Checkpoint`]: the one
+//! message whose handling does IO, a file through the checkpoint storage layer); before
+//! any run it takes rows back from one ([`Msg::Restore`]).
 
 use super::arena::{ArenaShard, Layout, Request};
 use super::coordinator::Coordinator;
+use crate::checkpoint::{CheckpointError, PartEntry, PartWriter};
 use crate::consistency::{Clock, ClockTable, DeferredReads};
 use crate::gather::phase_bit;
 use crate::msg::{Endpoint, Msg, ProcessId, RowBatch, ShardId, Want, WorkerId};
 use crate::placement::Placement;
+use crate::rows_part;
 use crate::world::World;
 use crate::{AlignedBuf, RowKey, TableMeta};
 use dashmap::DashMap;
 use rustc_hash::{FxBuildHasher, FxHashMap};
 use std::collections::BTreeMap;
+use std::path::Path;
 
 /// Updates of one worker for one clock, waiting to become visible: rows sent the generic
 /// way, and a slab with the layout it was resolved to when it arrived.
@@ -53,6 +60,18 @@ pub(crate) struct Shard {
     left: Vec<bool>,
     /// A migration under way (see [`Msg::Migrate`]).
     migration: Option<Migration>,
+    /// A restore under way (see [`Msg::Restore`]).
+    restore: Option<Restoring>,
+    /// Whether a restore has completed (there is only one, before any run).
+    restored: bool,
+}
+
+/// Where a shard is in a restore: the checkpoint's clock, and which processes have sent
+/// their last rows.
+#[derive(Debug)]
+struct Restoring {
+    clock: Clock,
+    done: Vec<bool>,
 }
 
 /// Where a shard is in a migration: its own hand-over done, and from which shards it has
@@ -81,6 +100,8 @@ impl Shard {
             run: 0,
             left: vec![false; world.processes],
             migration: None,
+            restore: None,
+            restored: false,
         }
     }
 
@@ -212,8 +233,28 @@ impl Shard {
             }
             Msg::Leave { from } => {
                 self.left[from as usize] = true;
+                if let Some(reason) = self.coordinator.as_mut().and_then(|c| c.left(from)) {
+                    return self.reject_all(reason, out);
+                }
+                if self
+                    .restore
+                    .as_ref()
+                    .is_some_and(|r| !r.done[from as usize])
+                {
+                    return self.reject_all(
+                        format!("process {from} left the cluster during a resume"),
+                        out,
+                    );
+                }
                 self.check_barrier(out);
             }
+            Msg::Checkpoint { from, root, clock } => self.checkpoint(from, &root, clock, out),
+            Msg::Restore {
+                from,
+                clock,
+                rows,
+                last,
+            } => self.restore(from, clock, rows, last, out),
             Msg::Migrate { from, overrides } => self.migrate(from, overrides, out),
             Msg::Adopt { shard, rows } => self.adopt(shard, rows, out),
             Msg::Dump { from, table } => {
@@ -629,6 +670,167 @@ impl Shard {
             }
         }
         self.check_migrated(out);
+    }
+
+    /// Writes this shard's rows as its part of the checkpoint at `clock` in `root` and
+    /// answers `from` with the part's entry or the error. Only between runs: with updates
+    /// pending, workers at another clock, a run ending, or a migration or restore under
+    /// way, the rows are not the checkpoint's clock's, and the protocol was broken.
+    fn checkpoint(
+        &mut self,
+        from: ProcessId,
+        root: &Path,
+        clock: Clock,
+        out: &mut Vec<(Endpoint, Msg)>,
+    ) {
+        if self.world.process_of_shard(self.id) != Some(from) {
+            return self.reject_all(
+                format!("process {from} asked shard {} for a checkpoint", self.id),
+                out,
+            );
+        }
+        if let Err(reason) = self.between_runs_at(clock) {
+            return self.reject_all(format!("a checkpoint at clock {clock} {reason}"), out);
+        }
+        let part = self
+            .write_rows(root, clock)
+            .map(|e| (e.name, e.size, e.sha256))
+            .map_err(|e| e.to_string());
+        let shard = self.id;
+        out.push((Endpoint::Client(from), Msg::Checkpointed { shard, part }));
+    }
+
+    /// `Ok` if every update up to `clock` is applied and none after: no update pending,
+    /// every worker at `clock`, no run ending, no migration or restore under way.
+    fn between_runs_at(&self, clock: Clock) -> Result<(), String> {
+        let (min, max) = (self.clocks.min_clock(), self.clocks.max_clock());
+        if !self.pending.is_empty() {
+            Err("while updates are pending".into())
+        } else if min != clock || max != clock {
+            Err(format!(
+                "while the shard's workers are at clocks {min} to {max}"
+            ))
+        } else if let Some(p) = self
+            .staying()
+            .into_iter()
+            .find(|&p| self.ended[p as usize] != self.run)
+        {
+            Err(format!(
+                "while process {p} is ending run {}",
+                self.ended[p as usize]
+            ))
+        } else if self.migration.is_some() {
+            Err("during a migration".into())
+        } else if self.restore.is_some() {
+            Err("during a restore".into())
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Writes every row this shard holds that is not all zeros, generic and arena rows
+    /// alike, sorted by key, as part `shard-<id>.rows` (see [`rows_part`]).
+    fn write_rows(&self, root: &Path, clock: Clock) -> Result<PartEntry, CheckpointError> {
+        let mut keys: Vec<(RowKey, bool)> = self
+            .rows
+            .iter()
+            .filter(|e| rows_part::keep(e.value().as_bytes()))
+            .map(|e| (*e.key(), false))
+            .collect();
+        keys.extend(
+            self.arena
+                .rows()
+                .filter(|(_, b)| rows_part::keep(b))
+                .map(|(k, _)| (k, true)),
+        );
+        keys.sort_unstable_by_key(|(k, _)| *k);
+        let part = PartWriter::standalone(root, clock, &rows_part::part_name(self.id))?;
+        part.write_all_with(|out| {
+            rows_part::write_header(out, self.id, clock, keys.len() as u64)?;
+            for (key, in_arena) in keys {
+                if in_arena {
+                    if let Some(row) = self.arena.row(key) {
+                        rows_part::write_row(out, key, row)?;
+                    }
+                } else if let Some(row) = self.rows.get(&key) {
+                    rows_part::write_row(out, key, row.as_bytes())?;
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// Rows `from` read from a checkpoint at `clock` whose home is this shard. Only
+    /// before any run, plan or migration: the shard must hold nothing yet.
+    fn restore(
+        &mut self,
+        from: ProcessId,
+        clock: Clock,
+        rows: Vec<(RowKey, AlignedBuf)>,
+        last: bool,
+        out: &mut Vec<(Endpoint, Msg)>,
+    ) {
+        if self.restore.is_none() {
+            let used = self.restored
+                || self.run != 0
+                || self.clocks.max_clock() != 0
+                || !self.pending.is_empty()
+                || !self.rows.is_empty()
+                || self.arena.rows().next().is_some()
+                || self.migration.is_some();
+            if used {
+                return self.reject_all(
+                    "a resume after runs, a plan, a migration or another resume".into(),
+                    out,
+                );
+            }
+            self.restore = Some(Restoring {
+                clock,
+                done: vec![false; self.world.processes],
+            });
+        }
+        let Some(state) = self.restore.as_mut() else {
+            return;
+        };
+        if state.clock != clock {
+            let other = state.clock;
+            return self.reject_all(
+                format!("process {from} resumes from clock {clock}, another from clock {other}"),
+                out,
+            );
+        }
+        if std::mem::replace(&mut state.done[from as usize], last) {
+            return self.reject_all(
+                format!("rows restored by process {from} after its last"),
+                out,
+            );
+        }
+        if let Err(reason) = self.validate(&rows) {
+            return self.reject_all(format!("restored rows: {reason}"), out);
+        }
+        for (key, value) in rows {
+            if self.rows.insert(key, value).is_some() {
+                return self.reject_all(format!("{key:?} restored twice"), out);
+            }
+        }
+        self.check_restored(out);
+    }
+
+    /// Once every process has sent its last rows: every worker starts at the checkpoint's
+    /// clock, and every process is told.
+    fn check_restored(&mut self, out: &mut Vec<(Endpoint, Msg)>) {
+        let Some(state) = self.restore.as_ref().filter(|r| r.done.iter().all(|&d| d)) else {
+            return;
+        };
+        let clock = state.clock;
+        self.restore = None;
+        self.restored = true;
+        if let Err(e) = self.clocks.resume_all(clock) {
+            return self.reject_all(format!("a resume at clock {clock}: {e}"), out);
+        }
+        for p in self.staying() {
+            out.push((Endpoint::Client(p), Msg::Restored { shard: self.id }));
+        }
     }
 
     /// Tells every process once this shard has handed over and adopted everything.
@@ -1237,5 +1439,376 @@ mod tests {
             matches!(&out[0].1, Msg::Rejected { reason, .. } if reason.contains("worker 0 sent clock 1 after clock 1")),
             "{out:?}"
         );
+    }
+
+    /// A fresh directory under the system's temporary directory, removed when dropped.
+    struct TestDir(std::path::PathBuf);
+
+    impl TestDir {
+        fn new(name: &str) -> Self {
+            use std::sync::atomic::{AtomicUsize, Ordering};
+            static NEXT: AtomicUsize = AtomicUsize::new(0);
+            let n = NEXT.fetch_add(1, Ordering::Relaxed);
+            let dir = std::env::temp_dir()
+                .join(format!("iterstore-shard-{}-{n}-{name}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            TestDir(dir)
+        }
+
+        /// The root, with the directory of the checkpoint at `clock` begun in it.
+        fn begun(&self, clock: Clock) -> &Path {
+            let dir = self.0.join(crate::checkpoint::dir_name(clock));
+            std::fs::create_dir_all(dir).unwrap();
+            &self.0
+        }
+    }
+
+    impl Drop for TestDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn two_process_world() -> World {
+        World {
+            processes: 2,
+            workers: 1,
+            shards: 1,
+        }
+    }
+
+    fn rejected(out: &[(Endpoint, Msg)]) -> Vec<&str> {
+        out.iter()
+            .filter_map(|(_, m)| match m {
+                Msg::Rejected { reason, .. } => Some(reason.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn checkpointed(out: &[(Endpoint, Msg)]) -> Vec<(Endpoint, crate::msg::ShardPart)> {
+        out.iter()
+            .filter_map(|(to, m)| match m {
+                Msg::Checkpointed { part, .. } => Some((*to, part.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The rows of a rows part, as `(row, values)` of table 0 (`i64` pairs).
+    fn rows_in(path: &Path) -> (rows_part::Header, Vec<(u64, Vec<i64>)>) {
+        let bytes = std::fs::read(path).unwrap();
+        let mut rows = Vec::new();
+        let header = rows_part::read(
+            &bytes[..],
+            |t| (t == 0).then_some(16),
+            |k, b| rows.push((k.row, b.cast::<i64>().to_vec())),
+        )
+        .unwrap();
+        (header, rows)
+    }
+
+    #[test]
+    fn a_checkpoint_writes_generic_and_arena_rows_sorted_without_zero_rows() {
+        let dir = TestDir::new("rows");
+        let mut s = shard_with_table(1);
+        let mut out = Vec::new();
+        // Rows 4 and 2 the generic way, rows 3 and 9 planned (9 is never updated).
+        s.handle(clock(0, 1, &[(4, [1, 2]), (2, [3, 4])]), &mut out);
+        let specialize = Msg::Specialize {
+            from: 0,
+            epoch: 1,
+            keys: vec![RowKey::new(0, 3), RowKey::new(0, 9)],
+            chunk_ends: vec![2],
+            chunk_phases: vec![1],
+            updaters: vec![(0, vec![0])],
+        };
+        s.handle(specialize, &mut out);
+        let slab = Msg::Clock {
+            worker: 0,
+            clock: 2,
+            epoch: 1,
+            rows: vec![],
+            slab: AlignedBuf::from_slice(&[5i64, 6]),
+            slab_rows: None,
+        };
+        s.handle(slab, &mut out);
+        s.handle(Msg::Finish { worker: 0 }, &mut out);
+        s.handle(Msg::RunEnd { from: 0, run: 1 }, &mut out);
+        out.clear();
+        let root = dir.begun(2).to_path_buf();
+        s.handle(
+            Msg::Checkpoint {
+                from: 0,
+                root: root.clone(),
+                clock: 2,
+            },
+            &mut out,
+        );
+        let answers = checkpointed(&out);
+        assert_eq!(answers.len(), 1, "{out:?}");
+        let (name, size, _) = answers[0].1.clone().unwrap();
+        assert_eq!(
+            (answers[0].0, name.as_str()),
+            (Endpoint::Client(0), "shard-0.rows")
+        );
+        let path = root.join("ckpt-00000002/shard-0.rows");
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), size);
+        let (header, rows) = rows_in(&path);
+        assert_eq!((header.shard, header.clock, header.rows), (0, 2, 3));
+        assert_eq!(
+            rows,
+            vec![(2, vec![3, 4]), (3, vec![5, 6]), (4, vec![1, 2])]
+        );
+    }
+
+    #[test]
+    fn a_checkpoint_out_of_place_is_a_protocol_error_and_a_failed_write_is_not() {
+        let dir = TestDir::new("refused");
+        let root = dir.begun(1).to_path_buf();
+        let ask = |from, clock| Msg::Checkpoint {
+            from,
+            root: root.clone(),
+            clock,
+        };
+        // Shard 0 of two processes: worker 0 has sent clock 1, worker 1 has not.
+        let mut s = Shard::new(0, two_process_world());
+        let meta = TableMeta {
+            id: 0,
+            name: "t".into(),
+            width: 2,
+            elem: ElemType::I64,
+        };
+        let mut out = Vec::new();
+        s.handle(Msg::CreateTable { meta }, &mut out);
+        s.handle(ask(1, 0), &mut out);
+        assert!(
+            rejected(&out)[0].contains("process 1 asked shard 0"),
+            "{out:?}"
+        );
+        out.clear();
+        s.handle(clock(0, 1, &[(1, [1, 1])]), &mut out);
+        s.handle(ask(0, 0), &mut out);
+        assert!(
+            rejected(&out)[0].contains("while updates are pending"),
+            "{out:?}"
+        );
+        out.clear();
+        s.handle(clock(1, 1, &[]), &mut out);
+        s.handle(ask(0, 0), &mut out);
+        assert!(rejected(&out)[0].contains("clocks 1 to 1"), "{out:?}");
+        out.clear();
+        s.handle(Msg::Finish { worker: 0 }, &mut out);
+        s.handle(Msg::RunEnd { from: 0, run: 1 }, &mut out);
+        s.handle(ask(0, 1), &mut out);
+        assert!(
+            rejected(&out)[0].contains("process 0 is ending run 1"),
+            "{out:?}"
+        );
+        out.clear();
+        s.handle(Msg::Finish { worker: 1 }, &mut out);
+        s.handle(Msg::RunEnd { from: 1, run: 1 }, &mut out);
+        out.clear();
+        // In place, but not begun: the write fails and says where; the cluster goes on.
+        s.handle(ask(0, 7), &mut out);
+        assert!(rejected(&out)[0].contains("clocks 1 to 1"), "{out:?}");
+        out.clear();
+        let elsewhere = Msg::Checkpoint {
+            from: 0,
+            root: root.join("missing"),
+            clock: 1,
+        };
+        s.handle(elsewhere, &mut out);
+        let answers = checkpointed(&out);
+        let err = answers[0].1.clone().unwrap_err();
+        assert!(
+            err.contains("missing/ckpt-00000001") && err.contains("does not exist"),
+            "{err}"
+        );
+        assert!(rejected(&out).is_empty());
+        out.clear();
+        s.handle(ask(0, 1), &mut out);
+        assert!(checkpointed(&out)[0].1.is_ok(), "{out:?}");
+    }
+
+    #[test]
+    fn a_checkpoint_writes_the_same_bytes_whatever_the_other_process_sends_around_it() {
+        let dir = TestDir::new("orders");
+        let root = dir.begun(1).to_path_buf();
+        let key = |r| RowKey::new(0, r);
+        let mine = vec![Msg::Checkpoint {
+            from: 0,
+            root: root.clone(),
+            clock: 1,
+        }];
+        // Between runs the other process may read and dump; then it leaves.
+        let theirs = vec![
+            Msg::Fetch {
+                from: 1,
+                rows: vec![(key(7), 1), (key(1), 1)],
+            },
+            Msg::Dump { from: 1, table: 0 },
+            Msg::Leave { from: 1 },
+        ];
+        let mut sums = Vec::new();
+        for order in interleavings(&mine, &theirs) {
+            let mut s = Shard::new(0, two_process_world());
+            let meta = TableMeta {
+                id: 0,
+                name: "t".into(),
+                width: 2,
+                elem: ElemType::I64,
+            };
+            let mut out = Vec::new();
+            s.handle(Msg::CreateTable { meta }, &mut out);
+            s.handle(clock(0, 1, &[(1, [1, 2])]), &mut out);
+            s.handle(clock(1, 1, &[(1, [10, 20]), (5, [0, 0])]), &mut out);
+            for p in 0..2 {
+                s.handle(Msg::Finish { worker: p }, &mut out);
+                s.handle(Msg::RunEnd { from: p, run: 1 }, &mut out);
+            }
+            out.clear();
+            for m in order {
+                s.handle(m, &mut out);
+            }
+            assert!(rejected(&out).is_empty(), "{out:?}");
+            let answers = checkpointed(&out);
+            assert_eq!(answers.len(), 1);
+            sums.push(answers[0].1.clone().unwrap());
+            let (_, rows) = rows_in(&root.join("ckpt-00000001/shard-0.rows"));
+            // Row 5 is all zeros and row 7 was only read: neither is written.
+            assert_eq!(rows, vec![(1, vec![11, 22])]);
+        }
+        assert_eq!(sums.len(), 4);
+        assert!(sums.iter().all(|s| *s == sums[0]), "{sums:?}");
+    }
+
+    /// What process `p` sends in a resume of a two-process cluster: its rows for shard 0
+    /// (process 0 in two messages), then after `Restored` a read and `Leave`.
+    fn restore_script(p: u32) -> (Vec<Msg>, Vec<Msg>) {
+        let meta = TableMeta {
+            id: 0,
+            name: "t".into(),
+            width: 2,
+            elem: ElemType::I64,
+        };
+        let row = |r: u64| (RowKey::new(0, r), AlignedBuf::from_slice(&[r as i64, -1]));
+        let restore = |rows, last| Msg::Restore {
+            from: p,
+            clock: 6,
+            rows,
+            last,
+        };
+        let mut before = vec![Msg::CreateTable { meta }];
+        if p == 0 {
+            before.push(restore(vec![row(1), row(3)], false));
+            before.push(restore(vec![row(5)], true));
+        } else {
+            before.push(restore(vec![row(2)], true));
+        }
+        let after = vec![
+            Msg::Fetch {
+                from: p,
+                rows: (1..=6).map(|r| (RowKey::new(0, r), 6)).collect(),
+            },
+            Msg::Leave { from: p },
+        ];
+        (before, after)
+    }
+
+    #[test]
+    fn a_restore_completes_once_under_every_order_the_transport_allows() {
+        let (b0, a0) = restore_script(0);
+        let (b1, a1) = restore_script(1);
+        let mut orders = 0;
+        for before in interleavings(&b0, &b1) {
+            for after in interleavings(&a0, &a1) {
+                orders += 1;
+                let mut s = Shard::new(0, two_process_world());
+                let mut out = Vec::new();
+                let last = before.len() - 1;
+                for (i, m) in before.iter().enumerate() {
+                    s.handle(m.clone(), &mut out);
+                    let restored = out
+                        .iter()
+                        .filter(|(_, m)| matches!(m, Msg::Restored { shard: 0 }))
+                        .count();
+                    let last_restore = before[i + 1..]
+                        .iter()
+                        .all(|m| !matches!(m, Msg::Restore { .. }));
+                    assert_eq!(restored, if last_restore { 2 } else { 0 }, "{i} of {last}");
+                }
+                for m in &after {
+                    s.handle(m.clone(), &mut out);
+                }
+                assert!(s.released());
+                for p in 0..2 {
+                    let answers = answers_to(p, &out);
+                    assert!(
+                        answers.contains(
+                            &"rows@6 [(1, [1, -1]), (2, [2, -1]), (3, [3, -1]), (4, [0, 0]), \
+                              (5, [5, -1]), (6, [0, 0])]"
+                                .to_string()
+                        ),
+                        "{answers:?}"
+                    );
+                }
+            }
+        }
+        assert_eq!(orders, 10 * 6);
+    }
+
+    #[test]
+    fn a_restore_out_of_place_fails_the_cluster() {
+        let refused = |prefix: Vec<Msg>| {
+            let mut s = Shard::new(0, two_process_world());
+            let meta = TableMeta {
+                id: 0,
+                name: "t".into(),
+                width: 2,
+                elem: ElemType::I64,
+            };
+            let mut out = Vec::new();
+            s.handle(Msg::CreateTable { meta }, &mut out);
+            for m in prefix {
+                s.handle(m, &mut out);
+            }
+            rejected(&out).first().map(|r| r.to_string())
+        };
+        let restore = |from, clock, rows: Vec<(RowKey, AlignedBuf)>, last| Msg::Restore {
+            from,
+            clock,
+            rows,
+            last,
+        };
+        let row = |t, bytes: &[i64]| (RowKey::new(t, 1), AlignedBuf::from_slice(bytes));
+        let ok = vec![restore(0, 4, vec![], true), restore(1, 4, vec![], true)];
+        assert_eq!(refused(ok.clone()), None);
+        let twice = [ok.clone(), vec![restore(0, 4, vec![], true)]].concat();
+        assert!(refused(twice).unwrap().contains("another resume"));
+        let after_run = vec![clock(0, 1, &[]), restore(0, 4, vec![], true)];
+        assert!(refused(after_run).unwrap().contains("after runs"));
+        let clocks = vec![restore(0, 4, vec![], false), restore(1, 5, vec![], true)];
+        assert!(refused(clocks).unwrap().contains("another from clock 4"));
+        let after_last = vec![restore(0, 4, vec![], true), restore(0, 4, vec![], true)];
+        assert!(refused(after_last).unwrap().contains("after its last"));
+        let unknown = vec![restore(0, 4, vec![row(3, &[1, 1])], true)];
+        assert!(refused(unknown).unwrap().contains("unknown table #3"));
+        let narrow = vec![restore(0, 4, vec![row(0, &[1])], true)];
+        assert!(refused(narrow)
+            .unwrap()
+            .contains("has 8 bytes, expected 16"));
+        let dup = vec![
+            restore(0, 4, vec![row(0, &[1, 1])], false),
+            restore(0, 4, vec![row(0, &[1, 1])], true),
+        ];
+        assert!(refused(dup).unwrap().contains("restored twice"));
+        let gone = vec![restore(0, 4, vec![], true), Msg::Leave { from: 1 }];
+        assert!(refused(gone)
+            .unwrap()
+            .contains("process 1 left the cluster during a resume"));
+        let gone_after = [ok, vec![Msg::Leave { from: 1 }]].concat();
+        assert_eq!(refused(gone_after), None);
     }
 }

@@ -1,6 +1,7 @@
 //! Integration tests of iterstore through its public API (one test binary).
 
 mod api_errors;
+mod checkpoint;
 mod cluster;
 mod modes;
 mod numa;

@@ -57,3 +57,31 @@ pub fn over_tcp<R: Send>(
 pub fn free_addrs(n: usize) -> Vec<std::net::SocketAddr> {
     iterstore::loopback_hosts(n).unwrap()
 }
+
+/// A fresh directory under the system's temporary directory, removed when dropped.
+pub struct TempDir(std::path::PathBuf);
+
+impl TempDir {
+    /// A fresh directory whose name contains `name`.
+    pub fn new(name: &str) -> Self {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let dir =
+            std::env::temp_dir().join(format!("iterstore-it-{}-{n}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+
+    /// Its path.
+    pub fn path(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}

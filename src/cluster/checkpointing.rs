@@ -1,0 +1,437 @@
+//! Checkpoint and resume of a cluster: [`Cluster::checkpoint`], [`Cluster::checkpoint_with`]
+//! and [`Cluster::resume`], with [`Resumed`].
+//!
+//! **Checkpoint** (between runs, every process alike): each process begins the checkpoint
+//! at the cluster's start clock in the shared directory, writes its application state as
+//! `process-<rank>.app`, and has each of its shards write its rows as `shard-<id>.rows`
+//! on the shard's own thread ([`Msg::Checkpoint`] → [`Msg::Checkpointed`]). The
+//! processes then all-gather what they wrote (or why they could not); rank 0 records
+//! every part and commits the manifest, and a second all-gather tells every process the
+//! outcome. So every process returns the same answer, only once the checkpoint is
+//! complete, and a failure anywhere (a full disk, a refused directory) fails the
+//! checkpoint on every process without failing the cluster.
+//!
+//! **Resume** (before any run or plan, every process alike): each process opens and
+//! verifies the newest complete checkpoint, the processes all-gather whether they could,
+//! each reads its share of the rows parts (old shard `k` is read by process
+//! `k mod processes`) and checks it whole, they all-gather again, and only then is every
+//! row sent to its home shard under this cluster's placement ([`Msg::Restore`]); a shard
+//! that has every process's rows starts every worker at the checkpoint's clock
+//! ([`Msg::Restored`]). A checkpoint that any process refuses is refused by all, naming
+//! the file; nothing is restored from it.
+//!
+//! This module decides the steps and who reads what; the files are the storage layer's
+//! (`crate::checkpoint`), the rows' bytes `crate::rows_part`'s, the shards' side is in
+//! `server::shard`.
+
+use super::Cluster;
+use crate::checkpoint::{
+    Checkpoint, CheckpointError, CheckpointWriter, ClusterShape, Meta, PartEntry, PartWriter,
+    TableShape,
+};
+use crate::consistency::Clock;
+use crate::msg::Msg;
+use crate::{rows_part, AlignedBuf, ClusterRule, Error, Result, RowKey};
+use serde::{Deserialize, Serialize};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// Bytes of rows per [`Msg::Restore`], well under the network's largest frame.
+const RESTORE_BATCH: usize = 4 << 20;
+
+/// A checkpoint a cluster resumed from ([`Cluster::resume`]): its clock, the cluster that
+/// wrote it and the application states it holds.
+#[derive(Debug)]
+pub struct Resumed {
+    checkpoint: Checkpoint,
+}
+
+impl Resumed {
+    /// The clock the checkpoint holds; the cluster's next run starts at it.
+    pub fn clock(&self) -> Clock {
+        self.checkpoint.clock()
+    }
+
+    /// The checkpoint's directory (`<dir>/ckpt-<clock>`).
+    pub fn dir(&self) -> &Path {
+        self.checkpoint.dir()
+    }
+
+    /// Processes of the cluster that wrote the checkpoint (with [`ClusterRule::Any`] it may
+    /// differ from this cluster's).
+    pub fn processes(&self) -> usize {
+        self.checkpoint.meta().cluster.processes
+    }
+
+    /// The application state process `rank` of the writing cluster saved with
+    /// [`Cluster::checkpoint_with`], or `None` if it saved none. The bytes were verified
+    /// against the manifest's checksum when the checkpoint was opened.
+    pub fn app_state(&self, rank: usize) -> Result<Option<Vec<u8>>> {
+        let name = app_part_name(rank);
+        if !self.checkpoint.parts().iter().any(|p| p.name == name) {
+            return Ok(None);
+        }
+        Ok(Some(self.checkpoint.read_part(&name)?))
+    }
+}
+
+/// What a process did in one step of a checkpoint or resume, all-gathered: its parts (or
+/// clock), or the file at fault and why.
+#[derive(Debug, Serialize, Deserialize)]
+struct Report<T> {
+    outcome: std::result::Result<T, (PathBuf, String)>,
+}
+
+/// The part name of process `rank`'s application state.
+fn app_part_name(rank: usize) -> String {
+    format!("process-{rank}.app")
+}
+
+impl Cluster {
+    /// Writes a checkpoint of every table into `dir` (created if missing), at the clock
+    /// the next run starts at, for application `app`; returns the checkpoint's
+    /// directory, `<dir>/ckpt-<clock>`. See [`checkpoint_with`](Self::checkpoint_with).
+    pub fn checkpoint(&mut self, dir: &Path, app: &str) -> Result<PathBuf> {
+        self.checkpoint_parts(dir, app, None)
+    }
+
+    /// Writes a checkpoint of every table and of this process's application `state`
+    /// (opaque bytes: per-worker state kept outside the store, such as topic assignments
+    /// or random generators' positions; [`Resumed::app_state`] gives it back) into
+    /// `dir`, at the clock the next run starts at, for application `app`; returns the
+    /// checkpoint's directory, `<dir>/ckpt-<clock>`.
+    ///
+    /// A collective between runs: every process of the cluster calls it alike (each with
+    /// its own `state`), and `dir` must be the same directory for all of them (one
+    /// machine, or a shared file system). It returns once the checkpoint is complete (its
+    /// manifest written) or has failed, the same on every process. A checkpoint is
+    /// complete only when its manifest is: a failure at any point (a full disk, a crash)
+    /// leaves the previous complete checkpoint valid, and older ones are removed only
+    /// after a newer one completes. A failure to write is an [`Error::Checkpoint`] naming
+    /// the file; the cluster can go on running. Refused if `dir` already holds a complete
+    /// checkpoint at this clock or later.
+    pub fn checkpoint_with(&mut self, dir: &Path, app: &str, state: &[u8]) -> Result<PathBuf> {
+        self.checkpoint_parts(dir, app, Some(state))
+    }
+
+    /// Restores every table from the newest complete checkpoint in `dir` written for
+    /// application `app`, so that the next run continues from the checkpoint's clock.
+    ///
+    /// A collective, like [`checkpoint_with`](Self::checkpoint_with): every process calls
+    /// it alike, after creating the same tables (names, types and widths, in the same
+    /// order) as the run that wrote the checkpoint and before any run, virtual iteration
+    /// of a specialized mode, or other resume. `rule` says whether the checkpoint may
+    /// come from a cluster of another shape; rows are redistributed to this cluster's
+    /// shards by key either way.
+    ///
+    /// The whole checkpoint is verified (manifest, the writing run's app, tables and
+    /// cluster, every part's size and SHA-256 and the rows' encoding) before any row is
+    /// restored. A missing, incomplete, corrupt or mismatched checkpoint is refused with
+    /// an [`Error::Checkpoint`] naming the file and why, on every process; a table is
+    /// never silently left empty.
+    pub fn resume(&mut self, dir: &Path, app: &str, rule: ClusterRule) -> Result<Resumed> {
+        self.check()?;
+        let opened = if self.runs > 0 || self.plans > 0 || self.resumed {
+            Err(Error::checkpoint(
+                dir,
+                format!(
+                    "{}: a resume must come before any run, plan or other resume",
+                    dir.display()
+                ),
+            ))
+        } else {
+            Checkpoint::open_newest(dir, &self.checkpoint_meta(app), rule).map_err(Error::from)
+        };
+        let report = opened.as_ref().map(Checkpoint::clock);
+        let clocks = self.gather_reports(report.map_err(Error::clone_checkpoint))?;
+        let checkpoint = opened?;
+        if let Some((p, c)) = clocks.iter().enumerate().find(|(_, c)| **c != clocks[0]) {
+            return Err(Error::checkpoint(
+                dir,
+                format!(
+                    "{}: process 0 opened the checkpoint at clock {}, process {p} at clock {c}",
+                    dir.display(),
+                    clocks[0]
+                ),
+            ));
+        }
+        let batches = self.read_rows(&checkpoint);
+        let batches = batches.map_err(|(path, message)| Error::checkpoint(path, message));
+        self.gather_reports(
+            batches
+                .as_ref()
+                .map(|_| ())
+                .map_err(Error::clone_checkpoint),
+        )?;
+        let batches = batches?;
+        let clock = checkpoint.clock();
+        let from = self.shared.process;
+        for (shard, batches) in batches.into_iter().enumerate() {
+            let n = batches.len();
+            for (i, rows) in batches.into_iter().enumerate() {
+                let last = i + 1 == n;
+                self.send(
+                    shard,
+                    Msg::Restore {
+                        from,
+                        clock,
+                        rows,
+                        last,
+                    },
+                )?;
+            }
+        }
+        self.shared.await_restored()?;
+        self.start_clock = clock;
+        self.resumed = true;
+        Ok(Resumed { checkpoint })
+    }
+
+    /// The checkpoint's description of this run: `app`, the tables, the cluster's shape.
+    fn checkpoint_meta(&self, app: &str) -> Meta {
+        Meta {
+            app: app.to_string(),
+            tables: self
+                .registry
+                .tables()
+                .iter()
+                .map(TableShape::from)
+                .collect(),
+            cluster: ClusterShape {
+                processes: self.shared.world.processes,
+                workers: self.config.workers,
+                shards: self.shared.world.shards,
+            },
+        }
+    }
+
+    /// [`checkpoint_with`](Self::checkpoint_with), `state` optional.
+    fn checkpoint_parts(&mut self, dir: &Path, app: &str, state: Option<&[u8]>) -> Result<PathBuf> {
+        self.check()?;
+        let clock = self.start_clock;
+        let writer = CheckpointWriter::begin(dir, clock, self.checkpoint_meta(app));
+        let written = match &writer {
+            Ok(_) => self.write_own_parts(dir, clock, state)?,
+            Err(e) => Err((e.path(), e.to_string())),
+        };
+        let reports = self.gather_reports(written)?;
+        // Rank 0 completes the checkpoint if every process wrote its parts.
+        let committed = match writer {
+            Ok(writer) if self.shared.process == 0 => Some(commit(writer, &reports)),
+            _ => None,
+        };
+        let outcome = self.gather_reports(committed.unwrap_or(Ok(PathBuf::new())))?;
+        outcome.into_iter().next().ok_or_else(|| {
+            Error::failed("checkpoint", "the all-gather returned no process's outcome")
+        })
+    }
+
+    /// Writes this process's parts of the checkpoint at `clock` (begun in `dir`): its
+    /// application state, then each of its shards' rows, on the shards' threads. `Err`
+    /// for a failed cluster; `Ok(Err)` for parts that could not be written.
+    #[allow(clippy::type_complexity)]
+    fn write_own_parts(
+        &self,
+        dir: &Path,
+        clock: Clock,
+        state: Option<&[u8]>,
+    ) -> Result<std::result::Result<Vec<PartEntry>, (PathBuf, String)>> {
+        let mut parts = Vec::new();
+        let rank = self.shared.process;
+        if let Some(state) = state {
+            let name = app_part_name(rank as usize);
+            let written = PartWriter::standalone(dir, clock, &name)
+                .and_then(|part| part.write_all_with(|out| out.write_all(state)));
+            match written {
+                Ok(entry) => parts.push(entry),
+                Err(e) => return Ok(Err((e.path(), e.to_string()))),
+            }
+        }
+        let shards = self.shared.world.shards_of(rank);
+        for shard in shards.clone() {
+            let root = dir.to_path_buf();
+            self.send(
+                shard as usize,
+                Msg::Checkpoint {
+                    from: rank,
+                    root,
+                    clock,
+                },
+            )?;
+        }
+        let answers = self.shared.await_checkpointed(shards.len())?;
+        for (shard, answer) in answers {
+            match answer {
+                Ok((name, size, sha256)) => parts.push(PartEntry { name, size, sha256 }),
+                Err(message) => {
+                    let path = part_path(dir, clock, &rows_part::part_name(shard));
+                    return Ok(Err((path, message)));
+                }
+            }
+        }
+        Ok(Ok(parts))
+    }
+
+    /// Every process's `report`, in rank order: its value, or the first process's error
+    /// (this process's own first, else the lowest rank's, named).
+    fn gather_reports<T: Serialize + for<'de> Deserialize<'de>>(
+        &mut self,
+        report: std::result::Result<T, (PathBuf, String)>,
+    ) -> Result<Vec<T>> {
+        let mine = report.as_ref().err().cloned();
+        let bytes = serde_json::to_vec(&Report { outcome: report })
+            .map_err(|e| Error::failed("checkpoint", e))?;
+        let parts = self.all_gather_bytes(&bytes)?;
+        if let Some((path, message)) = mine {
+            return Err(Error::checkpoint(path, message));
+        }
+        let mut values = Vec::with_capacity(parts.len());
+        for (p, part) in parts.iter().enumerate() {
+            let report: Report<T> = serde_json::from_slice(part).map_err(|e| {
+                Error::failed("checkpoint", format!("process {p} sent a bad report: {e}"))
+            })?;
+            match report.outcome {
+                Ok(v) => values.push(v),
+                Err((path, message)) => {
+                    return Err(Error::checkpoint(path, format!("process {p}: {message}")))
+                }
+            }
+        }
+        Ok(values)
+    }
+
+    /// This process's share of the checkpoint's rows parts (old shard `k` for
+    /// `k mod processes == rank`), read and checked whole, as batches of rows per shard
+    /// of this cluster (at least one per shard, possibly empty, so that every shard
+    /// hears from every process).
+    #[allow(clippy::type_complexity)]
+    fn read_rows(
+        &self,
+        checkpoint: &Checkpoint,
+    ) -> std::result::Result<Vec<Vec<Vec<(RowKey, AlignedBuf)>>>, (PathBuf, String)> {
+        let total = self.shared.world.total_shards();
+        let mut batches: Vec<Vec<Vec<(RowKey, AlignedBuf)>>> = vec![vec![Vec::new()]; total];
+        let mut sizes = vec![0usize; total];
+        let old = checkpoint.meta().cluster;
+        let old_shards = old.processes * old.shards;
+        let manifest = checkpoint.dir().join("MANIFEST.json");
+        let unexpected = checkpoint.parts().iter().find(|p| {
+            rows_part::parse_part_name(&p.name).is_none_or(|s| s as usize >= old_shards)
+                && !(0..old.processes).any(|r| p.name == app_part_name(r))
+        });
+        if let Some(p) = unexpected {
+            let message = format!(
+                "{}: lists an unexpected part {}",
+                manifest.display(),
+                p.name
+            );
+            return Err((manifest, message));
+        }
+        let placement = self.shared.placement();
+        let tables = self.registry.tables();
+        let processes = self.shared.world.processes;
+        let rank = self.shared.process as usize;
+        for k in (0..old_shards).filter(|k| k % processes == rank) {
+            let name = rows_part::part_name(k as u32);
+            let path = checkpoint.dir().join(&name);
+            if !checkpoint.parts().iter().any(|p| p.name == name) {
+                return Err((
+                    manifest.clone(),
+                    format!(
+                        "{}: lists no {name} (a cluster of {old_shards} shards wrote it)",
+                        manifest.display()
+                    ),
+                ));
+            }
+            let reader = checkpoint
+                .part(&name)
+                .map_err(|e| (e.path(), e.to_string()))?;
+            let row_bytes = |t: u32| tables.get(t as usize).map(|m| m.row_bytes());
+            let header = rows_part::read(reader, row_bytes, |key, row| {
+                let shard = placement.shard_of(key) as usize;
+                sizes[shard] += row.len();
+                if sizes[shard] > RESTORE_BATCH {
+                    sizes[shard] = row.len();
+                    batches[shard].push(Vec::new());
+                }
+                if let Some(batch) = batches[shard].last_mut() {
+                    batch.push((key, row));
+                }
+            })
+            .map_err(|reason| (path.clone(), format!("{}: {reason}", path.display())))?;
+            if header.shard as usize != k || header.clock != checkpoint.clock() {
+                return Err((
+                    path.clone(),
+                    format!(
+                        "{}: holds shard {} at clock {}, the manifest lists it as shard {k} at clock {}",
+                        path.display(),
+                        header.shard,
+                        header.clock,
+                        checkpoint.clock()
+                    ),
+                ));
+            }
+        }
+        Ok(batches)
+    }
+
+    /// [`all_gather`](Self::all_gather) of bytes.
+    fn all_gather_bytes(&mut self, bytes: &[u8]) -> Result<Vec<Vec<u8>>> {
+        self.check()?;
+        self.gathers += 1;
+        let round = self.gathers;
+        let from = self.shared.process;
+        let values = AlignedBuf::from_bytes(bytes);
+        self.send(
+            0,
+            Msg::Gather {
+                from,
+                round,
+                values,
+            },
+        )?;
+        let parts = self.shared.await_gathered(round)?;
+        Ok(parts.iter().map(|b| b.as_bytes().to_vec()).collect())
+    }
+}
+
+/// Rank 0's part of a checkpoint: records every process's parts and commits. Returns the
+/// complete checkpoint's directory, or the file at fault and why.
+fn commit(
+    writer: CheckpointWriter,
+    reports: &[Vec<PartEntry>],
+) -> std::result::Result<PathBuf, (PathBuf, String)> {
+    let fail = |e: CheckpointError| (e.path(), e.to_string());
+    for entry in reports.iter().flatten() {
+        writer.record(entry.clone()).map_err(fail)?;
+    }
+    let committed = writer.commit().map_err(fail)?;
+    tracing::debug!(
+        "checkpoint at clock {} complete in {}; {} older removed",
+        committed.clock,
+        committed.dir.display(),
+        committed.pruned.len()
+    );
+    for e in &committed.prune_failures {
+        tracing::warn!(
+            "checkpoint {} is complete, but: {e}",
+            committed.dir.display()
+        );
+    }
+    Ok(committed.dir)
+}
+
+/// The path of part `name` of the checkpoint at `clock` in `dir`.
+fn part_path(dir: &Path, clock: Clock, name: &str) -> PathBuf {
+    dir.join(crate::checkpoint::dir_name(clock)).join(name)
+}
+
+impl Error {
+    /// A copy of a checkpoint error as the file and message a report carries.
+    fn clone_checkpoint(&self) -> (PathBuf, String) {
+        match self {
+            Error::Checkpoint { path, message } => (path.clone(), message.clone()),
+            other => (PathBuf::new(), other.to_string()),
+        }
+    }
+}
