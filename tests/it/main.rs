@@ -2,6 +2,7 @@
 
 mod api_errors;
 mod cluster;
+mod fuzz_corpus;
 mod modes;
 mod numa;
 mod ssp_props;

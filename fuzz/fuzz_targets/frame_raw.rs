@@ -1,0 +1,4 @@
+//! Raw bytes through the frame decoder and message decoding (see `iterstore::fuzzing::frame_raw`).
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| iterstore::fuzzing::frame_raw(data));

@@ -1,0 +1,4 @@
+//! Generated messages must round-trip through a frame (see `iterstore::fuzzing::frame_roundtrip`).
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| iterstore::fuzzing::frame_roundtrip(data));

@@ -1,0 +1,4 @@
+//! Valid frames split at arbitrary points (see `iterstore::fuzzing::frame_split`).
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| iterstore::fuzzing::frame_split(data));

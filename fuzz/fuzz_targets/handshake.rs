@@ -1,0 +1,4 @@
+//! The handshake against a stranger and between honest sides over a tampering channel (see `iterstore::fuzzing::handshake`).
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| iterstore::fuzzing::handshake(data));

@@ -1,0 +1,4 @@
+//! The bag-of-words corpus loader (see `iterstore_apps::fuzzing::corpus`).
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| iterstore_apps::fuzzing::corpus(data));

@@ -1,0 +1,4 @@
+//! The graph-tool `.gt` loader (see `iterstore_apps::fuzzing::graph_tool`).
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| iterstore_apps::fuzzing::graph_tool(data));
