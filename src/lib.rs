@@ -91,6 +91,8 @@ mod config;
 mod consistency;
 mod element;
 mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 mod gather;
 mod membership;
 mod msg;

@@ -10,4 +10,6 @@ pub mod bench;
 pub mod calibrate;
 pub mod data;
 pub mod dnn;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod limit;

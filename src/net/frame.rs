@@ -200,9 +200,8 @@ impl FrameDecoder {
         }
     }
 
-    /// Bytes allocated for the frame being collected (tests check that a refused length
-    /// allocated nothing).
-    #[cfg(test)]
+    /// Bytes allocated for the frame being collected (tests and the fuzz targets check
+    /// that a refused length allocated nothing and an accepted one no more than the cap).
     pub(crate) fn buffered_capacity(&self) -> usize {
         self.partial.as_ref().map_or(0, |p| p.body.capacity())
     }

@@ -14,7 +14,7 @@ mod inproc;
 mod tcp;
 
 pub(crate) use inproc::InProcTransport;
-pub(crate) use tcp::{LocalInboxes, TcpTransport};
+pub(crate) use tcp::{Envelope, LocalInboxes, TcpTransport};
 
 use crate::msg::{Endpoint, Msg};
 

@@ -3,6 +3,7 @@
 mod api_errors;
 mod checkpoint;
 mod cluster;
+mod fuzz_corpus;
 mod modes;
 mod numa;
 mod ssp_props;

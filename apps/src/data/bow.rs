@@ -11,12 +11,13 @@ use std::path::Path;
 use super::input::{self, LineReader};
 use super::{Corpus, DataError};
 
-/// Largest `count` accepted for one word in one document: a guard against a corrupt file
-/// asking for billions of tokens.
+/// Largest `count` accepted for one word in one document, and largest number of tokens in
+/// one document: a guard against a corrupt file asking for billions of tokens.
 pub const MAX_COUNT: u32 = 1 << 24;
 
-/// Most empty documents a UCI header may declare after the last document with entries: a
-/// guard against a corrupt `D` asking for billions of empty documents.
+/// Most empty documents a UCI file may imply in a row (between two documents with
+/// entries, or after the last one up to the header's `D`): a guard against a corrupt `D`
+/// or docID asking for billions of empty documents.
 const MAX_TRAILING_EMPTY_DOCS: usize = 1 << 20;
 
 /// A bag-of-words layout that [`load_corpus`] understands.
@@ -104,6 +105,13 @@ fn push_tokens(
             path,
             line,
             format!("count {count} exceeds the limit of {MAX_COUNT}"),
+        ));
+    }
+    if doc.len() + count as usize > MAX_COUNT as usize {
+        return Err(input::malformed(
+            path,
+            line,
+            format!("the document exceeds the limit of {MAX_COUNT} tokens"),
         ));
     }
     doc.resize(doc.len() + count as usize, word);
@@ -215,6 +223,17 @@ fn read_docword(path: &Path, mut lines: LineReader<'_>) -> Result<Corpus, DataEr
             ));
         }
         let index = (doc - 1) as usize;
+        if index > docs.len() + MAX_TRAILING_EMPTY_DOCS {
+            return Err(input::malformed(
+                path,
+                line_no,
+                format!(
+                    "docID {doc} leaves more than {MAX_TRAILING_EMPTY_DOCS} empty documents \
+                     after document {}",
+                    docs.len()
+                ),
+            ));
+        }
         if docs.len() <= index {
             docs.resize_with(index + 1, Vec::new);
         }
@@ -357,6 +376,36 @@ mod tests {
         let (line, text) = malformed_line(load_corpus(&path).unwrap_err());
         assert_eq!(line, 1);
         assert!(text.contains("exceeds the limit"), "{text}");
+    }
+
+    #[test]
+    fn huge_document_is_rejected_not_allocated() {
+        // Each count is under the limit, their sum is not: before the per-document limit a
+        // short line could ask for gigabytes (the load_corpus fuzz target's bound).
+        let dir = TempDir::new("bow-huge-doc");
+        let max = MAX_COUNT;
+        let path = dir.write("h.ldac", &format!("1 0:{max}\n2 0:{max} 1:1\n"));
+        let (line, text) = malformed_line(load_corpus(&path).unwrap_err());
+        assert_eq!(line, 2);
+        assert!(text.contains("document exceeds the limit"), "{text}");
+    }
+
+    #[test]
+    fn huge_docid_gap_is_rejected_not_allocated() {
+        // docID 4e9 under D = 4e9 used to ask for 96 GB of empty documents before the NNZ
+        // check (an abort, not an error, past the load_corpus fuzz target's bound).
+        let dir = TempDir::new("bow-gap");
+        let path = dir.write("docword.g.txt", "4000000000\n1\n1\n4000000000 1 1\n");
+        let (line, text) = malformed_line(load_corpus(&path).unwrap_err());
+        assert_eq!(line, 4);
+        assert!(text.contains("empty documents"), "{text}");
+        // A gap of exactly the limit is fine.
+        let gap = MAX_TRAILING_EMPTY_DOCS + 2;
+        let path = dir.write(
+            "docword.ok.txt",
+            &format!("{gap}\n1\n2\n1 1 1\n{gap} 1 1\n"),
+        );
+        assert_eq!(load_corpus(&path).unwrap().docs.len(), gap);
     }
 
     #[test]

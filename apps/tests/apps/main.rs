@@ -8,6 +8,7 @@
 mod bench_cli;
 mod cli;
 mod cluster;
+mod fuzz_corpus;
 mod lda;
 mod mf;
 mod pagerank;
