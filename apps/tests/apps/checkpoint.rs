@@ -117,7 +117,7 @@ fn killed_and_resumed_writes_the_same_bytes(
         );
         std::thread::sleep(Duration::from_millis(2));
     }
-    let delay = rand::rngs::StdRng::seed_from_u64(seed).gen_range(0..150);
+    let delay = rand::rngs::StdRng::seed_from_u64(seed).gen_range(0..100);
     std::thread::sleep(Duration::from_millis(delay));
     let children = children_of(run.pid());
     let killed = run.poll().is_none();
@@ -160,9 +160,49 @@ fn pagerank_killed_and_resumed_writes_the_same_bytes() {
 }
 
 #[test]
+fn lda_killed_and_resumed_writes_the_same_bytes() {
+    killed_and_resumed_writes_the_same_bytes("lda", (1, 2), (1, 2), 7);
+    killed_and_resumed_writes_the_same_bytes("lda", (2, 1), (2, 1), 8);
+}
+
+#[test]
 fn a_checkpoint_resumes_on_another_number_of_processes_with_as_many_workers() {
     killed_and_resumed_writes_the_same_bytes("pagerank", (2, 1), (1, 2), 5);
     killed_and_resumed_writes_the_same_bytes("mf", (1, 2), (2, 1), 6);
+    killed_and_resumed_writes_the_same_bytes("lda", (2, 1), (1, 2), 9);
+}
+
+#[test]
+fn lda_resumes_on_another_total_of_workers_and_pagerank_refuses_it() {
+    let dir = scratch("ckpt-other-workers");
+    for app in ["lda", "pagerank"] {
+        let ck = dir.join(app);
+        let ck = ck.to_str().unwrap();
+        let run = |workers: &str, extra: &[&str]| {
+            let mut a = vec!["run", app, "--synthetic", "tiny", "--iters", "3", "-q"];
+            a.extend(["--workers", workers]);
+            a.extend(extra);
+            iterstore(&a)
+        };
+        let first = run("2", &["--checkpoint-dir", ck, "--checkpoint-every", "2"]);
+        assert!(first.status.success());
+        let out = run("3", &["--resume", ck]);
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        if app == "lda" {
+            // The assignments are per document: they re-partition over 3 workers.
+            assert!(out.status.success(), "{stderr}");
+            assert!(stdout.contains("after iteration 2"), "{stdout}");
+        } else {
+            assert!(!out.status.success());
+            assert!(
+                stderr.contains("written by 2 workers in all, this run has 3"),
+                "{stderr}"
+            );
+        }
+    }
 }
 
 /// Writes a checkpoint of `app` after 2 iterations into `dir/ck`; returns its directory.
