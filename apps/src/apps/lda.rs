@@ -19,6 +19,11 @@
 //! while the plans are built; the init run UPDATEs the word rows by `+1` per token and the
 //! totals row once per worker.
 //!
+//! **Checkpoints.** A worker's checkpointed state is its assignments `z`; the draws are
+//! keyed by `(seed, t, document)`, so no generator position needs keeping. A resume
+//! concatenates every old worker's `z` (corpus order) and cuts it by this cluster's
+//! partition, so it works on any number of workers.
+//!
 //! **Evaluation.** After each iteration the main thread snapshots both tables and adds the
 //! workers' document terms: `log p(w, z)` as [`LdaModel::log_likelihood`] defines it (not
 //! timed).
@@ -32,6 +37,7 @@ use std::io::{self, Write};
 
 use iterstore::{Cluster, Table, Worker};
 
+use super::checkpoint::{self, Cursor, Restart, RunId};
 use super::{
     check_finite, dense, par_build, preprocess, timed, timed_init_run, timed_run, AppConfig,
     AppError, IterRecord, Observer, RunReport,
@@ -151,6 +157,93 @@ fn initial_topics(cfg: &LdaConfig, corpus: &Corpus, docs: std::ops::Range<usize>
     z
 }
 
+/// A worker's topic assignments as a checkpoint keeps them: their count (`u64`), then
+/// each topic (`u32`), little-endian.
+fn encode_topics(z: &[u32]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(8 + 4 * z.len());
+    out.extend_from_slice(&(z.len() as u64).to_le_bytes());
+    for t in z {
+        out.extend_from_slice(&t.to_le_bytes());
+    }
+    out
+}
+
+/// Appends the topics [`encode_topics`] wrote to `out`, refusing a topic `>= topics`.
+fn decode_topics(bytes: &[u8], topics: usize, out: &mut Vec<u32>) -> Result<(), String> {
+    let mut c = Cursor::new(bytes);
+    let n = c.u64("the count")?;
+    let n = usize::try_from(n).map_err(|_| format!("{n} topics"))?;
+    let body = c.take(n.checked_mul(4).ok_or("too many topics")?, "the topics")?;
+    c.finish()?;
+    for (i, b) in body.chunks_exact(4).enumerate() {
+        let t = u32::from_le_bytes(b.try_into().expect("4 bytes"));
+        if t as usize >= topics {
+            return Err(format!("token {i} has topic {t}, the run has {topics}"));
+        }
+        out.push(t);
+    }
+    Ok(())
+}
+
+/// This process's workers' assignments from a checkpoint's: every old worker's, which in
+/// global worker order are every token's in corpus order (the partition is by contiguous
+/// document ranges), cut by this cluster's partition. So a checkpoint resumes on any
+/// number of workers.
+fn restore_topics(
+    r: &Restart,
+    corpus: &Corpus,
+    topics: usize,
+    range: impl Fn(usize) -> std::ops::Range<usize>,
+    first: usize,
+    workers: usize,
+) -> Result<Vec<Vec<u32>>, AppError> {
+    let tokens: usize = corpus.docs.iter().map(Vec::len).sum();
+    let mut all = Vec::with_capacity(tokens);
+    for (w, blob) in r.workers.iter().enumerate() {
+        decode_topics(blob, topics, &mut all).map_err(|e| r.bad_state(w, e))?;
+    }
+    if all.len() != tokens {
+        return Err(r.bad_state(
+            r.workers.len().saturating_sub(1),
+            format!(
+                "{} topics in all, the corpus has {tokens} tokens",
+                all.len()
+            ),
+        ));
+    }
+    let token_start = |d: usize| -> usize { corpus.docs[..d].iter().map(Vec::len).sum() };
+    Ok((0..workers)
+        .map(|l| {
+            let docs = range(first + l);
+            let at = token_start(docs.start);
+            let len: usize = corpus.docs[docs].iter().map(Vec::len).sum();
+            all[at..at + len].to_vec()
+        })
+        .collect())
+}
+
+/// The initialisation run: every token's initial topic counted into the tables; returns
+/// its time.
+fn init(
+    cluster: &mut Cluster,
+    z: &mut [Vec<u32>],
+    t: Tables,
+    corpus: &Corpus,
+    k: usize,
+    range: impl Fn(usize) -> std::ops::Range<usize> + Sync,
+) -> Result<f64, AppError> {
+    timed_init_run(cluster, z, |w, z| {
+        let mut delta = vec![0i32; k];
+        let words = corpus.docs[range(w.id())].iter().flatten();
+        for (&word, &topic) in words.zip(z.iter()) {
+            w.update_col(&t.words, u64::from(word), topic as usize, 1)?;
+            delta[topic as usize] += 1;
+        }
+        w.update(&t.totals, 0, &delta)?;
+        w.clock()
+    })
+}
+
 /// The documents' share of `log p(z)` for one worker, summed in document order.
 fn doc_terms(cfg: &LdaConfig, docs: &[Vec<u32>], z: &[u32]) -> f64 {
     let mut doc_topic = vec![0; cfg.topics];
@@ -240,6 +333,18 @@ pub fn run_in(
     });
     let (mut z, t) = setup?;
     report.setup_s = setup_s;
+    let run_json = checkpoint::run_json(&report);
+    let id = RunId {
+        app: "lda",
+        run: &run_json,
+        clocks_per_iteration: 1,
+    };
+    let restart = checkpoint::resume(cluster, cfg, &id)?;
+    if let Some(r) = &restart {
+        z = restore_topics(r, corpus, k, range, first, workers)?;
+    }
+    report.resumed = restart.as_ref().map(Restart::report);
+    let start = restart.as_ref().map_or(0, |r| r.done);
     let sweep = |w: usize, iter: u64| Sweep {
         cfg: params,
         vocab,
@@ -254,20 +359,17 @@ pub fn run_in(
     report.preprocess_s = pre_s;
     report.pattern = pattern;
 
-    report.init_s = timed_init_run(cluster, &mut z, |w, z| {
-        let mut delta = vec![0i32; k];
-        let words = corpus.docs[range(w.id())].iter().flatten();
-        for (&word, &topic) in words.zip(z.iter()) {
-            w.update_col(&t.words, u64::from(word), topic as usize, 1)?;
-            delta[topic as usize] += 1;
-        }
-        w.update(&t.totals, 0, &delta)?;
-        w.clock()
-    })?;
+    if restart.is_none() {
+        report.init_s = init(cluster, &mut z, t, corpus, k, range)?;
+    }
 
-    let (mut word_topic, mut topic_totals) = (Vec::new(), Vec::new());
+    // The model as the checkpoint holds it, in case no iteration is left to run.
+    let (mut word_topic, mut topic_totals) = match start == cfg.iterations {
+        true => snapshot(cluster, t, vocab, k)?,
+        false => (Vec::new(), Vec::new()),
+    };
     // First-iter mode records the first real iteration (not the initialisation run).
-    for iter in 0..cfg.iterations {
+    for iter in start..cfg.iterations {
         let cost = timed_run(cluster, &mut z, |w, z| {
             iteration(w, t, &sweep(w.id(), iter as u64), z)
         })?;
@@ -291,6 +393,10 @@ pub fn run_in(
             rss_bytes: None,
         };
         report.push_iteration(record, observer);
+        let saved = checkpoint::after_iteration(cluster, cfg, &id, iter + 1, || {
+            z.iter().map(|z| encode_topics(z)).collect()
+        })?;
+        report.record_checkpoint(saved);
     }
     report.record_store(cluster);
     // Every process's assignments, in global worker order.

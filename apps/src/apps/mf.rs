@@ -34,6 +34,7 @@
 use iterstore::{Cluster, Table, Worker};
 use std::io::{self, Write};
 
+use super::checkpoint::{self, Restart, RunId};
 use super::{
     check_finite, dense, preprocess, timed, timed_init_run, timed_run, AppConfig, AppError,
     IterRecord, Observer, RunReport,
@@ -178,6 +179,33 @@ fn init_owners(
     rows
 }
 
+/// The initialisation run: every row's [`init_row`] UPDATEd by its owner in `owners`;
+/// returns its time.
+fn init(
+    cluster: &mut Cluster,
+    scratch: &mut [Scratch],
+    owners: &[(Vec<u32>, Vec<u32>)],
+    t: Tables,
+    params: &MfConfig,
+    workers: usize,
+) -> Result<f64, AppError> {
+    let wd = width(params.rank);
+    timed_init_run(cluster, scratch, |w, _| {
+        let mut row = vec![0.0f32; wd];
+        let (users, items) = &owners[w.id()];
+        for (table, kind, ids) in [
+            (&t.users, Factor::User, users),
+            (&t.items, Factor::Item, items),
+        ] {
+            for &id in ids {
+                init_row(params, kind, id, workers, &mut row);
+                w.update(table, u64::from(id), &row)?;
+            }
+        }
+        w.clock()
+    })
+}
+
 /// The current factor tables, read back from the servers.
 fn snapshot(
     cluster: &Cluster,
@@ -259,6 +287,12 @@ pub fn run_in(
     let (k, workers, n) = (params.rank, cluster.total_workers(), train.ratings.len());
     let (wd, mean, clocks) = (width(k), global_mean(&train.ratings), clocks(n));
     report.param("clocks_per_iteration", clocks);
+    let run_json = checkpoint::run_json(&report);
+    let id = RunId {
+        app: "mf",
+        run: &run_json,
+        clocks_per_iteration: clocks as u64,
+    };
     let (setup, setup_s) = timed(|| -> Result<_, AppError> {
         let layout = RatingsLayout::new(
             &train.ratings,
@@ -276,6 +310,12 @@ pub fn run_in(
     });
     let (layout, owners, t) = setup?;
     report.setup_s = setup_s;
+    // MF keeps nothing outside the tables across iterations (its scratch rows are
+    // overwritten before every use), so its workers' states are empty and a checkpoint
+    // resumes on any number of workers.
+    let restart = checkpoint::resume(cluster, cfg, &id)?;
+    report.resumed = restart.as_ref().map(Restart::report);
+    let start = restart.as_ref().map_or(0, |r| r.done);
     let st = Step {
         t,
         params,
@@ -291,24 +331,13 @@ pub fn run_in(
     report.preprocess_s = pre_s;
     report.pattern = pattern;
 
-    report.init_s = timed_init_run(cluster, &mut scratch, |w, _| {
-        let mut row = vec![0.0f32; wd];
-        let (users, items) = &owners[w.id()];
-        for (table, kind, ids) in [
-            (&t.users, Factor::User, users),
-            (&t.items, Factor::Item, items),
-        ] {
-            for &id in ids {
-                init_row(params, kind, id, workers, &mut row);
-                w.update(table, u64::from(id), &row)?;
-            }
-        }
-        w.clock()
-    })?;
+    if restart.is_none() {
+        report.init_s = init(cluster, &mut scratch, &owners, t, params, workers)?;
+    }
 
     let mut model = snapshot(cluster, t, train, k, mean)?;
     // First-iter mode records the first real iteration (not the initialisation run).
-    for iter in 0..cfg.iterations {
+    for iter in start..cfg.iterations {
         let cost = timed_run(cluster, &mut scratch, |w, scratch| {
             iteration(w, st, &layout, scratch)
         })?;
@@ -333,6 +362,10 @@ pub fn run_in(
             check_finite("mf", iter, cfg.iterations, "test RMSE", test_rmse)?;
         }
         report.push_iteration(record, observer);
+        let done = iter + 1;
+        let saved =
+            checkpoint::after_iteration(cluster, cfg, &id, done, || vec![Vec::new(); cfg.workers])?;
+        report.record_checkpoint(saved);
     }
     report.record_store(cluster);
     Ok(MfOutcome { report, model })

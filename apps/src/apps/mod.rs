@@ -27,24 +27,35 @@
 //! into the real runs. Iteration functions never decide *which* rows to touch from values
 //! they read, so a virtual iteration touches the same rows as a real one.
 //!
+//! With [`AppConfig::checkpoint`] an app writes a [`checkpoint`] after every N-th
+//! iteration (the tables and its workers' states); with [`AppConfig::resume`] it restores
+//! one after creating its tables, skips the initialisation run and continues with the
+//! iteration after the checkpoint's, so that it ends as an uninterrupted run does.
+//!
 //! Under BSP (staleness 0) a store-backed app computes the same model as its limit
 //! implementation: LDA exactly, PageRank to rounding, MF to rounding (the store sums a
 //! worker's deltas of a row before adding them). Each app returns a [`RunReport`].
 //!
 //! This module knows nothing of files or the command line.
 
+pub mod checkpoint;
 pub mod lda;
 pub mod mf;
 pub mod pagerank;
 mod report;
 pub mod rss;
 
-pub use report::{IterRecord, MemoryReport, PatternSummary, Provenance, RunReport, StoreReport};
+pub use checkpoint::CheckpointConfig;
+pub use report::{
+    CheckpointReport, IterRecord, MemoryReport, PatternSummary, Provenance, ResumeReport,
+    RunReport, StoreReport,
+};
 
 use iterstore::{
     Cluster, Config, Element, Membership, Mode, Specializations, Staleness, Topology, Worker,
     WorkerPlacement,
 };
+use std::path::PathBuf;
 use std::time::Instant;
 
 /// How an app runs on the store: cluster shape, consistency, store mode and iteration count.
@@ -73,6 +84,12 @@ pub struct AppConfig {
     /// the whole input and works on its workers' partitions, so P processes of `workers`
     /// workers compute what one process of `P * workers` computes.
     pub membership: Option<Membership>,
+    /// Write checkpoints ([`checkpoint`]) while running (`None`: none).
+    pub checkpoint: Option<CheckpointConfig>,
+    /// Resume from the newest complete checkpoint in this directory instead of
+    /// initialising: the run continues with the iteration after the checkpoint's and
+    /// ends where an uninterrupted run of `iterations` ends.
+    pub resume: Option<PathBuf>,
 }
 
 impl Default for AppConfig {
@@ -88,6 +105,8 @@ impl Default for AppConfig {
             topology: None,
             worker_placement: WorkerPlacement::Packed,
             membership: None,
+            checkpoint: None,
+            resume: None,
         }
     }
 }
@@ -97,6 +116,11 @@ impl AppConfig {
     pub fn validate(&self) -> Result<(), AppError> {
         if self.iterations == 0 {
             return Err(AppError::Invalid("iterations must be at least 1".into()));
+        }
+        if self.checkpoint.as_ref().is_some_and(|c| c.every == 0) {
+            return Err(AppError::Invalid(
+                "checkpoint every must be at least 1 iteration".into(),
+            ));
         }
         self.store_config()
             .validate()
@@ -309,6 +333,7 @@ pub(crate) fn with_cluster<R>(
     f: impl FnOnce(&mut Cluster) -> Result<R, AppError>,
 ) -> Result<(R, f64), AppError> {
     cfg.validate()?;
+    checkpoint::check_dirs(cfg)?;
     let (cluster, start_s) = timed(|| start(cfg));
     let mut cluster = cluster?;
     let out = f(&mut cluster)?;

@@ -49,6 +49,7 @@ use std::io::{self, Write};
 
 use iterstore::{Cluster, Table, Worker};
 
+use super::checkpoint::{self, get_f64s, put_f64s, Cursor, Restart, RunId};
 use super::{
     check_finite, dense, par_build, preprocess, timed, timed_init_run, timed_run, AppConfig,
     AppError, IterRecord, Observer, RunReport,
@@ -195,6 +196,34 @@ impl State {
             offset: 0.0,
         }
     }
+
+    /// The state as a checkpoint keeps it: `last`, `change`, `acc` and `offset`, in
+    /// that order, as little-endian `f64`s (each vector with its length).
+    fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(8 * (4 + self.last.len() * 2 + self.acc.len()));
+        put_f64s(&mut out, &self.last);
+        put_f64s(&mut out, &self.change);
+        put_f64s(&mut out, &self.acc);
+        out.extend_from_slice(&self.offset.to_le_bytes());
+        out
+    }
+
+    /// Restores a state [`encode`](Self::encode) wrote, refusing one whose sizes do not
+    /// fit this worker's plan.
+    fn decode(bytes: &[u8], plan: &Plan, block: usize) -> Result<Self, String> {
+        let mut c = Cursor::new(bytes);
+        let last = get_f64s(&mut c, plan.reads.len(), "last propagated")?;
+        let change = get_f64s(&mut c, plan.reads.len(), "changes")?;
+        let acc = get_f64s(&mut c, plan.target_blocks.len() * block, "accumulators")?;
+        let offset = f64::from_le_bytes(c.take(8, "offset")?.try_into().expect("8 bytes"));
+        c.finish()?;
+        Ok(Self {
+            last,
+            change,
+            acc,
+            offset,
+        })
+    }
 }
 
 /// One iteration of one worker: the function both the virtual iteration and the real
@@ -239,6 +268,33 @@ fn iteration(
     dangling_change -= std::mem::take(&mut st.offset);
     w.update(&t.dangling, 0, &[dangling_change])?;
     w.clock()
+}
+
+/// The initialisation run (see the module docs); returns its time.
+fn init(
+    cluster: &mut Cluster,
+    states: &mut [State],
+    t: Tables,
+    shape: &Shape,
+    plans: &[Plan],
+    first: usize,
+) -> Result<f64, AppError> {
+    timed_init_run(cluster, states, |w, st| {
+        let (n, b) = (shape.vertices, shape.block);
+        let teleport = (1.0 - shape.damping) / n as f64;
+        let mut row = vec![0.0; b];
+        for &block in &plans[w.id() - first].init_blocks {
+            let valid = (n - block as usize * b).min(b);
+            row[..valid].fill(teleport);
+            row[valid..].fill(0.0);
+            w.update(&t.ranks, block, &row)?;
+        }
+        if w.id() == 0 {
+            st.offset = 1.0;
+            w.update(&t.dangling, 0, &[1.0])?;
+        }
+        w.clock()
+    })
 }
 
 /// The current ranks `S(v) + d·G/N`, read back from the servers.
@@ -321,6 +377,24 @@ pub fn run_in(
     });
     let (layout, plans, mut states, t) = setup?;
     report.setup_s = setup_s;
+    let run_json = checkpoint::run_json(&report);
+    let id = RunId {
+        app: "pagerank",
+        run: &run_json,
+        clocks_per_iteration: 1,
+    };
+    let restart = checkpoint::resume(cluster, cfg, &id)?;
+    if let Some(r) = &restart {
+        // Each worker's propagated ranks follow its share of the edges, which depends on
+        // the total number of workers: the same total is required.
+        let blobs = r.same_workers("pagerank", total, first, cfg.workers)?;
+        for (l, blob) in blobs.iter().enumerate() {
+            states[l] = State::decode(blob, &plans[l], shape.block)
+                .map_err(|e| r.bad_state(first + l, e))?;
+        }
+    }
+    report.resumed = restart.as_ref().map(Restart::report);
+    let start = restart.as_ref().map_or(0, |r| r.done);
     if let Some(cut) = layout.cut_edges {
         report.dataset.insert("cut_edges", cut as u64);
     }
@@ -331,26 +405,13 @@ pub fn run_in(
     report.preprocess_s = pre_s;
     report.pattern = pattern;
 
-    report.init_s = timed_init_run(cluster, &mut states, |w, st| {
-        let (n, b) = (shape.vertices, shape.block);
-        let teleport = (1.0 - shape.damping) / n as f64;
-        let mut row = vec![0.0; b];
-        for &block in &plans[w.id() - first].init_blocks {
-            let valid = (n - block as usize * b).min(b);
-            row[..valid].fill(teleport);
-            row[valid..].fill(0.0);
-            w.update(&t.ranks, block, &row)?;
-        }
-        if w.id() == 0 {
-            st.offset = 1.0;
-            w.update(&t.dangling, 0, &[1.0])?;
-        }
-        w.clock()
-    })?;
+    if restart.is_none() {
+        report.init_s = init(cluster, &mut states, t, &shape, &plans, first)?;
+    }
 
     let mut ranks = snapshot(cluster, t, &shape)?;
     // First-iter mode records the first real iteration (not the initialisation run).
-    for iter in 0..cfg.iterations {
+    for iter in start..cfg.iterations {
         let cost = timed_run(cluster, &mut states, |w, st| {
             iteration(w, t, &shape, &plans[w.id() - first], st)
         })?;
@@ -368,6 +429,10 @@ pub fn run_in(
         };
         ranks = next;
         report.push_iteration(record, observer);
+        let saved = checkpoint::after_iteration(cluster, cfg, &id, iter + 1, || {
+            states.iter().map(State::encode).collect()
+        })?;
+        report.record_checkpoint(saved);
     }
     report.record_store(cluster);
     let ranks = layout.to_graph_order(&ranks);

@@ -242,6 +242,34 @@ pub struct RunReport {
     /// This process's network traffic by kind of protocol message
     /// ([`iterstore::Cluster::traffic`]); empty in one process.
     pub traffic: Vec<KindTraffic>,
+    /// The checkpoints the run wrote (`null` without `--checkpoint-dir`).
+    pub checkpoints: Option<CheckpointReport>,
+    /// The checkpoint the run resumed from (`null` if it started afresh).
+    pub resumed: Option<ResumeReport>,
+}
+
+/// The checkpoints a run wrote.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CheckpointReport {
+    /// The checkpoint directory.
+    pub dir: String,
+    /// A checkpoint after every `every`-th iteration.
+    pub every: usize,
+    /// Checkpoints written by this run.
+    pub written: usize,
+    /// Seconds spent writing them (not part of any iteration's time).
+    #[serde(serialize_with = "ns_seconds")]
+    pub seconds: f64,
+}
+
+/// The checkpoint a run resumed from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ResumeReport {
+    /// The checkpoint's directory (`<dir>/ckpt-<clock>`).
+    pub checkpoint: String,
+    /// Iterations the checkpoint held: the run's first iteration is this one (0-based),
+    /// and the initialisation did not run again.
+    pub iteration: usize,
 }
 
 fn staleness_json<S: Serializer>(s: &Staleness, ser: S) -> Result<S::Ok, S::Error> {
@@ -275,6 +303,13 @@ impl RunReport {
             memory: MemoryReport::default(),
             numa: None,
             traffic: Vec::new(),
+            checkpoints: cfg.checkpoint.as_ref().map(|c| CheckpointReport {
+                dir: c.dir.display().to_string(),
+                every: c.every,
+                written: 0,
+                seconds: 0.0,
+            }),
+            resumed: None,
         }
     }
 
@@ -421,8 +456,39 @@ impl RunReport {
             setup = self.setup_s,
             pre = self.preprocess_s,
             init = self.init_s,
-        ) + &self.store_summary()
+        ) + &self.checkpoint_summary()
+            + &self.store_summary()
             + &self.numa_summary()
+    }
+
+    /// A line on the checkpoint the run resumed from and the ones it wrote; empty when
+    /// neither.
+    fn checkpoint_summary(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(r) = &self.resumed {
+            parts.push(format!(
+                "resumed from {} after iteration {}",
+                r.checkpoint, r.iteration
+            ));
+        }
+        if let Some(c) = &self.checkpoints {
+            parts.push(format!(
+                "{} checkpoint(s) written to {} in {:.3} s",
+                c.written, c.dir, c.seconds
+            ));
+        }
+        if parts.is_empty() {
+            return String::new();
+        }
+        format!("\ncheckpoints: {}", parts.join("; "))
+    }
+
+    /// Records a checkpoint written in `seconds`.
+    pub(crate) fn record_checkpoint(&mut self, seconds: Option<f64>) {
+        if let (Some(c), Some(s)) = (&mut self.checkpoints, seconds) {
+            c.written += 1;
+            c.seconds += s;
+        }
     }
 
     /// With NUMA placement, a line on where workers ran and what the placement buys;

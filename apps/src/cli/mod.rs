@@ -363,6 +363,25 @@ pub struct RunArgs {
     #[arg(long, default_value = "on", value_parser = parse_on_off, value_name = "on|off",
           action = ArgAction::Set, help_heading = "Cluster options")]
     pub row_placement: bool,
+    /// Write a checkpoint into DIR (created if missing; shared by every process) after
+    /// every --checkpoint-every iterations: the tables and each process's worker state.
+    #[arg(
+        long,
+        value_name = "DIR",
+        help_heading = "Checkpoint options",
+        requires = "checkpoint_every"
+    )]
+    pub checkpoint_dir: Option<PathBuf>,
+    /// Iterations between checkpoints (at least 1); needs --checkpoint-dir.
+    #[arg(long, value_name = "N", help_heading = "Checkpoint options", value_parser = at_least_one,
+          requires = "checkpoint_dir")]
+    pub checkpoint_every: Option<usize>,
+    /// Resume from the newest complete checkpoint in DIR, written by the same app with
+    /// the same parameters and data: the run continues after the checkpoint's iteration
+    /// and ends as an uninterrupted run of --iters would. A missing, partial, corrupt or
+    /// mismatched checkpoint is refused, naming the file.
+    #[arg(long, value_name = "DIR", help_heading = "Checkpoint options")]
+    pub resume: Option<PathBuf>,
     /// Seconds to wait at start-up for every other process to connect.
     #[arg(long, value_name = "S", default_value_t = 30, help_heading = "Cluster options",
           value_parser = clap::value_parser!(u64).range(1..=3600))]

@@ -16,7 +16,7 @@ use iterstore_apps::algo::mf::MfConfig;
 use iterstore_apps::algo::pagerank::PageRankConfig;
 use iterstore_apps::algo::ratings_layout::RatingsPartition;
 use iterstore_apps::apps::pagerank::{GraphPartition, PageRankParams};
-use iterstore_apps::apps::{lda, mf, pagerank, AppConfig, IterRecord, RunReport};
+use iterstore_apps::apps::{lda, mf, pagerank, AppConfig, CheckpointConfig, IterRecord, RunReport};
 use iterstore_apps::data::{
     load_corpus, load_graph, load_ratings, split_ratings, CorpusSpec, GraphSpec, RatingsSpec,
 };
@@ -157,7 +157,35 @@ pub(crate) fn app_config(args: &RunArgs) -> Result<AppConfig> {
         topology,
         worker_placement: args.placement,
         membership: membership(args)?,
+        checkpoint: checkpoint_config(args)?,
+        resume: resume_dir(args)?,
     })
+}
+
+/// `--checkpoint-dir D --checkpoint-every N` (clap makes each require the other).
+fn checkpoint_config(args: &RunArgs) -> Result<Option<CheckpointConfig>> {
+    match (&args.checkpoint_dir, args.checkpoint_every) {
+        (None, None) => Ok(None),
+        (Some(dir), Some(every)) if every >= 1 => Ok(Some(CheckpointConfig {
+            dir: dir.clone(),
+            every,
+        })),
+        (Some(_), Some(every)) => bail!("--checkpoint-every {every} must be at least 1"),
+        (Some(_), None) => bail!("--checkpoint-dir needs --checkpoint-every N"),
+        (None, Some(_)) => bail!("--checkpoint-every needs --checkpoint-dir DIR"),
+    }
+}
+
+/// `--resume D`, which must be an existing directory.
+fn resume_dir(args: &RunArgs) -> Result<Option<PathBuf>> {
+    let Some(dir) = &args.resume else {
+        return Ok(None);
+    };
+    match std::fs::metadata(dir) {
+        Ok(m) if m.is_dir() => Ok(Some(dir.clone())),
+        Ok(_) => bail!("--resume {}: not a directory", dir.display()),
+        Err(e) => bail!("--resume {}: {e}", dir.display()),
+    }
 }
 
 /// Runs `iterstore run` with validated arguments; `command_line` goes into the JSON report.

@@ -20,10 +20,10 @@ use rand::Rng;
 use crate::util::scratch;
 
 /// Generous bound for runs that should take well under a second (debug build, 2 cores).
-const QUICK: Duration = Duration::from_secs(60);
+pub(crate) const QUICK: Duration = Duration::from_secs(60);
 
 /// A child `iterstore` process with its stdout and stderr in files; killed on drop.
-struct Proc {
+pub(crate) struct Proc {
     label: String,
     child: Child,
     out: PathBuf,
@@ -34,7 +34,12 @@ struct Proc {
 impl Proc {
     /// Starts `iterstore args...` with its output in `dir/label.{out,err}`; `configure`
     /// may adjust the command (its environment) before it is spawned.
-    fn start(dir: &Path, label: &str, args: &[&str], configure: impl FnOnce(&mut Command)) -> Proc {
+    pub(crate) fn start(
+        dir: &Path,
+        label: &str,
+        args: &[&str],
+        configure: impl FnOnce(&mut Command),
+    ) -> Proc {
         let out = dir.join(format!("{label}.out"));
         let err = dir.join(format!("{label}.err"));
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_iterstore"));
@@ -56,20 +61,20 @@ impl Proc {
         }
     }
 
-    fn pid(&self) -> libc::pid_t {
+    pub(crate) fn pid(&self) -> libc::pid_t {
         self.child.id() as libc::pid_t
     }
 
-    fn stdout(&self) -> String {
+    pub(crate) fn stdout(&self) -> String {
         std::fs::read_to_string(&self.out).unwrap_or_default()
     }
 
-    fn stderr(&self) -> String {
+    pub(crate) fn stderr(&self) -> String {
         std::fs::read_to_string(&self.err).unwrap_or_default()
     }
 
     /// The exit status if the process has ended.
-    fn poll(&mut self) -> Option<ExitStatus> {
+    pub(crate) fn poll(&mut self) -> Option<ExitStatus> {
         if self.status.is_none() {
             self.status = self.child.try_wait().expect("try_wait");
         }
@@ -77,7 +82,7 @@ impl Proc {
     }
 
     /// Waits at most `limit` for the process to end; panics (and kills it) if it does not.
-    fn wait(&mut self, limit: Duration) -> ExitStatus {
+    pub(crate) fn wait(&mut self, limit: Duration) -> ExitStatus {
         let deadline = Instant::now() + limit;
         loop {
             if let Some(status) = self.poll() {
@@ -96,7 +101,7 @@ impl Proc {
     }
 
     /// Waits at most `limit` for a successful exit; panics with the stderr otherwise.
-    fn wait_ok(&mut self, limit: Duration) {
+    pub(crate) fn wait_ok(&mut self, limit: Duration) {
         let status = self.wait(limit);
         assert!(
             status.success(),
@@ -108,7 +113,7 @@ impl Proc {
 
     /// Waits at most `limit` for a failure; panics if the process succeeds or runs on.
     /// Returns the stderr.
-    fn wait_fails(&mut self, limit: Duration) -> String {
+    pub(crate) fn wait_fails(&mut self, limit: Duration) -> String {
         let status = self.wait(limit);
         let stderr = self.stderr();
         assert!(
@@ -147,7 +152,7 @@ impl Proc {
     }
 
     /// SIGKILL (also ends a stopped process) and reap.
-    fn kill(&mut self) {
+    pub(crate) fn kill(&mut self) {
         if self.poll().is_none() {
             let _ = self.child.kill();
             self.status = self.child.wait().ok();
@@ -655,7 +660,7 @@ fn hosts_without_a_secret_fails_before_connecting() {
 }
 
 /// The pids of `pid`'s children (Linux: `/proc/PID/task/*/children`).
-fn children_of(pid: libc::pid_t) -> Vec<libc::pid_t> {
+pub(crate) fn children_of(pid: libc::pid_t) -> Vec<libc::pid_t> {
     let mut pids = Vec::new();
     for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
         let text =

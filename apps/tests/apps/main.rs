@@ -6,6 +6,7 @@
 //! built binary.
 
 mod bench_cli;
+mod checkpoint;
 mod cli;
 mod cluster;
 mod fuzz_corpus;

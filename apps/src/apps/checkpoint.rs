@@ -1,0 +1,479 @@
+//! Checkpoints of an app run ([`AppConfig::checkpoint`], [`AppConfig::resume`]; the CLI's
+//! `--checkpoint-dir D --checkpoint-every N` and `--resume D`): when an app writes one,
+//! what each process's **state part** holds, and what a resumed run gets back.
+//!
+//! The tables are the store's ([`Cluster::checkpoint_with`], [`Cluster::resume`]). On top
+//! of them every process saves one state part ([`StatePart`], encoded by [`encode`]): a
+//! versioned header — the app, the iterations the checkpoint holds, the run's parameters
+//! and dataset sizes as JSON, the cluster's total workers and this process's first worker
+//! — then one opaque blob per worker of the process (PageRank's propagated ranks, LDA's
+//! topic assignments; empty for MF). A resume reads every process's part, checks that
+//! they agree with each other, with the checkpoint's clock and with this run (same app,
+//! parameters and data; iterations still to do), and hands the app every old worker's
+//! blob in global worker order ([`Restart`]); the app decides whether it can take them on
+//! its own number of workers. Every refusal names the file and why.
+//!
+//! This module knows the header and the order of the blobs, not what a blob holds.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use iterstore::{Cluster, ClusterRule};
+
+use super::{AppConfig, AppError, ResumeReport};
+
+/// Where and how often a run writes checkpoints.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckpointConfig {
+    /// The checkpoint directory (created if missing; shared by every process).
+    pub dir: PathBuf,
+    /// A checkpoint after every `every`-th iteration; at least 1.
+    pub every: usize,
+}
+
+/// The first bytes of a state part.
+const MAGIC: &[u8; 8] = b"ISAPPST\0";
+/// The state part's format version.
+const VERSION: u32 = 1;
+/// The initialisation run's clocks: a run's clock after `i` iterations is
+/// `INIT_CLOCKS + i * clocks_per_iteration`.
+const INIT_CLOCKS: u64 = 1;
+
+/// One process's state part: the header and its workers' blobs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct StatePart {
+    /// `mf`, `lda` or `pagerank`.
+    pub(crate) app: String,
+    /// Iterations done when the checkpoint was written.
+    pub(crate) done: u64,
+    /// The run's parameters and dataset sizes as one JSON object.
+    pub(crate) run: String,
+    /// Workers of the whole cluster.
+    pub(crate) total_workers: u64,
+    /// Global id of this process's first worker.
+    pub(crate) first_worker: u64,
+    /// One blob per worker of this process, in order.
+    pub(crate) workers: Vec<Vec<u8>>,
+}
+
+/// The state part's bytes: [`MAGIC`], then little-endian `u32` version, the app, `u64`
+/// done, the run JSON, `u64` total workers and first worker, `u64` blob count, each blob
+/// (strings and blobs as a `u64` length and the bytes).
+pub(crate) fn encode(p: &StatePart) -> Vec<u8> {
+    let mut out = Vec::with_capacity(64 + p.workers.iter().map(Vec::len).sum::<usize>());
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&VERSION.to_le_bytes());
+    put_bytes(&mut out, p.app.as_bytes());
+    out.extend_from_slice(&p.done.to_le_bytes());
+    put_bytes(&mut out, p.run.as_bytes());
+    out.extend_from_slice(&p.total_workers.to_le_bytes());
+    out.extend_from_slice(&p.first_worker.to_le_bytes());
+    out.extend_from_slice(&(p.workers.len() as u64).to_le_bytes());
+    for w in &p.workers {
+        put_bytes(&mut out, w);
+    }
+    out
+}
+
+fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
+    out.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+    out.extend_from_slice(bytes);
+}
+
+/// Reads `bytes` front to back, every length checked against what is left.
+pub(crate) struct Cursor<'a> {
+    bytes: &'a [u8],
+}
+
+impl<'a> Cursor<'a> {
+    /// A cursor at the start of `bytes`.
+    pub(crate) fn new(bytes: &'a [u8]) -> Self {
+        Self { bytes }
+    }
+
+    /// The next `n` bytes.
+    pub(crate) fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8], String> {
+        if self.bytes.len() < n {
+            return Err(format!(
+                "truncated: {what} needs {n} bytes, {} left",
+                self.bytes.len()
+            ));
+        }
+        let (head, rest) = self.bytes.split_at(n);
+        self.bytes = rest;
+        Ok(head)
+    }
+
+    /// The next little-endian `u64`.
+    pub(crate) fn u64(&mut self, what: &str) -> Result<u64, String> {
+        let b = self.take(8, what)?;
+        Ok(u64::from_le_bytes(b.try_into().expect("8 bytes")))
+    }
+
+    /// The next length-prefixed bytes.
+    fn bytes(&mut self, what: &str) -> Result<&'a [u8], String> {
+        let n = self.u64(what)?;
+        let n = usize::try_from(n).map_err(|_| format!("{what}: length {n} too large"))?;
+        self.take(n, what)
+    }
+
+    /// Fails unless every byte was read.
+    pub(crate) fn finish(self) -> Result<(), String> {
+        match self.bytes.len() {
+            0 => Ok(()),
+            n => Err(format!("{n} trailing bytes")),
+        }
+    }
+}
+
+/// Decodes a state part, rejecting another format, version, truncation or trailing bytes.
+pub(crate) fn decode(bytes: &[u8]) -> Result<StatePart, String> {
+    let mut c = Cursor::new(bytes);
+    if c.take(MAGIC.len(), "the format tag")? != MAGIC {
+        return Err("not an iterstore app state part".into());
+    }
+    let version = u32::from_le_bytes(c.take(4, "the version")?.try_into().expect("4 bytes"));
+    if version != VERSION {
+        return Err(format!(
+            "format version {version}, this build reads {VERSION}"
+        ));
+    }
+    let text = |b: &[u8], what: &str| {
+        String::from_utf8(b.to_vec()).map_err(|_| format!("{what} is not UTF-8"))
+    };
+    let app = text(c.bytes("the app")?, "the app")?;
+    let done = c.u64("the iteration")?;
+    let run = text(c.bytes("the parameters")?, "the parameters")?;
+    let total_workers = c.u64("the total workers")?;
+    let first_worker = c.u64("the first worker")?;
+    let count = c.u64("the worker count")?;
+    // Each blob has at least its 8-byte length: bound the count before allocating.
+    if count > bytes.len() as u64 / 8 {
+        return Err(format!(
+            "{count} workers cannot fit in {} bytes",
+            bytes.len()
+        ));
+    }
+    let mut workers = Vec::with_capacity(count as usize);
+    for w in 0..count {
+        workers.push(c.bytes(&format!("worker {w}'s state"))?.to_vec());
+    }
+    c.finish()?;
+    Ok(StatePart {
+        app,
+        done,
+        run,
+        total_workers,
+        first_worker,
+        workers,
+    })
+}
+
+/// What a resumed run continues from.
+#[derive(Debug)]
+pub(crate) struct Restart {
+    /// The checkpoint's directory (`<dir>/ckpt-<clock>`).
+    pub(crate) dir: PathBuf,
+    /// Iterations the checkpoint holds: the run continues with iteration `done` (0-based).
+    pub(crate) done: usize,
+    /// Every worker's blob of the cluster that wrote the checkpoint, in global worker
+    /// order (so its length is that cluster's total workers).
+    pub(crate) workers: Vec<Vec<u8>>,
+}
+
+impl Restart {
+    /// What the run report says about it.
+    pub(crate) fn report(&self) -> ResumeReport {
+        ResumeReport {
+            checkpoint: self.dir.display().to_string(),
+            iteration: self.done,
+        }
+    }
+
+    /// This process's `workers` blobs starting at global worker `first`, when the
+    /// checkpoint was written by `total` workers in all (the same total is required: the
+    /// app's per-worker state follows a partition by global worker id).
+    pub(crate) fn same_workers(
+        &self,
+        app: &str,
+        total: usize,
+        first: usize,
+        workers: usize,
+    ) -> Result<&[Vec<u8>], AppError> {
+        if self.workers.len() != total {
+            return Err(AppError::Invalid(format!(
+                "{}: written by {} workers in all, this run has {total}; {app} keeps \
+                 per-worker state partitioned by worker, so resume with {} workers in all \
+                 (--workers times the processes)",
+                self.dir.display(),
+                self.workers.len(),
+                self.workers.len()
+            )));
+        }
+        Ok(&self.workers[first..first + workers])
+    }
+
+    /// An error about worker `w`'s state in this checkpoint.
+    pub(crate) fn bad_state(&self, w: usize, why: impl std::fmt::Display) -> AppError {
+        AppError::Invalid(format!("{}: worker {w}'s state: {why}", self.dir.display()))
+    }
+}
+
+/// The run's parameters and dataset sizes as the state part records them.
+pub(crate) fn run_json(report: &super::RunReport) -> String {
+    serde_json::json!({ "params": report.params, "dataset": report.dataset }).to_string()
+}
+
+/// Refuses, before any work, a checkpoint directory that already holds a checkpoint
+/// while this run does not resume from it (its first checkpoint would be refused midway,
+/// or it would mix two runs' checkpoints).
+pub(crate) fn check_dirs(cfg: &AppConfig) -> Result<(), AppError> {
+    if let Some(dir) = &cfg.resume {
+        if !dir.is_dir() {
+            return Err(AppError::Invalid(format!(
+                "resume: {} is not a directory",
+                dir.display()
+            )));
+        }
+    }
+    let Some(ck) = &cfg.checkpoint else {
+        return Ok(());
+    };
+    if cfg.resume.as_deref() == Some(ck.dir.as_path()) {
+        return Ok(());
+    }
+    let Ok(entries) = std::fs::read_dir(&ck.dir) else {
+        return Ok(()); // missing: created by the first checkpoint
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with("ckpt-") && e.path().join("MANIFEST.json").exists() {
+            return Err(AppError::Invalid(format!(
+                "checkpoint directory {} already holds checkpoint {name}: resume from it \
+                 (--resume {}) or choose an empty directory",
+                ck.dir.display(),
+                ck.dir.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The per-app facts a checkpoint is checked against.
+pub(crate) struct RunId<'a> {
+    /// `mf`, `lda` or `pagerank`.
+    pub(crate) app: &'static str,
+    /// [`run_json`] of this run.
+    pub(crate) run: &'a str,
+    /// CLOCKs per iteration.
+    pub(crate) clocks_per_iteration: u64,
+}
+
+/// With [`AppConfig::resume`], restores the tables from the newest complete checkpoint
+/// there (a collective: every process calls it alike, after creating the tables and
+/// before any run) and returns what the run continues from; without, `None`.
+pub(crate) fn resume(
+    cluster: &mut Cluster,
+    cfg: &AppConfig,
+    id: &RunId<'_>,
+) -> Result<Option<Restart>, AppError> {
+    let Some(root) = &cfg.resume else {
+        return Ok(None);
+    };
+    let resumed = cluster.resume(root, id.app, ClusterRule::Any)?;
+    let dir = resumed.dir().to_path_buf();
+    let mut workers = Vec::new();
+    let mut done = None;
+    for rank in 0..resumed.processes() {
+        let file = dir.join(format!("process-{rank}.app"));
+        let bad = |why: String| AppError::Invalid(format!("{}: {why}", file.display()));
+        let bytes = resumed
+            .app_state(rank)?
+            .ok_or_else(|| bad("missing: the checkpoint holds no app state for it".into()))?;
+        let part = decode(&bytes).map_err(bad)?;
+        if part.app != id.app {
+            return Err(bad(format!(
+                "the state of app {}, this run is {}",
+                part.app, id.app
+            )));
+        }
+        if part.run != id.run {
+            return Err(bad(run_mismatch(&part.run, id.run)));
+        }
+        if part.first_worker != workers.len() as u64 {
+            return Err(bad(format!(
+                "starts at worker {}, the parts before it end at {}",
+                part.first_worker,
+                workers.len()
+            )));
+        }
+        let first = *done.get_or_insert(part.done);
+        if first != part.done {
+            return Err(bad(format!(
+                "holds iteration {}, process 0's part {first}",
+                part.done
+            )));
+        }
+        workers.extend(part.workers);
+        if rank + 1 == resumed.processes() && part.total_workers != workers.len() as u64 {
+            return Err(bad(format!(
+                "says {} workers in all, the parts hold {}",
+                part.total_workers,
+                workers.len()
+            )));
+        }
+    }
+    let done = done.unwrap_or(0);
+    let clock = INIT_CLOCKS + done * id.clocks_per_iteration;
+    if resumed.clock() != clock {
+        return Err(AppError::Invalid(format!(
+            "{}: clock {} does not follow iteration {done} ({} clocks each after {INIT_CLOCKS})",
+            dir.display(),
+            resumed.clock(),
+            id.clocks_per_iteration
+        )));
+    }
+    let done = usize::try_from(done).unwrap_or(usize::MAX);
+    if done > cfg.iterations {
+        return Err(AppError::Invalid(format!(
+            "{}: holds {done} iterations, more than the {} asked for",
+            dir.display(),
+            cfg.iterations
+        )));
+    }
+    Ok(Some(Restart { dir, done, workers }))
+}
+
+/// Why a checkpoint's run JSON `found` differs from this run's `here`: the first
+/// parameter or dataset size that differs.
+fn run_mismatch(found: &str, here: &str) -> String {
+    let parse = |s: &str| serde_json::from_str::<serde_json::Value>(s).unwrap_or_default();
+    let (found, here) = (parse(found), parse(here));
+    for section in ["params", "dataset"] {
+        let (f, h) = (&found[section], &here[section]);
+        let keys = |v: &serde_json::Value| -> Vec<String> {
+            v.as_object()
+                .map(|o| o.keys().cloned().collect())
+                .unwrap_or_default()
+        };
+        let mut all = keys(f);
+        all.extend(keys(h));
+        all.sort();
+        all.dedup();
+        for k in all {
+            if f[&k] != h[&k] {
+                return format!(
+                    "written with {section} {k} = {}, this run has {}",
+                    f[&k], h[&k]
+                );
+            }
+        }
+    }
+    "written by a run with other parameters".into()
+}
+
+/// After iteration `done` (1-based count), writes a checkpoint if the run asked for one
+/// now: the tables and this process's state part with `workers`' blobs (built only then).
+/// Returns the seconds it took, or `None` if none was due.
+pub(crate) fn after_iteration(
+    cluster: &mut Cluster,
+    cfg: &AppConfig,
+    id: &RunId<'_>,
+    done: usize,
+    workers: impl FnOnce() -> Vec<Vec<u8>>,
+) -> Result<Option<f64>, AppError> {
+    let Some(ck) = &cfg.checkpoint else {
+        return Ok(None);
+    };
+    if !done.is_multiple_of(ck.every) {
+        return Ok(None);
+    }
+    let start = Instant::now();
+    let part = StatePart {
+        app: id.app.into(),
+        done: done as u64,
+        run: id.run.into(),
+        total_workers: cluster.total_workers() as u64,
+        first_worker: (cluster.rank() * cfg.workers) as u64,
+        workers: workers(),
+    };
+    cluster.checkpoint_with(&ck.dir, id.app, &encode(&part))?;
+    Ok(Some(start.elapsed().as_secs_f64()))
+}
+
+/// Little-endian `f64`s, appended.
+pub(crate) fn put_f64s(out: &mut Vec<u8>, xs: &[f64]) {
+    out.extend_from_slice(&(xs.len() as u64).to_le_bytes());
+    for x in xs {
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+}
+
+/// `n` little-endian `f64`s as [`put_f64s`] wrote them, refusing another count.
+pub(crate) fn get_f64s(c: &mut Cursor<'_>, n: usize, what: &str) -> Result<Vec<f64>, String> {
+    let found = c.u64(what)?;
+    if found != n as u64 {
+        return Err(format!("{what}: {found} values, this run needs {n}"));
+    }
+    let b = c.take(n * 8, what)?;
+    Ok(b.chunks_exact(8)
+        .map(|x| f64::from_le_bytes(x.try_into().expect("8 bytes")))
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn part() -> StatePart {
+        StatePart {
+            app: "lda".into(),
+            done: 3,
+            run: r#"{"params":{"seed":1},"dataset":{"docs":5}}"#.into(),
+            total_workers: 4,
+            first_worker: 2,
+            workers: vec![vec![1, 2, 3], vec![]],
+        }
+    }
+
+    #[test]
+    fn a_state_part_round_trips() {
+        assert_eq!(decode(&encode(&part())).unwrap(), part());
+    }
+
+    #[test]
+    fn every_truncation_and_trailing_bytes_are_refused() {
+        let bytes = encode(&part());
+        for n in 0..bytes.len() {
+            assert!(decode(&bytes[..n]).is_err(), "a cut at {n} was accepted");
+        }
+        let mut long = bytes.clone();
+        long.push(0);
+        assert_eq!(decode(&long).unwrap_err(), "1 trailing bytes");
+        let mut other = bytes;
+        other[8] = 2;
+        assert!(decode(&other).unwrap_err().contains("version 2"));
+    }
+
+    #[test]
+    fn a_huge_worker_count_is_refused_before_allocating() {
+        let mut bytes = encode(&StatePart {
+            workers: vec![],
+            ..part()
+        });
+        let at = bytes.len() - 8;
+        bytes[at..].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert!(decode(&bytes).unwrap_err().contains("cannot fit"));
+    }
+
+    #[test]
+    fn a_parameter_mismatch_names_the_parameter() {
+        let here = r#"{"params":{"seed":2,"topics":4},"dataset":{"docs":5}}"#;
+        let found = r#"{"params":{"seed":1,"topics":4},"dataset":{"docs":5}}"#;
+        assert_eq!(
+            run_mismatch(found, here),
+            "written with params seed = 1, this run has 2"
+        );
+    }
+}
