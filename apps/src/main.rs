@@ -19,6 +19,14 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
+    // Like other command-line tools, stop quietly when the reader of our output goes away
+    // (`iterstore run ... | head -1`) instead of panicking in `println!`. Sockets are not
+    // affected: the standard library sends with MSG_NOSIGNAL.
+    // SAFETY: restoring a signal's default disposition before any thread starts.
+    #[cfg(unix)]
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     match cli::main(cli::Cli::parse_from(&args), &args) {
         Ok(()) => ExitCode::SUCCESS,

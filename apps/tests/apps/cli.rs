@@ -421,3 +421,19 @@ fn topology_plans_numa_placement_and_reports_it() {
         );
     }
 }
+
+#[test]
+fn a_closed_output_pipe_stops_the_run_quietly() {
+    use std::process::{Command, Stdio};
+    // `iterstore run ... | head -0`: the reader is gone before the summary is printed.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_iterstore"))
+        .args(["run", "pagerank", "--synthetic", "tiny", "--iters", "2"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the iterstore binary runs");
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let err = stderr(&out);
+    assert!(!err.contains("panicked"), "{err}");
+}
