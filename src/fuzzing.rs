@@ -674,3 +674,27 @@ impl Side {
         }
     }
 }
+
+/// Runs `check` on every file of the corpus directory `dir` (the replay of a fuzz target's
+/// corpus in the normal `cargo test`); panics naming each input that panicked, and if the
+/// directory is missing or empty.
+pub fn replay(dir: &std::path::Path, check: fn(&[u8])) {
+    use std::panic::{catch_unwind, AssertUnwindSafe};
+    let entries = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    let mut inputs = 0;
+    let mut failed = Vec::new();
+    for entry in entries {
+        let path = entry.expect("a directory entry").path();
+        let data = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        inputs += 1;
+        if catch_unwind(AssertUnwindSafe(|| check(&data))).is_err() {
+            failed.push(path.display().to_string());
+        }
+    }
+    assert!(inputs > 0, "{}: empty corpus", dir.display());
+    assert!(
+        failed.is_empty(),
+        "{} inputs fail: {failed:?}",
+        failed.len()
+    );
+}
