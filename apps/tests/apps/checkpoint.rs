@@ -107,27 +107,36 @@ fn killed_and_resumed_writes_the_same_bytes(
 
     let every = ["--checkpoint-dir", &ck, "--checkpoint-every", "1"];
     let b = shape(before);
-    let mut run = Proc::start(&dir, "killed", &args(app, &part, &b, &every), |_| {});
-    let deadline = Instant::now() + QUICK;
-    while !has_checkpoint(Path::new(&ck)) {
+    // Kill after a random delay past the first checkpoint; a run that ends first (a fast
+    // machine) is started again with a shorter delay, so the kill always lands mid-run.
+    let mut delay = rand::rngs::StdRng::seed_from_u64(seed).gen_range(0..100);
+    for attempt in 0.. {
+        let _ = std::fs::remove_dir_all(&ck);
+        let mut run = Proc::start(&dir, "killed", &args(app, &part, &b, &every), |_| {});
+        let deadline = Instant::now() + QUICK;
+        while !has_checkpoint(Path::new(&ck)) {
+            assert!(
+                run.poll().is_none() && Instant::now() < deadline,
+                "no checkpoint written; stderr:\n{}",
+                run.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        std::thread::sleep(Duration::from_millis(delay));
+        let children = children_of(run.pid());
+        let killed = run.poll().is_none();
+        run.kill(); // SIGKILL; a launcher's children die with it
+        wait_gone(&children);
+        if killed {
+            break;
+        }
         assert!(
-            run.poll().is_none() && Instant::now() < deadline,
-            "no checkpoint written; stderr:\n{}",
+            attempt < 4,
+            "{name}: the run ended before every kill (last delay {delay} ms); stderr:\n{}",
             run.stderr()
         );
-        std::thread::sleep(Duration::from_millis(2));
+        delay /= 4;
     }
-    let delay = rand::rngs::StdRng::seed_from_u64(seed).gen_range(0..100);
-    std::thread::sleep(Duration::from_millis(delay));
-    let children = children_of(run.pid());
-    let killed = run.poll().is_none();
-    run.kill(); // SIGKILL; a launcher's children die with it
-    wait_gone(&children);
-    assert!(
-        killed,
-        "{name}: the run ended before it was killed (delay {delay} ms); stderr:\n{}",
-        run.stderr()
-    );
 
     let a = shape(after);
     let mut extra = vec!["--resume", &ck];
