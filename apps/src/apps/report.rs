@@ -295,7 +295,8 @@ impl RunReport {
             preprocess_s: 0.0,
             specialize_s: 0.0,
             init_s: 0.0,
-            iterations: Vec::with_capacity(cfg.iterations),
+            // Room for the usual run; a run of a billion iterations grows it as it goes.
+            iterations: Vec::with_capacity(cfg.iterations.min(1024)),
             dataset: BTreeMap::new(),
             params: BTreeMap::new(),
             pattern: None,
@@ -561,6 +562,17 @@ impl RunReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_run_of_a_billion_iterations_does_not_reserve_them_up_front() {
+        // It used to reserve one record per iteration at once: 72 GB, and an abort.
+        let cfg = AppConfig {
+            iterations: 1_000_000_000,
+            ..AppConfig::default()
+        };
+        let report = RunReport::new("mf", "train_rmse", &cfg);
+        assert!(report.iterations.capacity() <= 1024);
+    }
 
     #[test]
     fn json_has_the_contract_keys() {

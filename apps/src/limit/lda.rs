@@ -214,7 +214,7 @@ pub fn run(cfg: &LdaConfig, limit: &LimitConfig, corpus: &Corpus) -> Result<LdaR
     };
     par_each(&mut workers, |w| w.count_initial(k));
     shared.merge(&workers, k, threads);
-    let mut stats = Vec::with_capacity(limit.iterations);
+    let mut stats = Vec::with_capacity(limit.iterations.min(1024));
     for iter in 0..limit.iterations {
         let start = Instant::now();
         par_each(&mut workers, |w| {

@@ -301,7 +301,7 @@ pub fn run(
             dr: vec![0.0; n],
         }
     });
-    let mut stats = Vec::with_capacity(limit.iterations);
+    let mut stats = Vec::with_capacity(limit.iterations.min(1024));
     for iter in 0..limit.iterations {
         let start = Instant::now();
         iteration(cfg, &mut model, &mut workers, clocks);

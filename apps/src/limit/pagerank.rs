@@ -74,7 +74,7 @@ pub fn run(
     });
     let mut ranks = vec![initial_rank(n); n];
     let (mut shares, mut next) = (vec![0.0; n], vec![0.0; n]);
-    let mut stats = Vec::with_capacity(limit.iterations);
+    let mut stats = Vec::with_capacity(limit.iterations.min(1024));
     for iter in 0..limit.iterations {
         let start = Instant::now();
         // Shares and dangling mass of the start-of-iteration ranks, per vertex range.
