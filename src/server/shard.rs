@@ -889,14 +889,23 @@ mod tests {
     use crate::ElemType;
 
     fn shard_with_table(workers: usize) -> Shard {
-        let mut s = Shard::new(0, World::single(workers, 1));
-        let meta = TableMeta {
+        shard_in(0, World::single(workers, 1))
+    }
+
+    /// Table 0, "t": two `i64` per row.
+    fn table_t() -> TableMeta {
+        TableMeta {
             id: 0,
             name: "t".into(),
             width: 2,
             elem: ElemType::I64,
-        };
-        s.handle(Msg::CreateTable { meta }, &mut Vec::new());
+        }
+    }
+
+    /// Shard `id` of `world`, with [`table_t`] created.
+    fn shard_in(id: ShardId, world: World) -> Shard {
+        let mut s = Shard::new(id, world);
+        s.handle(Msg::CreateTable { meta: table_t() }, &mut Vec::new());
         s
     }
 
@@ -999,15 +1008,8 @@ mod tests {
             workers: 1,
             shards: 1,
         };
-        let mut s = Shard::new(1, world);
-        let meta = TableMeta {
-            id: 0,
-            name: "t".into(),
-            width: 2,
-            elem: ElemType::I64,
-        };
+        let mut s = shard_in(1, world);
         let mut out = Vec::new();
-        s.handle(Msg::CreateTable { meta }, &mut out);
         let rows: Vec<(u64, [i64; 2])> = (0..8).map(|r| (r, [r as i64, 1])).collect();
         s.handle(clock(0, 1, &rows), &mut out);
         s.handle(clock(1, 1, &[]), &mut out);
@@ -1254,12 +1256,7 @@ mod tests {
     /// What process `p` (one worker, global id `p`) sends in one run of a two-process
     /// cluster, until it waits at the run barrier; then what it sends after the barrier.
     fn process_script(p: u32) -> (Vec<Msg>, Vec<Msg>) {
-        let meta = TableMeta {
-            id: 0,
-            name: "t".into(),
-            width: 2,
-            elem: ElemType::I64,
-        };
+        let meta = table_t();
         let key = |r: u64| RowKey::new(0, r);
         // The processes order the shared rows differently and each has a row of its own.
         let keys = if p == 0 {
@@ -1573,15 +1570,8 @@ mod tests {
             clock,
         };
         // Shard 0 of two processes: worker 0 has sent clock 1, worker 1 has not.
-        let mut s = Shard::new(0, two_process_world());
-        let meta = TableMeta {
-            id: 0,
-            name: "t".into(),
-            width: 2,
-            elem: ElemType::I64,
-        };
+        let mut s = shard_in(0, two_process_world());
         let mut out = Vec::new();
-        s.handle(Msg::CreateTable { meta }, &mut out);
         s.handle(ask(1, 0), &mut out);
         assert!(
             rejected(&out)[0].contains("process 1 asked shard 0"),
@@ -1653,15 +1643,8 @@ mod tests {
         ];
         let mut sums = Vec::new();
         for order in interleavings(&mine, &theirs) {
-            let mut s = Shard::new(0, two_process_world());
-            let meta = TableMeta {
-                id: 0,
-                name: "t".into(),
-                width: 2,
-                elem: ElemType::I64,
-            };
+            let mut s = shard_in(0, two_process_world());
             let mut out = Vec::new();
-            s.handle(Msg::CreateTable { meta }, &mut out);
             s.handle(clock(0, 1, &[(1, [1, 2])]), &mut out);
             s.handle(clock(1, 1, &[(1, [10, 20]), (5, [0, 0])]), &mut out);
             for p in 0..2 {
@@ -1687,12 +1670,7 @@ mod tests {
     /// What process `p` sends in a resume of a two-process cluster: its rows for shard 0
     /// (process 0 in two messages), then after `Restored` a read and `Leave`.
     fn restore_script(p: u32) -> (Vec<Msg>, Vec<Msg>) {
-        let meta = TableMeta {
-            id: 0,
-            name: "t".into(),
-            width: 2,
-            elem: ElemType::I64,
-        };
+        let meta = table_t();
         let row = |r: u64| (RowKey::new(0, r), AlignedBuf::from_slice(&[r as i64, -1]));
         let restore = |rows, last| Msg::Restore {
             from: p,
@@ -1762,15 +1740,8 @@ mod tests {
     #[test]
     fn a_restore_out_of_place_fails_the_cluster() {
         let refused = |prefix: Vec<Msg>| {
-            let mut s = Shard::new(0, two_process_world());
-            let meta = TableMeta {
-                id: 0,
-                name: "t".into(),
-                width: 2,
-                elem: ElemType::I64,
-            };
+            let mut s = shard_in(0, two_process_world());
             let mut out = Vec::new();
-            s.handle(Msg::CreateTable { meta }, &mut out);
             for m in prefix {
                 s.handle(m, &mut out);
             }
