@@ -102,6 +102,14 @@ pub struct Stats {
     pub frames_sent: u64,
     /// Frames this process received from other processes.
     pub frames_received: u64,
+    /// Sends that found their peer's outbound queue full ([`Membership::send_queue_bytes`])
+    /// and waited for it to drain: how often a slow reader held this process back.
+    pub send_waits: u64,
+    /// The most bytes ever queued for one peer: at most
+    /// [`Membership::send_queue_bytes`] plus one message for the workers' sends, which
+    /// wait for space; shards' replies never wait, and a peer whose queue they push past
+    /// four times the bound is declared lost.
+    pub peak_queued_bytes: u64,
 }
 
 /// The NUMA placement of a cluster ([`Cluster::numa`]): where its worker threads run, where
@@ -321,6 +329,7 @@ impl Cluster {
         net.connect_timeout = m.connect_timeout;
         net.heartbeat_interval = m.heartbeat_interval;
         net.heartbeat_timeout = m.heartbeat_timeout;
+        net.queue_bytes = m.send_queue_bytes;
         let local = LocalInboxes {
             shards: shard_tx,
             client: client_tx,
@@ -1107,6 +1116,8 @@ impl Cluster {
             bytes_received: traffic.bytes_received,
             frames_sent: traffic.frames_sent,
             frames_received: traffic.frames_received,
+            send_waits: traffic.send_waits,
+            peak_queued_bytes: traffic.peak_queued_bytes,
             tape_accesses: self.counters.tape,
             indexed_accesses: self.counters.indexed,
             unplanned_accesses: self.counters.unplanned,

@@ -90,11 +90,16 @@ pub struct Membership {
     pub heartbeat_interval: Duration,
     /// A peer silent this long is lost, and the cluster fails naming it.
     pub heartbeat_timeout: Duration,
+    /// Bytes queued for one peer before this process's workers wait for it to read
+    /// (backpressure): the memory a slow reader can hold here, per peer. Shards' replies
+    /// never wait; a peer whose queue they push past four times this is lost.
+    pub send_queue_bytes: usize,
 }
 
 impl Membership {
     /// Rank `rank` of a cluster at `hosts`, with default time limits (connect within
-    /// 30 s; heartbeats every 500 ms; a peer silent for 5 s is lost).
+    /// 30 s; heartbeats every 500 ms; a peer silent for 5 s is lost) and 64 MiB of
+    /// outbound queue per peer.
     pub fn new(rank: usize, hosts: Vec<SocketAddr>, secret: Secret) -> Membership {
         Membership {
             rank,
@@ -103,6 +108,7 @@ impl Membership {
             connect_timeout: Duration::from_secs(30),
             heartbeat_interval: Duration::from_millis(500),
             heartbeat_timeout: Duration::from_secs(5),
+            send_queue_bytes: 64 << 20,
         }
     }
 
@@ -146,6 +152,9 @@ impl Membership {
         }
         if self.connect_timeout.is_zero() {
             return Err(Error::config("connect_timeout", "must not be zero"));
+        }
+        if self.send_queue_bytes == 0 {
+            return Err(Error::config("send_queue_bytes", "must not be zero"));
         }
         Ok(())
     }

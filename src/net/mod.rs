@@ -29,7 +29,8 @@
 //!
 //! Each peer's outbound queue is bounded: a blocking [`Net::send`] waits (bounded by
 //! `send_timeout`) while more than `queue_bytes` are queued; [`Net::send_nonblocking`]
-//! never waits and declares the peer lost past `4 x queue_bytes`. Incoming frames are
+//! never waits and declares the peer lost when it finds more than `4 x queue_bytes` already
+//! queued (so one frame of any size up to `max_frame` goes to a peer that keeps up). Incoming frames are
 //! capped at `max_frame` bytes, checked before any allocation.
 
 pub(crate) mod event_loop;
@@ -314,6 +315,12 @@ pub(crate) struct NetCounters {
     pub(crate) bytes_received: u64,
     /// Frames read.
     pub(crate) frames_received: u64,
+    /// Blocking sends that found their peer's queue full and waited for space (a slow
+    /// reader holding this process back).
+    pub(crate) send_waits: u64,
+    /// The most bytes ever queued for one peer (bounded by `queue_bytes` plus one frame
+    /// for blocking sends, `4 x queue_bytes` for non-blocking ones).
+    pub(crate) peak_queued_bytes: u64,
 }
 
 /// The callback the event loop hands every incoming message and event to, in arrival
@@ -438,7 +445,7 @@ impl<M: Serialize + DeserializeOwned + Send + 'static> Net<M> {
     }
 
     /// Like [`Net::send`] but never blocks (for server shards that must not wait on a slow
-    /// peer): if more than `4 x queue_bytes` would be queued, the peer is declared lost
+    /// peer): if more than `4 x queue_bytes` are already queued, the peer is declared lost
     /// instead ([`NetError::PeerLost`], and a [`NetEvent::PeerLost`] is delivered).
     pub(crate) fn send_nonblocking(&self, to: u32, msg: &M) -> Result<usize, NetError> {
         let frame = self.frame_for(to, msg)?;

@@ -51,7 +51,7 @@ pub(crate) struct PeerQueue {
 pub(crate) enum Mode {
     /// Wait (up to `send_timeout`) while the queue is over `queue_bytes`.
     Blocking,
-    /// Never wait; over the hard bound, declare the peer lost.
+    /// Never wait; if more than the hard bound is already queued, declare the peer lost.
     NonBlocking,
 }
 
@@ -66,6 +66,10 @@ pub(crate) struct Counters {
     pub(crate) bytes_received: AtomicU64,
     /// Frames read (all kinds).
     pub(crate) frames_received: AtomicU64,
+    /// Blocking sends that waited for queue space.
+    pub(crate) send_waits: AtomicU64,
+    /// The most bytes ever queued for one peer.
+    pub(crate) peak_queued_bytes: AtomicU64,
 }
 
 /// Everything the senders and the loop share.
@@ -83,7 +87,7 @@ pub(crate) struct Shared {
     pub(crate) counters: Counters,
     /// Blocking sends wait while a queue holds more than this.
     pub(crate) queue_bytes: usize,
-    /// Non-blocking sends over this declare the peer lost.
+    /// Non-blocking sends finding more than this queued declare the peer lost.
     pub(crate) hard_bytes: usize,
     /// Longest a blocking send waits for space.
     pub(crate) send_timeout: Duration,
@@ -198,7 +202,10 @@ impl Shared {
                         break;
                     }
                     let now = Instant::now();
-                    let deadline = *deadline.get_or_insert(now + self.send_timeout);
+                    let deadline = *deadline.get_or_insert_with(|| {
+                        self.counters.send_waits.fetch_add(1, Ordering::Relaxed);
+                        now + self.send_timeout
+                    });
                     if now >= deadline {
                         return Err(NetError::Backpressure {
                             rank: to,
@@ -214,7 +221,9 @@ impl Shared {
                         .0;
                 }
                 Mode::NonBlocking => {
-                    if q.bytes > 0 && q.bytes + len > self.hard_bytes {
+                    // The backlog decides, not this frame: one large reply to a peer that
+                    // keeps up is not a sign of a slow peer.
+                    if q.bytes > self.hard_bytes {
                         let reason = format!(
                             "its outbound queue passed the hard bound of {} bytes ({} queued): too slow",
                             self.hard_bytes, q.bytes
@@ -237,6 +246,9 @@ impl Shared {
         let was_empty = q.frames.is_empty();
         q.frames.push_back(frame);
         q.bytes += len;
+        self.counters
+            .peak_queued_bytes
+            .fetch_max(q.bytes as u64, Ordering::Relaxed);
         drop(q);
         if was_empty {
             self.wake();
@@ -314,6 +326,50 @@ impl Shared {
             frames_sent: c.frames_sent.load(Ordering::Relaxed),
             bytes_received: c.bytes_received.load(Ordering::Relaxed),
             frames_received: c.frames_received.load(Ordering::Relaxed),
+            send_waits: c.send_waits.load(Ordering::Relaxed),
+            peak_queued_bytes: c.peak_queued_bytes.load(Ordering::Relaxed),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Shared state for rank 0 of two, with `queue_bytes` per peer and no event loop (so
+    /// nothing queued is ever written).
+    fn shared(queue_bytes: usize) -> (Shared, mio::Poll) {
+        let poll = mio::Poll::new().unwrap();
+        let waker = mio::Waker::new(poll.registry(), mio::Token(0)).unwrap();
+        let addrs = vec!["127.0.0.1:1".parse().unwrap(); 2];
+        let s = Shared::new(0, addrs, waker, queue_bytes, Duration::from_millis(50));
+        (s, poll)
+    }
+
+    #[test]
+    fn nonblocking_sends_judge_the_backlog_not_the_frame() {
+        let (s, _poll) = shared(1024);
+        s.enqueue(1, vec![0; 10], Mode::NonBlocking).unwrap();
+        // One reply far larger than the hard bound still goes to a peer that keeps up.
+        s.enqueue(1, vec![0; 100_000], Mode::NonBlocking).unwrap();
+        assert_eq!(s.counters().peak_queued_bytes, 100_010);
+        // Now the backlog is over 4 x 1024: the next send declares the peer lost.
+        let e = s.enqueue(1, vec![0; 10], Mode::NonBlocking).unwrap_err();
+        assert!(
+            matches!(&e, NetError::PeerLost { rank: 1, reason, .. } if reason.contains("hard bound")),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_blocking_send_to_a_full_queue_waits_counts_and_times_out() {
+        let (s, _poll) = shared(1024);
+        // An empty queue takes a frame of any size.
+        s.enqueue(1, vec![0; 5000], Mode::Blocking).unwrap();
+        assert_eq!(s.counters().send_waits, 0);
+        let e = s.enqueue(1, vec![0; 10], Mode::Blocking).unwrap_err();
+        assert!(matches!(e, NetError::Backpressure { rank: 1, .. }), "{e}");
+        let c = s.counters();
+        assert_eq!((c.send_waits, c.peak_queued_bytes), (1, 5000));
     }
 }

@@ -152,6 +152,10 @@ pub struct StoreReport {
     pub frames_sent: u64,
     /// Frames this process received from the other processes.
     pub frames_received: u64,
+    /// Sends that waited for a slow peer to read (`--send-queue-mb` was full).
+    pub send_waits: u64,
+    /// The most bytes ever queued for one peer.
+    pub peak_queued_bytes: u64,
 }
 
 /// Memory: what the process had resident, and what the specialized state holds by part.
@@ -352,6 +356,8 @@ impl RunReport {
             bytes_received: stats.bytes_received,
             frames_sent: stats.frames_sent,
             frames_received: stats.frames_received,
+            send_waits: stats.send_waits,
+            peak_queued_bytes: stats.peak_queued_bytes,
         };
         let mut rss: Vec<u64> = self.iterations.iter().filter_map(|r| r.rss_bytes).collect();
         rss.sort_unstable();

@@ -42,7 +42,9 @@ gathered access pattern's size, store (accesses by path: tape_accesses, indexed_
 unplanned_accesses; tape_truncated; row_fetches, arena_refreshes, clock_refreshes; whole_ and
 partial_chunk_refreshes, whole_ and partial_slabs (what refreshes and CLOCKs shipped:
 everything, or only what changed); this process's
-bytes_sent, bytes_received, frames_sent, frames_received), traffic (this process's
+bytes_sent, bytes_received, frames_sent, frames_received; send_waits (sends that waited
+for a slow peer to read) and peak_queued_bytes (most bytes queued for one peer)), traffic
+(this process's
 messages and bytes sent and received by kind of protocol message) and memory
 (peak_rss_bytes, steady_rss_bytes, special: the specialized state's bytes by part) and
 numa (topology, bound, each worker's planned core and CPUs, shard and comm zones, bytes
@@ -386,6 +388,13 @@ pub struct RunArgs {
     #[arg(long, value_name = "S", default_value_t = 30, help_heading = "Cluster options",
           value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub connect_timeout: u64,
+    /// Bytes of messages queued for one slow peer before this process's workers wait for
+    /// it to read (a number with an optional K, M or G suffix, powers of 1024): the memory
+    /// a slow reader can hold here, per peer (see the run JSON's store.send_waits and
+    /// store.peak_queued_bytes).
+    #[arg(long, value_name = "BYTES", default_value = "64M", help_heading = "Cluster options",
+          value_parser = parse_bytes)]
+    pub send_queue: usize,
 }
 
 impl RunArgs {
@@ -492,6 +501,32 @@ fn parse_staleness(s: &str) -> Result<Staleness, String> {
     s.parse()
 }
 
+/// `N`, `NK`, `NM` or `NG` (powers of 1024; lower case too), at least 1 and at most
+/// 1 TiB.
+fn parse_bytes(s: &str) -> Result<usize, String> {
+    let (digits, unit) = match s.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => (&s[..i], c.to_ascii_uppercase()),
+        _ => (s, 'B'),
+    };
+    let shift = match unit {
+        'B' => 0,
+        'K' => 10,
+        'M' => 20,
+        'G' => 30,
+        _ => return Err(format!("'{s}': the unit must be K, M or G")),
+    };
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("'{s}' is not a number of bytes (e.g. 64M, 512K)"))?;
+    match n
+        .checked_shl(shift)
+        .filter(|&b| (1..=1 << 40).contains(&b) && b >> shift == n)
+    {
+        Some(b) => usize::try_from(b).map_err(|_| format!("'{s}' is too large here")),
+        None => Err(format!("'{s}' must be between 1 and 1024G")),
+    }
+}
+
 fn parse_size(s: &str) -> Result<String, String> {
     let lower = s.to_ascii_lowercase();
     if SIZES.contains(&lower.as_str()) {
@@ -504,6 +539,17 @@ fn parse_size(s: &str) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn byte_sizes_take_binary_suffixes_and_refuse_the_rest() {
+        assert_eq!(parse_bytes("64M"), Ok(64 << 20));
+        assert_eq!(parse_bytes("512k"), Ok(512 << 10));
+        assert_eq!(parse_bytes("3g"), Ok(3 << 30));
+        assert_eq!(parse_bytes("4096"), Ok(4096));
+        for bad in ["", "0", "M", "-1K", "1.5M", "12T", "99999999999G", "64 M"] {
+            assert!(parse_bytes(bad).is_err(), "{bad:?} accepted");
+        }
+    }
 
     #[test]
     fn command_lines_quote_what_a_shell_would_split() {

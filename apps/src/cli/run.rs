@@ -119,6 +119,7 @@ fn membership(args: &RunArgs) -> Result<Option<Membership>> {
     };
     let mut m = Membership::from_hosts_file(hosts, rank, secret)?;
     m.connect_timeout = std::time::Duration::from_secs(args.connect_timeout);
+    m.send_queue_bytes = args.send_queue;
     if let Some((_, size)) = rank_from_env()? {
         if size != m.hosts.len() {
             bail!(
