@@ -112,7 +112,7 @@ mod worker;
 mod world;
 
 pub use buf::AlignedBuf;
-pub use checkpoint::ClusterRule;
+pub use checkpoint::{newest_checkpoint, ClusterRule};
 pub use cluster::{Cluster, KindTraffic, NumaReport, Resumed, SpecialMemory, Stats};
 pub use config::{
     Config, Mode, Specializations, Staleness, WorkerPlacement, MAX_SHARDS, MAX_WORKERS,

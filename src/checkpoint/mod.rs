@@ -28,6 +28,26 @@ mod tests;
 
 pub use self::meta::ClusterRule;
 
+use std::path::{Path, PathBuf};
+
+/// The newest complete checkpoint (one whose manifest exists) in the checkpoint
+/// directory `root`, or `None` if `root` holds none or does not exist.
+///
+/// Only names and manifests' presence are looked at, so it is cheap and never fails on
+/// a corrupt checkpoint: [`Cluster::resume`](crate::Cluster::resume) verifies the
+/// contents. Useful before a run (is there something to resume from?) and after a failed
+/// checkpoint (which one is still there?). An unreadable `root` is an
+/// [`Error::Checkpoint`](crate::Error::Checkpoint) naming it.
+pub fn newest_checkpoint(root: &Path) -> crate::Result<Option<PathBuf>> {
+    if !layout::exists(root)? {
+        return Ok(None);
+    }
+    Ok(layout::list(root)?
+        .into_iter()
+        .find(|f| f.complete)
+        .map(|f| f.dir))
+}
+
 #[allow(unused_imports)]
 pub(crate) use self::{
     error::CheckpointError,

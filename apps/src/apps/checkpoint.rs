@@ -242,20 +242,15 @@ pub(crate) fn check_dirs(cfg: &AppConfig) -> Result<(), AppError> {
     if cfg.resume.as_deref() == Some(ck.dir.as_path()) {
         return Ok(());
     }
-    let Ok(entries) = std::fs::read_dir(&ck.dir) else {
-        return Ok(()); // missing: created by the first checkpoint
-    };
-    for e in entries.flatten() {
-        let name = e.file_name();
-        let name = name.to_string_lossy();
-        if name.starts_with("ckpt-") && e.path().join("MANIFEST.json").exists() {
-            return Err(AppError::Invalid(format!(
-                "checkpoint directory {} already holds checkpoint {name}: resume from it \
-                 (--resume {}) or choose an empty directory",
-                ck.dir.display(),
-                ck.dir.display()
-            )));
-        }
+    // A missing directory is created by the first checkpoint.
+    if let Some(found) = iterstore::newest_checkpoint(&ck.dir)? {
+        return Err(AppError::Invalid(format!(
+            "checkpoint directory {} already holds checkpoint {}: resume from it \
+             (--resume {}) or choose an empty directory",
+            ck.dir.display(),
+            found.file_name().unwrap_or_default().to_string_lossy(),
+            ck.dir.display()
+        )));
     }
     Ok(())
 }
@@ -398,7 +393,22 @@ pub(crate) fn after_iteration(
         first_worker: (cluster.rank() * cfg.workers) as u64,
         workers: workers(),
     };
-    cluster.checkpoint_with(&ck.dir, id.app, &encode(&part))?;
+    if let Err(source) = cluster.checkpoint_with(&ck.dir, id.app, &encode(&part)) {
+        let dir = ck.dir.display();
+        let kept = match iterstore::newest_checkpoint(&ck.dir) {
+            Ok(Some(kept)) => format!(
+                "{} in {dir} is intact: make room and rerun with --resume {dir}",
+                kept.file_name().unwrap_or_default().to_string_lossy()
+            ),
+            Ok(None) => format!("{dir} holds no earlier checkpoint"),
+            Err(e) => format!("cannot tell which earlier checkpoint remains: {e}"),
+        };
+        return Err(AppError::Checkpoint {
+            iteration: done,
+            source,
+            kept,
+        });
+    }
     Ok(Some(start.elapsed().as_secs_f64()))
 }
 

@@ -175,6 +175,18 @@ pub enum AppError {
         /// What to try, with a leading separator (empty when there is no advice).
         hint: &'static str,
     },
+    /// A checkpoint could not be written (a full disk, say); the run stopped. `kept`
+    /// says which earlier checkpoint is still there to resume from.
+    #[error("checkpoint after iteration {iteration} failed: {source}; {kept}")]
+    Checkpoint {
+        /// 1-based iteration after which the checkpoint was due.
+        iteration: usize,
+        /// Why it failed (names the file).
+        #[source]
+        source: iterstore::Error,
+        /// The checkpoint still there, and how to resume from it.
+        kept: String,
+    },
     /// An error of one run among several (a benchmark variant, the limit), with which.
     #[error("{context}: {source}")]
     In {
