@@ -40,15 +40,21 @@ impl Proc {
         args: &[&str],
         configure: impl FnOnce(&mut Command),
     ) -> Proc {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_iterstore"));
+        cmd.args(args);
+        configure(&mut cmd);
+        Proc::spawn(dir, label, cmd)
+    }
+
+    /// Spawns `cmd` (which runs `iterstore`, directly or through a wrapper such as
+    /// `ip netns exec`) in `dir` with its output in `dir/label.{out,err}`.
+    pub(crate) fn spawn(dir: &Path, label: &str, mut cmd: Command) -> Proc {
         let out = dir.join(format!("{label}.out"));
         let err = dir.join(format!("{label}.err"));
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_iterstore"));
-        cmd.args(args)
-            .current_dir(dir)
+        cmd.current_dir(dir)
             .stdin(Stdio::null())
             .stdout(std::fs::File::create(&out).unwrap())
             .stderr(std::fs::File::create(&err).unwrap());
-        configure(&mut cmd);
         let child = cmd
             .spawn()
             .unwrap_or_else(|e| panic!("{label}: cannot start iterstore: {e}"));
@@ -126,7 +132,7 @@ impl Proc {
 
     /// Waits at most `limit` until the stderr contains `needle`; panics if the process
     /// ends first or the time runs out.
-    fn wait_for_stderr(&mut self, needle: &str, limit: Duration) {
+    pub(crate) fn wait_for_stderr(&mut self, needle: &str, limit: Duration) {
         let deadline = Instant::now() + limit;
         loop {
             if self.stderr().contains(needle) {
@@ -177,14 +183,14 @@ fn free_ports(n: usize) -> Vec<u16> {
 
 /// A cluster description in `dir`: a hosts file for `processes` ranks on loopback and a
 /// secret file (mode 0600).
-struct Cluster {
-    ports: Vec<u16>,
+pub(crate) struct Cluster {
+    pub(crate) ports: Vec<u16>,
     hosts: String,
     secret: String,
 }
 
 impl Cluster {
-    fn new(dir: &Path, processes: usize) -> Cluster {
+    pub(crate) fn new(dir: &Path, processes: usize) -> Cluster {
         let ports = free_ports(processes);
         let text: String = ports
             .iter()
@@ -202,22 +208,35 @@ impl Cluster {
     }
 
     /// `run args... --hosts H --rank R --secret-file S`, started as `rank{R}`.
-    fn start(&self, dir: &Path, rank: usize, args: &[&str]) -> Proc {
+    pub(crate) fn start(&self, dir: &Path, rank: usize, args: &[&str]) -> Proc {
         self.start_with(dir, rank, args, &self.secret)
+    }
+
+    /// The arguments that make `iterstore` rank `rank` of this cluster.
+    pub(crate) fn member_args(&self, rank: usize) -> Vec<String> {
+        self.member_args_with(rank, &self.secret)
+    }
+
+    /// As [`Cluster::member_args`] with another secret file.
+    fn member_args_with(&self, rank: usize, secret: &str) -> Vec<String> {
+        let rank = rank.to_string();
+        [
+            "--hosts",
+            &self.hosts,
+            "--rank",
+            &rank,
+            "--secret-file",
+            secret,
+        ]
+        .map(String::from)
+        .to_vec()
     }
 
     /// As [`Cluster::start`] with another secret file.
     fn start_with(&self, dir: &Path, rank: usize, args: &[&str], secret: &str) -> Proc {
-        let rank_s = rank.to_string();
+        let member = self.member_args_with(rank, secret);
         let mut all: Vec<&str> = args.to_vec();
-        all.extend([
-            "--hosts",
-            &self.hosts,
-            "--rank",
-            &rank_s,
-            "--secret-file",
-            secret,
-        ]);
+        all.extend(member.iter().map(String::as_str));
         Proc::start(dir, &format!("rank{rank}"), &all, |c| {
             c.env_remove("ITERSTORE_SECRET");
         })
@@ -382,7 +401,7 @@ fn launcher_prefixes_output_by_rank_and_only_rank_0_writes_files() {
 }
 
 /// The arguments of a run long enough to be interrupted mid-run.
-const LONG_MF: [&str; 8] = [
+pub(crate) const LONG_MF: [&str; 8] = [
     "run",
     "mf",
     "--synthetic",
@@ -393,10 +412,10 @@ const LONG_MF: [&str; 8] = [
     "generic",
 ];
 
-const JOINED: &str = "connected to every process";
+pub(crate) const JOINED: &str = "connected to every process";
 
 /// Starts a 2-process long MF run and waits until both joined the cluster.
-fn joined_pair(dir: &Path) -> (Cluster, Proc, Proc) {
+pub(crate) fn joined_pair(dir: &Path) -> (Cluster, Proc, Proc) {
     let cluster = Cluster::new(dir, 2);
     let mut r0 = cluster.start(dir, 0, &LONG_MF);
     let mut r1 = cluster.start(dir, 1, &LONG_MF);
@@ -409,9 +428,15 @@ fn joined_pair(dir: &Path) -> (Cluster, Proc, Proc) {
 /// its address, in the one wording a lost peer gets whichever part of the process
 /// noticed first (the network layer's event, or a send to the lost process).
 fn names_lost_rank_1(stderr: &str, prefix: &str, addr: &str) -> bool {
+    names_lost(stderr, prefix, 1, addr)
+}
+
+/// Whether `stderr` has a line starting with `prefix` that names the lost process `rank`
+/// at `addr` (see [`names_lost_rank_1`]).
+pub(crate) fn names_lost(stderr: &str, prefix: &str, rank: usize, addr: &str) -> bool {
     stderr.lines().any(|l| {
         l.starts_with(prefix)
-            && l.contains(&format!("cluster failed: process 1 at {addr}"))
+            && l.contains(&format!("cluster failed: process {rank} at {addr}"))
             && l.contains("was lost")
     })
 }
