@@ -14,6 +14,7 @@
 //! rows live and how updates are applied.
 
 pub mod graph_partition;
+pub mod in_edges;
 pub mod lda;
 pub mod mf;
 pub mod pagerank;

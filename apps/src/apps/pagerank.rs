@@ -12,7 +12,8 @@
 //! edge (or owning the dangling vertex) last *propagated* for `u`. No table is ever reset:
 //! each iteration, each worker READs the blocks of its sources (and of the dangling vertices
 //! it owns), computes their current ranks, and UPDATEs the target blocks by
-//! `d·(r(u) − p(u))/outdeg(u)` summed over its edges (accumulated locally, one dense UPDATE
+//! `d·(r(u) − p(u))/outdeg(u)` summed over its edges (per target, over its in-edges grouped
+//! by target, [`InEdges`](crate::algo::in_edges::InEdges); one dense UPDATE
 //! per touched block), and the dangling row by `Σ (r(u) − p(u))` over its dangling vertices;
 //! then it CLOCKs once.
 //!
@@ -258,10 +259,7 @@ fn iteration(
             }
         })?;
     }
-    st.acc.fill(0.0);
-    for &(s, a) in &plan.edges {
-        st.acc[a as usize] += st.change[s as usize];
-    }
+    plan.edges.sum_into(&st.change, &mut st.acc);
     for (i, &block) in plan.target_blocks.iter().enumerate() {
         w.update(&t.ranks, block, &st.acc[i * b..(i + 1) * b])?;
     }

@@ -1,7 +1,7 @@
 //! The limit implementation of PageRank on flat `f64` rank arrays.
 //!
-//! Worker `w` owns the edges [`partition`]`(E, W, w)` in their given order, with targets
-//! mapped to dense local rows. Each iteration the shares `r(u)/outdeg(u)` and the dangling
+//! Worker `w` owns the edges [`partition`]`(E, W, w)`, with targets mapped to dense local
+//! rows and the edges grouped by target ([`InEdges`], keeping their order within a target). Each iteration the shares `r(u)/outdeg(u)` and the dangling
 //! mass are computed once from the start-of-iteration ranks; every worker sums the shares
 //! of its edges into a private accumulator per target; the accumulators are added in worker
 //! order (per vertex, in parallel over vertex ranges) and finished into the new ranks with
@@ -12,6 +12,7 @@
 use std::time::Instant;
 
 use super::{add_parts, localize, par_each, par_map, par_rows, IterStats, LimitConfig, Part};
+use crate::algo::in_edges::InEdges;
 use crate::algo::pagerank::{
     base, check_graph, finish, initial_rank, out_degrees, share, PageRankConfig,
 };
@@ -29,8 +30,8 @@ pub struct PageRankRun {
 
 /// One worker's edges and private accumulator.
 struct Worker {
-    /// `(source, local target)` of the worker's edges, in order.
-    edges: Vec<(u32, u32)>,
+    /// The worker's edges grouped by local target.
+    edges: InEdges,
     /// Sorted global ids of the targets.
     targets: Vec<u32>,
     /// This iteration's incoming sum per target.
@@ -40,7 +41,8 @@ struct Worker {
 impl Worker {
     fn new(mine: &[(u32, u32)], n: usize) -> Self {
         let (targets, local) = localize(mine.iter().map(|&(_, v)| v), n);
-        let edges = mine.iter().zip(local).map(|(&(u, _), v)| (u, v)).collect();
+        let edges: Vec<(u32, u32)> = mine.iter().zip(local).map(|(&(u, _), v)| (u, v)).collect();
+        let edges = InEdges::new(targets.len(), &edges);
         Self {
             sums: vec![0.0; targets.len()],
             targets,
@@ -49,10 +51,7 @@ impl Worker {
     }
 
     fn sweep(&mut self, shares: &[f64]) {
-        self.sums.fill(0.0);
-        for &(u, v) in &self.edges {
-            self.sums[v as usize] += shares[u as usize];
-        }
+        self.edges.sum_into(shares, &mut self.sums);
     }
 }
 

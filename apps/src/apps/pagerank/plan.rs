@@ -3,6 +3,7 @@
 //! run from the [`Layout`]; it never touches the store. Vertices are table ids throughout.
 
 use super::layout::Layout;
+use crate::algo::in_edges::InEdges;
 
 /// Constants every worker shares.
 pub(super) struct Shape {
@@ -25,8 +26,8 @@ pub(super) struct Plan {
     pub(super) read_blocks: Vec<u64>,
     /// Slots of `read_blocks[i]`: `block_starts[i]..block_starts[i + 1]`.
     pub(super) block_starts: Vec<usize>,
-    /// `(source slot, accumulator index)` of the worker's edges, in order.
-    pub(super) edges: Vec<(u32, u32)>,
+    /// The worker's edges grouped by accumulator index, each with its source's slot.
+    pub(super) edges: InEdges,
     /// Blocks the worker's edges point into, sorted; accumulator `i·B..(i+1)·B` is block
     /// `target_blocks[i]`.
     pub(super) target_blocks: Vec<u64>,
@@ -91,7 +92,7 @@ impl Plan {
                 target_blocks.push(block as u64);
             }
         }
-        let edges = mine
+        let edges: Vec<(u32, u32)> = mine
             .iter()
             .map(|&(u, v)| {
                 let acc = target_pos[v as usize / b] as usize * b + v as usize % b;
@@ -99,6 +100,7 @@ impl Plan {
                 (slot[u as usize], acc)
             })
             .collect();
+        let edges = InEdges::new(target_blocks.len() * b, &edges);
         Self {
             degrees: reads.iter().map(|&v| degrees[v as usize]).collect(),
             reads,
@@ -143,7 +145,7 @@ mod tests {
         assert_eq!(p.read_blocks, [1, 2]);
         assert_eq!(p.block_starts, [0, 2, 4]);
         assert_eq!(p.target_blocks, [0, 1]);
-        assert_eq!(p.edges, [(0, 0), (1, 2)]);
+        assert_eq!(p.edges, InEdges::new(4, &[(0, 0), (1, 2)]));
         assert_eq!(p.init_blocks, [2]);
     }
 }
