@@ -5,7 +5,9 @@
 //! with L2 weight `λ` on both factor tables, by the same per-row AdaGrad (see [`libmf()`]
 //! for how the settings correspond); `tools/peer-lda` the same collapsed Gibbs
 //! sampler and priors (the `lda` package, whose `loglikelihood()` is the same collapsed
-//! `log p(w, z)` as ours, given the same vocabulary size); `tools/peer-pagerank` the same
+//! `log p(w, z)` as ours, given the same vocabulary size); `tools/peer-tomotopy` LDA with
+//! the same topics, priors and threads through tomotopy's sparse sampler (α held fixed;
+//! the fastest LDA we know on a CPU); `tools/peer-pagerank` the same
 //! fixed number of power-iteration steps, dangling rank spread uniformly. The Python peers
 //! get their input as files in a work directory and answer with one JSON line shaped like
 //! [`PeerResult`]; [`PythonPeer::from_env`] finds the interpreter that `tools/peer-env`
@@ -220,7 +222,20 @@ impl PythonPeer {
     /// `lda` package's final `log_likelihood`; `per_iter_s` excludes its setup and
     /// log-likelihood evaluations.
     pub fn lda(&self, corpus: &Corpus, params: &LdaPeerParams, workdir: &Path) -> PeerOutcome {
-        let path = workdir.join("peer-lda.ldac");
+        self.run_lda_script("peer-lda", corpus, params, &[], workdir)
+    }
+
+    /// Checks `params` and `corpus`, writes the corpus as LDA-C into `workdir` and runs
+    /// `tools/<script>` on it with the LDA settings plus `extra`.
+    fn run_lda_script(
+        &self,
+        script: &str,
+        corpus: &Corpus,
+        params: &LdaPeerParams,
+        extra: &[(&str, String)],
+        workdir: &Path,
+    ) -> PeerOutcome {
+        let path = workdir.join(format!("{script}.ldac"));
         let valid = params
             .config()
             .validate()
@@ -228,7 +243,7 @@ impl PythonPeer {
         if let Err(e) = valid.and_then(|()| write_file(&path, |w| write_ldac(corpus, w))) {
             return PeerOutcome::Failed(e);
         }
-        let args = [
+        let mut args = vec![
             ("--corpus", path.display().to_string()),
             ("--topics", params.topics.to_string()),
             ("--iters", params.iterations.to_string()),
@@ -237,8 +252,24 @@ impl PythonPeer {
             ("--seed", params.seed.to_string()),
             ("--vocab", corpus.vocab_size.to_string()),
         ];
-        self.run("peer-lda", &args, workdir)
+        args.extend_from_slice(extra);
+        self.run(script, &args, workdir)
             .map_or_else(|o| o, PeerOutcome::Ran)
+    }
+
+    /// Runs `tools/peer-tomotopy` on `corpus` (written as LDA-C into `workdir`) with
+    /// `threads` workers: tomotopy's LDA with the same topics, priors and seed, α fixed.
+    /// The metric is tomotopy's `ll_per_word` (not our collapsed log-likelihood);
+    /// `per_iter_s` excludes adding the documents and the first assignment.
+    pub fn tomotopy(
+        &self,
+        corpus: &Corpus,
+        params: &LdaPeerParams,
+        threads: usize,
+        workdir: &Path,
+    ) -> PeerOutcome {
+        let threads = [("--threads", threads.to_string())];
+        self.run_lda_script("peer-tomotopy", corpus, params, &threads, workdir)
     }
 
     /// Runs `tools/peer-pagerank` on `graph`, written as an edge list into `workdir`, for
@@ -500,6 +531,23 @@ mod tests {
             ll < 0.0 && ((ll - ours) / ours).abs() < 0.05,
             "{ll} vs ours {ours}: {r:?}"
         );
+        assert!(r.iterations == 30 && r.per_iter_s > 0.0 && r.total_s >= 30.0 * r.per_iter_s);
+    }
+
+    #[test]
+    fn tomotopy_trains_the_same_corpus_or_skips() {
+        let dir = TempDir::new("tomotopy");
+        let (corpus, _) = CorpusSpec::preset("tiny").unwrap().generate();
+        let peer = PythonPeer::from_env();
+        let Some(r) = ran_or_skipped(peer.tomotopy(&corpus, &LDA, 2, &dir.0)) else {
+            return;
+        };
+        let (name, ll) = r.metric.clone().unwrap();
+        assert_eq!(name, "ll_per_word");
+        // Per word, at most log(1) and at least the log of a uniform draw over the words.
+        let uniform = -(corpus.vocab_size as f64).ln();
+        assert!(ll < 0.0 && ll > uniform, "{ll} vs {uniform}: {r:?}");
+        assert!(r.peer.contains("2 threads"), "{}", r.peer);
         assert!(r.iterations == 30 && r.per_iter_s > 0.0 && r.total_s >= 30.0 * r.per_iter_s);
     }
 

@@ -87,10 +87,15 @@ impl Verdict {
         let target = Target::of(bench.app);
         let vg = bench.ratio("virtual", "generic");
         let vl = bench.ratio_to_limit("virtual");
-        let vp = match (&bench.peer, bench.run("virtual")) {
-            (Some(PeerOutcome::Ran(p)), Some(v)) if p.per_iter_s > 0.0 => {
-                Some(v.breakdown.rest_mean_s / p.per_iter_s)
-            }
+        // Against the fastest peer that ran: the strongest competitor sets the bar.
+        let fastest = (bench.peers.iter())
+            .filter_map(|p| match p {
+                PeerOutcome::Ran(p) if p.per_iter_s > 0.0 => Some(p.per_iter_s),
+                _ => None,
+            })
+            .min_by(f64::total_cmp);
+        let vp = match (fastest, bench.run("virtual")) {
+            (Some(p), Some(v)) => Some(v.breakdown.rest_mean_s / p),
             _ => None,
         };
         Verdict {
@@ -490,40 +495,40 @@ fn app_table(out: &mut String, b: &AppBench) {
             quality(l.objective, l.test_rmse),
         );
     }
-    match &b.peer {
-        Some(PeerOutcome::Ran(p)) => {
-            let metric = p
-                .metric
-                .as_ref()
-                .map_or(String::new(), |(name, v)| format!("{name} {v:.6}"));
-            let _ = writeln!(
-                out,
-                "| peer: {} | - | - | - | {} | {} | {} | {} |",
-                p.peer,
-                seconds(p.per_iter_s),
-                ratio(
-                    b.run("generic")
-                        .map(|g| p.per_iter_s / g.breakdown.rest_mean_s)
-                ),
-                ratio(
-                    b.limit
-                        .as_ref()
-                        .map(|l| p.per_iter_s / l.breakdown.rest_mean_s)
-                ),
-                metric
-            );
-            out.push('\n');
-            if let Some(note) = &p.note {
-                let _ = writeln!(out, "Peer note: {note}");
+    let mut notes = Vec::new();
+    for peer in &b.peers {
+        match peer {
+            PeerOutcome::Ran(p) => {
+                let metric = p
+                    .metric
+                    .as_ref()
+                    .map_or(String::new(), |(name, v)| format!("{name} {v:.6}"));
+                let _ = writeln!(
+                    out,
+                    "| peer: {} | - | - | - | {} | {} | {} | {} |",
+                    p.peer,
+                    seconds(p.per_iter_s),
+                    ratio(
+                        b.run("generic")
+                            .map(|g| p.per_iter_s / g.breakdown.rest_mean_s)
+                    ),
+                    ratio(
+                        b.limit
+                            .as_ref()
+                            .map(|l| p.per_iter_s / l.breakdown.rest_mean_s)
+                    ),
+                    metric
+                );
+                if let Some(note) = &p.note {
+                    notes.push(format!("Peer note ({}): {note}", p.peer));
+                }
             }
+            PeerOutcome::Skipped(why) => notes.push(format!("Peer skipped: {why}")),
+            PeerOutcome::Failed(why) => notes.push(format!("Peer failed: {why}")),
         }
-        Some(PeerOutcome::Skipped(why)) => {
-            let _ = writeln!(out, "\nPeer skipped: {why}");
-        }
-        Some(PeerOutcome::Failed(why)) => {
-            let _ = writeln!(out, "\nPeer failed: {why}");
-        }
-        None => {}
+    }
+    for note in notes {
+        let _ = write!(out, "\n{note}\n");
     }
     out.push('\n');
 }
@@ -590,7 +595,7 @@ mod tests {
             iterations: 2,
             runs: Vec::new(),
             limit: None,
-            peer: None,
+            peers: Vec::new(),
         }
     }
 

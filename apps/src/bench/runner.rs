@@ -134,8 +134,9 @@ impl Workload {
         Ok(LimitResult::new(&stats))
     }
 
-    /// Runs this app's peer (LIBMF for MF, the Python scripts for LDA and PageRank).
-    pub fn run_peer(&self, threads: usize, iterations: usize, workdir: &Path) -> PeerOutcome {
+    /// Runs this app's peers (LIBMF for MF; the Python `lda` package and tomotopy for
+    /// LDA; scipy for PageRank), each with `threads` threads where it can use them.
+    pub fn run_peers(&self, threads: usize, iterations: usize, workdir: &Path) -> Vec<PeerOutcome> {
         match self {
             Workload::Mf {
                 train,
@@ -153,7 +154,7 @@ impl Workload {
                     threads,
                 };
                 let test = (!test.ratings.is_empty()).then_some(test);
-                peers::libmf(train, test, &p)
+                vec![peers::libmf(train, test, &p)]
             }
             Workload::Lda { corpus, params } => {
                 let p = LdaPeerParams {
@@ -163,11 +164,18 @@ impl Workload {
                     beta: params.beta,
                     seed: params.seed,
                 };
-                peers::python_lda(corpus, &p, workdir)
+                let python = peers::PythonPeer::from_env();
+                vec![
+                    python.lda(corpus, &p, workdir),
+                    python.tomotopy(corpus, &p, threads, workdir),
+                ]
             }
-            Workload::PageRank { graph, params } => {
-                peers::python_pagerank(graph, iterations, params.config.damping, workdir)
-            }
+            Workload::PageRank { graph, params } => vec![peers::python_pagerank(
+                graph,
+                iterations,
+                params.config.damping,
+                workdir,
+            )],
         }
     }
 }
@@ -272,8 +280,8 @@ pub struct AppBench {
     pub runs: Vec<RunResult>,
     /// The limit implementation, if run.
     pub limit: Option<LimitResult>,
-    /// The peer, if asked for.
-    pub peer: Option<PeerOutcome>,
+    /// The peers, if asked for (none otherwise).
+    pub peers: Vec<PeerOutcome>,
 }
 
 impl AppBench {
@@ -343,9 +351,13 @@ pub fn bench_app(
     } else {
         None
     };
-    let peer = opts.peers.then(|| {
-        let outcome = workload.run_peer(opts.workers, opts.iterations, &opts.workdir);
-        progress(&match &outcome {
+    let peers = if opts.peers {
+        workload.run_peers(opts.workers, opts.iterations, &opts.workdir)
+    } else {
+        Vec::new()
+    };
+    for outcome in &peers {
+        progress(&match outcome {
             PeerOutcome::Ran(r) => format!(
                 "{app:<9}{:<32} {:>10.4} s per iteration",
                 r.peer, r.per_iter_s
@@ -353,8 +365,7 @@ pub fn bench_app(
             PeerOutcome::Skipped(why) => format!("{app} peer skipped: {why}"),
             PeerOutcome::Failed(why) => format!("{app} peer failed: {why}"),
         });
-        outcome
-    });
+    }
     Ok(AppBench {
         app,
         dataset: dataset.to_string(),
@@ -365,6 +376,6 @@ pub fn bench_app(
         iterations: opts.iterations,
         runs,
         limit,
-        peer,
+        peers,
     })
 }
