@@ -10,7 +10,7 @@ use std::fmt::Display;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use iterstore_apps::algo::lda::LdaConfig;
+use iterstore_apps::algo::lda::{LdaConfig, SamplerKind};
 use iterstore_apps::algo::mf::MfConfig;
 use iterstore_apps::apps::pagerank::PageRankParams;
 use iterstore_apps::bench::report::{BenchMeta, BenchReport};
@@ -99,7 +99,13 @@ pub fn bench(args: &BenchArgs, command_line: String) -> Result<()> {
     let meta = BenchMeta::now(super::VERSION, command_line, inputs(&apps, args));
     let mut workloads = Vec::new();
     for &app in &apps {
-        let (name, workload) = load(app, args)?;
+        let (mut name, workload) = load(app, args)?;
+        // The default sampler keeps the plain name.
+        if let Workload::Lda { params, .. } = &workload {
+            if params.sampler != SamplerKind::default() {
+                name = format!("{name}, {} sampler", params.sampler.name());
+            }
+        }
         workloads.extend(per_block(name, workload, &blocks));
     }
     if opts.peers {
@@ -276,7 +282,7 @@ fn load(app: App, args: &BenchArgs) -> Result<(String, Workload)> {
         App::Mf => mf_workload(load_ratings(path)?),
         App::Lda => Workload::Lda {
             corpus: load_corpus(path)?,
-            params: lda_params(args.topics.unwrap_or(LdaConfig::default().topics)),
+            params: lda_params(args, args.topics.unwrap_or(LdaConfig::default().topics)),
         },
         App::Pagerank => Workload::PageRank {
             graph: load_graph(path)?.graph,
@@ -307,7 +313,7 @@ fn synthetic(app: App, size: &str, args: &BenchArgs) -> Result<Workload> {
             let topics = args.topics.unwrap_or(spec.num_topics as usize);
             Workload::Lda {
                 corpus: spec.generate().0,
-                params: lda_params(topics),
+                params: lda_params(args, topics),
             }
         }
         App::Pagerank => Workload::PageRank {
@@ -342,10 +348,11 @@ fn mf_workload(ratings: iterstore_apps::data::Ratings) -> Workload {
     }
 }
 
-fn lda_params(topics: usize) -> LdaConfig {
+fn lda_params(args: &BenchArgs, topics: usize) -> LdaConfig {
     LdaConfig {
         topics,
         seed: SEED,
+        sampler: args.sampler.unwrap_or_default(),
         ..LdaConfig::default()
     }
 }

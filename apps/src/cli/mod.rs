@@ -18,6 +18,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Result};
 use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 use iterstore::{Mode, Staleness, WorkerPlacement};
+use iterstore_apps::algo::lda::SamplerKind;
 use iterstore_apps::data::synth::SIZES;
 
 /// What `--output` writes, shown in `iterstore run --help`.
@@ -189,6 +190,10 @@ pub struct BenchArgs {
     /// lda: topics [default: the planted number for synthetic input, else 100].
     #[arg(long, value_parser = at_least_one)]
     pub topics: Option<usize>,
+    /// lda: the sampler of the app and its limit, `dense` or `sparse` (see `run
+    /// --sampler`) [default: dense].
+    #[arg(long, value_name = "KIND", value_parser = parse_sampler)]
+    pub sampler: Option<SamplerKind>,
     /// Skip the limit implementations.
     #[arg(long)]
     pub no_limit: bool,
@@ -313,8 +318,8 @@ pub struct RunArgs {
     /// lda: `sparse` (SparseLDA's bucket sampler: cost per token grows with the topics of
     /// the document and the word) or `dense` (K terms per token) [default: dense]. Both
     /// draw from the same conditional.
-    #[arg(long, value_name = "KIND", help_heading = "LDA options")]
-    pub sampler: Option<String>,
+    #[arg(long, value_name = "KIND", help_heading = "LDA options", value_parser = parse_sampler)]
+    pub sampler: Option<SamplerKind>,
 
     /// pagerank: damping factor [default: 0.85].
     #[arg(long, help_heading = "PageRank options")]
@@ -495,6 +500,14 @@ fn parse_placement(s: &str) -> Result<WorkerPlacement, String> {
 
 fn parse_mode(s: &str) -> Result<Mode, String> {
     s.parse()
+}
+
+fn parse_sampler(s: &str) -> Result<SamplerKind, String> {
+    match s {
+        "dense" => Ok(SamplerKind::Dense),
+        "sparse" => Ok(SamplerKind::Sparse),
+        _ => Err(format!("'{s}': lda samples with `dense` or `sparse`")),
+    }
 }
 
 fn parse_staleness(s: &str) -> Result<Staleness, String> {

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use iterstore::{rank_from_env, Membership, Mode, Secret, Specializations, Topology, SECRET_ENV};
-use iterstore_apps::algo::lda::{LdaConfig, SamplerKind};
+use iterstore_apps::algo::lda::LdaConfig;
 use iterstore_apps::algo::mf::MfConfig;
 use iterstore_apps::algo::pagerank::PageRankConfig;
 use iterstore_apps::algo::ratings_layout::RatingsPartition;
@@ -369,12 +369,7 @@ fn run_lda(
         alpha: args.alpha.unwrap_or(defaults.alpha),
         beta: args.beta.unwrap_or(defaults.beta),
         seed: args.seed,
-        sampler: match args.sampler.as_deref() {
-            None => defaults.sampler,
-            Some("dense") => SamplerKind::Dense,
-            Some("sparse") => SamplerKind::Sparse,
-            Some(other) => bail!("--sampler {other}: lda samples with `dense` or `sparse`"),
-        },
+        sampler: args.sampler.unwrap_or(defaults.sampler),
     };
     params.validate().map_err(anyhow::Error::msg)?;
     let loading_step = step(progress, || loading(&input, "corpus"));

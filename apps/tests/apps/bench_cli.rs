@@ -482,6 +482,41 @@ fn each_pagerank_block_is_its_own_workload_with_its_own_rows_and_chart() {
 }
 
 #[test]
+fn the_sparse_lda_sampler_is_benchmarked_and_named() {
+    let tmp = TempDir::new("sampler");
+    let out_dir = tmp.join("out");
+    let args = [
+        "--apps",
+        "lda",
+        "--variants",
+        "virtual",
+        "--no-peers",
+        "--iters",
+        "2",
+        "--synthetic",
+        "tiny",
+        "--sampler",
+        "sparse",
+    ];
+    let objectives = |args: &[&str], name: &str| {
+        let out = bench(args, &out_dir);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let report = read_json(&out_dir.join("report.json"));
+        let app = &array(&report, "apps")[0];
+        assert_eq!(app["dataset"], name);
+        let limit = app["limit"]["objective"].as_f64().unwrap();
+        (run(app, "virtual")["objective"].as_f64().unwrap(), limit)
+    };
+    let (sparse, limit) = objectives(&args, "synthetic tiny, sparse sampler");
+    // The app and the limit ran the same sampler: the same model under BSP (the
+    // log-likelihood is summed in another order).
+    assert_close(sparse, limit, 1e-12, "sparse app against its limit");
+    // And it is not the dense sampler, whose chain differs.
+    let (dense, _) = objectives(&args[..args.len() - 2], "synthetic tiny");
+    assert!(sparse != dense, "--sampler sparse ran the dense sampler");
+}
+
+#[test]
 fn one_pagerank_block_keeps_the_plain_chart_name() {
     let tmp = TempDir::new("one-block");
     let out_dir = tmp.join("out");
