@@ -531,13 +531,17 @@ impl Cluster {
             config.clone(),
             transport.clone(),
         ));
-        let mut threads = Threads::default();
+        let mut threads = Threads {
+            shutdown_timeout: (config.membership.as_ref())
+                .map_or(SHUTDOWN_TIMEOUT, |m| m.shutdown_timeout),
+            ..Threads::default()
+        };
         let spawn_err = |e: std::io::Error| Error::failed("thread spawn", e);
         for (local, (id, inbox)) in world.shards_of(rank).zip(shard_inboxes).enumerate() {
             let shard = server::Shard::new(id, world);
             let pus = zone_pus(thread_zones.shards[local]);
             match server::spawn(shard, inbox, transport.clone(), pus) {
-                Ok(t) => threads.shards.push((id, t)),
+                Ok((t, staying)) => threads.shards.push((id, t, staying)),
                 Err(e) => return Err(threads.abort(transport.as_ref(), rank, spawn_err(e))),
             }
         }
@@ -1286,7 +1290,9 @@ impl Cluster {
     ///
     /// Shutdown is coordinated: this process tells every shard it leaves, and its own
     /// shards keep serving the others until every process has left them (so no process
-    /// stops shards that others still use), within [`SHUTDOWN_TIMEOUT`]. A cluster that
+    /// stops shards that others still use), within [`Membership::shutdown_timeout`]
+    /// ([`SHUTDOWN_TIMEOUT`] by default); past it, the error names the processes that had
+    /// not left. A cluster that
     /// has failed stops its threads at once.
     pub fn shutdown(&mut self) -> Result<()> {
         if self.down {
@@ -1311,8 +1317,12 @@ impl Cluster {
             tracing::warn!("process {rank}: closing the network: {e}");
         }
         if !failed && (result.is_ok() || self.shared.has_failed()) {
-            // The cause (a lost process), rather than that its shards were not released.
-            result = self.shared.check().and(result);
+            // The cause (a lost process), rather than that its shards were not released;
+            // this process's own stop is no cause.
+            match self.shared.check() {
+                Err(Error::ShutDown) | Ok(()) => {}
+                Err(cause) => result = Err(cause),
+            }
         }
         match result {
             Err(Error::ShutDown) => Ok(()),
@@ -1351,14 +1361,17 @@ impl Drop for Cluster {
     }
 }
 
-/// How long a process waits at shutdown for the others to leave its shards.
+/// How long a process waits at shutdown for the others to leave its shards, unless
+/// [`Membership::shutdown_timeout`] says otherwise.
 pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// A process's shard threads and communication thread.
 #[derive(Default)]
 struct Threads {
-    shards: Vec<(u32, JoinHandle<()>)>,
+    shards: Vec<(u32, JoinHandle<()>, server::Staying)>,
     comm: Option<JoinHandle<()>>,
+    /// How long `stop` waits for the other processes to leave the shards.
+    shutdown_timeout: Duration,
 }
 
 impl Threads {
@@ -1369,7 +1382,7 @@ impl Threads {
     }
 
     /// Waits for the shard threads to be released by every process (at once if
-    /// `now`, else within [`SHUTDOWN_TIMEOUT`] or until `give_up()`), then stops the
+    /// `now`, else within `shutdown_timeout` or until `give_up()`), then stops the
     /// communication thread.
     fn stop(
         &mut self,
@@ -1382,24 +1395,27 @@ impl Threads {
             + if now {
                 Duration::ZERO
             } else {
-                SHUTDOWN_TIMEOUT
+                self.shutdown_timeout
             };
         let mut result = Ok(());
-        while self.shards.iter().any(|(_, t)| !t.is_finished())
+        while self.shards.iter().any(|(_, t, _)| !t.is_finished())
             && Instant::now() < deadline
             && !give_up()
         {
             std::thread::sleep(Duration::from_millis(2));
         }
         let now = now || give_up();
-        for (id, t) in self.shards.drain(..) {
+        for (id, t, staying) in self.shards.drain(..) {
             if !t.is_finished() {
                 if !now && result.is_ok() {
+                    let names: Vec<String> = staying.get().iter().map(|p| p.to_string()).collect();
                     result = Err(Error::failed(
                         format!("server shard {id} (process {rank})"),
                         format!(
-                            "other processes did not leave it within {} s",
-                            SHUTDOWN_TIMEOUT.as_secs()
+                            "process(es) {} did not leave it within {:.1} s (still running, \
+                             or stopped without shutting down)",
+                            names.join(", "),
+                            self.shutdown_timeout.as_secs_f64()
                         ),
                     ));
                 }

@@ -113,7 +113,9 @@ mod world;
 
 pub use buf::AlignedBuf;
 pub use checkpoint::{newest_checkpoint, ClusterRule};
-pub use cluster::{Cluster, KindTraffic, NumaReport, Resumed, SpecialMemory, Stats};
+pub use cluster::{
+    Cluster, KindTraffic, NumaReport, Resumed, SpecialMemory, Stats, SHUTDOWN_TIMEOUT,
+};
 pub use config::{
     Config, Mode, Specializations, Staleness, WorkerPlacement, MAX_SHARDS, MAX_WORKERS,
 };

@@ -94,12 +94,16 @@ pub struct Membership {
     /// (backpressure): the memory a slow reader can hold here, per peer. Shards' replies
     /// never wait; a peer whose queue they push past four times this is lost.
     pub send_queue_bytes: usize,
+    /// At shutdown, how long this process's shards keep serving the others before it
+    /// stops them anyway and reports which processes had not left.
+    pub shutdown_timeout: Duration,
 }
 
 impl Membership {
     /// Rank `rank` of a cluster at `hosts`, with default time limits (connect within
     /// 30 s; heartbeats every 500 ms; a peer silent for 5 s is lost) and 64 MiB of
-    /// outbound queue per peer.
+    /// outbound queue per peer; shards wait [`SHUTDOWN_TIMEOUT`](crate::SHUTDOWN_TIMEOUT)
+    /// at shutdown for the others to leave.
     pub fn new(rank: usize, hosts: Vec<SocketAddr>, secret: Secret) -> Membership {
         Membership {
             rank,
@@ -109,6 +113,7 @@ impl Membership {
             heartbeat_interval: Duration::from_millis(500),
             heartbeat_timeout: Duration::from_secs(5),
             send_queue_bytes: 64 << 20,
+            shutdown_timeout: crate::cluster::SHUTDOWN_TIMEOUT,
         }
     }
 
@@ -152,6 +157,9 @@ impl Membership {
         }
         if self.connect_timeout.is_zero() {
             return Err(Error::config("connect_timeout", "must not be zero"));
+        }
+        if self.shutdown_timeout.is_zero() {
+            return Err(Error::config("shutdown_timeout", "must not be zero"));
         }
         if self.send_queue_bytes == 0 {
             return Err(Error::config("send_queue_bytes", "must not be zero"));

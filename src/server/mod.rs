@@ -11,25 +11,49 @@ mod shard;
 
 pub(crate) use shard::Shard;
 
-use crate::msg::{Endpoint, Msg};
+use crate::msg::{Endpoint, Msg, ProcessId};
 use crate::transport::{Inbound, Inbox, Transport};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
+
+/// The processes that have not left a shard yet, as its thread last saw them: what a
+/// process waiting at shutdown reads to name who keeps it waiting.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Staying(Arc<Mutex<Vec<ProcessId>>>);
+
+impl Staying {
+    /// The processes still to leave.
+    pub(crate) fn get(&self) -> Vec<ProcessId> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn set(&self, staying: Vec<ProcessId>) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = staying;
+    }
+}
 
 /// Runs `shard` on a new thread, bound to the CPUs `pus` when given, until every process
 /// has left it, it is stopped locally ([`Inbound::Stop`]) or its inbox closes. A panic
 /// while handling a message is reported to every process still in the cluster as a
 /// rejection naming the shard (the cluster fails rather than waits on a dead shard).
+/// Returns the thread and who has not left the shard yet ([`Staying`]).
 pub(crate) fn spawn(
     mut shard: Shard,
     inbox: Inbox,
     transport: Arc<dyn Transport>,
     pus: Option<Vec<u32>>,
-) -> std::io::Result<JoinHandle<()>> {
+) -> std::io::Result<(JoinHandle<()>, Staying)> {
     let name = format!("iterstore-shard-{}", shard.id());
-    crate::topology::bind::spawn_bound(name, pus, move || {
+    let staying = Staying::default();
+    staying.set(shard.staying());
+    let seen = staying.clone();
+    let thread = crate::topology::bind::spawn_bound(name, pus, move || {
         let mut out: Vec<(Endpoint, Msg)> = Vec::new();
+        let mut staying_count = seen.get().len();
         loop {
             let msg = match inbox.recv() {
                 Ok(Inbound::Msg(msg)) => msg,
@@ -57,9 +81,15 @@ pub(crate) fn spawn(
                 // reported by the transport.
                 let _ = transport.reply(to, reply);
             }
+            if shard.staying_count() != staying_count {
+                let now = shard.staying();
+                staying_count = now.len();
+                seen.set(now);
+            }
             if shard.released() {
                 return;
             }
         }
-    })
+    })?;
+    Ok((thread, staying))
 }

@@ -113,6 +113,42 @@ fn a_process_that_leaves_early_over_tcp_fails_the_others_naming_it() {
 }
 
 #[test]
+fn a_shutdown_kept_waiting_names_the_processes_that_did_not_leave() {
+    let hosts = free_addrs(2);
+    let results: Vec<iterstore::Result<()>> = within(60, move || {
+        std::thread::scope(|s| {
+            let handles: Vec<_> = (0..2)
+                .map(|rank| {
+                    let mut m = Membership::new(rank, hosts.clone(), secret());
+                    m.shutdown_timeout = std::time::Duration::from_millis(500);
+                    let config = Config::new(1).with_membership(m);
+                    s.spawn(move || -> iterstore::Result<()> {
+                        let mut c = Cluster::start(config)?;
+                        let t = c.create_table::<i64>("t", 1)?;
+                        c.run(|w| {
+                            w.update(&t, 0, &[1])?;
+                            w.clock()
+                        })?;
+                        if rank == 1 {
+                            // Alive and connected, but not leaving for a while.
+                            std::thread::sleep(std::time::Duration::from_secs(2));
+                        }
+                        c.shutdown()
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        })
+    });
+    let err = results[0].as_ref().unwrap_err().to_string();
+    assert!(
+        err.contains("server shard 0 (process 0)")
+            && err.contains("process(es) 1 did not leave it within 0.5 s"),
+        "{err}"
+    );
+}
+
+#[test]
 fn a_process_with_other_settings_is_refused_before_any_work() {
     let hosts = free_addrs(2);
     let results: Vec<String> = within(60, move || {
