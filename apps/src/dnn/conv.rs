@@ -7,9 +7,11 @@
 //!   is kernel `o`, its taps ordered by input channel, then kernel row, then column;
 //! - the optional bias is one value per output channel.
 //!
-//! Kernels are square, stride and zero padding the same in both directions. For each image
-//! the input is unrolled into `cols` ([`im2col`]: one row per tap, one column per output
-//! position, zeros where a tap falls into the padding), so that each pass is one GEMM:
+//! Kernels are square, stride and zero padding the same in both directions. Each image is
+//! unrolled ([`im2col`]: one row per tap, one column per output position, zeros where a
+//! tap falls into the padding), the images of a batch side by side in `cols`, so that each
+//! pass is one GEMM over the whole batch (outputs and error terms regrouped by channel
+//! around it):
 //!
 //! - [`forward`]: `y = f(w · cols + b)` — `out_channels · taps · positions` multiply-adds
 //!   per image, then the activation ([`Activation`]).
@@ -22,8 +24,9 @@
 //! - [`update`]: `w −= η · Σ_images δ_out · colsᵀ` (and `b −= η · Σ δ_out`) — the same
 //!   multiply-adds. On a zeroed `w` with `η = −1` it writes the gradient itself.
 //!
-//! `cols` is scratch that the caller keeps between calls (resized here as needed), so a
-//! training step allocates nothing. This module knows nothing of the store, segments or
+//! `cols` is scratch that the caller keeps between calls (resized here as needed, to
+//! `(taps + out_channels) · batch · positions` values), so a training step allocates
+//! nothing. This module knows nothing of the store, segments or
 //! the performance model.
 
 /// The activation a layer applies to its outputs.
@@ -174,81 +177,159 @@ fn gemm(
     }
 }
 
-/// The input row and column a tap at offset `k` reads for output index `o`, or `None` in
-/// the padding.
-fn source(o: usize, k: usize, g: &ConvGeometry, limit: usize) -> Option<usize> {
-    (o * g.stride + k)
-        .checked_sub(g.padding)
-        .filter(|&i| i < limit)
+/// The output indices `lo..hi` (of `outputs`) whose tap at offset `k` reads inside an
+/// input of `limit` values (the others read padding): those with
+/// `0 ≤ o·stride + k − padding < limit`.
+fn inside(outputs: usize, k: usize, g: &ConvGeometry, limit: usize) -> (usize, usize) {
+    let lo = g.padding.saturating_sub(k).div_ceil(g.stride).min(outputs);
+    let hi = (limit + g.padding)
+        .checked_sub(k + 1)
+        .map_or(0, |last| (last / g.stride + 1).min(outputs));
+    (lo, hi.max(lo))
+}
+
+/// Calls `f(tap row, output row oy, input line iy (None in the padding), (lo, hi, first
+/// input column))` for every tap and output row of one image: the output columns `lo..hi`
+/// read input columns `first, first + stride, ...`; the others read padding.
+fn each_line(
+    g: &ConvGeometry,
+    mut f: impl FnMut(usize, usize, Option<usize>, (usize, usize, usize)),
+) {
+    let (oh, ow, k) = (g.out_height(), g.out_width(), g.kernel);
+    let mut r = 0;
+    for c in 0..g.in_channels {
+        for ky in 0..k {
+            let (ylo, yhi) = inside(oh, ky, g, g.height);
+            for kx in 0..k {
+                let (lo, hi) = inside(ow, kx, g, g.width);
+                let first = (lo * g.stride + kx).saturating_sub(g.padding);
+                for oy in 0..oh {
+                    let line = (ylo..yhi)
+                        .contains(&oy)
+                        .then(|| c * g.height + oy * g.stride + ky - g.padding);
+                    f(r, oy, line, (lo, hi, first));
+                }
+                r += 1;
+            }
+        }
+    }
+}
+
+/// [`im2col`] of one image into the columns `at..at + positions` of `cols`, a matrix of
+/// `taps` rows of `ld` values.
+fn im2col_block(g: &ConvGeometry, x: &[f32], cols: &mut [f32], ld: usize, at: usize) {
+    let (ow, s) = (g.out_width(), g.stride);
+    each_line(g, |r, oy, line, (lo, hi, first)| {
+        let out = &mut cols[r * ld + at + oy * ow..][..ow];
+        let Some(iy) = line else {
+            out.fill(0.0);
+            return;
+        };
+        let src = &x[iy * g.width..][..g.width];
+        out[..lo].fill(0.0);
+        out[hi..].fill(0.0);
+        if lo == hi {
+            return;
+        }
+        if s == 1 {
+            out[lo..hi].copy_from_slice(&src[first..first + hi - lo]);
+        } else {
+            for (v, &a) in out[lo..hi].iter_mut().zip(src[first..].iter().step_by(s)) {
+                *v = a;
+            }
+        }
+    });
+}
+
+/// [`col2im`] of the columns `at..at + positions` of `cols` (`taps` rows of `ld` values)
+/// onto one image.
+fn col2im_block(g: &ConvGeometry, cols: &[f32], x: &mut [f32], ld: usize, at: usize) {
+    let (ow, s) = (g.out_width(), g.stride);
+    each_line(g, |r, oy, line, (lo, hi, first)| {
+        let Some(iy) = line.filter(|_| lo < hi) else {
+            return;
+        };
+        let out = &cols[r * ld + at + oy * ow..][..ow];
+        let dst = &mut x[iy * g.width..][..g.width];
+        if s == 1 {
+            let dst = &mut dst[first..first + hi - lo];
+            dst.iter_mut().zip(&out[lo..hi]).for_each(|(d, &v)| *d += v);
+        } else {
+            for (d, &v) in dst[first..].iter_mut().step_by(s).zip(&out[lo..hi]) {
+                *d += v;
+            }
+        }
+    });
 }
 
 /// Unrolls one image `x` (`in_channels × height × width`) into `cols`
 /// (`taps × positions`): `cols[(c, ky, kx)][(oy, ox)] = x[c][oy·s + ky − p][ox·s + kx − p]`,
 /// 0 in the padding.
 pub fn im2col(g: &ConvGeometry, x: &[f32], cols: &mut [f32]) {
-    let (oh, ow, k) = (g.out_height(), g.out_width(), g.kernel);
-    let plane = g.height * g.width;
-    let mut rows = cols[..g.taps() * oh * ow].chunks_exact_mut(oh * ow);
-    for c in 0..g.in_channels {
-        let image = &x[c * plane..][..plane];
-        for ky in 0..k {
-            for kx in 0..k {
-                let row = rows.next().expect("taps rows");
-                for (oy, out) in row.chunks_exact_mut(ow).enumerate() {
-                    let Some(iy) = source(oy, ky, g, g.height) else {
-                        out.fill(0.0);
-                        continue;
-                    };
-                    let line = &image[iy * g.width..][..g.width];
-                    for (ox, v) in out.iter_mut().enumerate() {
-                        *v = source(ox, kx, g, g.width).map_or(0.0, |ix| line[ix]);
-                    }
-                }
-            }
-        }
-    }
+    im2col_block(g, x, cols, g.positions(), 0);
 }
 
 /// The adjoint of [`im2col`]: adds every entry of `cols` (`taps × positions`) onto the
 /// pixel of `x` (`in_channels × height × width`) it was read from; padding entries are
 /// dropped. `x` is added to, not overwritten.
 pub fn col2im(g: &ConvGeometry, cols: &[f32], x: &mut [f32]) {
-    let (oh, ow, k) = (g.out_height(), g.out_width(), g.kernel);
-    let plane = g.height * g.width;
-    let mut rows = cols[..g.taps() * oh * ow].chunks_exact(oh * ow);
-    for c in 0..g.in_channels {
-        let image = &mut x[c * plane..][..plane];
-        for ky in 0..k {
-            for kx in 0..k {
-                let row = rows.next().expect("taps rows");
-                for (oy, out) in row.chunks_exact(ow).enumerate() {
-                    let Some(iy) = source(oy, ky, g, g.height) else {
-                        continue;
-                    };
-                    let line = &mut image[iy * g.width..][..g.width];
-                    for (ox, v) in out.iter().enumerate() {
-                        if let Some(ix) = source(ox, kx, g, g.width) {
-                            line[ix] += v;
-                        }
-                    }
-                }
-            }
+    col2im_block(g, cols, x, g.positions(), 0);
+}
+
+/// The scratch of a batch, carved from `cols`: the unrolled inputs (`taps × batch ·
+/// positions`) and the outputs or error terms by channel (`out_channels × batch ·
+/// positions`).
+fn scratch<'a>(
+    g: &ConvGeometry,
+    batch: usize,
+    cols: &'a mut Vec<f32>,
+) -> (&'a mut [f32], &'a mut [f32]) {
+    let n = batch * g.positions();
+    let len = (g.taps() + g.out_channels) * n;
+    if cols.len() < len {
+        cols.resize(len, 0.0);
+    }
+    cols[..len].split_at_mut(g.taps() * n)
+}
+
+/// Regroups `batch` NCHW images (`out_channels × positions` each) into one matrix of
+/// `out_channels` rows of `batch · positions` (CNHW).
+fn to_channels(g: &ConvGeometry, images: &[f32], channels: &mut [f32], batch: usize) {
+    let p = g.positions();
+    for (b, image) in images[..batch * g.output_len()]
+        .chunks_exact(g.output_len())
+        .enumerate()
+    {
+        for (o, plane) in image.chunks_exact(p).enumerate() {
+            channels[(o * batch + b) * p..][..p].copy_from_slice(plane);
         }
     }
 }
 
-/// `cols` resized to one image's unrolled input.
-fn scratch<'a>(g: &ConvGeometry, cols: &'a mut Vec<f32>) -> &'a mut [f32] {
-    let len = g.taps() * g.positions();
-    if cols.len() < len {
-        cols.resize(len, 0.0);
+/// The inverse of [`to_channels`].
+fn to_images(g: &ConvGeometry, channels: &[f32], images: &mut [f32], batch: usize) {
+    let p = g.positions();
+    for (b, image) in images[..batch * g.output_len()]
+        .chunks_exact_mut(g.output_len())
+        .enumerate()
+    {
+        for (o, plane) in image.chunks_exact_mut(p).enumerate() {
+            plane.copy_from_slice(&channels[(o * batch + b) * p..][..p]);
+        }
     }
-    &mut cols[..len]
+}
+
+/// `im2col` of every image of `x` side by side: `taps × batch · positions`.
+fn unroll(g: &ConvGeometry, x: &[f32], cols: &mut [f32], batch: usize) {
+    let (n, p) = (batch * g.positions(), g.positions());
+    for b in 0..batch {
+        im2col_block(g, &x[b * g.input_len()..][..g.input_len()], cols, n, b * p);
+    }
 }
 
 /// `y = f(w · im2col(x) + b)` for each of `batch` images: `x` is `batch × input_len`, `y`
 /// is `batch × output_len` (NCHW), `w` is `out_channels × taps`, `bias` (if any) has
-/// `out_channels` values.
+/// `out_channels` values. One GEMM over the whole batch.
 #[allow(clippy::too_many_arguments)]
 pub fn forward(
     g: &ConvGeometry,
@@ -261,33 +342,35 @@ pub fn forward(
     cols: &mut Vec<f32>,
 ) {
     g.check();
-    let (taps, positions) = (g.taps(), g.positions());
     assert!(x.len() >= batch * g.input_len() && y.len() >= batch * g.output_len());
-    let cols = scratch(g, cols);
-    for b in 0..batch {
-        im2col(g, &x[b * g.input_len()..][..g.input_len()], cols);
-        let out = &mut y[b * g.output_len()..][..g.output_len()];
-        gemm(
-            (g.out_channels, taps, positions),
-            1.0,
-            (w, taps, 1),
-            (cols, positions, 1),
-            0.0,
-            out,
-        );
-        if let Some(bias) = bias {
-            for (plane, &v) in out.chunks_exact_mut(positions).zip(bias) {
-                plane.iter_mut().for_each(|o| *o += v);
-            }
+    assert!(w.len() >= g.weights_len());
+    if batch == 0 {
+        return;
+    }
+    let (taps, n) = (g.taps(), batch * g.positions());
+    let (cols, out) = scratch(g, batch, cols);
+    unroll(g, x, cols, batch);
+    gemm(
+        (g.out_channels, taps, n),
+        1.0,
+        (w, taps, 1),
+        (cols, n, 1),
+        0.0,
+        out,
+    );
+    if let Some(bias) = bias {
+        for (row, &v) in out.chunks_exact_mut(n).zip(bias) {
+            row.iter_mut().for_each(|o| *o += v);
         }
     }
+    to_images(g, out, y, batch);
     activation.apply(&mut y[..batch * g.output_len()]);
 }
 
 /// `δ_in = col2im(wᵀ · δ_out)` for each of `batch` images: `delta_out` is
 /// `batch × output_len` (already times this layer's `f'`), `delta_in` is
 /// `batch × input_len` and is overwritten. Linear: the layer below's activation
-/// derivative is the caller's (module docs).
+/// derivative is the caller's (module docs). One GEMM over the whole batch.
 pub fn backward(
     g: &ConvGeometry,
     w: &[f32],
@@ -297,32 +380,38 @@ pub fn backward(
     cols: &mut Vec<f32>,
 ) {
     g.check();
-    let (taps, positions) = (g.taps(), g.positions());
     assert!(delta_out.len() >= batch * g.output_len());
-    assert!(delta_in.len() >= batch * g.input_len());
-    let cols = scratch(g, cols);
+    assert!(delta_in.len() >= batch * g.input_len() && w.len() >= g.weights_len());
     delta_in[..batch * g.input_len()].fill(0.0);
+    if batch == 0 {
+        return;
+    }
+    let (taps, n, p) = (g.taps(), batch * g.positions(), g.positions());
+    let (cols, delta) = scratch(g, batch, cols);
+    to_channels(g, delta_out, delta, batch);
+    // wᵀ (taps × out_channels): w read with its strides swapped.
+    gemm(
+        (taps, g.out_channels, n),
+        1.0,
+        (w, 1, taps),
+        (delta, n, 1),
+        0.0,
+        cols,
+    );
     for b in 0..batch {
-        // wᵀ (taps × out_channels): w read with its strides swapped.
-        gemm(
-            (taps, g.out_channels, positions),
-            1.0,
-            (w, 1, taps),
-            (
-                &delta_out[b * g.output_len()..][..g.output_len()],
-                positions,
-                1,
-            ),
-            0.0,
+        col2im_block(
+            g,
             cols,
+            &mut delta_in[b * g.input_len()..][..g.input_len()],
+            n,
+            b * p,
         );
-        col2im(g, cols, &mut delta_in[b * g.input_len()..][..g.input_len()]);
     }
 }
 
 /// `w −= rate · Σ_images δ_out · im2col(x)ᵀ` and, with a bias, `b −= rate · Σ δ_out` per
 /// output channel: `delta_out` is `batch × output_len`, `x` (this layer's input) is
-/// `batch × input_len`.
+/// `batch × input_len`. One GEMM over the whole batch.
 #[allow(clippy::too_many_arguments)]
 pub fn update(
     g: &ConvGeometry,
@@ -335,32 +424,27 @@ pub fn update(
     cols: &mut Vec<f32>,
 ) {
     g.check();
-    let (taps, positions) = (g.taps(), g.positions());
     assert!(delta_out.len() >= batch * g.output_len() && x.len() >= batch * g.input_len());
     assert!(w.len() >= g.weights_len());
-    let cols = scratch(g, cols);
-    for b in 0..batch {
-        im2col(g, &x[b * g.input_len()..][..g.input_len()], cols);
-        // colsᵀ (positions × taps): cols read with its strides swapped.
-        gemm(
-            (g.out_channels, positions, taps),
-            -rate,
-            (
-                &delta_out[b * g.output_len()..][..g.output_len()],
-                positions,
-                1,
-            ),
-            (cols, 1, positions),
-            1.0,
-            w,
-        );
+    if batch == 0 {
+        return;
     }
+    let (taps, n) = (g.taps(), batch * g.positions());
+    let (cols, delta) = scratch(g, batch, cols);
+    unroll(g, x, cols, batch);
+    to_channels(g, delta_out, delta, batch);
+    // colsᵀ (batch · positions × taps): cols read with its strides swapped.
+    gemm(
+        (g.out_channels, n, taps),
+        -rate,
+        (delta, n, 1),
+        (cols, 1, n),
+        1.0,
+        w,
+    );
     if let Some(bias) = bias {
-        for (o, v) in bias.iter_mut().enumerate().take(g.out_channels) {
-            let sum: f32 = (0..batch)
-                .flat_map(|b| &delta_out[b * g.output_len() + o * positions..][..positions])
-                .sum();
-            *v -= rate * sum;
+        for (v, row) in bias.iter_mut().zip(delta.chunks_exact(n)) {
+            *v -= rate * row.iter().sum::<f32>();
         }
     }
 }
