@@ -30,6 +30,11 @@
 //! - a replicated layer keeps `R(l)` copies of its weights, so it reads `R(l) × W(l)` from the
 //!   parameter servers (section 6.4: replication "incurs twice the weights communication");
 //!   `W(l)` counts parameters (a convolution's shared kernels once), in bits;
+//! - `C_muladd` depends on the layer's kind where the profile measured it apart
+//!   ([`Profile::muladd`]: convolution through im2col and GEMM, pooling's window loops);
+//!   the back-propagation through layer `l + 1`'s connections costs layer `l + 1`'s;
+//! - a pooling layer has no activation: no `C_act` in its `U_f`, no `C_err` in its `U_b`;
+//!   a layer without weights (pooling) has no `U_w`;
 //! - `N_write` costs nothing: writes are asynchronous (section 4.2.3);
 //! - `M_w × N_sample / N_read` is charged as the paper writes it, whatever `N_mr`: more
 //!   model replicas divide compute and activation traffic (through `Q`), not weight reads.
@@ -38,7 +43,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::spec::{Layer, Network, Profile, Training};
+use crate::spec::{Layer, LayerKind, Network, Profile, Training};
 
 /// How a layer's neurons depend on the layer below.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -58,6 +63,9 @@ pub enum Connectivity {
 pub struct Shape {
     /// Layer name.
     pub name: String,
+    /// Layer kind: which `C_muladd` its connections cost ([`Profile::muladd`]), and
+    /// whether it has an activation (pooling has none).
+    pub kind: LayerKind,
     /// Neurons (outputs) per sample.
     pub neurons: f64,
     /// Rows a stripe partition divides: the most partitions the layer can have.
@@ -78,6 +86,7 @@ pub fn shapes(network: &Network) -> Vec<Shape> {
     let mut out = Vec::with_capacity(network.layers.len());
     for layer in &network.layers {
         let below = channels * (size * size) as f64;
+        let kind = layer.kind();
         let shape = match layer {
             Layer::FullyConnected {
                 name,
@@ -93,6 +102,7 @@ pub fn shapes(network: &Network) -> Vec<Shape> {
                 (channels, size) = (n, 1);
                 Shape {
                     name: name.clone(),
+                    kind,
                     neurons: n,
                     rows: *neurons,
                     connections: n * below,
@@ -115,6 +125,7 @@ pub fn shapes(network: &Network) -> Vec<Shape> {
                 (channels, size) = (*out_channels as f64, o);
                 Shape {
                     name: name.clone(),
+                    kind,
                     neurons: n,
                     rows: o,
                     connections: n * taps,
@@ -135,6 +146,7 @@ pub fn shapes(network: &Network) -> Vec<Shape> {
                 size = o;
                 Shape {
                     name: name.clone(),
+                    kind,
                     neurons: n,
                     rows: o,
                     connections: n * (window * window) as f64,
@@ -317,17 +329,31 @@ impl Model {
     /// Per-sample compute of the slowest segment of layer `l` with `partitions` stripes,
     /// one thread: eq. 5 (`U_f = C_muladd × W(l,p) + C_act × N_neuron(l,p)`), section
     /// 4.1.2 (`U_b = C_muladd × W'(l,p) + C_err × N_neuron(l,p)`), eq. 8 (`U_w = C_muladd × W(l,p)`).
+    /// `C_muladd` is that of the layer's kind ([`Profile::muladd`]; `W'` at layer
+    /// `l + 1`'s); a pooling layer has no `C_act` or `C_err` term, a layer without weights
+    /// no `U_w`.
     pub fn compute(&self, l: usize, partitions: u32) -> Compute {
         let s = &self.shapes[l];
         let f = self.segment_fraction(l, partitions);
         let p = &self.profile;
+        let muladd = p.muladd(s.kind);
         let w = s.connections * f;
-        let w_up = self.shapes.get(l + 1).map_or(0.0, |up| up.connections * f);
-        let n = s.neurons * f;
+        // Error terms come back through layer l + 1's connections, at its kind's cost.
+        let back = self
+            .shapes
+            .get(l + 1)
+            .map_or(0.0, |up| p.muladd(up.kind) * up.connections * f);
+        // A pooling layer has no activation function (and so no error function), and a
+        // layer without weights has nothing to update.
+        let n = if s.kind == LayerKind::Pooling {
+            0.0
+        } else {
+            s.neurons * f
+        };
         Compute {
-            uf: p.c_muladd_s * w + p.c_act_s * n,
-            ub: p.c_muladd_s * w_up + p.c_err_s * n,
-            uw: p.c_muladd_s * w,
+            uf: muladd * w + p.c_act_s * n,
+            ub: back + p.c_err_s * n,
+            uw: if s.params > 0.0 { muladd * w } else { 0.0 },
         }
     }
 
@@ -485,6 +511,47 @@ mod tests {
         assert_eq!(s[0].params, 8.0 * 25.0);
         assert_eq!(s[1].params, 0.0);
         assert_eq!(s[1].rows, 12);
+    }
+
+    #[test]
+    fn each_kind_costs_its_own_muladd_and_pooling_has_no_activation_or_update() {
+        let (mut p, t) = (
+            builtin::example_profile(),
+            builtin::fashion_mnist_training(),
+        );
+        let c = p.c_muladd_s;
+        p.version = crate::spec::PROFILE_VERSION;
+        p.c_muladd_by_kind_s = crate::spec::KindCosts {
+            convolution: Some(4.0 * c),
+            pooling: Some(2.0 * c),
+        };
+        let m = Model::new(&builtin::cnn(), &p, &t);
+        let s = m.shapes().to_vec();
+        let near = |a: f64, b: f64| (a - b).abs() <= 1e-12 * b.abs().max(1e-30);
+        // conv1 (below pool1): its own taps at 4 C, its error terms back through pool1 at 2 C.
+        let conv1 = m.compute(0, 1);
+        assert!(near(
+            conv1.uf,
+            4.0 * c * s[0].connections + p.c_act_s * s[0].neurons
+        ));
+        assert!(near(conv1.uw, 4.0 * c * s[0].connections));
+        assert!(near(
+            conv1.ub,
+            2.0 * c * s[1].connections + p.c_err_s * s[0].neurons
+        ));
+        // pool1: 2 C per window entry, no activation or error function, no update; back
+        // through conv2 at 4 C.
+        let pool1 = m.compute(1, 1);
+        assert!(near(pool1.uf, 2.0 * c * s[1].connections));
+        assert!(near(pool1.ub, 4.0 * c * s[2].connections));
+        assert_eq!(pool1.uw, 0.0);
+        // pool2 errors back through the fully connected layer at C; fc's own at C.
+        assert!(near(m.compute(3, 1).ub, c * s[4].connections));
+        let fc = m.compute(4, 1);
+        assert!(near(fc.uw, c * s[4].connections));
+        // A profile without per-kind costs charges C everywhere.
+        let plain = Model::new(&builtin::cnn(), &builtin::example_profile(), &t);
+        assert!(near(plain.compute(0, 1).uw, c * s[0].connections));
     }
 
     #[test]
