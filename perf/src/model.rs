@@ -564,6 +564,29 @@ mod tests {
     }
 
     #[test]
+    fn measured_latency_and_bandwidth_per_thread_count_are_used_for_that_count() {
+        let mut p = builtin::example_profile();
+        p.version = crate::spec::PROFILE_VERSION;
+        p.c_ncost_s = vec![10e-6, 30e-6];
+        p.c_nbw_per_thread_bits_per_s = Some(vec![8e9, 3e9]);
+        let bits = 1e6 * 32.0;
+        assert!((comm_time(&p, 1e6, 32.0, 1) - (10e-6 + bits / 8e9)).abs() < 1e-12);
+        assert!((comm_time(&p, 1e6, 32.0, 2) - (30e-6 + bits / 3e9)).abs() < 1e-12);
+        // Past the measured threads: the last latency, the last aggregate shared.
+        assert!((comm_time(&p, 1e6, 32.0, 4) - (30e-6 + bits / 1.5e9)).abs() < 1e-12);
+        // Eq. 10 reads the weights at the layer's thread count too.
+        let m = Model::new(&builtin::mlp(), &p, &builtin::fashion_mnist_training());
+        let res = Resources {
+            parameter_servers: 1,
+            replicas: 1,
+            workers: 1,
+        };
+        let w = m.shapes()[0].params * 32.0;
+        let worst = m.ps_read_worst(0, &one(1, 1, 2), &res);
+        assert!((worst - (30e-6 + w / 3e9)).abs() < 1e-12);
+    }
+
+    #[test]
     fn the_slowest_segment_holds_the_rounded_up_rows_and_threads_pay_interference() {
         let m = Model::new(
             &builtin::mlp(),
