@@ -232,7 +232,10 @@ fn im2col_block(g: &ConvGeometry, x: &[f32], cols: &mut [f32], ld: usize, at: us
             return;
         }
         if s == 1 {
-            out[lo..hi].copy_from_slice(&src[first..first + hi - lo]);
+            // An element loop, not copy_from_slice: rows are short (a few to a few dozen
+            // values) and a memcpy call per row cost more than the copy.
+            let (out, src) = (&mut out[lo..hi], &src[first..first + hi - lo]);
+            out.iter_mut().zip(src).for_each(|(v, &a)| *v = a);
         } else {
             for (v, &a) in out[lo..hi].iter_mut().zip(src[first..].iter().step_by(s)) {
                 *v = a;

@@ -85,10 +85,9 @@ impl PoolGeometry {
         }
     }
 
-    /// The input indices of the window whose top-left input is `top`, row by row.
-    fn window(&self, top: usize) -> impl Iterator<Item = usize> + '_ {
-        (0..self.window)
-            .flat_map(move |dy| (0..self.window).map(move |dx| top + dy * self.width + dx))
+    /// The window whose top-left input is `top`, as the start of each of its rows.
+    fn window_rows(&self, top: usize) -> impl Iterator<Item = usize> + '_ {
+        (0..self.window).map(move |dy| top + dy * self.width)
     }
 }
 
@@ -109,10 +108,15 @@ pub fn max_forward(g: &PoolGeometry, x: &[f32], y: &mut [f32], argmax: &mut [u32
             &mut argmax[b * n_out..][..n_out],
         );
         g.each_window(|o, top| {
-            let best = g
-                .window(top)
-                .fold(top, |best, i| if image[i] > image[best] { i } else { best });
-            out[o] = image[best];
+            let (mut best, mut max) = (top, image[top]);
+            for start in g.window_rows(top) {
+                for (i, &v) in image[start..start + g.window].iter().enumerate() {
+                    if v > max {
+                        (best, max) = (start + i, v);
+                    }
+                }
+            }
+            out[o] = max;
             arg[o] = best as u32;
         });
     }
@@ -152,7 +156,13 @@ pub fn average_forward(g: &PoolGeometry, x: &[f32], y: &mut [f32], batch: usize)
     let scale = 1.0 / (g.window * g.window) as f32;
     for b in 0..batch {
         let (image, out) = (&x[b * n_in..][..n_in], &mut y[b * n_out..][..n_out]);
-        g.each_window(|o, top| out[o] = g.window(top).map(|i| image[i]).sum::<f32>() * scale);
+        g.each_window(|o, top| {
+            let rows = g.window_rows(top);
+            let sum: f32 = rows
+                .map(|r| image[r..r + g.window].iter().sum::<f32>())
+                .sum();
+            out[o] = sum * scale;
+        });
     }
 }
 
@@ -169,7 +179,12 @@ pub fn average_backward(g: &PoolGeometry, delta_out: &[f32], delta_in: &mut [f32
             &delta_out[b * n_out..][..n_out],
             &mut delta_in[b * n_in..][..n_in],
         );
-        g.each_window(|o, top| g.window(top).for_each(|i| d_in[i] += d_out[o] * scale));
+        g.each_window(|o, top| {
+            let share = d_out[o] * scale;
+            for r in g.window_rows(top) {
+                d_in[r..r + g.window].iter_mut().for_each(|d| *d += share);
+            }
+        });
     }
 }
 
