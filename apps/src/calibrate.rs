@@ -1,27 +1,33 @@
 //! Measures the hardware profile of the performance model (Yan et al., KDD'15) on this
-//! machine: the costs of the dense kernels the DNN code uses ([`crate::dnn::kernels`]),
-//! their slow-down when H threads run them at once, and the latency and bandwidth of the
-//! store's own TCP transport between two processes.
+//! machine: the costs of the kernels the DNN code uses ([`crate::dnn`]), their slow-down
+//! when H threads run them at once, and the latency and bandwidth of the store's own TCP
+//! transport between processes.
 //!
-//! - `C_muladd`: seconds per multiply-add of the layer GEMMs (forward, back-propagation and
-//!   weight update of a `size × size` layer over a batch, timed together).
+//! - `C_muladd`: seconds per multiply-add of the fully connected layer GEMMs (forward,
+//!   back-propagation and weight update of a `size × size` layer over a batch, timed
+//!   together).
+//! - `C_muladd` of convolution and pooling ([`conv`]): the same passes of the DNN app's
+//!   CNN's convolution and pooling layers, per multiply-add (per window entry), written to
+//!   the profile's `c_muladd_by_kind_s` (profile version 2).
 //! - `C_act`, `C_err`: seconds per logistic activation and per error term (the element-wise
 //!   passes, timed alone).
-//! - `C_interf(H)`, `H = 1..threads`: the mean time of the same three GEMMs when H threads
-//!   run them at once (each on its own matrices), over the time of one thread alone.
-//! - `C_ncost`, `C_nbw`: two processes of a cluster on 127.0.0.1 (threads of this process
-//!   joined by the TCP transport, as separate processes are) exchange values with
-//!   [`Cluster::all_gather`] through rank 0: a round trip of 8 bytes gives the latency
-//!   (`C_ncost` = half of it, one value for every thread count), 8 MB up and back give the
-//!   bandwidth. This is loopback (memory copies, not a NIC) unless the caller runs it on
-//!   an emulated link.
+//! - `C_interf(H)`, `H = 1..threads`: the mean time of the fully connected GEMMs when H
+//!   threads run them at once (each on its own matrices), over the time of one thread alone.
+//! - `C_ncost(H)`, `C_nbw(H)`, `H = 1..threads` ([`network`]): H pairs of store processes
+//!   on 127.0.0.1 exchanging values at once; `C_nbw(H)` goes to
+//!   `c_nbw_per_thread_bits_per_s` (version 2), `C_nbw(1)` to `c_nbw_bits_per_s`.
 //!
 //! Every figure is the median of several repetitions.
 
+pub mod conv;
+pub mod network;
+
 use crate::dnn::kernels;
-use iterstore::{Cluster, Config, Membership, Secret};
-use iterstore_perf::{spec::FORMAT_VERSION, Profile};
+use iterstore_perf::{spec::PROFILE_VERSION, Network, Profile};
 use std::time::{Duration, Instant};
+
+pub use conv::{KindTimings, LayerCost};
+pub use network::NetworkCosts;
 
 /// How much to measure.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -32,7 +38,7 @@ pub struct Settings {
     pub batch: usize,
     /// Repetitions per figure (the median is kept).
     pub repeats: usize,
-    /// The most threads `C_interf` is measured for.
+    /// The most threads `C_interf`, `C_ncost` and `C_nbw` are measured for.
     pub threads: usize,
     /// Bytes of the bandwidth ping-pong.
     pub bandwidth_bytes: usize,
@@ -62,6 +68,13 @@ impl Settings {
     }
 }
 
+/// `n` deterministic values in `[-0.5, 0.5]`, varied by `seed`.
+fn fill(n: usize, seed: u32) -> Vec<f32> {
+    (0..n)
+        .map(|k| ((k as u32).wrapping_mul(2_654_435_761) ^ seed) as f32 / u32::MAX as f32 - 0.5)
+        .collect()
+}
+
 /// The median of `f`'s durations over `n` runs.
 fn median(n: usize, mut f: impl FnMut() -> Duration) -> Duration {
     let mut d: Vec<Duration> = (0..n.max(1)).map(|_| f()).collect();
@@ -79,13 +92,6 @@ struct Layer {
 
 impl Layer {
     fn new(size: usize, batch: usize) -> Layer {
-        let fill = |n: usize, s: u32| -> Vec<f32> {
-            (0..n)
-                .map(|k| {
-                    ((k as u32).wrapping_mul(2_654_435_761) ^ s) as f32 / u32::MAX as f32 - 0.5
-                })
-                .collect()
-        };
         Layer {
             w: fill(size * size, 1),
             x: fill(batch * size, 2),
@@ -181,88 +187,43 @@ pub fn interference(s: &Settings) -> Vec<f64> {
         .collect()
 }
 
-/// `(C_ncost seconds, C_nbw bits per second)` over the store's TCP transport between two
-/// processes on 127.0.0.1 (see the module docs).
-pub fn network_costs(s: &Settings) -> iterstore::Result<(f64, f64)> {
-    let hosts = iterstore::loopback_hosts(2).map_err(|e| iterstore::Error::app(0, e))?;
-    let secret = Secret::new(b"calibration, loopback only".to_vec())?;
-    let values = s.bandwidth_bytes / 8;
-    let repeats = s.repeats;
-    let results: Vec<iterstore::Result<Option<(f64, f64)>>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..2)
-            .map(|rank| {
-                let config = Config::new(1).with_membership(Membership::new(
-                    rank,
-                    hosts.clone(),
-                    secret.clone(),
-                ));
-                scope.spawn(move || -> iterstore::Result<Option<(f64, f64)>> {
-                    let mut c = Cluster::start(config)?;
-                    // Rank 1 times round trips through rank 0 (where the coordinator is);
-                    // rank 0 contributes nothing to the big exchange.
-                    let small = [rank as f64];
-                    c.all_gather(&small)?; // warm up
-                    let mut rtt = Vec::with_capacity(repeats);
-                    for _ in 0..repeats.max(5) {
-                        let t = Instant::now();
-                        c.all_gather(&small)?;
-                        rtt.push(t.elapsed());
-                    }
-                    let big: Vec<f64> = if rank == 1 {
-                        vec![0.5; values]
-                    } else {
-                        Vec::new()
-                    };
-                    let mut bw = Vec::with_capacity(repeats);
-                    for _ in 0..repeats {
-                        let t = Instant::now();
-                        c.all_gather(&big)?;
-                        bw.push(t.elapsed());
-                    }
-                    c.shutdown()?;
-                    rtt.sort();
-                    bw.sort();
-                    let rtt = rtt[rtt.len() / 2].as_secs_f64();
-                    let bw = bw[bw.len() / 2].as_secs_f64();
-                    // Up and back: the payload crosses the link twice.
-                    let bits = 2.0 * (values * 8) as f64 * 8.0;
-                    Ok((rank == 1).then(|| (rtt / 2.0, bits / (bw - rtt).max(1e-9))))
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join().unwrap_or_else(|_| {
-                    Err(iterstore::Error::app(0, "calibration thread panicked"))
-                })
-            })
-            .collect()
-    });
-    let mut measured = None;
-    for r in results {
-        if let Some(m) = r? {
-            measured = Some(m);
-        }
-    }
-    measured.ok_or_else(|| iterstore::Error::app(0, "rank 1 measured nothing"))
+/// A measured profile and the per-layer figures behind its per-kind costs.
+#[derive(Debug, Clone)]
+pub struct Calibration {
+    /// The profile, as written for `iterstore plan --profile`.
+    pub profile: Profile,
+    /// Each timed convolution and pooling layer of the network.
+    pub kinds: KindTimings,
 }
 
-/// The profile of this machine, named `name`, with `ps_read_alpha` as given (the model's
-/// stated parameter; it is not measured).
-pub fn calibrate(name: &str, s: &Settings, ps_read_alpha: f64) -> iterstore::Result<Profile> {
+/// The profile of this machine, named `name`, with its convolution and pooling costs
+/// measured on `network`'s layers and `ps_read_alpha` as given (the model's stated
+/// parameter; it is not measured).
+pub fn calibrate(
+    name: &str,
+    s: &Settings,
+    network: &Network,
+    ps_read_alpha: f64,
+) -> iterstore::Result<Calibration> {
     let (c_muladd_s, c_act_s, c_err_s) = compute_costs(s);
+    let kinds = conv::kind_costs(s, network);
     let c_interf = interference(s);
-    let (c_ncost, c_nbw) = network_costs(s)?;
-    Ok(Profile {
-        version: FORMAT_VERSION,
+    let net = network::network_costs(s)?;
+    let profile = Profile {
+        version: PROFILE_VERSION,
         name: name.to_string(),
         c_muladd_s,
+        c_muladd_by_kind_s: iterstore_perf::KindCosts {
+            convolution: kinds.convolution,
+            pooling: kinds.pooling,
+        },
         c_act_s,
         c_err_s,
         c_interf,
-        c_ncost_s: vec![c_ncost],
-        c_nbw_bits_per_s: c_nbw,
+        c_ncost_s: net.latency_s,
+        c_nbw_bits_per_s: net.bandwidth_bits_per_s[0],
+        c_nbw_per_thread_bits_per_s: Some(net.bandwidth_bits_per_s),
         ps_read_alpha,
-    })
+    };
+    Ok(Calibration { profile, kinds })
 }

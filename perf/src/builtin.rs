@@ -8,15 +8,15 @@
 //!
 //! | constant | value | meaning |
 //! |---|---|---|
-//! | `c_muladd_s` | 0.5 ns | one multiply-add (SIMD-amortised) |
+//! | `c_muladd_s` | 0.5 ns | one multiply-add (SIMD-amortised), every layer kind |
 //! | `c_act_s` | 10 ns | one activation function |
 //! | `c_err_s` | 10 ns | one error-function evaluation |
 //! | `c_interf` | `1 + 0.05 (H − 1)`, H = 1..16 | memory-bandwidth interference |
 //! | `c_ncost_s` | 50 µs | latency per message, any H |
-//! | `c_nbw_bits_per_s` | 10 Gbit/s | NIC bandwidth, shared by the H threads |
+//! | `c_nbw_bits_per_s` | 10 Gbit/s | NIC bandwidth, shared equally by the H threads |
 //! | `ps_read_alpha` | 0.5 | parameter-server reads halfway between eqs. 11 and 10 |
 
-use crate::spec::{Input, Layer, Network, Profile, Training, FORMAT_VERSION};
+use crate::spec::{Input, KindCosts, Layer, Network, Profile, Training, FORMAT_VERSION};
 
 /// Names of the built-in networks, as `iterstore plan --model` accepts them.
 pub const NETWORKS: [&str; 2] = ["mlp", "cnn"];
@@ -145,11 +145,13 @@ pub fn example_profile() -> Profile {
         version: FORMAT_VERSION,
         name: "example".into(),
         c_muladd_s: 0.5e-9,
+        c_muladd_by_kind_s: KindCosts::default(),
         c_act_s: 10e-9,
         c_err_s: 10e-9,
         c_interf: (0..16).map(|h| 1.0 + 0.05 * f64::from(h)).collect(),
         c_ncost_s: vec![50e-6],
         c_nbw_bits_per_s: 10e9,
+        c_nbw_per_thread_bits_per_s: None,
         ps_read_alpha: 0.5,
     }
 }

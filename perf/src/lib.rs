@@ -38,7 +38,7 @@ pub mod spec;
 pub use model::{Components, Estimate, LayerConfig, Model, Resources, Traffic};
 pub use optimizer::{search, Candidate, Search};
 pub use plan::Plan;
-pub use spec::{Cluster, Layer, Network, Profile, Training};
+pub use spec::{Cluster, KindCosts, Layer, LayerKind, Network, Profile, Training};
 
 /// What can go wrong reading inputs or planning. Every variant names its origin (a file,
 /// a built-in, or `cluster`).

@@ -366,6 +366,7 @@ mod tests {
     fn fc(n: f64) -> Shape {
         Shape {
             name: "fc".into(),
+            kind: crate::spec::LayerKind::FullyConnected,
             neurons: n,
             rows: n as u64,
             connections: n * n,

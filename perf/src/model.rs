@@ -30,6 +30,11 @@
 //! - a replicated layer keeps `R(l)` copies of its weights, so it reads `R(l) × W(l)` from the
 //!   parameter servers (section 6.4: replication "incurs twice the weights communication");
 //!   `W(l)` counts parameters (a convolution's shared kernels once), in bits;
+//! - `C_muladd` depends on the layer's kind where the profile measured it apart
+//!   ([`Profile::muladd`]: convolution through im2col and GEMM, pooling's window loops);
+//!   the back-propagation through layer `l + 1`'s connections costs layer `l + 1`'s;
+//! - a pooling layer has no activation: no `C_act` in its `U_f`, no `C_err` in its `U_b`;
+//!   a layer without weights (pooling) has no `U_w`;
 //! - `N_write` costs nothing: writes are asynchronous (section 4.2.3);
 //! - `M_w × N_sample / N_read` is charged as the paper writes it, whatever `N_mr`: more
 //!   model replicas divide compute and activation traffic (through `Q`), not weight reads.
@@ -38,7 +43,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::spec::{Layer, Network, Profile, Training};
+use crate::spec::{Layer, LayerKind, Network, Profile, Training};
 
 /// How a layer's neurons depend on the layer below.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -58,6 +63,9 @@ pub enum Connectivity {
 pub struct Shape {
     /// Layer name.
     pub name: String,
+    /// Layer kind: which `C_muladd` its connections cost ([`Profile::muladd`]), and
+    /// whether it has an activation (pooling has none).
+    pub kind: LayerKind,
     /// Neurons (outputs) per sample.
     pub neurons: f64,
     /// Rows a stripe partition divides: the most partitions the layer can have.
@@ -78,6 +86,7 @@ pub fn shapes(network: &Network) -> Vec<Shape> {
     let mut out = Vec::with_capacity(network.layers.len());
     for layer in &network.layers {
         let below = channels * (size * size) as f64;
+        let kind = layer.kind();
         let shape = match layer {
             Layer::FullyConnected {
                 name,
@@ -93,6 +102,7 @@ pub fn shapes(network: &Network) -> Vec<Shape> {
                 (channels, size) = (n, 1);
                 Shape {
                     name: name.clone(),
+                    kind,
                     neurons: n,
                     rows: *neurons,
                     connections: n * below,
@@ -115,6 +125,7 @@ pub fn shapes(network: &Network) -> Vec<Shape> {
                 (channels, size) = (*out_channels as f64, o);
                 Shape {
                     name: name.clone(),
+                    kind,
                     neurons: n,
                     rows: o,
                     connections: n * taps,
@@ -135,6 +146,7 @@ pub fn shapes(network: &Network) -> Vec<Shape> {
                 size = o;
                 Shape {
                     name: name.clone(),
+                    kind,
                     neurons: n,
                     rows: o,
                     connections: n * (window * window) as f64,
@@ -317,17 +329,31 @@ impl Model {
     /// Per-sample compute of the slowest segment of layer `l` with `partitions` stripes,
     /// one thread: eq. 5 (`U_f = C_muladd × W(l,p) + C_act × N_neuron(l,p)`), section
     /// 4.1.2 (`U_b = C_muladd × W'(l,p) + C_err × N_neuron(l,p)`), eq. 8 (`U_w = C_muladd × W(l,p)`).
+    /// `C_muladd` is that of the layer's kind ([`Profile::muladd`]; `W'` at layer
+    /// `l + 1`'s); a pooling layer has no `C_act` or `C_err` term, a layer without weights
+    /// no `U_w`.
     pub fn compute(&self, l: usize, partitions: u32) -> Compute {
         let s = &self.shapes[l];
         let f = self.segment_fraction(l, partitions);
         let p = &self.profile;
+        let muladd = p.muladd(s.kind);
         let w = s.connections * f;
-        let w_up = self.shapes.get(l + 1).map_or(0.0, |up| up.connections * f);
-        let n = s.neurons * f;
+        // Error terms come back through layer l + 1's connections, at its kind's cost.
+        let back = self
+            .shapes
+            .get(l + 1)
+            .map_or(0.0, |up| p.muladd(up.kind) * up.connections * f);
+        // A pooling layer has no activation function (and so no error function), and a
+        // layer without weights has nothing to update.
+        let n = if s.kind == LayerKind::Pooling {
+            0.0
+        } else {
+            s.neurons * f
+        };
         Compute {
-            uf: p.c_muladd_s * w + p.c_act_s * n,
-            ub: p.c_muladd_s * w_up + p.c_err_s * n,
-            uw: p.c_muladd_s * w,
+            uf: muladd * w + p.c_act_s * n,
+            ub: back + p.c_err_s * n,
+            uw: if s.params > 0.0 { muladd * w } else { 0.0 },
         }
     }
 
@@ -464,115 +490,4 @@ impl Model {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::builtin;
-
-    fn one(p: u32, r: u32, h: u32) -> LayerConfig {
-        LayerConfig {
-            partitions: p,
-            replications: r,
-            threads: h,
-        }
-    }
-
-    #[test]
-    fn shapes_follow_the_geometry() {
-        let s = shapes(&builtin::cnn());
-        // conv 5x5, 8 kernels on 28x28: 24x24x8 outputs of 25 taps each.
-        assert_eq!(s[0].neurons, 24.0 * 24.0 * 8.0);
-        assert_eq!(s[0].connections, 24.0 * 24.0 * 8.0 * 25.0);
-        assert_eq!(s[0].params, 8.0 * 25.0);
-        assert_eq!(s[1].params, 0.0);
-        assert_eq!(s[1].rows, 12);
-    }
-
-    #[test]
-    fn no_remote_values_cost_no_latency_and_threads_share_the_nic() {
-        let p = builtin::example_profile();
-        assert_eq!(comm_time(&p, 0.0, 32.0, 4), 0.0);
-        let one = comm_time(&p, 1e6, 32.0, 1) - p.latency(1);
-        let four = comm_time(&p, 1e6, 32.0, 4) - p.latency(4);
-        assert!((four / one - 4.0).abs() < 1e-9);
-    }
-
-    #[test]
-    fn the_slowest_segment_holds_the_rounded_up_rows_and_threads_pay_interference() {
-        let m = Model::new(
-            &builtin::mlp(),
-            &builtin::example_profile(),
-            &builtin::fashion_mnist_training(),
-        );
-        // 10 classes in 3 stripes: the slowest has 4.
-        assert!((m.segment_fraction(2, 3) - 0.4).abs() < 1e-12);
-        let res = Resources {
-            parameter_servers: 1,
-            replicas: 1,
-            workers: 1,
-        };
-        let h1 = m.node(0, &one(1, 1, 1), &res);
-        let h4 = m.node(0, &one(1, 1, 4), &res);
-        let ratio = h4.uf / h1.uf;
-        assert!((ratio - m.profile().interference(4) / 4.0).abs() < 1e-12);
-    }
-
-    #[test]
-    fn ps_reads_lie_between_the_best_and_worst_case() {
-        let m = Model::new(
-            &builtin::mlp(),
-            &builtin::example_profile(),
-            &builtin::fashion_mnist_training(),
-        );
-        let res = Resources {
-            parameter_servers: 2,
-            replicas: 4,
-            workers: 3,
-        };
-        let cfg = one(1, 2, 1);
-        let (lo, hi, mid) = (
-            m.ps_read_best(0, &cfg, &res),
-            m.ps_read_worst(0, &cfg, &res),
-            m.ps_read(0, &cfg, &res),
-        );
-        assert!(lo < mid && mid < hi);
-        // Replication reads one copy of the weights per replica.
-        let single = m.ps_read_best(0, &one(1, 1, 1), &res) - m.profile().latency(1);
-        assert!(((lo - m.profile().latency(1)) / single - 2.0).abs() < 1e-9);
-    }
-
-    #[test]
-    fn the_estimate_is_the_sum_of_its_breakdown() {
-        let m = Model::new(
-            &builtin::mlp(),
-            &builtin::example_profile(),
-            &builtin::fashion_mnist_training(),
-        );
-        let res = Resources {
-            parameter_servers: 1,
-            replicas: 2,
-            workers: 2,
-        };
-        let layers = [one(2, 1, 2), one(2, 1, 2), one(1, 2, 2)];
-        let t = [
-            Traffic {
-                activations: 100.0,
-                errors: 50.0,
-            },
-            Traffic {
-                activations: 10.0,
-                errors: 0.0,
-            },
-        ];
-        let e = m.estimate(&res, &layers, &t);
-        let by_layer: f64 = e.layers.iter().map(|l| l.seconds.total()).sum();
-        assert!((e.epoch_s - by_layer).abs() < 1e-9 * e.epoch_s);
-        assert_eq!(
-            e.layers[0].seconds.mf, 0.0,
-            "the first layer reads its input locally"
-        );
-        assert_eq!(
-            e.layers[2].seconds.mb, 0.0,
-            "the top layer has its error from the labels"
-        );
-    }
-}
+mod tests;

@@ -3,11 +3,15 @@
 //! ([`Training`]).
 //!
 //! Every file (network, profile, training; the cluster comes from the command line)
-//! carries `"version": 1` ([`FORMAT_VERSION`]); every object rejects unknown fields. A
+//! carries `"version": 1` ([`FORMAT_VERSION`]); a profile may also be version 2
+//! ([`PROFILE_VERSION`]), which adds two optional fields (per-kind `C_muladd` and measured
+//! per-thread bandwidth), so every version-1 profile still loads. Every object rejects
+//! unknown fields. A
 //! file that does not parse is rejected naming the file, the field (the innermost key
 //! before the position serde_json reports) and the line; a file that parses but holds an
 //! impossible value (zero machines, a convolution larger than its input) is rejected by
-//! `validate`, naming the field. This module only describes; it computes no time.
+//! `validate`, naming the field. The profile and its versions live in `spec/profile.rs`.
+//! This module only describes; it computes no time.
 
 use std::path::Path;
 
@@ -16,8 +20,25 @@ use serde::{Deserialize, Serialize};
 
 use crate::Error;
 
+mod profile;
+pub use profile::{KindCosts, Profile, PROFILE_VERSION};
+
 /// The version every input and plan file carries.
 pub const FORMAT_VERSION: u32 = 1;
+
+/// The kind of a [`Layer`], as a network file's `kind` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LayerKind {
+    /// [`Layer::FullyConnected`].
+    FullyConnected,
+    /// [`Layer::Convolution`].
+    Convolution,
+    /// [`Layer::Pooling`].
+    Pooling,
+    /// [`Layer::Softmax`].
+    Softmax,
+}
 
 /// The input of the first layer: `channels × size × size` values (a flat input of `n`
 /// values is `channels = n, size = 1`).
@@ -81,6 +102,16 @@ pub enum Layer {
 }
 
 impl Layer {
+    /// The layer's kind.
+    pub fn kind(&self) -> LayerKind {
+        match self {
+            Layer::FullyConnected { .. } => LayerKind::FullyConnected,
+            Layer::Convolution { .. } => LayerKind::Convolution,
+            Layer::Pooling { .. } => LayerKind::Pooling,
+            Layer::Softmax { .. } => LayerKind::Softmax,
+        }
+    }
+
     /// The layer's name.
     pub fn name(&self) -> &str {
         match self {
@@ -104,33 +135,6 @@ pub struct Network {
     pub input: Input,
     /// The layers, bottom (nearest the input) first.
     pub layers: Vec<Layer>,
-}
-
-/// The measured or stated costs of the machines (all homogeneous). Per-thread-count
-/// vectors hold the value for `H = 1, 2, ...` threads; one entry means "the same for every
-/// H", otherwise there must be one entry per core.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Profile {
-    /// Format version, [`FORMAT_VERSION`].
-    pub version: u32,
-    /// Profile name, for reports and plans.
-    pub name: String,
-    /// `C_muladd`: seconds per multiply-add (eq. 5, 7, 8).
-    pub c_muladd_s: f64,
-    /// `C_act`: seconds per activation function (eq. 5).
-    pub c_act_s: f64,
-    /// `C_err`: seconds per error-function evaluation (eq. 7).
-    pub c_err_s: f64,
-    /// `C_interf(H)`: slow-down of H concurrent threads over one (eq. 9), `H = 1..`.
-    pub c_interf: Vec<f64>,
-    /// `C_ncost(H)`: seconds of latency per message with H threads communicating (eq. 6, 7, 9).
-    pub c_ncost_s: Vec<f64>,
-    /// `C_nbw`: the NIC's bandwidth in bits per second; H threads get `C_nbw / H` each (eq. 9).
-    pub c_nbw_bits_per_s: f64,
-    /// Where the parameter-server read time lies between its best (0) and worst (1) case
-    /// (eqs. 10-11): `M_w = M_min + alpha × (M_max − M_min)`.
-    pub ps_read_alpha: f64,
 }
 
 /// The machines: `machines` identical machines of `cores` cores each.
@@ -258,84 +262,6 @@ impl Network {
         }
         Ok(())
     }
-}
-
-impl Profile {
-    /// Checks the values: positive costs, `alpha` in `[0, 1]`, non-empty per-thread
-    /// vectors with `C_interf(1) = 1`-or-more values. Their length against the cores is
-    /// checked by [`Profile::validate_for`].
-    pub fn validate(&self, origin: &str) -> Result<(), Error> {
-        check_version(origin, self.version)?;
-        positive(origin, "c_muladd_s", self.c_muladd_s)?;
-        positive(origin, "c_act_s", self.c_act_s)?;
-        positive(origin, "c_err_s", self.c_err_s)?;
-        positive(origin, "c_nbw_bits_per_s", self.c_nbw_bits_per_s)?;
-        for (field, values) in [("c_interf", &self.c_interf), ("c_ncost_s", &self.c_ncost_s)] {
-            if values.is_empty() {
-                return Err(invalid(origin, field, "must hold at least one value"));
-            }
-            for (i, v) in values.iter().enumerate() {
-                if !(v.is_finite() && *v >= 0.0) {
-                    return Err(invalid(
-                        origin,
-                        format!("{field}[{i}]"),
-                        format!("must be finite and not negative, not {v}"),
-                    ));
-                }
-            }
-        }
-        if self.c_interf.iter().any(|v| *v <= 0.0) {
-            return Err(invalid(origin, "c_interf", "every factor must be positive"));
-        }
-        if !(0.0..=1.0).contains(&self.ps_read_alpha) {
-            return Err(invalid(
-                origin,
-                "ps_read_alpha",
-                format!("is {}; it must be in [0, 1]", self.ps_read_alpha),
-            ));
-        }
-        Ok(())
-    }
-
-    /// Checks that every per-thread vector has one entry or at least one per core.
-    pub fn validate_for(&self, origin: &str, cluster: &Cluster) -> Result<(), Error> {
-        for (field, values) in [("c_interf", &self.c_interf), ("c_ncost_s", &self.c_ncost_s)] {
-            if values.len() != 1 && values.len() < cluster.cores as usize {
-                return Err(invalid(
-                    origin,
-                    field,
-                    format!(
-                        "has {} values; it needs 1 or one per core ({})",
-                        values.len(),
-                        cluster.cores
-                    ),
-                ));
-            }
-        }
-        Ok(())
-    }
-
-    /// `C_interf(H)` (eq. 9): entry `H - 1`, or the only entry.
-    pub fn interference(&self, threads: u32) -> f64 {
-        per_threads(&self.c_interf, threads)
-    }
-
-    /// `C_ncost(H)` (eq. 9): entry `H - 1`, or the only entry.
-    pub fn latency(&self, threads: u32) -> f64 {
-        per_threads(&self.c_ncost_s, threads)
-    }
-
-    /// `C_nbw(H) = C_nbw / H` (eq. 9): each of H threads gets an equal share of the NIC.
-    pub fn bandwidth(&self, threads: u32) -> f64 {
-        self.c_nbw_bits_per_s / f64::from(threads.max(1))
-    }
-}
-
-/// The value for `threads` in a per-thread vector: its only entry, or entry `threads - 1`
-/// (the last one past the end).
-fn per_threads(values: &[f64], threads: u32) -> f64 {
-    let i = (threads.max(1) as usize - 1).min(values.len() - 1);
-    values[i]
 }
 
 impl Cluster {
@@ -475,24 +401,5 @@ mod tests {
             err.contains("layers[0].kernel") && err.contains("n.json"),
             "{err}"
         );
-    }
-
-    #[test]
-    fn per_thread_values_extend_and_are_checked_against_the_cores() {
-        let mut p = crate::builtin::example_profile();
-        p.c_interf = vec![1.0, 1.5];
-        let err = p
-            .validate_for(
-                "p.json",
-                &Cluster {
-                    machines: 4,
-                    cores: 4,
-                },
-            )
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("c_interf"), "{err}");
-        assert_eq!(p.interference(2), 1.5);
-        assert_eq!(p.bandwidth(4), p.c_nbw_bits_per_s / 4.0);
     }
 }

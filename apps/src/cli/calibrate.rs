@@ -4,6 +4,7 @@
 
 use anyhow::{Context, Result};
 use iterstore_apps::calibrate::{calibrate, Settings};
+use iterstore_perf::{builtin, LayerKind};
 
 use super::CalibrateArgs;
 
@@ -18,36 +19,86 @@ pub fn run(args: &CalibrateArgs) -> Result<()> {
         Settings::full(threads)
     };
     let output = super::run::Output::create(args.output.as_deref())?;
+    let network = builtin::cnn();
     tracing::info!(
-        "calibrating: a {0}x{0} layer over batches of {1}, up to {threads} threads, and two \
-         processes on 127.0.0.1",
+        "calibrating: a {0}x{0} layer over batches of {1}, the {2} network's convolution and \
+         pooling layers, up to {threads} threads, and up to {threads} pairs of processes on \
+         127.0.0.1",
         settings.size,
-        settings.batch
+        settings.batch,
+        network.name
     );
-    let profile = calibrate(&args.name, &settings, args.ps_read_alpha)?;
+    let measured = calibrate(&args.name, &settings, &network, args.ps_read_alpha)?;
+    let profile = measured.profile;
     profile
         .validate("the measured profile")
         .context("the measurement gave an invalid profile")?;
     println!("profile {}:", profile.name);
     println!(
-        "  C_muladd  {:.3e} s per multiply-add (layer GEMMs)",
+        "  C_muladd  {:.3e} s per multiply-add (fully connected layer GEMMs)",
         profile.c_muladd_s
     );
+    for (kind, cost, unit) in [
+        (
+            LayerKind::Convolution,
+            profile.c_muladd_by_kind_s.convolution,
+            "multiply-add (im2col + GEMM)",
+        ),
+        (
+            LayerKind::Pooling,
+            profile.c_muladd_by_kind_s.pooling,
+            "window entry (max pooling)",
+        ),
+    ] {
+        let Some(cost) = cost else { continue };
+        let layers: Vec<String> = measured
+            .kinds
+            .layers
+            .iter()
+            .filter(|l| l.kind == kind)
+            .map(|l| format!("{} {:.2e}", l.name, l.seconds_per_op))
+            .collect();
+        let label = if kind == LayerKind::Convolution {
+            "conv"
+        } else {
+            "pool"
+        };
+        println!(
+            "    {label:<7} {cost:.3e} s per {unit}, {:.1}x fully connected ({}: {})",
+            cost / profile.c_muladd_s,
+            network.name,
+            layers.join(", ")
+        );
+    }
     println!("  C_act     {:.3e} s per activation", profile.c_act_s);
     println!("  C_err     {:.3e} s per error term", profile.c_err_s);
-    let interf: Vec<String> = profile.c_interf.iter().map(|v| format!("{v:.2}")).collect();
+    let list = |v: &[f64], scale: f64, digits: usize| -> String {
+        let v: Vec<String> = v
+            .iter()
+            .map(|x| format!("{:.digits$}", x * scale))
+            .collect();
+        v.join(", ")
+    };
+    let h = profile.c_interf.len();
     println!(
-        "  C_interf  [{}] (H = 1..{})",
-        interf.join(", "),
-        profile.c_interf.len()
+        "  C_interf  [{}] (H = 1..{h})",
+        list(&profile.c_interf, 1.0, 2)
     );
     println!(
-        "  C_ncost   {:.1} us per message (TCP on 127.0.0.1, half a round trip)",
-        profile.c_ncost_s[0] * 1e6
+        "  C_ncost   [{}] us per message with H = 1..{} concurrent streams (TCP on 127.0.0.1, \
+         half a round trip)",
+        list(&profile.c_ncost_s, 1e6, 1),
+        profile.c_ncost_s.len()
     );
+    let per_thread = profile
+        .c_nbw_per_thread_bits_per_s
+        .as_deref()
+        .unwrap_or_default();
     println!(
-        "  C_nbw     {:.2} Gbit/s (TCP on 127.0.0.1)",
-        profile.c_nbw_bits_per_s / 1e9
+        "  C_nbw     [{}] Gbit/s per stream with H = 1..{} concurrent streams (TCP on \
+         127.0.0.1)",
+        list(per_thread, 1e-9, 2),
+        per_thread.len()
     );
     println!(
         "  ps_read_alpha {} (given, not measured)",

@@ -202,17 +202,30 @@ fn calibrate_measures_a_profile_that_plan_accepts() {
     ]);
     assert!(o.status.success(), "{}", text(&o.stderr));
     let stdout = text(&o.stdout);
-    for line in ["C_muladd", "C_interf", "C_ncost", "C_nbw"] {
+    for line in ["C_muladd", "conv ", "pool ", "C_interf", "C_ncost", "C_nbw"] {
         assert!(stdout.contains(line), "{stdout}");
     }
     let p: Value = serde_json::from_str(&std::fs::read_to_string(&profile).unwrap()).unwrap();
     assert_eq!(p["name"], "ci");
+    assert_eq!(
+        p["version"], 2,
+        "per-kind and per-thread fields are version 2"
+    );
     assert_eq!(p["c_interf"].as_array().unwrap().len(), 2);
     assert_eq!(p["c_interf"][0], 1.0);
     for field in ["c_muladd_s", "c_act_s", "c_err_s", "c_nbw_bits_per_s"] {
         assert!(p[field].as_f64().unwrap() > 0.0, "{field}: {p}");
     }
-    assert!(p["c_ncost_s"][0].as_f64().unwrap() > 0.0, "{p}");
+    for kind in ["convolution", "pooling"] {
+        assert!(p["c_muladd_by_kind_s"][kind].as_f64().unwrap() > 0.0, "{p}");
+    }
+    // C_ncost(H) and C_nbw(H) for H = 1, 2 concurrent streams.
+    for field in ["c_ncost_s", "c_nbw_per_thread_bits_per_s"] {
+        let v = p[field].as_array().unwrap();
+        assert_eq!(v.len(), 2, "{field}: {p}");
+        assert!(v.iter().all(|x| x.as_f64().unwrap() > 0.0), "{field}: {p}");
+    }
+    assert_eq!(p["c_nbw_bits_per_s"], p["c_nbw_per_thread_bits_per_s"][0]);
     // The measured profile drives the optimizer.
     let plan = dir.join("plan.json");
     let o = iterstore(&[
@@ -236,4 +249,53 @@ fn calibrate_measures_a_profile_that_plan_accepts() {
     );
     let o = iterstore(&["calibrate", "--ps-read-alpha", "2"]);
     assert!(!o.status.success());
+}
+
+#[test]
+fn plan_reads_a_version_1_profile_as_calibrate_wrote_it_before_version_2() {
+    let dir = scratch("profile-v1");
+    let profile = dir.join("old.json");
+    std::fs::write(
+        &profile,
+        r#"{"version": 1, "name": "old", "c_muladd_s": 2.9e-11, "c_act_s": 4.3e-9,
+            "c_err_s": 2.3e-10, "c_interf": [1.0, 1.06], "c_ncost_s": [9.6e-5],
+            "c_nbw_bits_per_s": 7.1e9, "ps_read_alpha": 0.5}"#,
+    )
+    .unwrap();
+    let path = profile.to_str().unwrap();
+    let args = [
+        "plan",
+        "--model",
+        "cnn",
+        "--profile",
+        path,
+        "--machines",
+        "3",
+        "--cores",
+        "2",
+    ];
+    let o = iterstore(&args);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stdout).contains("profile old"),
+        "{}",
+        text(&o.stdout)
+    );
+    // A version-2 field in a version-1 file is refused, naming the file and the field.
+    let old = std::fs::read_to_string(&profile).unwrap();
+    std::fs::write(
+        &profile,
+        old.replace(
+            "\"ps_read_alpha\"",
+            "\"c_muladd_by_kind_s\": {\"pooling\": 1e-9}, \"ps_read_alpha\"",
+        ),
+    )
+    .unwrap();
+    let o = iterstore(&args);
+    let err = text(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(
+        err.contains("old.json") && err.contains("c_muladd_by_kind_s"),
+        "{err}"
+    );
 }

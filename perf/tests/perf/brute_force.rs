@@ -4,7 +4,7 @@
 
 use iterstore_perf::model::{Connectivity, Shape};
 use iterstore_perf::optimizer::brute_force;
-use iterstore_perf::{search, Cluster, Model, Profile, Training};
+use iterstore_perf::{search, Cluster, KindCosts, LayerKind, Model, Profile, Training};
 use proptest::prelude::*;
 
 /// A random layer: full or local connectivity, a few neurons and rows.
@@ -25,8 +25,14 @@ fn shape() -> impl Strategy<Value = Shape> {
         .prop_map(|(neurons, rows, fan_in, weights, halo, bits)| {
             let neurons = neurons as f64 * 10.0;
             let connections = neurons * fan_in;
+            let kind = match (halo, weights) {
+                (None, _) => LayerKind::FullyConnected,
+                (Some(_), true) => LayerKind::Convolution,
+                (Some(_), false) => LayerKind::Pooling,
+            };
             Shape {
                 name: "l".into(),
+                kind,
                 neurons,
                 rows,
                 connections,
@@ -47,28 +53,41 @@ fn profile(cores: u32) -> impl Strategy<Value = Profile> {
         4.0f64..10.0,
         0.0f64..=1.0,
         proptest::collection::vec(0.0f64..0.5, cores as usize),
+        (
+            proptest::option::of(-10.0f64..-7.0),
+            proptest::option::of(-10.0f64..-7.0),
+            proptest::option::of(proptest::collection::vec(4.0f64..10.0, cores as usize)),
+        ),
     )
-        .prop_map(|(muladd, act, ncost, nbw, alpha, steps)| {
-            let mut interf = 1.0;
-            Profile {
-                version: 1,
-                name: "random".into(),
-                c_muladd_s: 10f64.powf(muladd),
-                c_act_s: 10f64.powf(act),
-                c_err_s: 10f64.powf(act),
-                c_interf: steps
-                    .iter()
-                    .map(|s| {
-                        let v = interf;
-                        interf += s;
-                        v
-                    })
-                    .collect(),
-                c_ncost_s: vec![10f64.powf(ncost)],
-                c_nbw_bits_per_s: 10f64.powf(nbw),
-                ps_read_alpha: alpha,
-            }
-        })
+        .prop_map(
+            |(muladd, act, ncost, nbw, alpha, steps, (conv, pool, per_thread))| {
+                let mut interf = 1.0;
+                Profile {
+                    version: 2,
+                    name: "random".into(),
+                    c_muladd_s: 10f64.powf(muladd),
+                    c_muladd_by_kind_s: KindCosts {
+                        convolution: conv.map(|c| 10f64.powf(c)),
+                        pooling: pool.map(|c| 10f64.powf(c)),
+                    },
+                    c_act_s: 10f64.powf(act),
+                    c_err_s: 10f64.powf(act),
+                    c_interf: steps
+                        .iter()
+                        .map(|s| {
+                            let v = interf;
+                            interf += s;
+                            v
+                        })
+                        .collect(),
+                    c_ncost_s: vec![10f64.powf(ncost)],
+                    c_nbw_bits_per_s: 10f64.powf(nbw),
+                    c_nbw_per_thread_bits_per_s: per_thread
+                        .map(|v| v.iter().map(|b| 10f64.powf(*b)).collect()),
+                    ps_read_alpha: alpha,
+                }
+            },
+        )
 }
 
 /// A random small instance: up to 3 layers, 2-5 machines, 1-2 cores.

@@ -1,0 +1,176 @@
+//! The model's equations and its choices where the paper is silent, each pinned.
+
+use super::*;
+use crate::builtin;
+
+fn one(p: u32, r: u32, h: u32) -> LayerConfig {
+    LayerConfig {
+        partitions: p,
+        replications: r,
+        threads: h,
+    }
+}
+
+#[test]
+fn shapes_follow_the_geometry() {
+    let s = shapes(&builtin::cnn());
+    // conv 5x5, 8 kernels on 28x28: 24x24x8 outputs of 25 taps each.
+    assert_eq!(s[0].neurons, 24.0 * 24.0 * 8.0);
+    assert_eq!(s[0].connections, 24.0 * 24.0 * 8.0 * 25.0);
+    assert_eq!(s[0].params, 8.0 * 25.0);
+    assert_eq!(s[1].params, 0.0);
+    assert_eq!(s[1].rows, 12);
+}
+
+#[test]
+fn each_kind_costs_its_own_muladd_and_pooling_has_no_activation_or_update() {
+    let (mut p, t) = (
+        builtin::example_profile(),
+        builtin::fashion_mnist_training(),
+    );
+    let c = p.c_muladd_s;
+    p.version = crate::spec::PROFILE_VERSION;
+    p.c_muladd_by_kind_s = crate::spec::KindCosts {
+        convolution: Some(4.0 * c),
+        pooling: Some(2.0 * c),
+    };
+    let m = Model::new(&builtin::cnn(), &p, &t);
+    let s = m.shapes().to_vec();
+    let near = |a: f64, b: f64| (a - b).abs() <= 1e-12 * b.abs().max(1e-30);
+    // conv1 (below pool1): its own taps at 4 C, its error terms back through pool1 at 2 C.
+    let conv1 = m.compute(0, 1);
+    assert!(near(
+        conv1.uf,
+        4.0 * c * s[0].connections + p.c_act_s * s[0].neurons
+    ));
+    assert!(near(conv1.uw, 4.0 * c * s[0].connections));
+    assert!(near(
+        conv1.ub,
+        2.0 * c * s[1].connections + p.c_err_s * s[0].neurons
+    ));
+    // pool1: 2 C per window entry, no activation or error function, no update; back
+    // through conv2 at 4 C.
+    let pool1 = m.compute(1, 1);
+    assert!(near(pool1.uf, 2.0 * c * s[1].connections));
+    assert!(near(pool1.ub, 4.0 * c * s[2].connections));
+    assert_eq!(pool1.uw, 0.0);
+    // pool2 errors back through the fully connected layer at C; fc's own at C.
+    assert!(near(m.compute(3, 1).ub, c * s[4].connections));
+    let fc = m.compute(4, 1);
+    assert!(near(fc.uw, c * s[4].connections));
+    // A profile without per-kind costs charges C everywhere.
+    let plain = Model::new(&builtin::cnn(), &builtin::example_profile(), &t);
+    assert!(near(plain.compute(0, 1).uw, c * s[0].connections));
+}
+
+#[test]
+fn no_remote_values_cost_no_latency_and_threads_share_the_nic() {
+    let p = builtin::example_profile();
+    assert_eq!(comm_time(&p, 0.0, 32.0, 4), 0.0);
+    let one = comm_time(&p, 1e6, 32.0, 1) - p.latency(1);
+    let four = comm_time(&p, 1e6, 32.0, 4) - p.latency(4);
+    assert!((four / one - 4.0).abs() < 1e-9);
+}
+
+#[test]
+fn measured_latency_and_bandwidth_per_thread_count_are_used_for_that_count() {
+    let mut p = builtin::example_profile();
+    p.version = crate::spec::PROFILE_VERSION;
+    p.c_ncost_s = vec![10e-6, 30e-6];
+    p.c_nbw_per_thread_bits_per_s = Some(vec![8e9, 3e9]);
+    let bits = 1e6 * 32.0;
+    assert!((comm_time(&p, 1e6, 32.0, 1) - (10e-6 + bits / 8e9)).abs() < 1e-12);
+    assert!((comm_time(&p, 1e6, 32.0, 2) - (30e-6 + bits / 3e9)).abs() < 1e-12);
+    // Past the measured threads: the last latency, the last aggregate shared.
+    assert!((comm_time(&p, 1e6, 32.0, 4) - (30e-6 + bits / 1.5e9)).abs() < 1e-12);
+    // Eq. 10 reads the weights at the layer's thread count too.
+    let m = Model::new(&builtin::mlp(), &p, &builtin::fashion_mnist_training());
+    let res = Resources {
+        parameter_servers: 1,
+        replicas: 1,
+        workers: 1,
+    };
+    let w = m.shapes()[0].params * 32.0;
+    let worst = m.ps_read_worst(0, &one(1, 1, 2), &res);
+    assert!((worst - (30e-6 + w / 3e9)).abs() < 1e-12);
+}
+
+#[test]
+fn the_slowest_segment_holds_the_rounded_up_rows_and_threads_pay_interference() {
+    let m = Model::new(
+        &builtin::mlp(),
+        &builtin::example_profile(),
+        &builtin::fashion_mnist_training(),
+    );
+    // 10 classes in 3 stripes: the slowest has 4.
+    assert!((m.segment_fraction(2, 3) - 0.4).abs() < 1e-12);
+    let res = Resources {
+        parameter_servers: 1,
+        replicas: 1,
+        workers: 1,
+    };
+    let h1 = m.node(0, &one(1, 1, 1), &res);
+    let h4 = m.node(0, &one(1, 1, 4), &res);
+    let ratio = h4.uf / h1.uf;
+    assert!((ratio - m.profile().interference(4) / 4.0).abs() < 1e-12);
+}
+
+#[test]
+fn ps_reads_lie_between_the_best_and_worst_case() {
+    let m = Model::new(
+        &builtin::mlp(),
+        &builtin::example_profile(),
+        &builtin::fashion_mnist_training(),
+    );
+    let res = Resources {
+        parameter_servers: 2,
+        replicas: 4,
+        workers: 3,
+    };
+    let cfg = one(1, 2, 1);
+    let (lo, hi, mid) = (
+        m.ps_read_best(0, &cfg, &res),
+        m.ps_read_worst(0, &cfg, &res),
+        m.ps_read(0, &cfg, &res),
+    );
+    assert!(lo < mid && mid < hi);
+    // Replication reads one copy of the weights per replica.
+    let single = m.ps_read_best(0, &one(1, 1, 1), &res) - m.profile().latency(1);
+    assert!(((lo - m.profile().latency(1)) / single - 2.0).abs() < 1e-9);
+}
+
+#[test]
+fn the_estimate_is_the_sum_of_its_breakdown() {
+    let m = Model::new(
+        &builtin::mlp(),
+        &builtin::example_profile(),
+        &builtin::fashion_mnist_training(),
+    );
+    let res = Resources {
+        parameter_servers: 1,
+        replicas: 2,
+        workers: 2,
+    };
+    let layers = [one(2, 1, 2), one(2, 1, 2), one(1, 2, 2)];
+    let t = [
+        Traffic {
+            activations: 100.0,
+            errors: 50.0,
+        },
+        Traffic {
+            activations: 10.0,
+            errors: 0.0,
+        },
+    ];
+    let e = m.estimate(&res, &layers, &t);
+    let by_layer: f64 = e.layers.iter().map(|l| l.seconds.total()).sum();
+    assert!((e.epoch_s - by_layer).abs() < 1e-9 * e.epoch_s);
+    assert_eq!(
+        e.layers[0].seconds.mf, 0.0,
+        "the first layer reads its input locally"
+    );
+    assert_eq!(
+        e.layers[2].seconds.mb, 0.0,
+        "the top layer has its error from the labels"
+    );
+}
