@@ -9,9 +9,9 @@ use rand_distr::StandardNormal;
 use super::size_index;
 use crate::data::{ImageSet, Images};
 
-/// How far apart the classes' prototypes are: a prototype is the shared background plus
-/// this much of its own pattern (pixel intensities in `[0, 1]`).
-const CLASS_AMPLITUDE: f32 = 0.35;
+/// How far apart the classes' prototypes are: a prototype is this much of its own pattern
+/// and the rest of the background all classes share (pixel intensities in `[0, 1]`).
+const CLASS_SHARE: f32 = 0.6;
 /// The lowest per-image contrast (drawn uniformly up to 1).
 const MIN_CONTRAST: f32 = 0.5;
 
@@ -88,9 +88,9 @@ impl ImageSpec {
 
 /// Labeled images drawn from planted class prototypes (see the module docs): train and
 /// test images are drawn alike, labels uniformly at random. Pixel `j` of an image of class
-/// `c` is `contrast · (background_j + A · pattern_cj) + N(0, noise_std²)`, clamped to
-/// `[0, 1]` and quantised to a byte, where background and patterns are uniform in `[0,
-/// 1)` and `[-1, 1)` and `A` is 0.35. A pure function of `spec`.
+/// `c` is `contrast · ((1 − S) · background_j + S · pattern_cj) + N(0, noise_std²)`,
+/// clamped to `[0, 1]` and quantised to a byte, where background and patterns are uniform
+/// in `[0, 1)` and the class share `S` is 0.6. A pure function of `spec`.
 pub fn prototype_images(spec: &ImageSpec) -> ImageSet {
     let mut rng = StdRng::seed_from_u64(spec.seed);
     let n = spec.rows * spec.cols;
@@ -100,7 +100,7 @@ pub fn prototype_images(spec: &ImageSpec) -> ImageSet {
         .map(|_| {
             background
                 .iter()
-                .map(|b| b + CLASS_AMPLITUDE * rng.gen_range(-1.0f32..1.0))
+                .map(|b| (1.0 - CLASS_SHARE) * b + CLASS_SHARE * rng.gen::<f32>())
                 .collect()
         })
         .collect();
