@@ -16,7 +16,7 @@
 //! own state, like its epoch) and UPDATEs every row by the velocity,
 //! and CLOCKs. Under BSP the next mini-batch's READs see every worker's step, so the
 //! workers together run sequential mini-batch SGD with mini-batches of `batch` samples
-//! ([`reference`] is the oracle); under SSP a worker's READ may miss up to `s` clocks of
+//! ([`reference()`] is the oracle); under SSP a worker's READ may miss up to `s` clocks of
 //! the others' steps. The rows touched never depend on the values read, so a virtual
 //! iteration (on zeros) touches exactly the rows a real one does.
 //!

@@ -21,8 +21,9 @@
 //!    reporting a diverged model as a result.
 //!
 //! Worker-local state that lives across runs (LDA's topic assignments, PageRank's last
-//! propagated ranks) is one value per worker handed to [`Cluster::run_with`], so it needs
-//! no lock; the virtual iteration gets throw-away copies of it
+//! propagated ranks, the DNN's epoch count and momentum velocity) is one value per worker
+//! handed to [`Cluster::run_with`], so it needs no lock; the virtual iteration gets
+//! throw-away copies of it
 //! ([`Cluster::virtual_iteration_with`]), so nothing computed from its zero reads leaks
 //! into the real runs. Iteration functions never decide *which* rows to touch from values
 //! they read, so a virtual iteration touches the same rows as a real one.

@@ -1,7 +1,7 @@
 //! A multi-layer perceptron with a softmax output: its shape ([`MlpSpec`]), its weights
 //! ([`Mlp`]), the initial weights ([`init_row`]), one mini-batch's gradient step
 //! ([`gradient_step`]) over a worker's [`Scratch`], test accuracy ([`Mlp::accuracy`]) and a
-//! sequential trainer ([`reference`]), the test oracle of the store-backed app.
+//! sequential trainer ([`reference()`]), the test oracle of the store-backed app.
 //!
 //! **Layout.** Layer `l` maps `n_l` inputs to `n_{l+1}` outputs. Its weights are
 //! `n_{l+1}` rows of `n_l + 1` floats: one row per output neuron, its input weights then
