@@ -1,6 +1,6 @@
-//! The store-backed applications: matrix factorization ([`mf`]), LDA ([`lda`]) and
-//! PageRank ([`pagerank`]), data-parallel over a cluster's workers through the public
-//! `iterstore` API only.
+//! The store-backed applications: matrix factorization ([`mf`]), LDA ([`lda`]), PageRank
+//! ([`pagerank`]) and a DNN ([`dnn`]: an MLP trained by mini-batch SGD), data-parallel over
+//! a cluster's workers through the public `iterstore` API only.
 //!
 //! Every app runs the same phases, each one [`Cluster::run`] (or virtual iteration) that the
 //! main thread times:
@@ -14,15 +14,16 @@
 //! 3. **init** — one run in which workers write the initial parameters as UPDATEs, then
 //!    CLOCK;
 //! 4. **iterations** — one run per iteration, each ending in a CLOCK (LDA and PageRank
-//!    clock once per iteration, MF once per mini-batch). Between runs the main thread
+//!    clock once per iteration, MF and the DNN once per mini-batch). Between runs the main thread
 //!    evaluates the objective from [`Cluster::snapshot`]s; that evaluation is not part of
 //!    the iteration time. An objective that is NaN or infinite stops the run with
 //!    [`AppError::Diverged`] (naming the app, the iteration and the objective) rather than
 //!    reporting a diverged model as a result.
 //!
 //! Worker-local state that lives across runs (LDA's topic assignments, PageRank's last
-//! propagated ranks) is one value per worker handed to [`Cluster::run_with`], so it needs
-//! no lock; the virtual iteration gets throw-away copies of it
+//! propagated ranks, the DNN's epoch count and momentum velocity) is one value per worker
+//! handed to [`Cluster::run_with`], so it needs no lock; the virtual iteration gets
+//! throw-away copies of it
 //! ([`Cluster::virtual_iteration_with`]), so nothing computed from its zero reads leaks
 //! into the real runs. Iteration functions never decide *which* rows to touch from values
 //! they read, so a virtual iteration touches the same rows as a real one.
@@ -39,6 +40,7 @@
 //! This module knows nothing of files or the command line.
 
 pub mod checkpoint;
+pub mod dnn;
 pub mod lda;
 pub mod mf;
 pub mod pagerank;
@@ -162,7 +164,7 @@ pub enum AppError {
         "{app} diverged in iteration {iteration} of {iterations}: {objective} is {value}{hint}"
     )]
     Diverged {
-        /// `mf`, `lda` or `pagerank`.
+        /// `mf`, `lda`, `pagerank` or `dnn`.
         app: &'static str,
         /// 1-based iteration.
         iteration: usize,
@@ -211,7 +213,7 @@ impl AppError {
 /// What [`check_finite`] suggests per app.
 fn divergence_hint(app: &str) -> &'static str {
     match app {
-        "mf" => " (try a smaller learning rate, --lr)",
+        "mf" | "dnn" => " (try a smaller learning rate, --lr)",
         _ => "",
     }
 }

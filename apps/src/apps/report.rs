@@ -198,9 +198,10 @@ pub struct RunReport {
     /// then come first in the JSON object).
     #[serde(flatten)]
     pub provenance: Option<Provenance>,
-    /// `mf`, `lda` or `pagerank`.
+    /// `mf`, `lda`, `pagerank` or `dnn`.
     pub app: &'static str,
-    /// What `objective` means: `train_rmse`, `log_likelihood` or `l1_change`.
+    /// What `objective` means: `train_rmse`, `log_likelihood`, `l1_change` or
+    /// `train_cross_entropy` (the DNN's mean training loss over the epoch).
     pub objective_name: &'static str,
     /// Store mode (`generic`, `first-iter`, `virtual`).
     pub mode: &'static str,
@@ -250,6 +251,14 @@ pub struct RunReport {
     pub checkpoints: Option<CheckpointReport>,
     /// The checkpoint the run resumed from (`null` if it started afresh).
     pub resumed: Option<ResumeReport>,
+    /// The fraction of test samples classified right after the last iteration (the DNN
+    /// with test images only; absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub test_accuracy: Option<f64>,
+    /// The test accuracy after each iteration (the DNN with test images only; absent
+    /// otherwise).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub test_accuracy_per_iteration: Vec<f64>,
 }
 
 /// The checkpoints a run wrote.
@@ -315,7 +324,15 @@ impl RunReport {
                 seconds: 0.0,
             }),
             resumed: None,
+            test_accuracy: None,
+            test_accuracy_per_iteration: Vec::new(),
         }
+    }
+
+    /// Records the test accuracy after each iteration; the last is `test_accuracy`.
+    pub fn set_test_accuracy(&mut self, per_iteration: Vec<f64>) {
+        self.test_accuracy = per_iteration.last().copied();
+        self.test_accuracy_per_iteration = per_iteration;
     }
 
     /// Records a finished iteration: notes the process's resident memory in it, hands it
@@ -418,11 +435,13 @@ impl RunReport {
             "train_rmse" => format!("train RMSE {:.4}", last.objective),
             "log_likelihood" => format!("log-likelihood {:.6e}", last.objective),
             "l1_change" => format!("L1 change {:.3e}", last.objective),
+            "train_cross_entropy" => format!("train cross-entropy {:.4}", last.objective),
             other => format!("{other} {}", last.objective),
         };
-        match last.test_rmse {
-            Some(t) => format!("{main} (test {t:.4})"),
-            None => main,
+        match (last.test_rmse, self.test_accuracy) {
+            (Some(t), _) => format!("{main} (test {t:.4})"),
+            (None, Some(a)) => format!("{main} (test accuracy {:.2} %)", 100.0 * a),
+            (None, None) => main,
         }
     }
 

@@ -37,6 +37,9 @@ pub fn bench(args: &BenchArgs, command_line: String) -> Result<()> {
         args.apps.clone()
     };
     no_repeats("--apps", apps.iter().map(|a| a.name()))?;
+    if apps.contains(&App::Dnn) {
+        bail!("--apps dnn: the DNN is not benchmarked yet (run it with `iterstore run dnn`)");
+    }
     if let Some(names) = &args.variants {
         no_repeats("--variants", names.iter().map(String::as_str))?;
     }
@@ -160,6 +163,7 @@ fn inputs(apps: &[App], args: &BenchArgs) -> BTreeMap<String, String> {
                 App::Mf => &args.mf_data,
                 App::Lda => &args.lda_data,
                 App::Pagerank => &args.pagerank_data,
+                App::Dnn => unreachable!("dnn is refused before any input"),
             };
             let input = file.as_ref().map_or_else(
                 || format!("synthetic {}", args.synthetic),
@@ -271,6 +275,7 @@ fn load(app: App, args: &BenchArgs) -> Result<(String, Workload)> {
         App::Mf => &args.mf_data,
         App::Lda => &args.lda_data,
         App::Pagerank => &args.pagerank_data,
+        App::Dnn => unreachable!("dnn is refused before any input"),
     };
     let Some(path) = file else {
         let name = format!("synthetic {}", args.synthetic);
@@ -288,6 +293,7 @@ fn load(app: App, args: &BenchArgs) -> Result<(String, Workload)> {
             graph: load_graph(path)?.graph,
             params: PageRankParams::default(),
         },
+        App::Dnn => unreachable!("dnn is refused before any input"),
     };
     step.done(&format!(
         "read {}: {} {}",
@@ -322,6 +328,7 @@ fn synthetic(app: App, size: &str, args: &BenchArgs) -> Result<Workload> {
                 .generate(),
             params: PageRankParams::default(),
         },
+        App::Dnn => unreachable!("dnn is refused before any input"),
     };
     step.done(&format!(
         "{}: generated synthetic {size}: {} {}",

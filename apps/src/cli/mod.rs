@@ -33,6 +33,8 @@ Output formats (--output FILE):
             (order of first appearance).
   lda       `# iterstore lda model: topics=K vocab=V`, a line `totals<TAB>n_0...n_{K-1}`,
             then one line `word<TAB>n_w0<TAB>...<TAB>n_w{K-1}` per word id 0..V.
+  dnn       `# iterstore dnn model: mlp sizes=784-256-10 activation=relu`, then one line
+            per output neuron `layer<TAB>row<TAB>w_1<TAB>...<TAB>w_n<TAB>bias`.
 
 --json FILE writes one object: iterstore_version, command_line, input, started_at, app,
 mode, workers (per process), processes, staleness, setup_s, preprocess_s (virtual
@@ -50,7 +52,8 @@ messages and bytes sent and received by kind of protocol message) and memory
 (peak_rss_bytes, steady_rss_bytes, special: the specialized state's bytes by part) and
 numa (topology, bound, each worker's planned core and CPUs, shard and comm zones, bytes
 per zone, arena bytes bound, remote_fraction and baseline_remote_fraction; null in
-generic mode or with --numa off).
+generic mode or with --numa off); dnn adds test_accuracy (after the last epoch) and
+test_accuracy_per_iteration, its objective being the epoch's mean training cross-entropy.
 
 Progress goes to stderr: a bar on a terminal, else one timestamped line per iteration
 (-q: warnings and errors only; -v: more).";
@@ -75,7 +78,7 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run one app (MF, LDA or PageRank) on the parameter server.
+    /// Run one app (MF, LDA, PageRank or a DNN) on the parameter server.
     Run(Box<RunArgs>),
     /// Run all three apps quickly on tiny synthetic data (virtual mode, 2 workers).
     Demo,
@@ -224,6 +227,8 @@ pub enum App {
     Lda,
     /// PageRank by power iteration (input: a directed graph).
     Pagerank,
+    /// A neural network (MLP) trained by mini-batch SGD (input: labeled images).
+    Dnn,
 }
 
 impl App {
@@ -232,6 +237,7 @@ impl App {
             App::Mf => "mf",
             App::Lda => "lda",
             App::Pagerank => "pagerank",
+            App::Dnn => "dnn",
         }
     }
 }
@@ -247,7 +253,9 @@ pub struct RunArgs {
     /// RecBole .inter), a corpus for lda (LDA-C .ldac, UCI docword), a graph for pagerank
     /// (graph-tool .gt/.gt.gz, or an edge list: one `source target` pair of non-negative
     /// integer vertex ids per line, `#` or `%` starting a comment line; any other line is
-    /// an error).
+    /// an error), a directory of Fashion-MNIST's gzipped IDX files for dnn
+    /// (train-images-idx3-ubyte.gz, train-labels-idx1-ubyte.gz, t10k-images-idx3-ubyte.gz,
+    /// t10k-labels-idx1-ubyte.gz: tools/fetch-data fashion-mnist).
     #[arg(long, value_name = "PATH", conflicts_with = "synthetic")]
     pub data: Option<PathBuf>,
     /// Generate seeded synthetic input of this size instead of reading --data: tiny,
@@ -293,7 +301,8 @@ pub struct RunArgs {
     /// mf: latent factors per row (the factorization's rank) [default: 16].
     #[arg(long, value_name = "K", help_heading = "MF options", value_parser = at_least_one)]
     pub factors: Option<usize>,
-    /// mf: AdaGrad step size (per-row AdaGrad, as LIBMF) [default: 0.1].
+    /// mf: AdaGrad step size (per-row AdaGrad, as LIBMF) [default: 0.1]; dnn: the SGD step
+    /// on the mini-batch's mean gradient in the first epoch [default: 0.05].
     #[arg(long, help_heading = "MF options")]
     pub lr: Option<f32>,
     /// mf: L2 regularisation [default: 0.05].
@@ -320,6 +329,30 @@ pub struct RunArgs {
     /// draw from the same conditional.
     #[arg(long, value_name = "KIND", help_heading = "LDA options", value_parser = parse_sampler)]
     pub sampler: Option<SamplerKind>,
+
+    /// dnn: the network, `mlp` (fully connected hidden layers, softmax output); `cnn` is
+    /// not implemented yet [default: mlp].
+    #[arg(long, value_name = "M", help_heading = "DNN options")]
+    pub model: Option<String>,
+    /// dnn: neurons of each hidden layer, comma-separated [default: 512,256].
+    #[arg(long, value_name = "N,..", value_delimiter = ',', help_heading = "DNN options",
+          value_parser = at_least_one)]
+    pub hidden: Option<Vec<usize>>,
+    /// dnn: the hidden layers' activation, relu or logistic [default: relu].
+    #[arg(long, value_name = "F", help_heading = "DNN options")]
+    pub activation: Option<String>,
+    /// dnn: the step of epoch e (from 0) is --lr / (1 + D e); 0 keeps it constant
+    /// [default: 0.5].
+    #[arg(long, value_name = "D", help_heading = "DNN options")]
+    pub lr_decay: Option<f32>,
+    /// dnn: momentum μ: each worker UPDATEs its velocity v = μ v + step (under BSP the
+    /// same as momentum on the whole mini-batch) [default: 0.9].
+    #[arg(long, value_name = "MU", help_heading = "DNN options")]
+    pub momentum: Option<f32>,
+    /// dnn: samples per mini-batch over all workers; each mini-batch ends in a CLOCK
+    /// [default: 64].
+    #[arg(long, value_name = "B", help_heading = "DNN options", value_parser = at_least_one)]
+    pub batch: Option<usize>,
 
     /// pagerank: damping factor [default: 0.85].
     #[arg(long, help_heading = "PageRank options")]
@@ -405,27 +438,34 @@ pub struct RunArgs {
 impl RunArgs {
     /// Rejects options that belong to another app.
     fn check_app_options(&self) -> Result<()> {
-        let given = [
-            ("--factors", self.factors.is_some(), App::Mf),
-            ("--lr", self.lr.is_some(), App::Mf),
-            ("--reg", self.reg.is_some(), App::Mf),
-            ("--init-scale", self.init_scale.is_some(), App::Mf),
-            ("--test-fraction", self.test_fraction.is_some(), App::Mf),
-            ("--topics", self.topics.is_some(), App::Lda),
-            ("--alpha", self.alpha.is_some(), App::Lda),
-            ("--beta", self.beta.is_some(), App::Lda),
-            ("--sampler", self.sampler.is_some(), App::Lda),
-            ("--damping", self.damping.is_some(), App::Pagerank),
-            ("--block", self.block.is_some(), App::Pagerank),
+        use App::{Dnn, Lda, Mf, Pagerank};
+        let given: [(&str, bool, &[App]); 18] = [
+            ("--factors", self.factors.is_some(), &[Mf]),
+            ("--lr", self.lr.is_some(), &[Mf, Dnn]),
+            ("--reg", self.reg.is_some(), &[Mf]),
+            ("--init-scale", self.init_scale.is_some(), &[Mf]),
+            ("--test-fraction", self.test_fraction.is_some(), &[Mf]),
+            ("--topics", self.topics.is_some(), &[Lda]),
+            ("--alpha", self.alpha.is_some(), &[Lda]),
+            ("--beta", self.beta.is_some(), &[Lda]),
+            ("--sampler", self.sampler.is_some(), &[Lda]),
+            ("--damping", self.damping.is_some(), &[Pagerank]),
+            ("--block", self.block.is_some(), &[Pagerank]),
+            ("--partition", self.partition.is_some(), &[Mf, Pagerank]),
+            ("--model", self.model.is_some(), &[Dnn]),
+            ("--hidden", self.hidden.is_some(), &[Dnn]),
+            ("--activation", self.activation.is_some(), &[Dnn]),
+            ("--batch", self.batch.is_some(), &[Dnn]),
+            ("--lr-decay", self.lr_decay.is_some(), &[Dnn]),
+            ("--momentum", self.momentum.is_some(), &[Dnn]),
         ];
-        if self.partition.is_some() && self.app == App::Lda {
-            bail!("--partition is an option of `run mf` and `run pagerank`, not of `run lda`");
-        }
-        for (flag, is_given, app) in given {
-            if is_given && app != self.app {
+        for (flag, is_given, apps) in given {
+            if is_given && !apps.contains(&self.app) {
+                let names: Vec<String> =
+                    apps.iter().map(|a| format!("`run {}`", a.name())).collect();
                 bail!(
-                    "{flag} is an option of `run {}`, not of `run {}`",
-                    app.name(),
+                    "{flag} is an option of {}, not of `run {}`",
+                    names.join(" and "),
                     self.app.name()
                 );
             }

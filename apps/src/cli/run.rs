@@ -16,10 +16,14 @@ use iterstore_apps::algo::mf::MfConfig;
 use iterstore_apps::algo::pagerank::PageRankConfig;
 use iterstore_apps::algo::ratings_layout::RatingsPartition;
 use iterstore_apps::apps::pagerank::{GraphPartition, PageRankParams};
-use iterstore_apps::apps::{lda, mf, pagerank, AppConfig, CheckpointConfig, IterRecord, RunReport};
-use iterstore_apps::data::{
-    load_corpus, load_graph, load_ratings, split_ratings, CorpusSpec, GraphSpec, RatingsSpec,
+use iterstore_apps::apps::{
+    dnn, lda, mf, pagerank, AppConfig, CheckpointConfig, IterRecord, RunReport,
 };
+use iterstore_apps::data::{
+    load_corpus, load_fashion_mnist, load_graph, load_ratings, split_ratings, CorpusSpec,
+    GraphSpec, ImageSpec, RatingsSpec,
+};
+use iterstore_apps::dnn::{Activation, DnnConfig};
 
 use super::log::{self, Iterations, Step};
 use super::{App, RunArgs};
@@ -235,6 +239,7 @@ pub(crate) fn execute(
         App::Mf => run_mf(args, &cfg, input, model, progress)?,
         App::Lda => run_lda(args, &cfg, input, model, progress)?,
         App::Pagerank => run_pagerank(args, &cfg, input, model, progress)?,
+        App::Dnn => run_dnn(args, &cfg, input, model, progress)?,
     };
     tracing::debug!(
         "{}: setup {}, preprocess {}, init {}",
@@ -443,6 +448,73 @@ fn run_pagerank(
     watch.finish();
     if let Some(out) = out {
         out.write(|w| outcome.write_ranks(labels.as_deref(), w))?;
+    }
+    Ok(outcome.report)
+}
+
+/// The DNN's hyper-parameters from `args` (`--model`, `--hidden`, `--activation`, `--lr`,
+/// `--lr-decay`, `--momentum`, `--batch`, `--seed`); `--model cnn` is refused as not implemented yet.
+fn dnn_config(args: &RunArgs) -> Result<DnnConfig> {
+    match args.model.as_deref() {
+        None | Some("mlp") => {}
+        Some("cnn") => {
+            bail!("--model cnn: the convolutional network is not implemented yet; use --model mlp")
+        }
+        Some(other) => bail!("--model {other}: dnn trains `mlp` (`cnn` is not implemented yet)"),
+    }
+    let defaults = DnnConfig::default();
+    let params = DnnConfig {
+        hidden: args.hidden.clone().unwrap_or(defaults.hidden),
+        activation: match args.activation.as_deref() {
+            None => defaults.activation,
+            Some(a) => a
+                .parse::<Activation>()
+                .map_err(|e| anyhow::anyhow!("--activation {a}: {e}"))?,
+        },
+        learning_rate: args.lr.unwrap_or(defaults.learning_rate),
+        lr_decay: args.lr_decay.unwrap_or(defaults.lr_decay),
+        momentum: args.momentum.unwrap_or(defaults.momentum),
+        batch: args.batch.unwrap_or(defaults.batch),
+        seed: args.seed,
+    };
+    params.validate().map_err(anyhow::Error::msg)?;
+    Ok(params)
+}
+
+fn run_dnn(
+    args: &RunArgs,
+    cfg: &AppConfig,
+    input: Input,
+    out: Option<Output>,
+    progress: Progress,
+) -> Result<RunReport> {
+    let params = dnn_config(args)?;
+    if cfg.checkpoint.is_some() || cfg.resume.is_some() {
+        bail!("dnn does not write or resume checkpoints yet (--checkpoint-dir, --resume)");
+    }
+    let loading_step = step(progress, || loading(&input, "images"));
+    let data = match &input {
+        Input::File(path) => load_fashion_mnist(path)?,
+        Input::Synthetic(size) => ImageSpec::preset(size)
+            .map_err(anyhow::Error::msg)?
+            .generate(),
+    };
+    step_done(loading_step, || {
+        let counts = format!(
+            "{} training and {} test images of {} x {} pixels, {} classes",
+            data.train.len(),
+            data.test.len(),
+            data.train.rows,
+            data.train.cols,
+            data.classes
+        );
+        loaded(&input, counts)
+    });
+    let mut watch = Watch::start(App::Dnn, cfg.iterations, progress);
+    let outcome = dnn::run_observed(cfg, &params, &data, &mut watch.observer())?;
+    watch.finish();
+    if let Some(out) = out {
+        out.write(|w| outcome.write_model(w))?;
     }
     Ok(outcome.report)
 }

@@ -12,6 +12,9 @@
 //! - `edges`: [`load_edges`] for text edge lists (keeping vertex labels) and
 //!   [`load_graph`], which also dispatches `.gt`/`.gt.gz` files to `graph_tool`'s
 //!   [`load_graph_tool`].
+//! - `idx`: [`load_fashion_mnist`], [`load_idx_images`] and [`load_idx_labels`] for the
+//!   (gzipped) IDX files of Fashion-MNIST (DNN input); errors name the file and what is
+//!   wrong with it (magic, dimensions, truncation) instead of a line.
 //! - `split`: [`split_ratings`], a seeded train/test split.
 //! - [`synth`]: seeded generators with size presets.
 //! - `input`: shared file opening, line reading and id remapping.
@@ -62,6 +65,61 @@ pub struct Graph {
     pub edges: Vec<(u32, u32)>,
 }
 
+/// Labeled images (DNN input): `len()` images of `rows × cols` one-byte pixels, row-major,
+/// one after the other, and one class label per image.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Images {
+    /// Pixel rows per image.
+    pub rows: usize,
+    /// Pixel columns per image.
+    pub cols: usize,
+    /// Every image's `rows × cols` pixels in turn (0 is background, 255 full intensity).
+    pub pixels: Vec<u8>,
+    /// Each image's class.
+    pub labels: Vec<u8>,
+}
+
+impl Images {
+    /// Pixels per image.
+    pub fn pixels_per_image(&self) -> usize {
+        self.rows * self.cols
+    }
+
+    /// Number of images.
+    pub fn len(&self) -> usize {
+        self.pixels
+            .len()
+            .checked_div(self.pixels_per_image())
+            .unwrap_or(0)
+    }
+
+    /// Whether there are no images.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The pixels of image `i`.
+    ///
+    /// # Panics
+    /// If `i >= len()`.
+    pub fn image(&self, i: usize) -> &[u8] {
+        let n = self.pixels_per_image();
+        &self.pixels[i * n..(i + 1) * n]
+    }
+}
+
+/// A classification data set of images: training and test images of one size, labels in
+/// `0..classes`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ImageSet {
+    /// The training images.
+    pub train: Images,
+    /// The held-out test images.
+    pub test: Images,
+    /// The number of classes.
+    pub classes: usize,
+}
+
 /// Why loading a data file failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -97,6 +155,7 @@ pub enum DataError {
 mod bow;
 mod edges;
 mod graph_tool;
+mod idx;
 mod input;
 mod ratings;
 #[cfg(test)]
@@ -109,9 +168,13 @@ mod testutil;
 pub use bow::{load_corpus, load_corpus_with_format, CorpusFormat, MAX_COUNT};
 pub use edges::{is_graph_tool_path, load_edges, load_graph, LabeledGraph};
 pub use graph_tool::load_graph_tool;
+pub use idx::{
+    load_fashion_mnist, load_idx_images, load_idx_labels, load_labeled, FASHION_MNIST_CLASSES,
+    FASHION_MNIST_FILES,
+};
 pub use ratings::{load_ratings, load_ratings_with_format, RatingsFormat};
 pub use split::split_ratings;
 pub use synth::{
-    planted_ratings, power_law_graph, zipf_corpus, CorpusSpec, GraphSpec, PlantedTopics,
-    RatingsSpec,
+    planted_ratings, power_law_graph, prototype_images, zipf_corpus, CorpusSpec, GraphSpec,
+    ImageSpec, PlantedTopics, RatingsSpec,
 };

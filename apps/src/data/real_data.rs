@@ -7,7 +7,7 @@
 
 use std::path::PathBuf;
 
-use super::{load_corpus, load_graph, load_ratings};
+use super::{load_corpus, load_fashion_mnist, load_graph, load_ratings};
 
 /// The data directory `tools/fetch-data` writes to.
 fn data_dir() -> PathBuf {
@@ -105,5 +105,21 @@ fn graph_tool_collection() {
             g.graph.num_vertices,
             g.graph.edges.len()
         );
+    }
+}
+
+#[test]
+#[ignore = "needs tools/fetch-data fashion-mnist"]
+fn fashion_mnist() {
+    let Some(dir) = fetched("fashion-mnist") else {
+        return;
+    };
+    let set = load_fashion_mnist(&dir).unwrap();
+    assert_eq!((set.train.rows, set.train.cols), (28, 28));
+    assert_eq!((set.train.len(), set.test.len()), (60_000, 10_000));
+    // Fashion-MNIST is balanced: 6000 training and 1000 test images per class.
+    for c in 0..10u8 {
+        assert_eq!(set.train.labels.iter().filter(|&&l| l == c).count(), 6_000);
+        assert_eq!(set.test.labels.iter().filter(|&&l| l == c).count(), 1_000);
     }
 }

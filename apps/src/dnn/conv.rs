@@ -19,7 +19,7 @@
 //!   summed back onto the pixels they came from ([`col2im`]). As in
 //!   [`crate::dnn::kernels::backward`], `δ_out` already holds `f'` of this layer's outputs;
 //!   unlike it, the result is linear: the caller applies the derivative of the layer
-//!   below's activation ([`Activation::error_terms`]), because the layer below may be a
+//!   below's activation ([`Activation::derive`]), because the layer below may be a
 //!   pooling layer or the input, which have none.
 //! - [`update`]: `w −= η · Σ_images δ_out · colsᵀ` (and `b −= η · Σ δ_out`) — the same
 //!   multiply-adds. On a zeroed `w` with `η = −1` it writes the gradient itself.
@@ -29,43 +29,7 @@
 //! nothing. This module knows nothing of the store, segments or
 //! the performance model.
 
-/// The activation a layer applies to its outputs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Activation {
-    /// The logistic function σ, as [`crate::dnn::kernels`] uses for fully connected layers.
-    Logistic,
-    /// `max(0, z)`; its derivative at 0 is taken as 0.
-    Relu,
-    /// No activation (the layer is linear).
-    Identity,
-}
-
-impl Activation {
-    /// Applies the activation in place.
-    pub fn apply(self, y: &mut [f32]) {
-        match self {
-            Activation::Logistic => crate::dnn::kernels::activate(y),
-            Activation::Relu => y.iter_mut().for_each(|v| *v = v.max(0.0)),
-            Activation::Identity => {}
-        }
-    }
-
-    /// `delta ∘ f'` in place, with the derivative taken from the activation's outputs `y`
-    /// (`σ' = y (1 − y)`; ReLU's is 1 where `y > 0`, else 0).
-    pub fn error_terms(self, delta: &mut [f32], y: &[f32]) {
-        match self {
-            Activation::Logistic => crate::dnn::kernels::error_terms(delta, y),
-            Activation::Relu => {
-                for (d, &a) in delta.iter_mut().zip(y) {
-                    if a <= 0.0 {
-                        *d = 0.0;
-                    }
-                }
-            }
-            Activation::Identity => {}
-        }
-    }
-}
+pub use super::activation::Activation;
 
 /// The shape of a convolution layer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -7,6 +7,10 @@
 //! - [`backward`]: `δ_in = (δ_out · w) ∘ σ'(x)` — the same multiply-adds, then
 //!   `batch·inputs` error terms ([`error_terms`]).
 //! - [`update`]: `w −= η · δ_outᵀ · x` — the same multiply-adds.
+//!
+//! [`linear`] and [`linear_backward`] are the GEMMs of [`forward`] and [`backward`] without
+//! the logistic function, for layers with another activation (or none, as a softmax
+//! output layer).
 
 /// `c = alpha · a(m×k) · b(k×n) + beta · c(m×n)`, row-major, with `b` transposed when
 /// `b_transposed` (then `b` is stored n×k).
@@ -63,11 +67,32 @@ pub fn error_terms(delta: &mut [f32], x: &[f32]) {
     }
 }
 
+/// `y = x · wᵀ`: `x` is `batch × inputs`, `w` is `outputs × inputs`, `y` is
+/// `batch × outputs`.
+pub fn linear(w: &[f32], x: &[f32], y: &mut [f32], batch: usize, inputs: usize, outputs: usize) {
+    gemm(batch, inputs, outputs, 1.0, x, w, true, 0.0, y);
+}
+
 /// `y = σ(x · wᵀ)`: `x` is `batch × inputs`, `w` is `outputs × inputs`, `y` is
 /// `batch × outputs`.
 pub fn forward(w: &[f32], x: &[f32], y: &mut [f32], batch: usize, inputs: usize, outputs: usize) {
-    gemm(batch, inputs, outputs, 1.0, x, w, true, 0.0, y);
+    linear(w, x, y, batch, inputs, outputs);
     activate(&mut y[..batch * outputs]);
+}
+
+/// `δ_in = δ_out · w`: `delta_out` is `batch × outputs`, `delta_in` is `batch × inputs`
+/// (the error at a layer's input before its activation's derivative).
+pub fn linear_backward(
+    w: &[f32],
+    delta_out: &[f32],
+    delta_in: &mut [f32],
+    batch: usize,
+    inputs: usize,
+    outputs: usize,
+) {
+    gemm(
+        batch, outputs, inputs, 1.0, delta_out, w, false, 0.0, delta_in,
+    );
 }
 
 /// `δ_in = (δ_out · w) ∘ σ'(x)`: `delta_out` is `batch × outputs`, `x` (this layer's
@@ -81,9 +106,7 @@ pub fn backward(
     inputs: usize,
     outputs: usize,
 ) {
-    gemm(
-        batch, outputs, inputs, 1.0, delta_out, w, false, 0.0, delta_in,
-    );
+    linear_backward(w, delta_out, delta_in, batch, inputs, outputs);
     error_terms(&mut delta_in[..batch * inputs], x);
 }
 

@@ -1,12 +1,26 @@
-//! Dense neural-network kernels: the per-layer loops of feed-forward, back-propagation and
-//! weight update (Yan et al., Figure 5), on `f32` through `matrixmultiply`'s GEMM. The
-//! calibration (`iterstore calibrate`) times exactly these, so the performance model's
-//! costs are those of the code that trains.
+//! Neural networks: the dense kernels, the per-layer loops of feed-forward,
+//! back-propagation and weight update (Yan et al., Figure 5), on `f32` through
+//! `matrixmultiply`'s GEMM; the calibration (`iterstore calibrate`) times exactly these, so
+//! the performance model's costs are those of the code that trains. On top of them, an MLP
+//! with a softmax output, trained by the store-backed app `crate::apps::dnn`.
 //!
-//! - [`kernels`]: a fully connected layer with the logistic activation.
-//! - [`conv`]: a 2-D convolution layer (im2col + GEMM) and the [`conv::Activation`]s.
+//! - [`kernels`]: one fully connected layer's GEMMs (and the logistic function).
+//! - [`conv`]: a 2-D convolution layer (im2col + GEMM).
 //! - [`pool`]: max and average pooling.
+//! - [`activation`]: the activations (ReLU, logistic, identity) and their derivatives.
+//! - [`loss`]: softmax and cross-entropy, the error terms back-propagation starts from.
+//! - [`mlp`]: the network's shape and weights, one mini-batch's SGD step, accuracy, and a
+//!   sequential trainer (the app's oracle).
+//! - [`config`]: [`DnnConfig`], the hyper-parameters.
 
+pub mod activation;
+pub mod config;
 pub mod conv;
 pub mod kernels;
+pub mod loss;
+pub mod mlp;
 pub mod pool;
+
+pub use activation::Activation;
+pub use config::DnnConfig;
+pub use mlp::{Mlp, MlpSpec};

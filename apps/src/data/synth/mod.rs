@@ -7,6 +7,8 @@
 //!   planted topics on disjoint, Zipf-shaped word sets, returned as [`PlantedTopics`] (LDA).
 //! - [`power_law_graph`] / [`GraphSpec`]: a directed Chung–Lu-style graph with power-law
 //!   out- and in-degrees and dangling vertices (PageRank).
+//! - [`prototype_images`] / [`ImageSpec`]: labeled images, each its class's planted
+//!   prototype at a random contrast plus Gaussian noise (DNN).
 //!
 //! Every generator is a pure function of its parameters: the same spec and seed give the
 //! same output on every platform (`StdRng::seed_from_u64`). Each spec has a `preset(size)`
@@ -14,11 +16,13 @@
 
 mod corpus;
 mod graph;
+mod images;
 mod ratings;
 mod sampling;
 
 pub use corpus::{zipf_corpus, CorpusSpec, PlantedTopics};
 pub use graph::{power_law_graph, GraphSpec};
+pub use images::{prototype_images, ImageSpec};
 pub use ratings::{planted_ratings, RatingsSpec};
 
 /// The preset size names, smallest first; consecutive sizes differ by roughly 3–10×.
@@ -55,6 +59,7 @@ mod tests {
             RatingsSpec::preset(size).unwrap().validate().unwrap();
             CorpusSpec::preset(size).unwrap().validate().unwrap();
             GraphSpec::preset(size).unwrap().validate().unwrap();
+            ImageSpec::preset(size).unwrap().validate().unwrap();
         }
         assert!(GraphSpec::preset("nope").is_err());
     }

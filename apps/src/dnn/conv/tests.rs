@@ -197,7 +197,7 @@ fn gradients_match_finite_differences() {
             &mut cols,
         );
         let mut delta = r.clone();
-        Activation::Logistic.error_terms(&mut delta, &y);
+        Activation::Logistic.derive(&mut delta, &y);
         let mut dx = vec![0.0; x.len()];
         backward(&g, &w, &delta, &mut dx, batch, &mut cols);
         let (mut dw, mut db) = (vec![0.0; w.len()], vec![0.0; bias.len()]);

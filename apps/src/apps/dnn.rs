@@ -1,0 +1,410 @@
+//! A DNN (an MLP with a softmax output, [`crate::dnn`]) trained by mini-batch SGD on the
+//! parameter server: one model replica, data-parallel workers.
+//!
+//! **Tables.** One `f32` table per weight layer, `dnn.w<l>`: one row per output neuron of
+//! layer `l`, its input weights then its bias ([`MlpSpec::width`]), so a layer's rows are
+//! its weight matrix ([`Mlp`]).
+//!
+//! **Iteration** (one epoch). Worker `w` (global id) owns the training images
+//! [`partition`]`(n, W, w)`, in an order shuffled per epoch ([`epoch_order`], keyed by
+//! seed, epoch and worker; the epoch count is the worker's own state, kept across runs by
+//! [`Cluster::run_with`]). The epoch is [`clocks`]`(n, batch)` mini-batches; for mini-batch
+//! `b` every worker READs every row of every layer, computes the SGD step of its share of
+//! the mini-batch ([`mini_batch`]: part `b` of its order) with [`gradient_step`] —
+//! `−η_e / batch` times the summed gradient of the cross-entropy, the step `η_e` decaying
+//! with the epoch ([`DnnConfig::rate`]) — folds it into its velocity (momentum; a worker's
+//! own state, like its epoch) and UPDATEs every row by the velocity,
+//! and CLOCKs. Under BSP the next mini-batch's READs see every worker's step, so the
+//! workers together run sequential mini-batch SGD with mini-batches of `batch` samples
+//! ([`reference()`] is the oracle); under SSP a worker's READ may miss up to `s` clocks of
+//! the others' steps. The rows touched never depend on the values read, so a virtual
+//! iteration (on zeros) touches exactly the rows a real one does.
+//!
+//! **Initialisation.** Every row receives [`init_row`] (keyed by seed, layer and row, so
+//! the same on any number of workers) through one UPDATE by worker `k mod W`, `k` counting
+//! the rows of all layers.
+//!
+//! **Evaluation.** A worker sums its samples' cross-entropy as it computes them (on the
+//! weights it read: the running training loss of the epoch); after each epoch the
+//! processes all-gather the sums and the objective is their mean. The main thread then
+//! snapshots the tables and measures the test accuracy (not timed). A non-finite loss
+//! stops the run with [`AppError::Diverged`].
+//!
+//! **Model file** ([`DnnOutcome::write_model`], the CLI's `--output`): a comment line
+//! `# iterstore dnn model: mlp sizes=784-256-10 activation=relu`, then one line per row
+//! `<layer><TAB><row><TAB>w_1<TAB>…<TAB>w_n<TAB>bias` (floats written to round-trip).
+
+use std::io::{self, Write};
+
+use iterstore::{Cluster, Table, Worker};
+
+use super::{
+    check_finite, dense, preprocess, timed, timed_init_run, timed_run, AppConfig, AppError,
+    IterRecord, Observer, RunReport,
+};
+#[cfg(doc)]
+use crate::algo::partition;
+use crate::data::ImageSet;
+#[cfg(doc)]
+use crate::dnn::mlp::reference;
+use crate::dnn::mlp::{
+    add_momentum, clocks, epoch_order, gradient_step, init_row, mini_batch, Scratch,
+};
+use crate::dnn::{DnnConfig, Mlp, MlpSpec};
+
+/// The outcome of a store-backed DNN run.
+#[derive(Debug, Clone)]
+pub struct DnnOutcome {
+    /// Timings and objectives (`test_accuracy` included).
+    pub report: RunReport,
+    /// The final weights.
+    pub model: Mlp,
+}
+
+impl DnnOutcome {
+    /// Writes the model in the text format described in the module docs.
+    pub fn write_model(&self, out: &mut dyn Write) -> io::Result<()> {
+        let m = &self.model;
+        writeln!(
+            out,
+            "# iterstore dnn model: mlp sizes={} activation={}",
+            m.spec.text(),
+            m.spec.activation.name()
+        )?;
+        for (l, layer) in m.layers.iter().enumerate() {
+            for (r, row) in layer.chunks_exact(m.spec.width(l)).enumerate() {
+                write!(out, "{l}\t{r}")?;
+                for v in row {
+                    write!(out, "\t{v}")?;
+                }
+                writeln!(out)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What an iteration needs besides the worker and its state.
+#[derive(Clone, Copy)]
+struct Step<'a> {
+    tables: &'a [Table<f32>],
+    params: &'a DnnConfig,
+    data: &'a ImageSet,
+    /// Workers of the whole cluster.
+    workers: usize,
+    /// Mini-batches (CLOCKs) per epoch.
+    clocks: usize,
+}
+
+/// One worker's state across runs: the weights it read, its step, its buffers, its epoch
+/// and its running loss.
+#[derive(Clone)]
+struct State {
+    weights: Mlp,
+    step: Vec<Vec<f32>>,
+    /// The velocity: what the worker UPDATEs (its step, with momentum).
+    velocity: Vec<Vec<f32>>,
+    scratch: Scratch,
+    order: Vec<u32>,
+    /// Epochs this worker has run (keys its sample order).
+    epoch: u64,
+    /// Summed cross-entropy of this epoch's samples so far.
+    loss: f64,
+    /// Samples of this epoch so far.
+    samples: u64,
+}
+
+impl State {
+    fn new(spec: &MlpSpec, capacity: usize) -> Self {
+        let weights = Mlp::zeros(spec);
+        Self {
+            step: weights.layers.clone(),
+            velocity: weights.layers.clone(),
+            weights,
+            scratch: Scratch::new(spec, capacity),
+            order: Vec::new(),
+            epoch: 0,
+            loss: 0.0,
+            samples: 0,
+        }
+    }
+}
+
+/// One epoch of one worker, one CLOCK per mini-batch: the function both the virtual
+/// iteration and the real iterations run.
+fn iteration(w: &mut Worker<'_>, st: Step<'_>, s: &mut State) -> iterstore::Result<()> {
+    let train = &st.data.train;
+    epoch_order(
+        train.len(),
+        st.workers,
+        w.id(),
+        st.params.seed,
+        s.epoch,
+        &mut s.order,
+    );
+    s.loss = 0.0;
+    s.samples = 0;
+    let rate = st.params.rate(s.epoch);
+    for b in 0..st.clocks {
+        for (l, table) in st.tables.iter().enumerate() {
+            let width = s.weights.spec.width(l);
+            for (r, row) in s.weights.layers[l].chunks_exact_mut(width).enumerate() {
+                w.read(table, r as u64, row)?;
+            }
+        }
+        let which = mini_batch(&s.order, st.clocks, b);
+        s.loss += gradient_step(&s.weights, train, which, rate, &mut s.scratch, &mut s.step);
+        s.samples += which.len() as u64;
+        add_momentum(&mut s.velocity, &s.step, st.params.momentum);
+        for (l, table) in st.tables.iter().enumerate() {
+            let width = s.weights.spec.width(l);
+            for (r, delta) in s.velocity[l].chunks_exact(width).enumerate() {
+                w.update(table, r as u64, delta)?;
+            }
+        }
+        w.clock()?;
+    }
+    s.epoch += 1;
+    Ok(())
+}
+
+/// The initialisation run: row `k` (counting the rows of all layers in order) gets its
+/// [`init_row`] from global worker `k mod workers`; returns its time.
+fn init(
+    cluster: &mut Cluster,
+    states: &mut [State],
+    tables: &[Table<f32>],
+    spec: &MlpSpec,
+    seed: u64,
+    workers: usize,
+) -> Result<f64, AppError> {
+    timed_init_run(cluster, states, |w, _| {
+        let mut k = 0usize;
+        for (l, table) in tables.iter().enumerate() {
+            let mut row = vec![0.0f32; spec.width(l)];
+            for r in 0..spec.rows(l) {
+                if k % workers == w.id() {
+                    init_row(spec, seed, l, r, &mut row);
+                    w.update(table, r as u64, &row)?;
+                }
+                k += 1;
+            }
+        }
+        w.clock()
+    })
+}
+
+/// The current weights, read back from the servers.
+fn snapshot(cluster: &Cluster, tables: &[Table<f32>], spec: &MlpSpec) -> Result<Mlp, AppError> {
+    let mut m = Mlp::zeros(spec);
+    for (l, table) in tables.iter().enumerate() {
+        m.layers[l] = dense(cluster.snapshot(table)?, spec.rows(l), spec.width(l));
+    }
+    Ok(m)
+}
+
+/// Checks that `data` can be trained on: training images, labels below the classes, one
+/// image size.
+fn check_data(data: &ImageSet) -> Result<(), AppError> {
+    if data.train.is_empty() {
+        return Err(AppError::Invalid("dnn: no training images".into()));
+    }
+    if !(2..=256).contains(&data.classes) {
+        return Err(AppError::Invalid(format!(
+            "dnn: {} classes (expected 2 to 256)",
+            data.classes
+        )));
+    }
+    for (name, images) in [("training", &data.train), ("test", &data.test)] {
+        if images.labels.len() != images.len() {
+            return Err(AppError::Invalid(format!(
+                "dnn: {} {name} labels for {} images",
+                images.labels.len(),
+                images.len()
+            )));
+        }
+        if images
+            .labels
+            .iter()
+            .any(|&c| usize::from(c) >= data.classes)
+        {
+            return Err(AppError::Invalid(format!(
+                "dnn: a {name} label is not below {} classes",
+                data.classes
+            )));
+        }
+    }
+    if !data.test.is_empty()
+        && (data.test.rows, data.test.cols) != (data.train.rows, data.train.cols)
+    {
+        return Err(AppError::Invalid(
+            "dnn: test and training images differ in size".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Runs the DNN on `data` with `cfg`, evaluating on its test images after every epoch.
+/// See the module docs for the tables and phases.
+pub fn run(cfg: &AppConfig, params: &DnnConfig, data: &ImageSet) -> Result<DnnOutcome, AppError> {
+    run_observed(cfg, params, data, &mut |_| {})
+}
+
+/// [`run`], calling `observer` after each epoch is evaluated.
+pub fn run_observed(
+    cfg: &AppConfig,
+    params: &DnnConfig,
+    data: &ImageSet,
+    observer: Observer<'_>,
+) -> Result<DnnOutcome, AppError> {
+    let (mut outcome, start_s) =
+        super::with_cluster(cfg, |c| run_in(c, cfg, params, data, observer))?;
+    outcome.report.setup_s += start_s;
+    Ok(outcome)
+}
+
+/// [`run_observed`] on a cluster already started (for example one process of
+/// [`Cluster::run_local_processes`]): this process's workers take their partitions by
+/// global worker id, so every process of the cluster must call it alike. The cluster
+/// stays up.
+pub fn run_in(
+    cluster: &mut Cluster,
+    cfg: &AppConfig,
+    params: &DnnConfig,
+    data: &ImageSet,
+    observer: Observer<'_>,
+) -> Result<DnnOutcome, AppError> {
+    cfg.validate()?;
+    super::check_cluster(cfg, cluster)?;
+    params.validate()?;
+    check_data(data)?;
+    if cfg.checkpoint.is_some() || cfg.resume.is_some() {
+        return Err(AppError::Invalid(
+            "dnn does not write or resume checkpoints yet".into(),
+        ));
+    }
+    let spec = MlpSpec::new(data.train.pixels_per_image(), params, data.classes);
+    let mut report = RunReport::new("dnn", "train_cross_entropy", cfg);
+    report.processes = cluster.processes();
+    for (k, v) in [
+        ("train_images", data.train.len() as u64),
+        ("test_images", data.test.len() as u64),
+        ("pixels", data.train.pixels_per_image() as u64),
+        ("classes", data.classes as u64),
+    ] {
+        report.dataset.insert(k, v);
+    }
+    let workers = cluster.total_workers();
+    let n = data.train.len();
+    let clocks = clocks(n, params.batch);
+    report.param("model", "mlp");
+    report.param("sizes", spec.text());
+    report.param("parameters", spec.parameters());
+    report.param("activation", spec.activation.name());
+    report.param("learning_rate", params.learning_rate);
+    report.param("lr_decay", params.lr_decay);
+    report.param("momentum", params.momentum);
+    report.param("batch", params.batch);
+    report.param("seed", params.seed);
+    report.param("clocks_per_iteration", clocks);
+
+    let (setup, setup_s) = timed(|| -> Result<_, AppError> {
+        let tables = (0..spec.layers())
+            .map(|l| cluster.create_table::<f32>(&format!("dnn.w{l}"), spec.width(l)))
+            .collect::<iterstore::Result<Vec<_>>>()?;
+        // A worker's share of a mini-batch: at most ceil(ceil(n / W) / clocks) samples.
+        let capacity = n.div_ceil(workers).div_ceil(clocks);
+        let states: Vec<State> = (0..cfg.workers)
+            .map(|_| State::new(&spec, capacity))
+            .collect();
+        Ok((tables, states))
+    });
+    let (tables, mut states) = setup?;
+    report.setup_s = setup_s;
+    let st = Step {
+        tables: &tables,
+        params,
+        data,
+        workers,
+        clocks,
+    };
+
+    let (pre_s, pattern) = preprocess(cluster, cfg, &states, |w, s| iteration(w, st, s))?;
+    report.preprocess_s = pre_s;
+    report.pattern = pattern;
+    report.init_s = init(cluster, &mut states, &tables, &spec, params.seed, workers)?;
+
+    let mut model = snapshot(cluster, &tables, &spec)?;
+    let mut accuracies = Vec::with_capacity(cfg.iterations.min(1024));
+    for iter in 0..cfg.iterations {
+        let cost = timed_run(cluster, &mut states, |w, s| iteration(w, st, s))?;
+        let mine: Vec<f64> = states
+            .iter()
+            .flat_map(|s| [s.loss, s.samples as f64])
+            .collect();
+        let all = cluster.all_gather(&mine)?;
+        let (loss, samples) = all
+            .iter()
+            .flat_map(|p| p.chunks_exact(2))
+            .fold((0.0, 0.0), |(l, c), p| (l + p[0], c + p[1]));
+        let loss = loss / samples.max(1.0);
+        check_finite("dnn", iter, cfg.iterations, "training cross-entropy", loss)?;
+        model = snapshot(cluster, &tables, &spec)?;
+        accuracies.push(model.accuracy(&data.test));
+        let record = IterRecord {
+            iter,
+            seconds: cost.seconds,
+            bytes_sent: cost.bytes_sent,
+            messages_sent: cost.messages_sent,
+            objective: loss,
+            test_rmse: None,
+            rss_bytes: None,
+        };
+        report.push_iteration(record, observer);
+    }
+    if !data.test.is_empty() {
+        report.set_test_accuracy(accuracies);
+    }
+    report.record_store(cluster);
+    Ok(DnnOutcome { report, model })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dnn::Activation;
+
+    #[test]
+    fn model_file_lists_every_row_of_every_layer() {
+        let spec = MlpSpec {
+            sizes: vec![2, 1, 2],
+            activation: Activation::Relu,
+        };
+        let model = Mlp {
+            spec,
+            layers: vec![vec![0.5, -1.0, 0.25], vec![1.0, 0.0, 2.0, 3.0]],
+        };
+        let outcome = DnnOutcome {
+            report: RunReport::new("dnn", "train_cross_entropy", &AppConfig::default()),
+            model,
+        };
+        let mut out = Vec::new();
+        outcome.write_model(&mut out).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "# iterstore dnn model: mlp sizes=2-1-2 activation=relu\n\
+             0\t0\t0.5\t-1\t0.25\n1\t0\t1\t0\n1\t1\t2\t3\n"
+        );
+    }
+
+    #[test]
+    fn bad_data_is_refused_before_any_work() {
+        let mut data = crate::data::ImageSpec::preset("tiny").unwrap().generate();
+        data.train.labels[3] = 10;
+        let e = run(&AppConfig::default(), &DnnConfig::default(), &data).unwrap_err();
+        assert!(
+            e.to_string().contains("training label is not below 10"),
+            "{e}"
+        );
+    }
+}
