@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::data::{
-    load_corpus, load_graph, load_ratings, Corpus, DataError, LabeledGraph, Ratings,
+    load_corpus, load_graph, load_idx_images, load_idx_labels, load_ratings, Corpus, DataError,
+    LabeledGraph, Ratings,
 };
 
 /// A file in the temp dir holding the fuzz input, removed on drop.
@@ -119,6 +120,36 @@ pub fn graph_tool(data: &[u8]) {
     let names = ["g.gt", "g.gt.gz"];
     if let Some(graph) = with_file(data, &names, load_graph) {
         check_graph(&graph);
+    }
+}
+
+/// IDX files ([`load_idx_images`] on an `idx3` name, [`load_idx_labels`] on an `idx1`
+/// name, plain or gzipped). Panics unless a successful image load holds whole images
+/// (a multiple of `rows × cols` pixels, both at least 1) and no labels.
+pub fn idx(data: &[u8]) {
+    let names = [
+        "i.idx3-ubyte",
+        "i.idx3-ubyte.gz",
+        "l.idx1-ubyte",
+        "l.idx1-ubyte.gz",
+    ];
+    let loaded = with_file(data, &names, |path| {
+        if path.to_string_lossy().contains("idx3") {
+            load_idx_images(path).map(Some)
+        } else {
+            load_idx_labels(path).map(|_| None)
+        }
+    });
+    if let Some(Some(images)) = loaded {
+        let per = images.pixels_per_image();
+        assert!(
+            images.rows >= 1 && images.cols >= 1,
+            "{} x {}",
+            images.rows,
+            images.cols
+        );
+        assert_eq!(images.pixels.len() % per, 0, "a partial image");
+        assert!(images.labels.is_empty());
     }
 }
 

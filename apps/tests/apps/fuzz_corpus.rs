@@ -32,3 +32,8 @@ fn load_edges() {
 fn load_graph_tool() {
     replay("load_graph_tool", iterstore_apps::fuzzing::graph_tool);
 }
+
+#[test]
+fn load_idx() {
+    replay("load_idx", iterstore_apps::fuzzing::idx);
+}
