@@ -1,7 +1,7 @@
 //! Entry points for the fuzz targets in `fuzz/` and for the tests that replay their
 //! corpora: each function drives one crate-private decoder of untrusted bytes — the frame
-//! decoder and message decoding of [`crate::net::frame`], the handshake of
-//! [`crate::net::handshake`] — with arbitrary input, and **panics** when a property the
+//! decoder and message decoding of `net::frame`, the handshake of
+//! `net::handshake` — with arbitrary input, and **panics** when a property the
 //! network layer relies on fails. Bad input itself is never a panic: it must come back as
 //! an error value.
 //!
@@ -257,7 +257,7 @@ fn wire_of(frame: &Frame) -> Vec<u8> {
 /// unless: the decoder never holds more than the cap; an error is returned again by every
 /// later call; without an error, the frames it yielded, re-encoded, are the start of the
 /// input and the rest is one incomplete frame (a fresh decoder yields nothing from it);
-/// every data body that decodes as an [`Envelope`] re-encodes to exactly its frame (the
+/// every data body that decodes as an `Envelope` re-encodes to exactly its frame (the
 /// encoding is canonical, so a message cannot be smuggled in two spellings).
 pub fn frame_raw(data: &[u8]) {
     let mut inp = Input(data);
@@ -317,7 +317,7 @@ pub fn frame_raw(data: &[u8]) {
     }
 }
 
-/// Structured messages that must round-trip: builds an [`Envelope`] of any kind from the
+/// Structured messages that must round-trip: builds an `Envelope` of any kind from the
 /// input, encodes it as a data frame, and panics unless the frame decodes back to a
 /// message with the same encoding, in one piece through the streaming decoder too, and
 /// unless the body with a byte more, or cut short (at an input-chosen point), is refused.
@@ -416,7 +416,7 @@ const SECRET: &[u8] = b"iterstore fuzzing secret, 32 b!!";
 /// The handshake: the first byte's low bit picks a **stranger** (the input is what an
 /// unauthenticated peer sends to one side, in input-chosen pieces) or an **honest pair**
 /// (two sides with input-chosen ranks, cluster ids, secrets and nonces, talking through a
-/// channel that may flip one byte). See [`stranger`] and [`pair`] for what must hold.
+/// channel that may flip one byte). See `stranger` and `pair` (private) for what must hold.
 pub fn handshake(data: &[u8]) {
     let mut inp = Input(data);
     if inp.u8() & 1 == 0 {

@@ -3,14 +3,14 @@
 //! what each process's **state part** holds, and what a resumed run gets back.
 //!
 //! The tables are the store's ([`Cluster::checkpoint_with`], [`Cluster::resume`]). On top
-//! of them every process saves one state part ([`StatePart`], encoded by [`encode`]): a
+//! of them every process saves one state part (`StatePart`, encoded by `encode`): a
 //! versioned header — the app, the iterations the checkpoint holds, the run's parameters
 //! and dataset sizes as JSON, the cluster's total workers and this process's first worker
 //! — then one opaque blob per worker of the process (PageRank's propagated ranks, LDA's
 //! topic assignments; empty for MF). A resume reads every process's part, checks that
 //! they agree with each other, with the checkpoint's clock and with this run (same app,
 //! parameters and data; iterations still to do), and hands the app every old worker's
-//! blob in global worker order ([`Restart`]); the app decides whether it can take them on
+//! blob in global worker order (`Restart`); the app decides whether it can take them on
 //! its own number of workers. Every refusal names the file and why.
 //!
 //! This module knows the header and the order of the blobs, not what a blob holds.

@@ -1,5 +1,5 @@
 //! The command line: argument definitions (clap derive), their validation, and dispatch to
-//! [`run`], [`demo`], [`bench`] and [`plan`]; [`log`] is what they tell a person on stderr.
+//! [`run`], [`demo`], [`bench`](mod@bench) and [`plan`]; [`log`] is what they tell a person on stderr.
 //!
 //! Every option is checked before any data is loaded or any thread started: numbers are
 //! range-checked by their parsers, app-specific options given to the wrong app are
