@@ -76,7 +76,8 @@ pub fn mlp() -> Network {
     }
 }
 
-/// The Fashion-MNIST CNN: conv 5×5×8 → pool 2 → conv 5×5×16 → pool 2 → fc 128 → softmax 10.
+/// The Fashion-MNIST CNN the DNN app trains (`iterstore run dnn --model cnn`): conv 5×5×16
+/// → pool 2 → conv 5×5×32 → pool 2 → fc 128 → softmax 10.
 pub fn cnn() -> Network {
     Network {
         version: FORMAT_VERSION,
@@ -86,9 +87,9 @@ pub fn cnn() -> Network {
             size: 28,
         },
         layers: vec![
-            conv("conv1", 8, 5, 1),
+            conv("conv1", 16, 5, 1),
             pool("pool1", 2, 2),
-            conv("conv2", 16, 5, 1),
+            conv("conv2", 32, 5, 1),
             pool("pool2", 2, 2),
             fc("fc", 128),
             softmax("out", 10),

@@ -1,9 +1,11 @@
-//! A DNN (an MLP with a softmax output, [`crate::dnn`]) trained by mini-batch SGD on the
-//! parameter server: one model replica, data-parallel workers.
+//! A DNN (an MLP or a CNN with a softmax output, [`crate::dnn`]) trained by mini-batch SGD
+//! on the parameter server: one model replica, data-parallel workers. [`run`] trains the
+//! MLP, [`run_cnn`] the CNN; both are one generic loop over a [`Network`].
 //!
-//! **Tables.** One `f32` table per weight layer, `dnn.w<l>`: one row per output neuron of
-//! layer `l`, its input weights then its bias ([`MlpSpec::width`]), so a layer's rows are
-//! its weight matrix ([`Mlp`]).
+//! **Tables.** One `f32` table per weight layer, `dnn.w<l>`: for a fully connected layer
+//! one row per output neuron of layer `l`, its input weights then its bias
+//! ([`MlpSpec::width`]), so a layer's rows are its weight matrix ([`Mlp`]); for a
+//! convolution one row per kernel, its taps then its bias ([`Cnn`]).
 //!
 //! **Iteration** (one epoch). Worker `w` (global id) owns the training images
 //! [`partition`]`(n, W, w)`, in an order shuffled per epoch ([`epoch_order`], keyed by
@@ -31,7 +33,8 @@
 //! stops the run with [`AppError::Diverged`].
 //!
 //! **Model file** ([`DnnOutcome::write_model`], the CLI's `--output`): a comment line
-//! `# iterstore dnn model: mlp sizes=784-256-10 activation=relu`, then one line per row
+//! `# iterstore dnn model: mlp sizes=784-256-10 activation=relu` (for the CNN `cnn
+//! sizes=28x28-c5x16-p2-c5x32-p2-128-10 activation=relu`), then one line per row
 //! `<layer><TAB><row><TAB>w_1<TAB>…<TAB>w_n<TAB>bias` (floats written to round-trip).
 
 use std::io::{self, Write};
@@ -45,34 +48,33 @@ use super::{
 #[cfg(doc)]
 use crate::algo::partition;
 use crate::data::ImageSet;
+use crate::dnn::mlp::{add_momentum, clocks, epoch_order, mini_batch};
 #[cfg(doc)]
-use crate::dnn::mlp::reference;
-use crate::dnn::mlp::{
-    add_momentum, clocks, epoch_order, gradient_step, init_row, mini_batch, Scratch,
-};
-use crate::dnn::{DnnConfig, Mlp, MlpSpec};
+use crate::dnn::mlp::{gradient_step, init_row, reference};
+use crate::dnn::{Cnn, CnnSpec, DnnConfig, Mlp, MlpSpec, Network};
 
 /// The outcome of a store-backed DNN run.
 #[derive(Debug, Clone)]
-pub struct DnnOutcome {
+pub struct DnnOutcome<N = Mlp> {
     /// Timings and objectives (`test_accuracy` included).
     pub report: RunReport,
     /// The final weights.
-    pub model: Mlp,
+    pub model: N,
 }
 
-impl DnnOutcome {
+impl<N: Network> DnnOutcome<N> {
     /// Writes the model in the text format described in the module docs.
     pub fn write_model(&self, out: &mut dyn Write) -> io::Result<()> {
         let m = &self.model;
         writeln!(
             out,
-            "# iterstore dnn model: mlp sizes={} activation={}",
-            m.spec.text(),
-            m.spec.activation.name()
+            "# iterstore dnn model: {} sizes={} activation={}",
+            m.kind(),
+            m.sizes_text(),
+            m.activation().name()
         )?;
-        for (l, layer) in m.layers.iter().enumerate() {
-            for (r, row) in layer.chunks_exact(m.spec.width(l)).enumerate() {
+        for (l, layer) in m.weights().iter().enumerate() {
+            for (r, row) in layer.chunks_exact(m.width(l)).enumerate() {
                 write!(out, "{l}\t{r}")?;
                 for v in row {
                     write!(out, "\t{v}")?;
@@ -99,12 +101,12 @@ struct Step<'a> {
 /// One worker's state across runs: the weights it read, its step, its buffers, its epoch
 /// and its running loss.
 #[derive(Clone)]
-struct State {
-    weights: Mlp,
+struct State<N: Network> {
+    weights: N,
     step: Vec<Vec<f32>>,
     /// The velocity: what the worker UPDATEs (its step, with momentum).
     velocity: Vec<Vec<f32>>,
-    scratch: Scratch,
+    scratch: N::Scratch,
     order: Vec<u32>,
     /// Epochs this worker has run (keys its sample order).
     epoch: u64,
@@ -114,14 +116,14 @@ struct State {
     samples: u64,
 }
 
-impl State {
-    fn new(spec: &MlpSpec, capacity: usize) -> Self {
-        let weights = Mlp::zeros(spec);
+impl<N: Network> State<N> {
+    /// The state of a worker of `zeros`' shape (all-zero weights).
+    fn new(zeros: &N, capacity: usize) -> Self {
         Self {
-            step: weights.layers.clone(),
-            velocity: weights.layers.clone(),
-            weights,
-            scratch: Scratch::new(spec, capacity),
+            step: zeros.weights().to_vec(),
+            velocity: zeros.weights().to_vec(),
+            weights: zeros.clone(),
+            scratch: zeros.scratch(capacity),
             order: Vec::new(),
             epoch: 0,
             loss: 0.0,
@@ -132,7 +134,11 @@ impl State {
 
 /// One epoch of one worker, one CLOCK per mini-batch: the function both the virtual
 /// iteration and the real iterations run.
-fn iteration(w: &mut Worker<'_>, st: Step<'_>, s: &mut State) -> iterstore::Result<()> {
+fn iteration<N: Network>(
+    w: &mut Worker<'_>,
+    st: Step<'_>,
+    s: &mut State<N>,
+) -> iterstore::Result<()> {
     let train = &st.data.train;
     epoch_order(
         train.len(),
@@ -147,17 +153,22 @@ fn iteration(w: &mut Worker<'_>, st: Step<'_>, s: &mut State) -> iterstore::Resu
     let rate = st.params.rate(s.epoch);
     for b in 0..st.clocks {
         for (l, table) in st.tables.iter().enumerate() {
-            let width = s.weights.spec.width(l);
-            for (r, row) in s.weights.layers[l].chunks_exact_mut(width).enumerate() {
+            let width = s.weights.width(l);
+            for (r, row) in s.weights.weights_mut()[l]
+                .chunks_exact_mut(width)
+                .enumerate()
+            {
                 w.read(table, r as u64, row)?;
             }
         }
         let which = mini_batch(&s.order, st.clocks, b);
-        s.loss += gradient_step(&s.weights, train, which, rate, &mut s.scratch, &mut s.step);
+        s.loss += s
+            .weights
+            .gradient_step(train, which, rate, &mut s.scratch, &mut s.step);
         s.samples += which.len() as u64;
         add_momentum(&mut s.velocity, &s.step, st.params.momentum);
         for (l, table) in st.tables.iter().enumerate() {
-            let width = s.weights.spec.width(l);
+            let width = s.weights.width(l);
             for (r, delta) in s.velocity[l].chunks_exact(width).enumerate() {
                 w.update(table, r as u64, delta)?;
             }
@@ -170,21 +181,21 @@ fn iteration(w: &mut Worker<'_>, st: Step<'_>, s: &mut State) -> iterstore::Resu
 
 /// The initialisation run: row `k` (counting the rows of all layers in order) gets its
 /// [`init_row`] from global worker `k mod workers`; returns its time.
-fn init(
+fn init<N: Network>(
     cluster: &mut Cluster,
-    states: &mut [State],
+    states: &mut [State<N>],
     tables: &[Table<f32>],
-    spec: &MlpSpec,
+    net: &N,
     seed: u64,
     workers: usize,
 ) -> Result<f64, AppError> {
     timed_init_run(cluster, states, |w, _| {
         let mut k = 0usize;
         for (l, table) in tables.iter().enumerate() {
-            let mut row = vec![0.0f32; spec.width(l)];
-            for r in 0..spec.rows(l) {
+            let mut row = vec![0.0f32; net.width(l)];
+            for r in 0..net.rows(l) {
                 if k % workers == w.id() {
-                    init_row(spec, seed, l, r, &mut row);
+                    net.init_row(seed, l, r, &mut row);
                     w.update(table, r as u64, &row)?;
                 }
                 k += 1;
@@ -195,10 +206,15 @@ fn init(
 }
 
 /// The current weights, read back from the servers.
-fn snapshot(cluster: &Cluster, tables: &[Table<f32>], spec: &MlpSpec) -> Result<Mlp, AppError> {
-    let mut m = Mlp::zeros(spec);
+fn snapshot<N: Network>(
+    cluster: &Cluster,
+    tables: &[Table<f32>],
+    zeros: &N,
+) -> Result<N, AppError> {
+    let mut m = zeros.clone();
     for (l, table) in tables.iter().enumerate() {
-        m.layers[l] = dense(cluster.snapshot(table)?, spec.rows(l), spec.width(l));
+        let (rows, width) = (m.rows(l), m.width(l));
+        m.weights_mut()[l] = dense(cluster.snapshot(table)?, rows, width);
     }
     Ok(m)
 }
@@ -244,10 +260,47 @@ fn check_data(data: &ImageSet) -> Result<(), AppError> {
     Ok(())
 }
 
-/// Runs the DNN on `data` with `cfg`, evaluating on its test images after every epoch.
+/// Runs the MLP on `data` with `cfg`, evaluating on its test images after every epoch.
 /// See the module docs for the tables and phases.
 pub fn run(cfg: &AppConfig, params: &DnnConfig, data: &ImageSet) -> Result<DnnOutcome, AppError> {
     run_observed(cfg, params, data, &mut |_| {})
+}
+
+/// [`run`] for the CNN ([`CnnSpec::new`] of `params`).
+pub fn run_cnn(
+    cfg: &AppConfig,
+    params: &DnnConfig,
+    data: &ImageSet,
+) -> Result<DnnOutcome<Cnn>, AppError> {
+    run_cnn_observed(cfg, params, data, &mut |_| {})
+}
+
+/// [`run_observed`] for the CNN.
+pub fn run_cnn_observed(
+    cfg: &AppConfig,
+    params: &DnnConfig,
+    data: &ImageSet,
+    observer: Observer<'_>,
+) -> Result<DnnOutcome<Cnn>, AppError> {
+    let (mut outcome, start_s) =
+        super::with_cluster(cfg, |c| run_cnn_in(c, cfg, params, data, observer))?;
+    outcome.report.setup_s += start_s;
+    Ok(outcome)
+}
+
+/// [`run_in`] for the CNN.
+pub fn run_cnn_in(
+    cluster: &mut Cluster,
+    cfg: &AppConfig,
+    params: &DnnConfig,
+    data: &ImageSet,
+    observer: Observer<'_>,
+) -> Result<DnnOutcome<Cnn>, AppError> {
+    params.validate()?;
+    let spec = CnnSpec::new(data.train.rows, data.train.cols, params, data.classes);
+    spec.check()
+        .map_err(|e| AppError::Invalid(format!("dnn --model cnn: {e}")))?;
+    run_network_in(cluster, cfg, params, data, Cnn::zeros(&spec), observer)
 }
 
 /// [`run`], calling `observer` after each epoch is evaluated.
@@ -274,6 +327,19 @@ pub fn run_in(
     data: &ImageSet,
     observer: Observer<'_>,
 ) -> Result<DnnOutcome, AppError> {
+    let spec = MlpSpec::new(data.train.pixels_per_image(), params, data.classes);
+    run_network_in(cluster, cfg, params, data, Mlp::zeros(&spec), observer)
+}
+
+/// The run of [`run_in`] and [`run_cnn_in`], for the network of `zeros`' shape.
+fn run_network_in<N: Network>(
+    cluster: &mut Cluster,
+    cfg: &AppConfig,
+    params: &DnnConfig,
+    data: &ImageSet,
+    zeros: N,
+    observer: Observer<'_>,
+) -> Result<DnnOutcome<N>, AppError> {
     cfg.validate()?;
     super::check_cluster(cfg, cluster)?;
     params.validate()?;
@@ -283,7 +349,6 @@ pub fn run_in(
             "dnn does not write or resume checkpoints yet".into(),
         ));
     }
-    let spec = MlpSpec::new(data.train.pixels_per_image(), params, data.classes);
     let mut report = RunReport::new("dnn", "train_cross_entropy", cfg);
     report.processes = cluster.processes();
     for (k, v) in [
@@ -297,10 +362,10 @@ pub fn run_in(
     let workers = cluster.total_workers();
     let n = data.train.len();
     let clocks = clocks(n, params.batch);
-    report.param("model", "mlp");
-    report.param("sizes", spec.text());
-    report.param("parameters", spec.parameters());
-    report.param("activation", spec.activation.name());
+    report.param("model", zeros.kind());
+    report.param("sizes", zeros.sizes_text());
+    report.param("parameters", zeros.parameters());
+    report.param("activation", zeros.activation().name());
     report.param("learning_rate", params.learning_rate);
     report.param("lr_decay", params.lr_decay);
     report.param("momentum", params.momentum);
@@ -309,13 +374,13 @@ pub fn run_in(
     report.param("clocks_per_iteration", clocks);
 
     let (setup, setup_s) = timed(|| -> Result<_, AppError> {
-        let tables = (0..spec.layers())
-            .map(|l| cluster.create_table::<f32>(&format!("dnn.w{l}"), spec.width(l)))
+        let tables = (0..zeros.layer_count())
+            .map(|l| cluster.create_table::<f32>(&format!("dnn.w{l}"), zeros.width(l)))
             .collect::<iterstore::Result<Vec<_>>>()?;
         // A worker's share of a mini-batch: at most ceil(ceil(n / W) / clocks) samples.
         let capacity = n.div_ceil(workers).div_ceil(clocks);
-        let states: Vec<State> = (0..cfg.workers)
-            .map(|_| State::new(&spec, capacity))
+        let states: Vec<State<N>> = (0..cfg.workers)
+            .map(|_| State::new(&zeros, capacity))
             .collect();
         Ok((tables, states))
     });
@@ -332,9 +397,9 @@ pub fn run_in(
     let (pre_s, pattern) = preprocess(cluster, cfg, &states, |w, s| iteration(w, st, s))?;
     report.preprocess_s = pre_s;
     report.pattern = pattern;
-    report.init_s = init(cluster, &mut states, &tables, &spec, params.seed, workers)?;
+    report.init_s = init(cluster, &mut states, &tables, &zeros, params.seed, workers)?;
 
-    let mut model = snapshot(cluster, &tables, &spec)?;
+    let mut model = snapshot(cluster, &tables, &zeros)?;
     let mut accuracies = Vec::with_capacity(cfg.iterations.min(1024));
     for iter in 0..cfg.iterations {
         let cost = timed_run(cluster, &mut states, |w, s| iteration(w, st, s))?;
@@ -349,7 +414,7 @@ pub fn run_in(
             .fold((0.0, 0.0), |(l, c), p| (l + p[0], c + p[1]));
         let loss = loss / samples.max(1.0);
         check_finite("dnn", iter, cfg.iterations, "training cross-entropy", loss)?;
-        model = snapshot(cluster, &tables, &spec)?;
+        model = snapshot(cluster, &tables, &zeros)?;
         accuracies.push(model.accuracy(&data.test));
         let record = IterRecord {
             iter,

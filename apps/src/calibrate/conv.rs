@@ -175,7 +175,7 @@ mod tests {
         // 28 -> conv 5 -> 24 -> pool 2 -> 12 -> conv 5 -> 8.
         assert_eq!(
             (conv2.in_channels, conv2.height, conv2.out_height()),
-            (8, 12, 8)
+            (16, 12, 8)
         );
         // The kernels' multiply-adds are the model's connections.
         let shapes = iterstore_perf::model::shapes(&iterstore_perf::builtin::cnn());

@@ -330,17 +330,26 @@ pub struct RunArgs {
     #[arg(long, value_name = "KIND", help_heading = "LDA options", value_parser = parse_sampler)]
     pub sampler: Option<SamplerKind>,
 
-    /// dnn: the network, `mlp` (fully connected hidden layers, softmax output); `cnn` is
-    /// not implemented yet [default: mlp].
+    /// dnn: the network, `mlp` (fully connected hidden layers, softmax output) or `cnn`
+    /// (convolutions, each with a 2x2 max pooling, then fully connected hidden layers,
+    /// softmax output) [default: mlp].
     #[arg(long, value_name = "M", help_heading = "DNN options")]
     pub model: Option<String>,
-    /// dnn: neurons of each hidden layer, comma-separated [default: 512,256].
+    /// dnn: neurons of each hidden layer, comma-separated [default: 512,256; cnn: 128].
     #[arg(long, value_name = "N,..", value_delimiter = ',', help_heading = "DNN options",
           value_parser = at_least_one)]
     pub hidden: Option<Vec<usize>>,
     /// dnn: the hidden layers' activation, relu or logistic [default: relu].
     #[arg(long, value_name = "F", help_heading = "DNN options")]
     pub activation: Option<String>,
+    /// dnn --model cnn: output channels of each convolution, comma-separated
+    /// [default: 16,32].
+    #[arg(long, value_name = "C,..", value_delimiter = ',', help_heading = "DNN options",
+          value_parser = at_least_one)]
+    pub channels: Option<Vec<usize>>,
+    /// dnn --model cnn: convolution kernel width and height [default: 5].
+    #[arg(long, value_name = "K", help_heading = "DNN options", value_parser = at_least_one)]
+    pub kernel: Option<usize>,
     /// dnn: the step of epoch e (from 0) is --lr / (1 + D e); 0 keeps it constant
     /// [default: 0.5].
     #[arg(long, value_name = "D", help_heading = "DNN options")]
@@ -439,7 +448,7 @@ impl RunArgs {
     /// Rejects options that belong to another app.
     fn check_app_options(&self) -> Result<()> {
         use App::{Dnn, Lda, Mf, Pagerank};
-        let given: [(&str, bool, &[App]); 18] = [
+        let given: [(&str, bool, &[App]); 20] = [
             ("--factors", self.factors.is_some(), &[Mf]),
             ("--lr", self.lr.is_some(), &[Mf, Dnn]),
             ("--reg", self.reg.is_some(), &[Mf]),
@@ -455,6 +464,8 @@ impl RunArgs {
             ("--model", self.model.is_some(), &[Dnn]),
             ("--hidden", self.hidden.is_some(), &[Dnn]),
             ("--activation", self.activation.is_some(), &[Dnn]),
+            ("--channels", self.channels.is_some(), &[Dnn]),
+            ("--kernel", self.kernel.is_some(), &[Dnn]),
             ("--batch", self.batch.is_some(), &[Dnn]),
             ("--lr-decay", self.lr_decay.is_some(), &[Dnn]),
             ("--momentum", self.momentum.is_some(), &[Dnn]),

@@ -452,19 +452,27 @@ fn run_pagerank(
     Ok(outcome.report)
 }
 
-/// The DNN's hyper-parameters from `args` (`--model`, `--hidden`, `--activation`, `--lr`,
-/// `--lr-decay`, `--momentum`, `--batch`, `--seed`); `--model cnn` is refused as not implemented yet.
-fn dnn_config(args: &RunArgs) -> Result<DnnConfig> {
-    match args.model.as_deref() {
-        None | Some("mlp") => {}
-        Some("cnn") => {
-            bail!("--model cnn: the convolutional network is not implemented yet; use --model mlp")
-        }
-        Some(other) => bail!("--model {other}: dnn trains `mlp` (`cnn` is not implemented yet)"),
+/// The DNN's network from `--model` (`true`: the CNN) and its hyper-parameters from
+/// `args` (`--hidden`, `--activation`, `--channels`, `--kernel`, `--lr`, `--lr-decay`,
+/// `--momentum`, `--batch`, `--seed`), the defaults being the network's.
+fn dnn_config(args: &RunArgs) -> Result<(bool, DnnConfig)> {
+    let cnn = match args.model.as_deref() {
+        None | Some("mlp") => false,
+        Some("cnn") => true,
+        Some(other) => bail!("--model {other}: dnn trains `mlp` or `cnn`"),
+    };
+    if !cnn && (args.channels.is_some() || args.kernel.is_some()) {
+        bail!("--channels and --kernel shape the CNN: give them with --model cnn");
     }
-    let defaults = DnnConfig::default();
+    let defaults = if cnn {
+        DnnConfig::cnn()
+    } else {
+        DnnConfig::default()
+    };
     let params = DnnConfig {
         hidden: args.hidden.clone().unwrap_or(defaults.hidden),
+        channels: args.channels.clone().unwrap_or(defaults.channels),
+        kernel: args.kernel.unwrap_or(defaults.kernel),
         activation: match args.activation.as_deref() {
             None => defaults.activation,
             Some(a) => a
@@ -478,7 +486,7 @@ fn dnn_config(args: &RunArgs) -> Result<DnnConfig> {
         seed: args.seed,
     };
     params.validate().map_err(anyhow::Error::msg)?;
-    Ok(params)
+    Ok((cnn, params))
 }
 
 fn run_dnn(
@@ -488,7 +496,7 @@ fn run_dnn(
     out: Option<Output>,
     progress: Progress,
 ) -> Result<RunReport> {
-    let params = dnn_config(args)?;
+    let (cnn, params) = dnn_config(args)?;
     if cfg.checkpoint.is_some() || cfg.resume.is_some() {
         bail!("dnn does not write or resume checkpoints yet (--checkpoint-dir, --resume)");
     }
@@ -511,10 +519,20 @@ fn run_dnn(
         loaded(&input, counts)
     });
     let mut watch = Watch::start(App::Dnn, cfg.iterations, progress);
-    let outcome = dnn::run_observed(cfg, &params, &data, &mut watch.observer())?;
-    watch.finish();
-    if let Some(out) = out {
-        out.write(|w| outcome.write_model(w))?;
-    }
-    Ok(outcome.report)
+    let report = if cnn {
+        let outcome = dnn::run_cnn_observed(cfg, &params, &data, &mut watch.observer())?;
+        watch.finish();
+        if let Some(out) = out {
+            out.write(|w| outcome.write_model(w))?;
+        }
+        outcome.report
+    } else {
+        let outcome = dnn::run_observed(cfg, &params, &data, &mut watch.observer())?;
+        watch.finish();
+        if let Some(out) = out {
+            out.write(|w| outcome.write_model(w))?;
+        }
+        outcome.report
+    };
+    Ok(report)
 }

@@ -1,17 +1,22 @@
 //! [`DnnConfig`]: the hyper-parameters of DNN training (the network's hidden layers and
-//! activation, the SGD step and mini-batch size, the seed) and their validation. It knows
-//! nothing of the data or the store.
+//! activation, the CNN's convolutions, the SGD step and mini-batch size, the seed) and
+//! their validation. It knows nothing of the data or the store.
 
 use super::activation::Activation;
 
-/// Hyper-parameters of mini-batch SGD on an MLP with a softmax output layer.
+/// Hyper-parameters of mini-batch SGD on an MLP or a CNN with a softmax output layer.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DnnConfig {
     /// Neurons of each hidden layer, input side first (the input and output sizes come
     /// from the data).
     pub hidden: Vec<usize>,
-    /// The hidden layers' activation.
+    /// The hidden layers' activation (and the CNN's convolutions').
     pub activation: Activation,
+    /// The CNN's convolution stages: output channels of each, input side first (each is
+    /// followed by a 2 × 2 max pooling; [`super::cnn`]). The MLP ignores it.
+    pub channels: Vec<usize>,
+    /// The CNN's convolution kernel width and height. The MLP ignores it.
+    pub kernel: usize,
     /// The SGD step: every mini-batch moves the weights by `−learning_rate` times the mean
     /// gradient of the cross-entropy over the mini-batch.
     pub learning_rate: f32,
@@ -38,6 +43,8 @@ impl Default for DnnConfig {
         Self {
             hidden: vec![512, 256],
             activation: Activation::Relu,
+            channels: vec![16, 32],
+            kernel: 5,
             learning_rate: 0.05,
             lr_decay: 0.5,
             momentum: 0.9,
@@ -51,6 +58,16 @@ impl Default for DnnConfig {
 pub const MAX_NEURONS: usize = 1 << 16;
 
 impl DnnConfig {
+    /// The CNN's defaults: [`DnnConfig::default`] with one hidden layer of 128 neurons
+    /// after the convolutions `5 × 5 × 16` and `5 × 5 × 32` (each with a 2 × 2 max
+    /// pooling), the performance model's `cnn`.
+    pub fn cnn() -> Self {
+        Self {
+            hidden: vec![128],
+            ..Self::default()
+        }
+    }
+
     /// Checks the settings, naming the first offending one.
     pub fn validate(&self) -> Result<(), String> {
         if self.hidden.len() > 16 {
@@ -60,6 +77,15 @@ impl DnnConfig {
             return Err(format!(
                 "hidden layer of {n} neurons: each must have 1 to {MAX_NEURONS}"
             ));
+        }
+        if self.channels.len() > 8 || self.channels.iter().any(|&c| c == 0 || c > 4096) {
+            return Err(format!(
+                "convolution channels {:?}: at most 8 stages of 1 to 4096 channels",
+                self.channels
+            ));
+        }
+        if !(1..=32).contains(&self.kernel) {
+            return Err(format!("kernel {}: must be 1 to 32", self.kernel));
         }
         if !(self.learning_rate.is_finite() && self.learning_rate > 0.0) {
             return Err(format!(

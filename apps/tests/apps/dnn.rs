@@ -222,7 +222,6 @@ fn bad_data_and_options_are_errors_that_say_what_is_wrong() {
         stderr(&out)
     );
     for (args, want) in [
-        (&["run", "dnn", "--model", "cnn"][..], "not implemented yet"),
         (&["run", "dnn", "--model", "rnn"][..], "--model rnn"),
         (
             &["run", "dnn", "--activation", "tanh"][..],

@@ -9,6 +9,7 @@ mod bench_cli;
 mod checkpoint;
 mod cli;
 mod cluster;
+mod cnn;
 mod dnn;
 mod faults;
 mod fuzz_corpus;

@@ -14,10 +14,10 @@ fn one(p: u32, r: u32, h: u32) -> LayerConfig {
 #[test]
 fn shapes_follow_the_geometry() {
     let s = shapes(&builtin::cnn());
-    // conv 5x5, 8 kernels on 28x28: 24x24x8 outputs of 25 taps each.
-    assert_eq!(s[0].neurons, 24.0 * 24.0 * 8.0);
-    assert_eq!(s[0].connections, 24.0 * 24.0 * 8.0 * 25.0);
-    assert_eq!(s[0].params, 8.0 * 25.0);
+    // conv 5x5, 16 kernels on 28x28: 24x24x16 outputs of 25 taps each.
+    assert_eq!(s[0].neurons, 24.0 * 24.0 * 16.0);
+    assert_eq!(s[0].connections, 24.0 * 24.0 * 16.0 * 25.0);
+    assert_eq!(s[0].params, 16.0 * 25.0);
     assert_eq!(s[1].params, 0.0);
     assert_eq!(s[1].rows, 12);
 }

@@ -1,0 +1,165 @@
+//! The CNN on the store: it learns the synthetic images (at low noise, see [`tiny`]), equals the sequential reference
+//! bit for bit under BSP (1 and 2 workers), gives the same weights in every store mode and
+//! on 2 processes of 1 worker as on 1 of 2. Through the CLI: the report and model file.
+
+use iterstore::{Cluster, Mode};
+use iterstore_apps::apps::dnn::{run_cnn, run_cnn_in, DnnOutcome};
+use iterstore_apps::apps::AppError;
+use iterstore_apps::data::{ImageSet, ImageSpec};
+use iterstore_apps::dnn::cnn::reference;
+use iterstore_apps::dnn::{Cnn, DnnConfig};
+
+use crate::util::{bsp, iterstore, scratch, MODES};
+
+/// The tiny preset at pixel noise 0.05 (not 0.35): its class prototypes are white noise
+/// without spatial structure, which pooled convolution features cannot find under the
+/// preset's noise (chance accuracy), unlike the MLP's linear templates.
+fn tiny() -> ImageSet {
+    ImageSpec {
+        noise_std: 0.05,
+        ..ImageSpec::preset("tiny").unwrap()
+    }
+    .generate()
+}
+
+/// A small CNN for the 12 × 12 tiny images: 12 → conv 3 → 10 → pool → 5 → conv 3 → 3 →
+/// pool → 1, 12 channels into a hidden layer of 32.
+fn params() -> DnnConfig {
+    DnnConfig {
+        channels: vec![6, 12],
+        kernel: 3,
+        hidden: vec![32],
+        learning_rate: 0.05,
+        momentum: 0.9,
+        batch: 20,
+        seed: 7,
+        ..DnnConfig::default()
+    }
+}
+
+fn losses(out: &DnnOutcome<Cnn>) -> Vec<f64> {
+    out.report.iterations.iter().map(|r| r.objective).collect()
+}
+
+#[test]
+fn the_synthetic_images_are_learned() {
+    let data = tiny();
+    let out = run_cnn(&bsp(Mode::Virtual, 2, 4), &params(), &data).unwrap();
+    let loss = losses(&out);
+    assert!(loss[3] < 0.5 * loss[0], "{loss:?}");
+    let acc = out.report.test_accuracy.unwrap();
+    // Chance is 10 %.
+    assert!(acc >= 0.85, "test accuracy {acc}, losses {loss:?}");
+    assert_eq!(out.model.accuracy(&data.test), acc);
+    let json: serde_json::Value = serde_json::from_str(&out.report.to_json()).unwrap();
+    assert_eq!(json["params"]["model"], "cnn");
+    assert_eq!(json["params"]["sizes"], "12x12-c3x6-p2-c3x12-p2-32-10");
+}
+
+#[test]
+fn the_store_equals_the_sequential_reference_bit_for_bit() {
+    let data = tiny();
+    for workers in [1, 2] {
+        let out = run_cnn(&bsp(Mode::Virtual, workers, 2), &params(), &data).unwrap();
+        let (want, want_loss) = reference(&data.train, data.classes, &params(), workers, 2);
+        assert!(
+            out.model == want,
+            "{workers} workers differ from the reference"
+        );
+        // The loss is summed in another order (per worker, then over workers).
+        for (a, b) in losses(&out).iter().zip(&want_loss) {
+            assert!((a - b).abs() <= 1e-9 * b.abs(), "{a} vs {b}");
+        }
+    }
+}
+
+#[test]
+fn every_mode_gives_the_same_weights_and_losses() {
+    let data = tiny();
+    let outs: Vec<DnnOutcome<Cnn>> = MODES
+        .iter()
+        .map(|&mode| run_cnn(&bsp(mode, 2, 2), &params(), &data).unwrap())
+        .collect();
+    for (mode, out) in MODES.iter().zip(&outs).skip(1) {
+        assert!(
+            out.model == outs[0].model,
+            "{mode:?} weights differ from generic"
+        );
+        assert_eq!(losses(out), losses(&outs[0]), "{mode:?}");
+    }
+    let store = &outs[2].report.store;
+    assert_eq!(store.unplanned_accesses, 0);
+    assert!(store.tape_accesses > 0);
+}
+
+#[test]
+fn two_processes_of_one_worker_compute_what_one_of_two_computes() {
+    let data = tiny();
+    let lift = |e: AppError| iterstore::Error::app(0, e);
+    let one = run_cnn(&bsp(Mode::Virtual, 2, 2), &params(), &data).unwrap();
+    let cfg = bsp(Mode::Virtual, 1, 2);
+    let got = Cluster::run_local_processes(cfg.store_config(), 2, |c| {
+        run_cnn_in(c, &cfg, &params(), &data, &mut |_| {}).map_err(lift)
+    })
+    .unwrap();
+    for (rank, out) in got.iter().enumerate() {
+        assert!(out.model == one.model, "rank {rank} differs");
+        assert_eq!(losses(out), losses(&one), "rank {rank}");
+    }
+}
+
+#[test]
+fn the_cli_trains_the_cnn_and_writes_its_model() {
+    let dir = scratch("cnn-cli");
+    let model = dir.join("model.tsv");
+    let out = iterstore(&[
+        "run",
+        "dnn",
+        "--model",
+        "cnn",
+        "--synthetic",
+        "tiny",
+        "--iters",
+        "1",
+        "--channels",
+        "4,8",
+        "--kernel",
+        "3",
+        "--hidden",
+        "16",
+        "-q",
+        "--output",
+        model.to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let text = std::fs::read_to_string(&model).unwrap();
+    assert!(
+        text.starts_with(
+            "# iterstore dnn model: cnn sizes=12x12-c3x4-p2-c3x8-p2-16-10 activation=relu\n"
+        ),
+        "{}",
+        &text[..80.min(text.len())]
+    );
+    // One line per kernel and per neuron after the comment.
+    assert_eq!(text.lines().count(), 1 + 4 + 8 + 16 + 10);
+    for (args, want) in [
+        (
+            &["run", "dnn", "--model", "cnn", "--synthetic", "tiny"][..],
+            "convolution 2 (5x5)",
+        ),
+        (
+            &["run", "dnn", "--channels", "4"][..],
+            "give them with --model cnn",
+        ),
+        (
+            &["run", "mf", "--kernel", "3"][..],
+            "--kernel is an option of",
+        ),
+    ] {
+        let out = iterstore(args);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert!(e.contains(want), "{args:?}: {e}");
+    }
+}
