@@ -227,7 +227,7 @@ fn quality(objective: f64, test_rmse: Option<f64>, test_accuracy: Option<f64>) -
     }
 }
 
-/// Samples per second as a short figure (`12 345`).
+/// Samples per second as a whole number (`12345`).
 fn rate(r: Option<f64>) -> String {
     r.map_or("-".into(), |r| format!("{r:.0}"))
 }
@@ -700,6 +700,17 @@ mod tests {
                 "breakdown-lda-2.svg",
             ]
         );
+    }
+
+    #[test]
+    fn the_dnn_is_judged_against_its_peer_only_and_the_others_not_by_peers() {
+        let dnn = Target::of("dnn");
+        assert!(dnn.met(None, None, Some(2.0)) && dnn.met(Some(9.0), Some(9.0), Some(0.5)));
+        assert!(!dnn.met(Some(0.1), Some(1.0), Some(2.1)) && !dnn.met(Some(0.1), Some(1.0), None));
+        let mf = Target::of("mf");
+        assert!(mf.met(Some(0.5), Some(1.9), None) && mf.met(Some(0.5), Some(1.9), Some(50.0)));
+        assert!(!mf.met(Some(0.5), None, Some(0.1)) && !mf.met(Some(0.7), Some(1.0), None));
+        assert_eq!(Target::of("pagerank").max_vs_generic, Some(0.1));
     }
 
     #[test]
