@@ -1,5 +1,6 @@
 //! Peer systems timed on the same data: LIBMF (the `libmf` crate) for MF, and Python
-//! scripts in `tools/` for LDA and PageRank, skipped with a message when unavailable.
+//! scripts in `tools/` for LDA, PageRank and the DNN, skipped with a message when
+//! unavailable.
 //!
 //! Each peer solves the same problem as our app: [`libmf()`] the same rank-`k` squared loss
 //! with L2 weight `λ` on both factor tables, by the same per-row AdaGrad (see [`libmf()`]
@@ -8,7 +9,9 @@
 //! `log p(w, z)` as ours, given the same vocabulary size); `tools/peer-tomotopy` LDA with
 //! the same topics, priors and threads through tomotopy's sparse sampler (α held fixed;
 //! the fastest LDA we know on a CPU); `tools/peer-pagerank` the same
-//! fixed number of power-iteration steps, dangling rank spread uniformly. The Python peers
+//! fixed number of power-iteration steps, dangling rank spread uniformly; `tools/peer-dnn`
+//! the same MLP, initialisation, step, decay, momentum and mini-batch in PyTorch on the CPU
+//! with the same threads ([`PythonPeer::dnn`]). The Python peers
 //! get their input as files in a work directory and answer with one JSON line shaped like
 //! [`PeerResult`]; [`PythonPeer::from_env`] finds the interpreter that `tools/peer-env`
 //! sets up.
@@ -22,7 +25,8 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::algo::{lda, mf, pagerank};
-use crate::data::{Corpus, Graph, Ratings};
+use crate::data::{fashion_mnist_paths, write_fashion_mnist, Corpus, Graph, ImageSet, Ratings};
+use crate::dnn::DnnConfig;
 
 /// What a peer measured.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -37,6 +41,9 @@ pub struct PeerResult {
     pub per_iter_s: f64,
     /// The quality measure and its value, e.g. `("test_rmse", 0.95)`.
     pub metric: Option<(String, f64)>,
+    /// Training samples per second, for peers that train on samples (the DNN's).
+    #[serde(default)]
+    pub samples_per_s: Option<f64>,
     /// What else to know when comparing this peer with our apps.
     pub note: Option<String>,
 }
@@ -146,6 +153,7 @@ pub fn libmf(train: &Ratings, test: Option<&Ratings>, params: &LibmfParams) -> P
             total_s,
             per_iter_s: total_s / params.iterations.max(1) as f64,
             metric: Some((name.into(), value)),
+            samples_per_s: None,
             note: Some(format!(
                 "train_rmse {train_rmse:.4}; per_iter_s includes setup; LIBMF scales ratings \
                  by their std-dev and adapts the step per row (AdaGrad) from learning_rate"
@@ -182,6 +190,19 @@ impl LdaPeerParams {
             ..lda::LdaConfig::default()
         }
     }
+}
+
+/// Parameters of the [`PythonPeer::dnn`] peer: the DNN app's own settings, its epochs
+/// and threads.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DnnPeerParams {
+    /// The network and SGD settings (hidden layers, activation, step and decay,
+    /// momentum, mini-batch, seed).
+    pub config: DnnConfig,
+    /// Passes over the training images.
+    pub epochs: usize,
+    /// PyTorch's intra-op threads (`torch.set_num_threads`).
+    pub threads: usize,
 }
 
 /// How to run the Python peers.
@@ -310,6 +331,52 @@ impl PythonPeer {
         let l1 = pagerank::l1_change(&got, &pagerank::reference(graph, &cfg, iters));
         result.metric = Some(("l1_vs_reference".into(), l1));
         PeerOutcome::Ran(result)
+    }
+
+    /// Runs `tools/peer-dnn` (PyTorch on the CPU) on the IDX files in `idx_dir`, or, when
+    /// that is `None`, on `data` written as gzipped IDX files into `workdir/dnn-idx`. The
+    /// metric is the test accuracy after the last epoch and `samples_per_s` the training
+    /// samples per second over all epochs; `per_iter_s` is the mean training time of an
+    /// epoch (loading and test evaluation not timed).
+    pub fn dnn(
+        &self,
+        data: &ImageSet,
+        idx_dir: Option<&Path>,
+        params: &DnnPeerParams,
+        workdir: &Path,
+    ) -> PeerOutcome {
+        let fail = |m: String| PeerOutcome::Failed(format!("peer-dnn: {m}"));
+        if let Err(e) = params.config.validate() {
+            return fail(e);
+        }
+        let files = match idx_dir {
+            Some(dir) => fashion_mnist_paths(dir),
+            None => match write_fashion_mnist(&workdir.join("dnn-idx"), data) {
+                Ok(files) => files,
+                Err(e) => return fail(e.to_string()),
+            },
+        };
+        let c = &params.config;
+        let hidden: Vec<String> = c.hidden.iter().map(usize::to_string).collect();
+        let [train_images, train_labels, test_images, test_labels] =
+            files.map(|f| f.display().to_string());
+        let args = [
+            ("--train-images", train_images),
+            ("--train-labels", train_labels),
+            ("--test-images", test_images),
+            ("--test-labels", test_labels),
+            ("--hidden", hidden.join(",")),
+            ("--activation", c.activation.name().to_string()),
+            ("--lr", c.learning_rate.to_string()),
+            ("--lr-decay", c.lr_decay.to_string()),
+            ("--momentum", c.momentum.to_string()),
+            ("--batch", c.batch.to_string()),
+            ("--epochs", params.epochs.to_string()),
+            ("--threads", params.threads.to_string()),
+            ("--seed", c.seed.to_string()),
+        ];
+        self.run("peer-dnn", &args, workdir)
+            .map_or_else(|o| o, PeerOutcome::Ran)
     }
 
     /// Runs `tools/<script> args…` with stdout and stderr in files under `dir`, waiting at
@@ -561,6 +628,40 @@ mod tests {
         let (name, l1) = r.metric.clone().unwrap();
         assert_eq!((name.as_str(), r.iterations), ("l1_vs_reference", 25));
         assert!(l1 < 1e-6, "{r:?}");
+    }
+
+    #[test]
+    fn pytorch_trains_the_same_mlp_or_skips() {
+        let dir = TempDir::new("dnn");
+        let data = crate::data::ImageSpec {
+            train: 300,
+            test: 100,
+            ..crate::data::ImageSpec::preset("tiny").unwrap()
+        }
+        .generate();
+        let params = DnnPeerParams {
+            config: DnnConfig {
+                hidden: vec![32],
+                batch: 10,
+                ..DnnConfig::default()
+            },
+            epochs: 3,
+            threads: 1,
+        };
+        let outcome = PythonPeer::from_env().dnn(&data, None, &params, &dir.0);
+        let Some(r) = ran_or_skipped(outcome) else {
+            return;
+        };
+        let (name, accuracy) = r.metric.clone().unwrap();
+        assert_eq!((name.as_str(), r.iterations), ("test_accuracy", 3));
+        // Chance is 10 %; the synthetic classes are easy.
+        assert!(accuracy > 0.5 && accuracy <= 1.0, "{r:?}");
+        let rate = r.samples_per_s.unwrap();
+        assert!(
+            rate > 0.0 && (rate * r.per_iter_s - 300.0).abs() < 1e-6 * 300.0,
+            "{r:?}"
+        );
+        assert!(r.peer.contains("1 threads") && r.note.unwrap().contains("144-32-10"));
     }
 
     #[test]

@@ -6,13 +6,14 @@ use std::path::{Path, PathBuf};
 use iterstore::Staleness;
 use serde::Serialize;
 
-use super::peers::{self, LdaPeerParams, LibmfParams, PeerOutcome};
+use super::peers::{self, DnnPeerParams, LdaPeerParams, LibmfParams, PeerOutcome};
 use super::{Breakdown, Variant};
 use crate::algo::lda::LdaConfig;
 use crate::algo::mf::MfConfig;
 use crate::apps::pagerank::PageRankParams;
-use crate::apps::{check_finite, lda, mf, pagerank, AppConfig, AppError, RunReport};
-use crate::data::{Corpus, Graph, Ratings};
+use crate::apps::{check_finite, dnn, lda, mf, pagerank, AppConfig, AppError, RunReport};
+use crate::data::{Corpus, Graph, ImageSet, Ratings};
+use crate::dnn::DnnConfig;
 use crate::limit::{self, IterStats, LimitConfig};
 
 /// An app with its input loaded and its hyper-parameters chosen.
@@ -41,6 +42,17 @@ pub enum Workload {
         /// Hyper-parameters.
         params: PageRankParams,
     },
+    /// The DNN (an MLP) on labeled images.
+    Dnn {
+        /// Training and test images.
+        data: ImageSet,
+        /// Hyper-parameters.
+        params: DnnConfig,
+        /// The directory of IDX files `data` was read from, which the peer reads too;
+        /// `None` for generated images, which the peer gets written into the work
+        /// directory.
+        idx_dir: Option<PathBuf>,
+    },
 }
 
 impl Workload {
@@ -50,6 +62,7 @@ impl Workload {
             Workload::Mf { .. } => "mf",
             Workload::Lda { .. } => "lda",
             Workload::PageRank { .. } => "pagerank",
+            Workload::Dnn { .. } => "dnn",
         }
     }
 
@@ -59,6 +72,7 @@ impl Workload {
             Workload::Mf { train, .. } => train.ratings.len() as u64,
             Workload::Lda { corpus, .. } => corpus.docs.iter().map(|d| d.len() as u64).sum(),
             Workload::PageRank { graph, .. } => graph.edges.len() as u64,
+            Workload::Dnn { data, .. } => data.train.len() as u64,
         }
     }
 
@@ -66,7 +80,7 @@ impl Workload {
     pub fn block(&self) -> Option<usize> {
         match self {
             Workload::PageRank { params, .. } => Some(params.block),
-            Workload::Mf { .. } | Workload::Lda { .. } => None,
+            Workload::Mf { .. } | Workload::Lda { .. } | Workload::Dnn { .. } => None,
         }
     }
 
@@ -76,6 +90,7 @@ impl Workload {
             Workload::Mf { .. } => "training RMSE",
             Workload::Lda { .. } => "log-likelihood",
             Workload::PageRank { .. } => "L1 change",
+            Workload::Dnn { .. } => "training cross-entropy",
         }
     }
 
@@ -85,6 +100,7 @@ impl Workload {
             Workload::Mf { .. } => "ratings",
             Workload::Lda { .. } => "tokens",
             Workload::PageRank { .. } => "edges",
+            Workload::Dnn { .. } => "samples",
         }
     }
 
@@ -98,16 +114,19 @@ impl Workload {
             } => mf::run(cfg, params, train, &test.ratings)?.report,
             Workload::Lda { corpus, params } => lda::run(cfg, params, corpus)?.report,
             Workload::PageRank { graph, params } => pagerank::run(cfg, params, graph)?.report,
+            Workload::Dnn { data, params, .. } => dnn::run(cfg, params, data)?.report,
         })
     }
 
     /// Runs the limit implementation with `threads` threads; a non-finite objective (or MF
-    /// test RMSE) is [`AppError::Diverged`], as in the store-backed apps.
+    /// test RMSE) is [`AppError::Diverged`], as in the store-backed apps. The DNN's
+    /// result carries its test accuracy.
     pub fn run_limit(&self, threads: usize, iterations: usize) -> Result<LimitResult, AppError> {
         let cfg = LimitConfig {
             threads,
             iterations,
         };
+        let mut test_accuracy = None;
         let stats = match self {
             Workload::Mf {
                 train,
@@ -117,6 +136,11 @@ impl Workload {
             Workload::Lda { corpus, params } => limit::lda::run(params, &cfg, corpus)?.stats,
             Workload::PageRank { graph, params } => {
                 limit::pagerank::run(&params.config, &cfg, graph)?.stats
+            }
+            Workload::Dnn { data, params, .. } => {
+                let run = limit::dnn::run(params, &cfg, data)?;
+                test_accuracy = run.test_accuracy.last().copied();
+                run.stats
             }
         };
         for s in &stats {
@@ -131,11 +155,17 @@ impl Workload {
                 check_finite(self.app(), s.iter, iterations, "test RMSE", held_out)?;
             }
         }
-        Ok(LimitResult::new(&stats))
+        Ok(LimitResult {
+            test_accuracy,
+            samples_per_s: None,
+            ..LimitResult::new(&stats)
+        }
+        .with_rate(self))
     }
 
     /// Runs this app's peers (LIBMF for MF; the Python `lda` package and tomotopy for
-    /// LDA; scipy for PageRank), each with `threads` threads where it can use them.
+    /// LDA; scipy for PageRank; PyTorch for the DNN), each with `threads` threads where it
+    /// can use them.
     pub fn run_peers(&self, threads: usize, iterations: usize, workdir: &Path) -> Vec<PeerOutcome> {
         match self {
             Workload::Mf {
@@ -176,6 +206,28 @@ impl Workload {
                 params.config.damping,
                 workdir,
             )],
+            Workload::Dnn {
+                data,
+                params,
+                idx_dir,
+            } => {
+                let p = DnnPeerParams {
+                    config: params.clone(),
+                    epochs: iterations,
+                    threads,
+                };
+                let python = peers::PythonPeer::from_env();
+                vec![python.dnn(data, idx_dir.as_deref(), &p, workdir)]
+            }
+        }
+    }
+
+    /// Training samples per second of a run whose later iterations took `rest_mean_s`
+    /// each: the DNN's throughput (`None` for the other apps, whose work is not samples).
+    pub fn samples_per_s(&self, rest_mean_s: f64) -> Option<f64> {
+        match self {
+            Workload::Dnn { .. } if rest_mean_s > 0.0 => Some(self.work() as f64 / rest_mean_s),
+            _ => None,
         }
     }
 }
@@ -230,6 +282,11 @@ pub struct RunResult {
     pub objective: f64,
     /// MF's held-out RMSE after the last iteration.
     pub test_rmse: Option<f64>,
+    /// The DNN's test accuracy after the last iteration.
+    pub test_accuracy: Option<f64>,
+    /// The DNN's training samples per second in the later iterations (work over
+    /// `breakdown.rest_mean_s`).
+    pub samples_per_s: Option<f64>,
     /// The app's full report (every iteration).
     pub report: RunReport,
 }
@@ -243,6 +300,10 @@ pub struct LimitResult {
     pub objective: f64,
     /// MF's held-out RMSE after the last iteration.
     pub test_rmse: Option<f64>,
+    /// The DNN's test accuracy after the last iteration.
+    pub test_accuracy: Option<f64>,
+    /// The DNN's training samples per second in the later iterations.
+    pub samples_per_s: Option<f64>,
 }
 
 impl LimitResult {
@@ -252,6 +313,17 @@ impl LimitResult {
             breakdown: Breakdown::of_limit(stats),
             objective: last.map_or(f64::NAN, |s| s.objective),
             test_rmse: last.and_then(|s| s.held_out),
+            test_accuracy: None,
+            samples_per_s: None,
+        }
+    }
+
+    /// With `samples_per_s` filled in for `workload`.
+    fn with_rate(self, workload: &Workload) -> Self {
+        let samples_per_s = workload.samples_per_s(self.breakdown.rest_mean_s);
+        LimitResult {
+            samples_per_s,
+            ..self
         }
     }
 }
@@ -260,7 +332,7 @@ impl LimitResult {
 /// size).
 #[derive(Debug, Clone, Serialize)]
 pub struct AppBench {
-    /// `mf`, `lda` or `pagerank`.
+    /// `mf`, `lda`, `pagerank` or `dnn`.
     pub app: &'static str,
     /// The workload's name as passed to [`bench_app`]: `iterstore bench` names the input (a
     /// file name or `synthetic <size>`), for PageRank followed by `, block <B>`; the
@@ -336,6 +408,8 @@ pub fn bench_app(
             breakdown,
             objective: last.map_or(f64::NAN, |r| r.objective),
             test_rmse: last.and_then(|r| r.test_rmse),
+            test_accuracy: report.test_accuracy,
+            samples_per_s: workload.samples_per_s(breakdown.rest_mean_s),
             report,
         });
     }

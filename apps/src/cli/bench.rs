@@ -3,7 +3,9 @@
 //! prints the tables and writes `report.json`, `report.md` and the SVG charts.
 //!
 //! PageRank's input is one workload per `--pagerank-block` size (the same graph, named
-//! `<input>, block <B>`); the scaling sweep uses the default block.
+//! `<input>, block <B>`); the scaling sweep uses the default block. The DNN (only when
+//! `--apps` names it) trains the default MLP ([`DnnConfig::default`]) on `--dnn-data` or
+//! synthetic images, and its peer is PyTorch on the same IDX files.
 
 use std::collections::BTreeMap;
 use std::fmt::Display;
@@ -17,8 +19,10 @@ use iterstore_apps::bench::report::{BenchMeta, BenchReport};
 use iterstore_apps::bench::scaling::scaling;
 use iterstore_apps::bench::{bench_app, BenchOptions, Variant, Workload};
 use iterstore_apps::data::{
-    load_corpus, load_graph, load_ratings, split_ratings, CorpusSpec, GraphSpec, RatingsSpec,
+    load_corpus, load_fashion_mnist, load_graph, load_ratings, split_ratings, CorpusSpec,
+    GraphSpec, ImageSpec, RatingsSpec,
 };
+use iterstore_apps::dnn::DnnConfig;
 
 use tracing::info;
 
@@ -37,9 +41,6 @@ pub fn bench(args: &BenchArgs, command_line: String) -> Result<()> {
         args.apps.clone()
     };
     no_repeats("--apps", apps.iter().map(|a| a.name()))?;
-    if apps.contains(&App::Dnn) {
-        bail!("--apps dnn: the DNN is not benchmarked yet (run it with `iterstore run dnn`)");
-    }
     if let Some(names) = &args.variants {
         no_repeats("--variants", names.iter().map(String::as_str))?;
     }
@@ -66,6 +67,18 @@ pub fn bench(args: &BenchArgs, command_line: String) -> Result<()> {
             if !path.is_file() {
                 bail!("{flag} {}: no such file", path.display());
             }
+        }
+    }
+    if let Some(dir) = &args.dnn_data {
+        if !apps.contains(&App::Dnn) {
+            bail!("--dnn-data given but dnn is not benchmarked (--apps)");
+        }
+        if !dir.is_dir() {
+            bail!(
+                "--dnn-data {}: not a directory (it names the directory of Fashion-MNIST's \
+                 IDX files: tools/fetch-data fashion-mnist)",
+                dir.display()
+            );
         }
     }
     let variants = match &args.variants {
@@ -155,17 +168,21 @@ pub fn bench(args: &BenchArgs, command_line: String) -> Result<()> {
     Ok(())
 }
 
+/// The input file (for dnn, directory) given for `app`, if any.
+fn data_path(app: App, args: &BenchArgs) -> &Option<PathBuf> {
+    match app {
+        App::Mf => &args.mf_data,
+        App::Lda => &args.lda_data,
+        App::Pagerank => &args.pagerank_data,
+        App::Dnn => &args.dnn_data,
+    }
+}
+
 /// Each app's input as the report records it: the file as given, or `synthetic <size>`.
 fn inputs(apps: &[App], args: &BenchArgs) -> BTreeMap<String, String> {
     apps.iter()
         .map(|&app| {
-            let file = match app {
-                App::Mf => &args.mf_data,
-                App::Lda => &args.lda_data,
-                App::Pagerank => &args.pagerank_data,
-                App::Dnn => unreachable!("dnn is refused before any input"),
-            };
-            let input = file.as_ref().map_or_else(
+            let input = data_path(app, args).as_ref().map_or_else(
                 || format!("synthetic {}", args.synthetic),
                 |p| p.display().to_string(),
             );
@@ -271,13 +288,7 @@ fn per_block(name: String, workload: Workload, blocks: &[usize]) -> Vec<(String,
 /// The input of `app`: its file if one was given, else the `--synthetic` preset; PageRank's
 /// at the default block.
 fn load(app: App, args: &BenchArgs) -> Result<(String, Workload)> {
-    let file = match app {
-        App::Mf => &args.mf_data,
-        App::Lda => &args.lda_data,
-        App::Pagerank => &args.pagerank_data,
-        App::Dnn => unreachable!("dnn is refused before any input"),
-    };
-    let Some(path) = file else {
+    let Some(path) = data_path(app, args) else {
         let name = format!("synthetic {}", args.synthetic);
         return Ok((name, synthetic(app, &args.synthetic, args)?));
     };
@@ -293,7 +304,11 @@ fn load(app: App, args: &BenchArgs) -> Result<(String, Workload)> {
             graph: load_graph(path)?.graph,
             params: PageRankParams::default(),
         },
-        App::Dnn => unreachable!("dnn is refused before any input"),
+        App::Dnn => Workload::Dnn {
+            data: load_fashion_mnist(path)?,
+            params: dnn_params(),
+            idx_dir: Some(path.clone()),
+        },
     };
     step.done(&format!(
         "read {}: {} {}",
@@ -328,7 +343,13 @@ fn synthetic(app: App, size: &str, args: &BenchArgs) -> Result<Workload> {
                 .generate(),
             params: PageRankParams::default(),
         },
-        App::Dnn => unreachable!("dnn is refused before any input"),
+        App::Dnn => Workload::Dnn {
+            data: ImageSpec::preset(size)
+                .map_err(anyhow::Error::msg)?
+                .generate(),
+            params: dnn_params(),
+            idx_dir: None,
+        },
     };
     step.done(&format!(
         "{}: generated synthetic {size}: {} {}",
@@ -352,6 +373,15 @@ fn mf_workload(ratings: iterstore_apps::data::Ratings) -> Workload {
             seed: SEED,
             ..MfConfig::default()
         },
+    }
+}
+
+/// The DNN's settings in the benchmark: `iterstore run dnn`'s defaults, seeded like the
+/// rest of the benchmark.
+fn dnn_params() -> DnnConfig {
+    DnnConfig {
+        seed: SEED,
+        ..DnnConfig::default()
     }
 }
 

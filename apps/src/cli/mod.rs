@@ -156,7 +156,8 @@ pub struct PlanArgs {
 /// Options of `iterstore bench`.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// Apps to benchmark, comma-separated [default: mf,lda,pagerank].
+    /// Apps to benchmark, comma-separated: mf, lda, pagerank, dnn [default:
+    /// mf,lda,pagerank].
     #[arg(long, value_enum, value_delimiter = ',')]
     pub apps: Vec<App>,
     /// Ratings file for mf (else --synthetic).
@@ -168,6 +169,10 @@ pub struct BenchArgs {
     /// Graph file for pagerank (else --synthetic).
     #[arg(long, value_name = "PATH")]
     pub pagerank_data: Option<PathBuf>,
+    /// Directory of Fashion-MNIST's four IDX files for dnn (else --synthetic); the PyTorch
+    /// peer reads the same files.
+    #[arg(long, value_name = "DIR")]
+    pub dnn_data: Option<PathBuf>,
     /// pagerank: rank-table block sizes (vertices per row), comma-separated; each is
     /// benchmarked as its own workload, named `<input>, block <B>` [default: 256]. The
     /// scaling sweep always uses 256.
@@ -200,7 +205,8 @@ pub struct BenchArgs {
     /// Skip the limit implementations.
     #[arg(long)]
     pub no_limit: bool,
-    /// Skip the peers (LIBMF, the Python lda package, scipy PageRank).
+    /// Skip the peers (LIBMF, the Python lda package and tomotopy, scipy PageRank,
+    /// PyTorch for dnn).
     #[arg(long)]
     pub no_peers: bool,
     /// Also measure per-iteration time against input size on synthetic inputs.

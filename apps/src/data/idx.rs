@@ -3,6 +3,8 @@
 //! `n` labels, and [`load_fashion_mnist`] the four files of a Fashion-MNIST directory
 //! (`train-images-idx3-ubyte.gz`, `train-labels-idx1-ubyte.gz`, `t10k-images-idx3-ubyte.gz`,
 //! `t10k-labels-idx1-ubyte.gz`, as Debian's `dataset-fashion-mnist` ships them).
+//! [`write_fashion_mnist`] writes an [`ImageSet`] back as those four gzipped files (how
+//! the benchmark hands synthetic images to a peer that reads IDX).
 //!
 //! A file is a 4-byte magic (`0x00 0x00`, the element type `0x08` for unsigned bytes, the
 //! number of dimensions), one big-endian `u32` per dimension, then the elements. Malformed
@@ -10,7 +12,7 @@
 //! wrong magic, an impossible dimension, a truncated body or trailing bytes is a
 //! [`DataError::Invalid`] naming the file and what is wrong.
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use super::input::{invalid, io_error, open};
@@ -193,6 +195,12 @@ fn in_dir(dir: &Path, name: &str) -> PathBuf {
     }
 }
 
+/// The paths [`load_fashion_mnist`] reads in `dir`, in [`FASHION_MNIST_FILES`] order: each
+/// file gzipped, or without its `.gz` when only that exists.
+pub fn fashion_mnist_paths(dir: &Path) -> [PathBuf; 4] {
+    FASHION_MNIST_FILES.map(|f| in_dir(dir, f))
+}
+
 /// Loads Fashion-MNIST from `dir` (its [`FASHION_MNIST_FILES`], gzipped or not): train
 /// and test images with labels `0..10`, which must have the same image size.
 pub fn load_fashion_mnist(dir: &Path) -> Result<ImageSet, DataError> {
@@ -206,7 +214,7 @@ pub fn load_fashion_mnist(dir: &Path) -> Result<ImageSet, DataError> {
             ),
         ));
     }
-    let [ti, tl, si, sl] = FASHION_MNIST_FILES.map(|f| in_dir(dir, f));
+    let [ti, tl, si, sl] = fashion_mnist_paths(dir);
     let train = load_labeled(&ti, &tl, FASHION_MNIST_CLASSES)?;
     let test = load_labeled(&si, &sl, FASHION_MNIST_CLASSES)?;
     if (test.rows, test.cols) != (train.rows, train.cols) {
@@ -232,10 +240,60 @@ pub fn load_fashion_mnist(dir: &Path) -> Result<ImageSet, DataError> {
     })
 }
 
+/// Writes `set` into `dir` (created if needed) as the four gzipped [`FASHION_MNIST_FILES`]
+/// that [`load_fashion_mnist`] reads; returns their paths in that order. Fails if a label
+/// is not below 10 (the loader would refuse it) or an image is larger than the loader
+/// accepts.
+pub fn write_fashion_mnist(dir: &Path, set: &ImageSet) -> Result<[PathBuf; 4], DataError> {
+    let paths = FASHION_MNIST_FILES.map(|f| dir.join(f));
+    for (images, at) in [(&set.train, 0), (&set.test, 2)] {
+        let (n, rows, cols) = (images.len(), images.rows, images.cols);
+        let pixels = (rows * cols) as u64;
+        if n as u64 > MAX_ITEMS || pixels > MAX_PIXELS || images.labels.len() != n {
+            let why = format!(
+                "cannot write {n} images of {rows} x {cols} with {} labels",
+                images.labels.len()
+            );
+            return Err(invalid(&paths[at], why));
+        }
+        if let Some(&bad) = images
+            .labels
+            .iter()
+            .find(|&&c| usize::from(c) >= FASHION_MNIST_CLASSES)
+        {
+            return Err(invalid(
+                &paths[at + 1],
+                format!("label {bad} is not below 10"),
+            ));
+        }
+        let dims = [n as u32, rows as u32, cols as u32];
+        write_idx(&paths[at], &dims, &images.pixels[..n * rows * cols])?;
+        write_idx(&paths[at + 1], &dims[..1], &images.labels)?;
+    }
+    Ok(paths)
+}
+
+/// Writes one gzipped IDX file of unsigned bytes: the magic, `dims`, then `body`.
+fn write_idx(path: &Path, dims: &[u32], body: &[u8]) -> Result<(), DataError> {
+    let write = || -> std::io::Result<()> {
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        let file = std::io::BufWriter::new(std::fs::File::create(path)?);
+        let mut gz = flate2::write::GzEncoder::new(file, flate2::Compression::fast());
+        gz.write_all(&[0, 0, UBYTE, dims.len() as u8])?;
+        for d in dims {
+            gz.write_all(&d.to_be_bytes())?;
+        }
+        gz.write_all(body)?;
+        gz.finish()?.flush()
+    };
+    write().map_err(|e| io_error(path, e))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::Write;
 
     /// An IDX file of unsigned bytes with `dims` and `body`.
     fn idx(dims: &[u32], body: &[u8]) -> Vec<u8> {
@@ -378,5 +436,24 @@ mod tests {
         .unwrap();
         let e = load_fashion_mnist(&d).unwrap_err().to_string();
         assert!(e.contains("images of 3 x 2 pixels"), "{e}");
+    }
+
+    #[test]
+    fn a_written_set_loads_back_the_same() {
+        let d = dir("write");
+        let set = crate::data::ImageSpec {
+            train: 30,
+            test: 7,
+            ..crate::data::ImageSpec::preset("tiny").unwrap()
+        }
+        .generate();
+        let paths = write_fashion_mnist(&d.join("sub"), &set).unwrap();
+        assert_eq!(paths, fashion_mnist_paths(&d.join("sub")));
+        let back = load_fashion_mnist(&d.join("sub")).unwrap();
+        assert_eq!((back.train, back.test), (set.train, set.test));
+        let mut bad = crate::data::ImageSpec::preset("tiny").unwrap().generate();
+        bad.test.labels[0] = 10;
+        let e = write_fashion_mnist(&d, &bad).unwrap_err().to_string();
+        assert!(e.contains("t10k-labels-idx1-ubyte.gz: label 10"), "{e}");
     }
 }

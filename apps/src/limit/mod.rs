@@ -7,12 +7,14 @@
 //! rows it touches, taken at the start of the iteration, to which it applies its own
 //! updates as it goes (read-my-writes); at the end the per-worker deltas are added into the
 //! shared model in worker order `0..W` (per row), in parallel over row ranges. With one
-//! thread this is plain sequential SGD / Gibbs sampling / power iteration.
+//! thread this is plain sequential SGD / Gibbs sampling / power iteration. The DNN's limit
+//! ([`dnn`]) has one clock per mini-batch instead, as its app does.
 //!
 //! The per-element math is the [`crate::algo`] kernels, so a limit run and a store-backed
 //! run compute the same model. This module owns only the threading, the private row
 //! copies and the merge; it knows nothing of the parameter server.
 
+pub mod dnn;
 pub mod lda;
 pub mod mf;
 pub mod pagerank;

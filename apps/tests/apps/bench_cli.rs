@@ -26,11 +26,12 @@ const VARIANTS: [&str; 8] = [
 const PHASES: [&str; 4] = ["preprocess_s", "init_s", "first_iter_s", "rest_mean_s"];
 
 /// The header row of each app's Markdown table.
-const TABLE_HEADER: &str = "| run | preprocess | init | first iteration | \
+pub(crate) const TABLE_HEADER: &str = "| run | preprocess | init | first iteration | \
                             later iterations (mean) | / generic | / limit | objective |";
 
 /// The start of the verdict table's header row.
-const VERDICT_HEADER: &str = "| app | input | virtual / generic | target | virtual / limit |";
+pub(crate) const VERDICT_HEADER: &str =
+    "| app | input | virtual / generic | target | virtual / limit |";
 
 /// The name of each app's workload on `--synthetic tiny` at the default PageRank block.
 fn tiny_dataset(app: &str) -> &'static str {
@@ -42,10 +43,10 @@ fn tiny_dataset(app: &str) -> &'static str {
 }
 
 /// A fresh directory under the system temp dir, unique to this process, removed on drop.
-struct TempDir(PathBuf);
+pub(crate) struct TempDir(PathBuf);
 
 impl TempDir {
-    fn new(name: &str) -> Self {
+    pub(crate) fn new(name: &str) -> Self {
         let pid = std::process::id();
         let dir = std::env::temp_dir().join(format!("iterstore-bench-cli-{name}-{pid}"));
         let _ = std::fs::remove_dir_all(&dir);
@@ -53,7 +54,7 @@ impl TempDir {
         Self(dir)
     }
 
-    fn join(&self, name: &str) -> PathBuf {
+    pub(crate) fn join(&self, name: &str) -> PathBuf {
         self.0.join(name)
     }
 }
@@ -65,7 +66,7 @@ impl Drop for TempDir {
 }
 
 /// Runs `iterstore bench ARGS --out OUT`.
-fn bench(args: &[&str], out: &Path) -> Output {
+pub(crate) fn bench(args: &[&str], out: &Path) -> Output {
     Command::new(env!("CARGO_BIN_EXE_iterstore"))
         .arg("bench")
         .args(args)
@@ -75,15 +76,15 @@ fn bench(args: &[&str], out: &Path) -> Output {
         .expect("the iterstore binary runs")
 }
 
-fn stdout(out: &Output) -> String {
+pub(crate) fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-fn stderr(out: &Output) -> String {
+pub(crate) fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
-fn read_json(path: &Path) -> Value {
+pub(crate) fn read_json(path: &Path) -> Value {
     let text = std::fs::read_to_string(path)
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{} is not JSON: {e}", path.display()))
@@ -99,7 +100,7 @@ fn seconds(v: &Value, what: &str) -> f64 {
 }
 
 /// Checks every phase of the breakdown `b`, and that it averages `rest_iters` iterations.
-fn check_breakdown(b: &Value, rest_iters: u64, what: &str) {
+pub(crate) fn check_breakdown(b: &Value, rest_iters: u64, what: &str) {
     for phase in PHASES {
         seconds(&b[phase], &format!("{what}: {phase}"));
     }
@@ -107,7 +108,7 @@ fn check_breakdown(b: &Value, rest_iters: u64, what: &str) {
 }
 
 /// The entries of the array `v[key]`.
-fn array<'a>(v: &'a Value, key: &str) -> &'a Vec<Value> {
+pub(crate) fn array<'a>(v: &'a Value, key: &str) -> &'a Vec<Value> {
     v[key]
         .as_array()
         .unwrap_or_else(|| panic!("{key} is not an array: {v}"))
@@ -122,7 +123,7 @@ fn names<'a>(entries: &'a [Value], key: &str) -> Vec<&'a str> {
 }
 
 /// The names of an app entry's runs, in order.
-fn run_names(app: &Value) -> Vec<&str> {
+pub(crate) fn run_names(app: &Value) -> Vec<&str> {
     array(app, "runs")
         .iter()
         .map(|r| r["variant"]["name"].as_str().unwrap())
@@ -130,18 +131,18 @@ fn run_names(app: &Value) -> Vec<&str> {
 }
 
 /// The run of variant `name` in an app entry.
-fn run<'a>(app: &'a Value, name: &str) -> &'a Value {
+pub(crate) fn run<'a>(app: &'a Value, name: &str) -> &'a Value {
     array(app, "runs")
         .iter()
         .find(|r| r["variant"]["name"] == name)
         .unwrap_or_else(|| panic!("no {name} run in {}", app["app"]))
 }
 
-fn rest_mean(breakdown: &Value) -> f64 {
+pub(crate) fn rest_mean(breakdown: &Value) -> f64 {
     breakdown["rest_mean_s"].as_f64().unwrap()
 }
 
-fn assert_close(a: f64, b: f64, rel: f64, what: &str) {
+pub(crate) fn assert_close(a: f64, b: f64, rel: f64, what: &str) {
     assert!(
         (a - b).abs() <= rel * a.abs().max(b.abs()),
         "{what}: {a} vs {b}"
@@ -209,10 +210,10 @@ fn quick_full_run_reports_every_app_variant_and_size() {
         assert_eq!(app["workers"], 2, "{name}");
         assert_eq!(app["iterations"], 2, "{name}");
         assert!(app["work"].as_u64().unwrap() > 0, "{name}");
-        assert!(
-            app["peer"].is_null(),
-            "{name}: --no-peers but {}",
-            app["peer"]
+        assert_eq!(
+            app["peers"],
+            Value::Array(Vec::new()),
+            "{name}: --no-peers but peers ran"
         );
 
         assert_eq!(run_names(app), VARIANTS, "{name}");
@@ -558,7 +559,15 @@ fn invalid_options_fail_with_a_clear_message_and_write_nothing() {
     let ratings = ratings.to_str().unwrap();
     let mut valid_names = VARIANTS.to_vec();
     valid_names.push("'fast'");
-    let cases: [(&[&str], &[&str]); 13] = [
+    let cases: [(&[&str], &[&str]); 15] = [
+        (
+            &["--apps", "dnn", "--dnn-data", "/nonexistent/dir"],
+            &["--dnn-data /nonexistent/dir: not a directory"],
+        ),
+        (
+            &["--dnn-data", "/tmp", "--apps", "mf"],
+            &["--dnn-data", "dnn is not benchmarked"],
+        ),
         (&["--iters", "1"], &["at least 2", "got 1"]),
         (&["--variants", "fast"], &valid_names),
         (&["--mf-data", "/nonexistent/file"], &["/nonexistent/file"]),

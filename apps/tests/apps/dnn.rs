@@ -250,7 +250,10 @@ fn bad_data_and_options_are_errors_that_say_what_is_wrong() {
             ][..],
             "dnn does not write or resume checkpoints yet",
         ),
-        (&["bench", "--apps", "dnn"][..], "not benchmarked yet"),
+        (
+            &["bench", "--apps", "dnn", "--dnn-data", "/nonexistent/dir"][..],
+            "--dnn-data /nonexistent/dir: not a directory",
+        ),
     ] {
         let out = iterstore(args);
         assert!(!out.status.success(), "{args:?} succeeded");

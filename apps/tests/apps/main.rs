@@ -6,6 +6,7 @@
 //! built binary.
 
 mod bench_cli;
+mod bench_dnn;
 mod checkpoint;
 mod cli;
 mod cluster;
