@@ -50,104 +50,63 @@ pub trait Network: Clone + Send + Sync {
     fn accuracy(&self, images: &Images) -> f64;
 }
 
-impl Network for Mlp {
-    type Scratch = mlp::Scratch;
+/// `impl Network` for a network type whose module (`$m`) has the same shape of
+/// functions (`init_row`, `Scratch::new`, `gradient_step`) and whose weights and spec sit
+/// in the same fields: the trait is a delegation, written once.
+macro_rules! impl_network {
+    ($ty:ident, $m:ident, $kind:literal) => {
+        impl Network for $ty {
+            type Scratch = $m::Scratch;
 
-    fn kind(&self) -> &'static str {
-        "mlp"
-    }
-    fn sizes_text(&self) -> String {
-        self.spec.text()
-    }
-    fn activation(&self) -> Activation {
-        self.spec.activation
-    }
-    fn parameters(&self) -> usize {
-        self.spec.parameters()
-    }
-    fn layer_count(&self) -> usize {
-        self.spec.layers()
-    }
-    fn rows(&self, l: usize) -> usize {
-        self.spec.rows(l)
-    }
-    fn width(&self, l: usize) -> usize {
-        self.spec.width(l)
-    }
-    fn weights(&self) -> &[Vec<f32>] {
-        &self.layers
-    }
-    fn weights_mut(&mut self) -> &mut [Vec<f32>] {
-        &mut self.layers
-    }
-    fn init_row(&self, seed: u64, l: usize, row: usize, out: &mut [f32]) {
-        mlp::init_row(&self.spec, seed, l, row, out);
-    }
-    fn scratch(&self, capacity: usize) -> Self::Scratch {
-        mlp::Scratch::new(&self.spec, capacity)
-    }
-    fn gradient_step(
-        &self,
-        images: &Images,
-        which: &[u32],
-        rate: f32,
-        s: &mut Self::Scratch,
-        deltas: &mut [Vec<f32>],
-    ) -> f64 {
-        mlp::gradient_step(self, images, which, rate, s, deltas)
-    }
-    fn accuracy(&self, images: &Images) -> f64 {
-        Mlp::accuracy(self, images)
-    }
+            fn kind(&self) -> &'static str {
+                $kind
+            }
+            fn sizes_text(&self) -> String {
+                self.spec.text()
+            }
+            fn activation(&self) -> Activation {
+                self.spec.activation
+            }
+            fn parameters(&self) -> usize {
+                self.spec.parameters()
+            }
+            fn layer_count(&self) -> usize {
+                self.spec.layers()
+            }
+            fn rows(&self, l: usize) -> usize {
+                self.spec.rows(l)
+            }
+            fn width(&self, l: usize) -> usize {
+                self.spec.width(l)
+            }
+            fn weights(&self) -> &[Vec<f32>] {
+                &self.layers
+            }
+            fn weights_mut(&mut self) -> &mut [Vec<f32>] {
+                &mut self.layers
+            }
+            fn init_row(&self, seed: u64, l: usize, row: usize, out: &mut [f32]) {
+                $m::init_row(&self.spec, seed, l, row, out);
+            }
+            fn scratch(&self, capacity: usize) -> Self::Scratch {
+                $m::Scratch::new(&self.spec, capacity)
+            }
+            fn gradient_step(
+                &self,
+                images: &Images,
+                which: &[u32],
+                rate: f32,
+                s: &mut Self::Scratch,
+                deltas: &mut [Vec<f32>],
+            ) -> f64 {
+                $m::gradient_step(self, images, which, rate, s, deltas)
+            }
+            fn accuracy(&self, images: &Images) -> f64 {
+                $ty::accuracy(self, images)
+            }
+        }
+    };
 }
 
-impl Network for Cnn {
-    type Scratch = cnn::Scratch;
-
-    fn kind(&self) -> &'static str {
-        "cnn"
-    }
-    fn sizes_text(&self) -> String {
-        self.spec.text()
-    }
-    fn activation(&self) -> Activation {
-        self.spec.activation
-    }
-    fn parameters(&self) -> usize {
-        self.spec.parameters()
-    }
-    fn layer_count(&self) -> usize {
-        self.spec.layers()
-    }
-    fn rows(&self, l: usize) -> usize {
-        self.spec.rows(l)
-    }
-    fn width(&self, l: usize) -> usize {
-        self.spec.width(l)
-    }
-    fn weights(&self) -> &[Vec<f32>] {
-        &self.layers
-    }
-    fn weights_mut(&mut self) -> &mut [Vec<f32>] {
-        &mut self.layers
-    }
-    fn init_row(&self, seed: u64, l: usize, row: usize, out: &mut [f32]) {
-        cnn::init_row(&self.spec, seed, l, row, out);
-    }
-    fn scratch(&self, capacity: usize) -> Self::Scratch {
-        cnn::Scratch::new(&self.spec, capacity)
-    }
-    fn gradient_step(
-        &self,
-        images: &Images,
-        which: &[u32],
-        rate: f32,
-        s: &mut Self::Scratch,
-        deltas: &mut [Vec<f32>],
-    ) -> f64 {
-        cnn::gradient_step(self, images, which, rate, s, deltas)
-    }
-    fn accuracy(&self, images: &Images) -> f64 {
-        Cnn::accuracy(self, images)
-    }
-}
+impl_network!(Mlp, mlp, "mlp");
+impl_network!(Cnn, cnn, "cnn");
