@@ -294,6 +294,7 @@ fn write_idx(path: &Path, dims: &[u32], body: &[u8]) -> Result<(), DataError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::data::testutil::TempDir;
 
     /// An IDX file of unsigned bytes with `dims` and `body`.
     fn idx(dims: &[u32], body: &[u8]) -> Vec<u8> {
@@ -311,12 +312,9 @@ mod tests {
         e.finish().unwrap()
     }
 
-    /// A fresh directory for one test.
-    fn dir(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("iterstore-idx-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        d
+    /// A fresh directory for one test, removed when dropped.
+    fn dir(name: &str) -> TempDir {
+        TempDir::new(&format!("idx-{name}"))
     }
 
     /// Writes a small, valid Fashion-MNIST directory (3 train, 2 test images of 2 x 3).
@@ -335,9 +333,10 @@ mod tests {
 
     #[test]
     fn a_gzipped_set_loads_with_its_labels() {
-        let d = dir("ok");
-        write_set(&d);
-        let set = load_fashion_mnist(&d).unwrap();
+        let tmp = dir("ok");
+        let d = tmp.path();
+        write_set(d);
+        let set = load_fashion_mnist(d).unwrap();
         assert_eq!((set.train.rows, set.train.cols, set.train.len()), (2, 3, 3));
         assert_eq!(set.train.image(1), &[6, 7, 8, 9, 10, 11]);
         assert_eq!(set.train.labels, vec![0, 9, 4]);
@@ -348,7 +347,8 @@ mod tests {
 
     #[test]
     fn plain_files_load_too() {
-        let d = dir("plain");
+        let tmp = dir("plain");
+        let d = tmp.path();
         std::fs::write(d.join("x-images"), idx(&[1, 1, 2], &[7, 8])).unwrap();
         std::fs::write(d.join("x-labels"), idx(&[1], &[3])).unwrap();
         let im = load_labeled(&d.join("x-images"), &d.join("x-labels"), 10).unwrap();
@@ -357,8 +357,8 @@ mod tests {
 
     /// Loads `bytes` (gzipped if `zip`) as an image file and returns the error text.
     fn image_error(name: &str, bytes: &[u8], zip: bool) -> String {
-        let d = dir(name);
-        let path = d.join(name);
+        let tmp = dir(name);
+        let path = tmp.path().join(name);
         std::fs::write(&path, if zip { gz(bytes) } else { bytes.to_vec() }).unwrap();
         let e = load_idx_images(&path).unwrap_err().to_string();
         assert!(e.contains(&path.display().to_string()), "{e}");
@@ -398,7 +398,8 @@ mod tests {
 
     #[test]
     fn labels_must_match_the_images_and_be_classes() {
-        let d = dir("labels");
+        let tmp = dir("labels");
+        let d = tmp.path();
         std::fs::write(d.join("i"), idx(&[2, 1, 1], &[1, 2])).unwrap();
         std::fs::write(d.join("short"), idx(&[1], &[0])).unwrap();
         std::fs::write(d.join("big"), idx(&[2], &[0, 10])).unwrap();
@@ -416,10 +417,11 @@ mod tests {
 
     #[test]
     fn a_missing_file_or_directory_is_named() {
-        let d = dir("missing");
-        write_set(&d);
+        let tmp = dir("missing");
+        let d = tmp.path();
+        write_set(d);
         std::fs::remove_file(d.join(FASHION_MNIST_FILES[3])).unwrap();
-        let e = load_fashion_mnist(&d).unwrap_err().to_string();
+        let e = load_fashion_mnist(d).unwrap_err().to_string();
         assert!(e.contains("t10k-labels-idx1-ubyte.gz"), "{e}");
         let e = load_fashion_mnist(&d.join("nope")).unwrap_err().to_string();
         assert!(e.contains("nope: not a directory"), "{e}");
@@ -427,20 +429,22 @@ mod tests {
 
     #[test]
     fn test_images_of_another_size_are_refused() {
-        let d = dir("sizes");
-        write_set(&d);
+        let tmp = dir("sizes");
+        let d = tmp.path();
+        write_set(d);
         std::fs::write(
             d.join(FASHION_MNIST_FILES[2]),
             gz(&idx(&[2, 3, 2], &[0; 12])),
         )
         .unwrap();
-        let e = load_fashion_mnist(&d).unwrap_err().to_string();
+        let e = load_fashion_mnist(d).unwrap_err().to_string();
         assert!(e.contains("images of 3 x 2 pixels"), "{e}");
     }
 
     #[test]
     fn a_written_set_loads_back_the_same() {
-        let d = dir("write");
+        let tmp = dir("write");
+        let d = tmp.path();
         let set = crate::data::ImageSpec {
             train: 30,
             test: 7,
@@ -453,7 +457,7 @@ mod tests {
         assert_eq!((back.train, back.test), (set.train, set.test));
         let mut bad = crate::data::ImageSpec::preset("tiny").unwrap().generate();
         bad.test.labels[0] = 10;
-        let e = write_fashion_mnist(&d, &bad).unwrap_err().to_string();
+        let e = write_fashion_mnist(d, &bad).unwrap_err().to_string();
         assert!(e.contains("t10k-labels-idx1-ubyte.gz: label 10"), "{e}");
     }
 }
