@@ -53,13 +53,14 @@ pub(crate) fn spawn(
     let seen = staying.clone();
     let thread = crate::topology::bind::spawn_bound(name, pus, move || {
         let mut out: Vec<(Endpoint, Msg)> = Vec::new();
-        let mut staying_count = seen.get().len();
         loop {
             let msg = match inbox.recv() {
                 Ok(Inbound::Msg(msg)) => msg,
                 Ok(Inbound::Lost(_)) => continue,
                 Ok(Inbound::Stop) | Err(_) => return,
             };
+            // Only a Leave changes who stays: nothing more per message on this path.
+            let leave = matches!(msg, Msg::Leave { .. });
             let handled = catch_unwind(AssertUnwindSafe(|| shard.handle(msg, &mut out)));
             if let Err(payload) = handled {
                 let reason = format!(
@@ -81,10 +82,8 @@ pub(crate) fn spawn(
                 // reported by the transport.
                 let _ = transport.reply(to, reply);
             }
-            if shard.staying_count() != staying_count {
-                let now = shard.staying();
-                staying_count = now.len();
-                seen.set(now);
+            if leave {
+                seen.set(shard.staying());
             }
             if shard.released() {
                 return;

@@ -114,11 +114,6 @@ impl Shard {
         self.left.iter().all(|&l| l)
     }
 
-    /// How many processes have not left yet.
-    pub(crate) fn staying_count(&self) -> usize {
-        self.left.iter().filter(|&&l| !l).count()
-    }
-
     /// The processes that have not left yet.
     pub(crate) fn staying(&self) -> Vec<ProcessId> {
         (0..self.world.processes as ProcessId)
