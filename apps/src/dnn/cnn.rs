@@ -27,7 +27,6 @@ use super::config::DnnConfig;
 use super::conv::{self, ConvGeometry};
 use super::kernels;
 use super::loss::{argmax_rows, softmax_cross_entropy};
-use super::mlp::{add_momentum, clocks, epoch_order, mini_batch};
 use super::pool::{self, PoolGeometry};
 use crate::algo::Rng64;
 use crate::data::Images;
@@ -523,37 +522,7 @@ pub fn reference(
     epochs: usize,
 ) -> (Cnn, Vec<f64>) {
     let spec = CnnSpec::new(train.rows, train.cols, cfg, classes);
-    let mut m = Cnn::init(&spec, cfg.seed);
-    let n = train.len();
-    let clocks = clocks(n, cfg.batch);
-    let mut orders = vec![Vec::new(); workers];
-    let mut s = Scratch::new(&spec, n.div_ceil(workers).div_ceil(clocks) + 1);
-    let mut steps: Vec<Vec<Vec<f32>>> = vec![Cnn::zeros(&spec).layers; workers];
-    let mut velocities = steps.clone();
-    let mut losses = Vec::with_capacity(epochs);
-    for epoch in 0..epochs {
-        for (w, order) in orders.iter_mut().enumerate() {
-            epoch_order(n, workers, w, cfg.seed, epoch as u64, order);
-        }
-        let mut loss = 0.0;
-        let rate = cfg.rate(epoch as u64);
-        for b in 0..clocks {
-            for (w, step) in steps.iter_mut().enumerate() {
-                let which = mini_batch(&orders[w], clocks, b);
-                loss += gradient_step(&m, train, which, rate, &mut s, step);
-                add_momentum(&mut velocities[w], step, cfg.momentum);
-            }
-            for step in &velocities {
-                for (layer, d) in m.layers.iter_mut().zip(step) {
-                    for (v, dv) in layer.iter_mut().zip(d) {
-                        *v += dv;
-                    }
-                }
-            }
-        }
-        losses.push(loss / n as f64);
-    }
-    (m, losses)
+    super::network::train_reference(Cnn::init(&spec, cfg.seed), train, cfg, workers, epochs)
 }
 
 #[cfg(test)]

@@ -371,43 +371,7 @@ pub fn reference(
     epochs: usize,
 ) -> (Mlp, Vec<f64>) {
     let spec = MlpSpec::new(train.pixels_per_image(), cfg, classes);
-    let mut m = Mlp::init(&spec, cfg.seed);
-    let n = train.len();
-    let clocks = clocks(n, cfg.batch);
-    let mut orders = vec![Vec::new(); workers];
-    let mut s = Scratch::new(&spec, n.div_ceil(workers).div_ceil(clocks) + 1);
-    let mut steps: Vec<Vec<Vec<f32>>> = vec![Mlp::zeros(&spec).layers; workers];
-    let mut velocities = steps.clone();
-    let mut losses = Vec::with_capacity(epochs);
-    for epoch in 0..epochs {
-        for (w, order) in orders.iter_mut().enumerate() {
-            epoch_order(n, workers, w, cfg.seed, epoch as u64, order);
-        }
-        let mut loss = 0.0;
-        let rate = cfg.rate(epoch as u64);
-        for b in 0..clocks {
-            for (w, step) in steps.iter_mut().enumerate() {
-                loss += gradient_step(
-                    &m,
-                    train,
-                    mini_batch(&orders[w], clocks, b),
-                    rate,
-                    &mut s,
-                    step,
-                );
-                add_momentum(&mut velocities[w], step, cfg.momentum);
-            }
-            for step in &velocities {
-                for (layer, d) in m.layers.iter_mut().zip(step) {
-                    for (v, dv) in layer.iter_mut().zip(d) {
-                        *v += dv;
-                    }
-                }
-            }
-        }
-        losses.push(loss / n as f64);
-    }
-    (m, losses)
+    super::network::train_reference(Mlp::init(&spec, cfg.seed), train, cfg, workers, epochs)
 }
 
 #[cfg(test)]
@@ -432,55 +396,13 @@ mod tests {
         (MlpSpec::new(6, &cfg, 3), set.train)
     }
 
-    /// The summed cross-entropy of samples `which` under `m`.
-    fn loss_of(m: &Mlp, images: &Images, which: &[u32]) -> f64 {
-        let mut s = Scratch::new(&m.spec, which.len());
-        let mut d = Mlp::zeros(&m.spec).layers;
-        gradient_step(m, images, which, 0.0, &mut s, &mut d)
-    }
-
     #[test]
     fn the_step_is_minus_rate_times_the_gradient() {
         for act in [Activation::Relu, Activation::Logistic] {
             let (spec, images) = tiny_spec(act);
-            let mut m = Mlp::init(&spec, 5);
-            // Biases away from 0, so that no ReLU sits exactly on its kink (where the
-            // finite difference sees half a slope).
-            for l in 0..spec.layers() {
-                let w = spec.width(l);
-                m.layers[l]
-                    .chunks_exact_mut(w)
-                    .for_each(|row| row[w - 1] = 0.1);
-            }
-            let which = [0u32, 3, 6, 2];
-            let mut s = Scratch::new(&spec, 4);
-            let mut d = Mlp::zeros(&spec).layers;
-            gradient_step(&m, &images, &which, 1.0, &mut s, &mut d);
-            // Finite differences in f64 of the f32 loss: compare on a few weights of
-            // every layer, including biases.
-            for (l, step) in d.iter().enumerate() {
-                let w = spec.width(l);
-                for idx in [0, w - 1, w + 1, spec.rows(l) * w - 1] {
-                    let at = |x: f32| {
-                        let mut m2 = m.clone();
-                        m2.layers[l][idx] += x;
-                        loss_of(&m2, &images, &which)
-                    };
-                    let analytic = -f64::from(step[idx]);
-                    // A ReLU kink within h of the point bends a central difference, so
-                    // the closest of a few step sizes counts.
-                    let numeric: Vec<f64> = [1e-2f32, 3e-3, 1e-3, 3e-4]
-                        .iter()
-                        .map(|&h| (at(h) - at(-h)) / f64::from(2.0 * h))
-                        .collect();
-                    assert!(
-                        numeric
-                            .iter()
-                            .any(|n| (n - analytic).abs() < 2e-2 * (1.0 + analytic.abs())),
-                        "{act:?} layer {l} weight {idx}: numeric {numeric:?}, analytic {analytic}"
-                    );
-                }
-            }
+            let m = Mlp::init(&spec, 5);
+            let label = format!("{act:?}");
+            crate::dnn::network::checks::step_is_minus_the_gradient(m, &images, &label);
         }
     }
 

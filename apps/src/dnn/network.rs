@@ -5,7 +5,8 @@
 
 use super::activation::Activation;
 use super::cnn::{self, Cnn};
-use super::mlp::{self, Mlp};
+use super::config::DnnConfig;
+use super::mlp::{self, add_momentum, clocks, epoch_order, mini_batch, Mlp};
 use crate::data::Images;
 
 /// A network whose weights are layers of rows (one table row each) and that one worker can
@@ -110,3 +111,103 @@ macro_rules! impl_network {
 
 impl_network!(Mlp, mlp, "mlp");
 impl_network!(Cnn, cnn, "cnn");
+
+/// Trains `m` (its initial weights) on `train` sequentially, as the store-backed app does
+/// with `workers` workers under BSP: each mini-batch's step is the sum of the workers'
+/// steps on the weights before it, each folded into the worker's velocity, added in
+/// worker order; for `epochs` epochs. Returns the weights and each epoch's mean training
+/// cross-entropy. The oracle of the app's tests, for either network
+/// ([`mlp::reference`], [`cnn::reference`]).
+pub fn train_reference<N: Network>(
+    mut m: N,
+    train: &Images,
+    cfg: &DnnConfig,
+    workers: usize,
+    epochs: usize,
+) -> (N, Vec<f64>) {
+    let n = train.len();
+    let clocks = clocks(n, cfg.batch);
+    let mut orders = vec![Vec::new(); workers];
+    let mut s = m.scratch(n.div_ceil(workers).div_ceil(clocks) + 1);
+    let zeros: Vec<Vec<f32>> = m.weights().iter().map(|l| vec![0.0; l.len()]).collect();
+    let mut steps = vec![zeros; workers];
+    let mut velocities = steps.clone();
+    let mut losses = Vec::with_capacity(epochs);
+    for epoch in 0..epochs {
+        for (w, order) in orders.iter_mut().enumerate() {
+            epoch_order(n, workers, w, cfg.seed, epoch as u64, order);
+        }
+        let mut loss = 0.0;
+        let rate = cfg.rate(epoch as u64);
+        for b in 0..clocks {
+            for (w, step) in steps.iter_mut().enumerate() {
+                let which = mini_batch(&orders[w], clocks, b);
+                loss += m.gradient_step(train, which, rate, &mut s, step);
+                add_momentum(&mut velocities[w], step, cfg.momentum);
+            }
+            for step in &velocities {
+                for (layer, d) in m.weights_mut().iter_mut().zip(step) {
+                    for (v, dv) in layer.iter_mut().zip(d) {
+                        *v += dv;
+                    }
+                }
+            }
+        }
+        losses.push(loss / n as f64);
+    }
+    (m, losses)
+}
+
+/// Shared test checks of a [`Network`].
+#[cfg(test)]
+pub(crate) mod checks {
+    use super::Network;
+    use crate::data::Images;
+
+    /// The summed cross-entropy of samples `which` under `m`.
+    fn loss_of<N: Network>(m: &N, images: &Images, which: &[u32]) -> f64 {
+        let mut s = m.scratch(which.len());
+        let mut d: Vec<Vec<f32>> = m.weights().iter().map(|l| vec![0.0; l.len()]).collect();
+        m.gradient_step(images, which, 0.0, &mut s, &mut d)
+    }
+
+    /// Asserts that `m`'s step at rate 1 on samples `which` is minus the gradient of the
+    /// summed cross-entropy, against central finite differences (in f64 of the f32 loss)
+    /// on a few weights of every layer, biases included. Biases are set to 0.1 first, so
+    /// that fewer ReLUs sit on their kink; `label` names the case in a failure.
+    pub(crate) fn step_is_minus_the_gradient<N: Network>(mut m: N, images: &Images, label: &str) {
+        for l in 0..m.layer_count() {
+            let w = m.width(l);
+            m.weights_mut()[l]
+                .chunks_exact_mut(w)
+                .for_each(|row| row[w - 1] = 0.1);
+        }
+        let which = [0u32, 3, 6, 2];
+        let mut s = m.scratch(4);
+        let mut d: Vec<Vec<f32>> = m.weights().iter().map(|l| vec![0.0; l.len()]).collect();
+        m.gradient_step(images, &which, 1.0, &mut s, &mut d);
+        for (l, step) in d.iter().enumerate() {
+            let w = m.width(l);
+            for idx in [0, w - 1, w + 1, m.rows(l) * w - 1] {
+                let at = |x: f32| {
+                    let mut m2 = m.clone();
+                    m2.weights_mut()[l][idx] += x;
+                    loss_of(&m2, images, &which)
+                };
+                let analytic = -f64::from(step[idx]);
+                // A ReLU kink or a max-pooling tie within h of the point bends a central
+                // difference, so the closest of a few step sizes counts.
+                let numeric: Vec<f64> = [1e-2f32, 3e-3, 1e-3, 3e-4]
+                    .iter()
+                    .map(|&h| (at(h) - at(-h)) / f64::from(2.0 * h))
+                    .collect();
+                assert!(
+                    numeric
+                        .iter()
+                        .any(|n| (n - analytic).abs() < 2e-2 * (1.0 + analytic.abs())),
+                    "{label} layer {l} weight {idx}: numeric {numeric:?}, analytic {analytic}"
+                );
+            }
+        }
+    }
+}

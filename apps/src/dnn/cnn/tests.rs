@@ -26,52 +26,12 @@ fn small(activation: Activation) -> (CnnSpec, Images) {
     (spec, set.train)
 }
 
-/// The summed cross-entropy of samples `which` under `m`.
-fn loss_of(m: &Cnn, images: &Images, which: &[u32]) -> f64 {
-    let mut s = Scratch::new(&m.spec, which.len());
-    let mut d = Cnn::zeros(&m.spec).layers;
-    gradient_step(m, images, which, 0.0, &mut s, &mut d)
-}
-
 #[test]
 fn the_step_is_minus_rate_times_the_gradient() {
     for act in [Activation::Relu, Activation::Logistic] {
         let (spec, images) = small(act);
-        let mut m = Cnn::init(&spec, 5);
-        // Biases away from 0, so that fewer ReLUs sit on their kink.
-        for l in 0..spec.layers() {
-            let w = spec.width(l);
-            m.layers[l]
-                .chunks_exact_mut(w)
-                .for_each(|row| row[w - 1] = 0.1);
-        }
-        let which = [0u32, 3, 6, 2];
-        let mut s = Scratch::new(&spec, 4);
-        let mut d = Cnn::zeros(&spec).layers;
-        gradient_step(&m, &images, &which, 1.0, &mut s, &mut d);
-        for (l, step) in d.iter().enumerate() {
-            let w = spec.width(l);
-            for idx in [0, w - 1, w + 1, spec.rows(l) * w - 1] {
-                let at = |x: f32| {
-                    let mut m2 = m.clone();
-                    m2.layers[l][idx] += x;
-                    loss_of(&m2, &images, &which)
-                };
-                let analytic = -f64::from(step[idx]);
-                // A ReLU kink or a max-pooling tie within h of the point bends a central
-                // difference, so the closest of a few step sizes counts.
-                let numeric: Vec<f64> = [1e-2f32, 3e-3, 1e-3, 3e-4]
-                    .iter()
-                    .map(|&h| (at(h) - at(-h)) / f64::from(2.0 * h))
-                    .collect();
-                assert!(
-                    numeric
-                        .iter()
-                        .any(|n| (n - analytic).abs() < 2e-2 * (1.0 + analytic.abs())),
-                    "{act:?} layer {l} weight {idx}: numeric {numeric:?}, analytic {analytic}"
-                );
-            }
-        }
+        let m = Cnn::init(&spec, 5);
+        crate::dnn::network::checks::step_is_minus_the_gradient(m, &images, &format!("{act:?}"));
     }
 }
 
