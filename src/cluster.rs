@@ -678,11 +678,20 @@ impl Cluster {
     /// # }
     /// ```
     pub fn all_gather<T: Element>(&mut self, values: &[T]) -> Result<Vec<Vec<T>>> {
+        let parts = self.gather_round(crate::AlignedBuf::from_slice(values))?;
+        Ok(parts.iter().map(|b| b.cast::<T>().to_vec()).collect())
+    }
+
+    /// One all-gather round through the coordinator: every process's `values`, in rank
+    /// order (the collective under [`all_gather`](Self::all_gather) and its byte form).
+    pub(crate) fn gather_round(
+        &mut self,
+        values: crate::AlignedBuf,
+    ) -> Result<Vec<crate::AlignedBuf>> {
         self.check()?;
         self.gathers += 1;
         let round = self.gathers;
         let from = self.shared.process;
-        let values = crate::AlignedBuf::from_slice(values);
         self.send(
             0,
             Msg::Gather {
@@ -691,8 +700,7 @@ impl Cluster {
                 values,
             },
         )?;
-        let parts = self.shared.await_gathered(round)?;
-        Ok(parts.iter().map(|b| b.cast::<T>().to_vec()).collect())
+        self.shared.await_gathered(round)
     }
 
     /// Runs `f` once on each of the `config.workers` worker threads and returns their

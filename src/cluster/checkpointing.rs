@@ -377,20 +377,7 @@ impl Cluster {
 
     /// [`all_gather`](Self::all_gather) of bytes.
     fn all_gather_bytes(&mut self, bytes: &[u8]) -> Result<Vec<Vec<u8>>> {
-        self.check()?;
-        self.gathers += 1;
-        let round = self.gathers;
-        let from = self.shared.process;
-        let values = AlignedBuf::from_bytes(bytes);
-        self.send(
-            0,
-            Msg::Gather {
-                from,
-                round,
-                values,
-            },
-        )?;
-        let parts = self.shared.await_gathered(round)?;
+        let parts = self.gather_round(AlignedBuf::from_bytes(bytes))?;
         Ok(parts.iter().map(|b| b.as_bytes().to_vec()).collect())
     }
 }
