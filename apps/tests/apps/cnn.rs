@@ -2,13 +2,13 @@
 //! bit for bit under BSP (1 and 2 workers), gives the same weights in every store mode and
 //! on 2 processes of 1 worker as on 1 of 2. Through the CLI: the report and model file.
 
-use iterstore::{Cluster, Mode};
+use iterstore::Mode;
 use iterstore_apps::apps::dnn::{run_cnn, run_cnn_in, DnnOutcome};
-use iterstore_apps::apps::AppError;
 use iterstore_apps::data::{ImageSet, ImageSpec};
 use iterstore_apps::dnn::cnn::reference;
 use iterstore_apps::dnn::{Cnn, DnnConfig};
 
+use crate::dnn_checks::{equals_reference, losses, processes_agree, NetApp};
 use crate::util::{bsp, iterstore, scratch, MODES};
 
 /// The tiny preset at pixel noise 0.05 (not 0.35): its class prototypes are white noise
@@ -37,9 +37,12 @@ fn params() -> DnnConfig {
     }
 }
 
-fn losses(out: &DnnOutcome<Cnn>) -> Vec<f64> {
-    out.report.iterations.iter().map(|r| r.objective).collect()
-}
+/// The CNN's entry points for the shared checks.
+const CNN: NetApp<Cnn> = NetApp {
+    run: run_cnn,
+    run_in: run_cnn_in,
+    reference,
+};
 
 #[test]
 fn the_synthetic_images_are_learned() {
@@ -58,19 +61,7 @@ fn the_synthetic_images_are_learned() {
 
 #[test]
 fn the_store_equals_the_sequential_reference_bit_for_bit() {
-    let data = tiny();
-    for workers in [1, 2] {
-        let out = run_cnn(&bsp(Mode::Virtual, workers, 2), &params(), &data).unwrap();
-        let (want, want_loss) = reference(&data.train, data.classes, &params(), workers, 2);
-        assert!(
-            out.model == want,
-            "{workers} workers differ from the reference"
-        );
-        // The loss is summed in another order (per worker, then over workers).
-        for (a, b) in losses(&out).iter().zip(&want_loss) {
-            assert!((a - b).abs() <= 1e-9 * b.abs(), "{a} vs {b}");
-        }
-    }
+    equals_reference(&CNN, &tiny(), &params(), &[1, 2]);
 }
 
 #[test]
@@ -94,18 +85,7 @@ fn every_mode_gives_the_same_weights_and_losses() {
 
 #[test]
 fn two_processes_of_one_worker_compute_what_one_of_two_computes() {
-    let data = tiny();
-    let lift = |e: AppError| iterstore::Error::app(0, e);
-    let one = run_cnn(&bsp(Mode::Virtual, 2, 2), &params(), &data).unwrap();
-    let cfg = bsp(Mode::Virtual, 1, 2);
-    let got = Cluster::run_local_processes(cfg.store_config(), 2, |c| {
-        run_cnn_in(c, &cfg, &params(), &data, &mut |_| {}).map_err(lift)
-    })
-    .unwrap();
-    for (rank, out) in got.iter().enumerate() {
-        assert!(out.model == one.model, "rank {rank} differs");
-        assert_eq!(losses(out), losses(&one), "rank {rank}");
-    }
+    processes_agree(&CNN, &tiny(), &params(), &[Mode::Virtual]);
 }
 
 #[test]

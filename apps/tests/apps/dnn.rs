@@ -4,13 +4,14 @@
 //! with a clear error when it diverges. Through the CLI: the report and model file, the
 //! launcher's 2 processes against 1, and bad data and options named.
 
-use iterstore::{Cluster, Mode, Staleness};
+use iterstore::{Mode, Staleness};
 use iterstore_apps::apps::dnn::{run, run_in, DnnOutcome};
 use iterstore_apps::apps::{AppConfig, AppError};
 use iterstore_apps::data::{ImageSet, ImageSpec};
 use iterstore_apps::dnn::mlp::reference;
-use iterstore_apps::dnn::DnnConfig;
+use iterstore_apps::dnn::{DnnConfig, Mlp};
 
+use crate::dnn_checks::{equals_reference, losses, processes_agree, NetApp};
 use crate::util::{bsp, iterstore, scratch, MODES};
 
 fn tiny() -> ImageSet {
@@ -29,9 +30,12 @@ fn params() -> DnnConfig {
     }
 }
 
-fn losses(out: &DnnOutcome) -> Vec<f64> {
-    out.report.iterations.iter().map(|r| r.objective).collect()
-}
+/// The MLP's entry points for the shared checks.
+const MLP: NetApp<Mlp> = NetApp {
+    run,
+    run_in,
+    reference,
+};
 
 #[test]
 fn the_synthetic_images_are_learned() {
@@ -52,19 +56,7 @@ fn the_synthetic_images_are_learned() {
 
 #[test]
 fn the_store_equals_the_sequential_reference_bit_for_bit() {
-    let data = tiny();
-    for workers in [1, 3] {
-        let out = run(&bsp(Mode::Virtual, workers, 2), &params(), &data).unwrap();
-        let (want, want_loss) = reference(&data.train, data.classes, &params(), workers, 2);
-        assert!(
-            out.model == want,
-            "{workers} workers differ from the reference"
-        );
-        // The loss is summed in another order (per worker, then over workers).
-        for (a, b) in losses(&out).iter().zip(&want_loss) {
-            assert!((a - b).abs() <= 1e-9 * b.abs(), "{a} vs {b}");
-        }
-    }
+    equals_reference(&MLP, &tiny(), &params(), &[1, 3]);
 }
 
 #[test]
@@ -90,20 +82,7 @@ fn every_mode_gives_the_same_weights_and_losses() {
 
 #[test]
 fn two_processes_of_one_worker_compute_what_one_of_two_computes() {
-    let data = tiny();
-    let lift = |e: AppError| iterstore::Error::app(0, e);
-    for mode in MODES {
-        let one = run(&bsp(mode, 2, 2), &params(), &data).unwrap();
-        let cfg = bsp(mode, 1, 2);
-        let got = Cluster::run_local_processes(cfg.store_config(), 2, |c| {
-            run_in(c, &cfg, &params(), &data, &mut |_| {}).map_err(lift)
-        })
-        .unwrap();
-        for (rank, out) in got.iter().enumerate() {
-            assert!(out.model == one.model, "{mode:?}: rank {rank} differs");
-            assert_eq!(losses(out), losses(&one), "{mode:?}: rank {rank}");
-        }
-    }
+    processes_agree(&MLP, &tiny(), &params(), &MODES);
 }
 
 #[test]

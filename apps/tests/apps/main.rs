@@ -12,6 +12,7 @@ mod cli;
 mod cluster;
 mod cnn;
 mod dnn;
+mod dnn_checks;
 mod faults;
 mod fuzz_corpus;
 mod lda;
