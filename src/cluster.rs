@@ -254,6 +254,8 @@ pub struct Cluster {
     /// Per worker: its specialized state (or the op tape to build it from), kept between
     /// runs.
     specials: Vec<Mutex<Kept>>,
+    /// Runs and virtual iterations so far (every process counts the same ones).
+    rounds: u64,
     pattern: Option<AccessPattern>,
     /// How specialized workers' accesses found their rows, summed over finished runs.
     counters: AccessCounters,
@@ -559,6 +561,7 @@ impl Cluster {
             start_clock: 0,
             gathers: 0,
             specials: (0..config.workers).map(|_| Mutex::default()).collect(),
+            rounds: 0,
             pool,
             topology,
             numa_on,
@@ -1225,14 +1228,20 @@ impl Cluster {
     {
         let (shared, tables, id) = (&*self.shared, self.registry.tables(), self.id);
         let specials = &self.specials;
+        self.rounds += 1;
+        let round = self.rounds;
         let outcomes = self.pool.on_each(inputs, |w, input| {
             // A virtual iteration leaves the kept state alone.
             let kept = match role {
                 Role::Virtual => Kept::Nothing,
                 _ => std::mem::take(&mut *lock(&specials[w])),
             };
-            let mut worker = Worker::new(shared, tables, id, w, start, role, kept);
+            let mut worker = Worker::new(shared, tables, id, w, start, role, kept).in_round(round);
             let result = catch_unwind(AssertUnwindSafe(|| f(&mut worker, input)));
+            if !matches!(result, Ok(Ok(_))) {
+                // Whoever waits for this worker's messages stops waiting.
+                shared.worker_stopped(shared.world.worker_id(shared.process, w), round);
+            }
             let finished = worker.finish();
             let (kept, counters) = worker.take_kept(finished.is_ok());
             if role != Role::Virtual {

@@ -3,6 +3,7 @@
 //! This module only describes and checks settings; it starts nothing.
 
 use crate::{Error, Membership, Result, Topology};
+use std::time::Duration;
 
 /// How stale a read may be: Stale Synchronous Parallel with bound `s`.
 ///
@@ -197,7 +198,14 @@ pub struct Config {
     /// Locality placement's allowed imbalance: no process gets more than this many times
     /// its even share of the placed rows' bytes (at least 1.0).
     pub placement_imbalance: f64,
+    /// How long [`Worker::recv_from`](crate::Worker::recv_from) waits for a message
+    /// before it fails naming the sender and tag. A sender that stopped with an error, or
+    /// a failed cluster, ends the wait at once whatever this is.
+    pub message_timeout: Duration,
 }
+
+/// Default of [`Config::message_timeout`].
+pub const MESSAGE_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Upper bound on workers per process; far above any machine this runs on.
 pub const MAX_WORKERS: usize = 1024;
@@ -220,6 +228,7 @@ impl Default for Config {
             worker_placement: WorkerPlacement::Packed,
             membership: None,
             placement_imbalance: 1.2,
+            message_timeout: MESSAGE_TIMEOUT,
         }
     }
 }
@@ -328,6 +337,9 @@ impl Config {
                     self.placement_imbalance
                 ),
             ));
+        }
+        if self.message_timeout.is_zero() {
+            return Err(Error::config("message_timeout", "must be longer than zero"));
         }
         Ok(())
     }

@@ -99,6 +99,22 @@ pub enum Error {
         /// What is wrong, naming the file.
         message: String,
     },
+    /// [`Worker::recv_from`](crate::Worker::recv_from) got no message: its sender
+    /// stopped with an error, the wait timed out ([`Config::message_timeout`]), or the
+    /// message was not what the receiver expected.
+    ///
+    /// [`Config::message_timeout`]: crate::Config::message_timeout
+    #[error("worker {worker}: receiving tag {tag} from worker {from}: {reason}")]
+    Receive {
+        /// The receiving worker.
+        worker: usize,
+        /// The sending worker.
+        from: usize,
+        /// The message's tag.
+        tag: u32,
+        /// What went wrong.
+        reason: String,
+    },
     /// An error raised by application code running on a worker.
     #[error("worker {worker}: {source}")]
     App {

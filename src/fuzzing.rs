@@ -238,7 +238,18 @@ fn envelope(inp: &mut Input<'_>) -> Envelope {
                 Err(inp.string())
             },
         },
-        _ => Msg::Restored { shard: inp.u32() },
+        25 => Msg::Restored { shard: inp.u32() },
+        26 => Msg::Pass {
+            from: inp.u32(),
+            to: inp.u32(),
+            tag: inp.u32(),
+            elem: inp.elem(),
+            values: inp.buf(),
+        },
+        _ => Msg::WorkerStopped {
+            worker: inp.u32(),
+            round: inp.u64(),
+        },
     };
     Envelope { to, msg }
 }

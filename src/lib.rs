@@ -118,6 +118,7 @@ pub use cluster::{
 };
 pub use config::{
     Config, Mode, Specializations, Staleness, WorkerPlacement, MAX_SHARDS, MAX_WORKERS,
+    MESSAGE_TIMEOUT,
 };
 pub use consistency::Clock;
 pub use element::{ElemType, Element};

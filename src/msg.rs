@@ -310,11 +310,36 @@ pub enum Msg {
         /// Why.
         reason: String,
     },
+
+    // ---- process -> process (worker to worker) ----
+    /// A worker's message to a worker of the receiving process (`Worker::send`), put into
+    /// that worker's mailbox.
+    Pass {
+        /// The sending worker (global id).
+        from: WorkerId,
+        /// The receiving worker (global id; one of the receiving process's).
+        to: WorkerId,
+        /// The message's tag.
+        tag: u32,
+        /// The element type the values were sent as.
+        elem: crate::ElemType,
+        /// The values, raw little-endian bytes.
+        values: AlignedBuf,
+    },
+    /// A worker stopped its part of round `round` (a run or virtual iteration, counted
+    /// alike by every process) with an error: whoever waits for its messages in that round
+    /// stops waiting.
+    WorkerStopped {
+        /// The worker (global id).
+        worker: WorkerId,
+        /// The round.
+        round: u64,
+    },
 }
 
 impl Msg {
     /// The names of the kinds of message, indexed by [`Msg::kind`].
-    pub(crate) const KINDS: [&'static str; 26] = [
+    pub(crate) const KINDS: [&'static str; 28] = [
         "DeclareTable",
         "Gather",
         "CreateTable",
@@ -341,6 +366,8 @@ impl Msg {
         "Restore",
         "Checkpointed",
         "Restored",
+        "Pass",
+        "WorkerStopped",
     ];
 
     /// This message's kind, an index into [`Msg::KINDS`].
@@ -372,6 +399,8 @@ impl Msg {
             Msg::Restore { .. } => 23,
             Msg::Checkpointed { .. } => 24,
             Msg::Restored { .. } => 25,
+            Msg::Pass { .. } => 26,
+            Msg::WorkerStopped { .. } => 27,
         }
     }
 

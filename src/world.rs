@@ -47,6 +47,11 @@ impl World {
         ((w as usize) < self.total_workers()).then(|| (w as usize / self.workers) as ProcessId)
     }
 
+    /// Global worker `w`'s index among process `p`'s workers, if it runs there.
+    pub(crate) fn local_worker(&self, p: ProcessId, w: WorkerId) -> Option<usize> {
+        (self.process_of_worker(w) == Some(p)).then(|| w as usize % self.workers)
+    }
+
     /// The process holding global shard `s`, if it exists.
     pub(crate) fn process_of_shard(&self, s: ShardId) -> Option<ProcessId> {
         ((s as usize) < self.total_shards()).then(|| (s as usize / self.shards) as ProcessId)

@@ -8,11 +8,13 @@
 mod arena;
 mod cache;
 mod fetch;
+mod mailbox;
 mod signal;
 
 pub(crate) use arena::{ArenaWords, ProcessArena};
 pub(crate) use cache::{CacheRef, ProcessCache};
 pub(crate) use fetch::Fetcher;
+pub(crate) use mailbox::{deadline, Empty, Letter, Mailboxes};
 pub(crate) use signal::Signal;
 
 use crate::consistency::Clock;
@@ -67,6 +69,8 @@ pub(crate) struct ClientShared {
     checkpointed: Mutex<Vec<(ShardId, ShardPart)>>,
     /// Shards that have finished the resume under way ([`Msg::Restored`]).
     restored: Mutex<Vec<ShardId>>,
+    /// The local workers' mailboxes (`Worker::send`, `Worker::recv`).
+    pub(crate) mailboxes: Mailboxes,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -101,6 +105,7 @@ impl ClientShared {
             migrated: Mutex::new(Vec::new()),
             checkpointed: Mutex::new(Vec::new()),
             restored: Mutex::new(Vec::new()),
+            mailboxes: Mailboxes::new(world.workers),
         }
     }
 
@@ -144,6 +149,7 @@ impl ClientShared {
         self.failed.store(true, Ordering::Release);
         drop(f);
         self.signal.notify();
+        self.mailboxes.wake_all();
     }
 
     /// `Err` if the cluster has failed or shut down.
@@ -173,6 +179,20 @@ impl ClientShared {
             self.fail(Error::failed(&what, &e));
             Error::failed(what, e)
         })
+    }
+
+    /// Local worker `worker` (global id) stopped round `round` with an error: this
+    /// process's and every other process's receivers stop waiting for it (best effort: a
+    /// process that cannot be told has failed the cluster anyway).
+    pub(crate) fn worker_stopped(&self, worker: crate::msg::WorkerId, round: u64) {
+        self.mailboxes.stop(worker, round);
+        for p in 0..self.world.processes as ProcessId {
+            if p != self.process {
+                let _ = self
+                    .transport
+                    .send(Endpoint::Client(p), Msg::WorkerStopped { worker, round });
+            }
+        }
     }
 
     /// Whether the cluster has failed or shut down.
@@ -370,6 +390,31 @@ impl ClientShared {
                 lock(&self.dumps).push(rows);
                 self.signal.notify();
             }
+            Msg::Pass {
+                from,
+                to,
+                tag,
+                elem,
+                values,
+            } => {
+                // The transport checked that `to` is ours (and the in-process one only
+                // carries what our own code sent).
+                let local = self.world.local_worker(self.process, to);
+                let delivered = local.is_some_and(|w| {
+                    self.mailboxes
+                        .deliver(w, from, tag, Letter { elem, values })
+                });
+                if !delivered {
+                    self.fail(Error::failed(
+                        "client communication",
+                        format!(
+                            "a message for worker {to}, which is not on process {}",
+                            self.process
+                        ),
+                    ));
+                }
+            }
+            Msg::WorkerStopped { worker, round } => self.mailboxes.stop(worker, round),
             Msg::Rejected { shard, reason } => {
                 self.fail(Error::failed(format!("server shard {shard}"), reason));
             }

@@ -232,8 +232,18 @@ fn check(
             envelope.to
         ));
     }
+    if let Msg::Pass { to, .. } = &envelope.msg {
+        if world.process_of_worker(*to) != Some(rank) {
+            return Err(format!(
+                "process {from} sent a message for worker {to}, which is not on process {rank}"
+            ));
+        }
+    }
     let claimed = match &envelope.msg {
-        Msg::Clock { worker, .. } | Msg::Finish { worker } => world.process_of_worker(*worker),
+        Msg::Clock { worker, .. }
+        | Msg::Finish { worker }
+        | Msg::Pass { from: worker, .. }
+        | Msg::WorkerStopped { worker, .. } => world.process_of_worker(*worker),
         Msg::Adopt { shard, .. } => world.process_of_shard(*shard),
         other => other.sender(),
     };
@@ -269,5 +279,24 @@ mod tests {
         assert!(e.contains("not on process 0"), "{e}");
         let e = check(world, 0, 1, &env(Endpoint::Client(2), leave(1))).unwrap_err();
         assert!(e.contains("not on process 0"), "{e}");
+        // A worker's message: from one of the sender's workers to one of ours.
+        let pass = |from, to| Msg::Pass {
+            from,
+            to,
+            tag: 0,
+            elem: crate::ElemType::F32,
+            values: crate::AlignedBuf::zeroed(4),
+        };
+        assert!(check(world, 0, 1, &env(Endpoint::Client(0), pass(2, 1))).is_ok());
+        let e = check(world, 0, 1, &env(Endpoint::Client(0), pass(4, 1))).unwrap_err();
+        assert!(e.contains("claiming to come from process 2"), "{e}");
+        let e = check(world, 0, 1, &env(Endpoint::Client(0), pass(2, 3))).unwrap_err();
+        assert!(e.contains("worker 3, which is not on process 0"), "{e}");
+        let stopped = Msg::WorkerStopped {
+            worker: 5,
+            round: 1,
+        };
+        assert!(check(world, 0, 1, &env(Endpoint::Client(0), stopped.clone())).is_err());
+        assert!(check(world, 0, 2, &env(Endpoint::Client(0), stopped)).is_ok());
     }
 }

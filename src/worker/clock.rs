@@ -49,7 +49,7 @@ impl Worker<'_> {
                 slab: slab.bytes,
                 slab_rows: slab.rows,
             };
-            self.send(shard, msg)?;
+            self.send_to_shard(shard, msg)?;
         }
         let floor = self.required();
         self.recent.prune(floor);
@@ -75,12 +75,12 @@ impl Worker<'_> {
         }
         for shard in 0..self.shared.world.total_shards() {
             let worker = self.global;
-            self.send(shard, Msg::Finish { worker })?;
+            self.send_to_shard(shard, Msg::Finish { worker })?;
         }
         Ok(self.clock)
     }
 
-    pub(super) fn send(&self, shard: usize, msg: Msg) -> Result<()> {
+    pub(super) fn send_to_shard(&self, shard: usize, msg: Msg) -> Result<()> {
         self.shared.send(Endpoint::Shard(shard as u32), msg)
     }
 

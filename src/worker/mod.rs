@@ -7,6 +7,7 @@
 
 mod clock;
 mod generic;
+mod messages;
 mod sent;
 mod special;
 
@@ -52,6 +53,9 @@ pub struct Worker<'a> {
     virtual_only: bool,
     /// Specialized structures, once the store has a plan.
     special: Option<Special>,
+    /// The round (run or virtual iteration, counted alike by every process) this worker
+    /// runs in; keys which senders have stopped for [`Worker::recv_from`].
+    round: u64,
 }
 
 /// What a worker thread keeps between runs: its specialized state, built once per plan.
@@ -98,6 +102,7 @@ impl<'a> Worker<'a> {
             oplog: Oplog::default(),
             recent: Sent::default(),
             scratch: Vec::new(),
+            round: 0,
             log: (role != Role::Normal).then(AccessLog::default),
             virtual_only: role == Role::Virtual,
             special: match role {
@@ -127,6 +132,12 @@ impl<'a> Worker<'a> {
                 }),
             },
         }
+    }
+
+    /// This worker, running in round `round` (see [`Worker::recv_from`]).
+    pub(crate) fn in_round(mut self, round: u64) -> Self {
+        self.round = round;
+        self
     }
 
     /// What to hand to this worker's next run ([`Worker::new`]'s `kept`), so that its

@@ -4,6 +4,7 @@ mod api_errors;
 mod checkpoint;
 mod cluster;
 mod fuzz_corpus;
+mod messages;
 mod modes;
 mod numa;
 mod ssp_props;

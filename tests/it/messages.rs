@@ -1,0 +1,204 @@
+//! Worker-to-worker messages (`Worker::send_to`, `Worker::recv_from`): in one process,
+//! across processes in one OS process and over TCP, beside the store's rows; and every
+//! way a receive can fail — a sender that stopped with an error, a timeout, a message of
+//! the wrong shape — ends in an error naming the sender and tag, never a hang.
+
+use crate::util::{over_tcp, within};
+use iterstore::{Cluster, Config, Error, Mode, Worker};
+use std::time::{Duration, Instant};
+
+/// Three clocks of a ring: every worker sends its value to the next worker and adds what
+/// it receives from the previous one into row `id` of a table, then all rows are summed.
+/// Returns each worker's received values and the table's sum.
+fn ring(w: &mut Worker<'_>, t: &iterstore::Table<f64>) -> iterstore::Result<(Vec<f64>, f64)> {
+    let n = w.workers();
+    let (next, prev) = ((w.id() + 1) % n, (w.id() + n - 1) % n);
+    let mut got = Vec::new();
+    let mut value = w.id() as f64 + 1.0;
+    for c in 0..3u32 {
+        w.send_to(next, c, &[value, -value])?;
+        let mut v = [0.0f64; 2];
+        w.recv_from(prev, c, &mut v)?;
+        got.push(v[0]);
+        value = v[0] * 2.0 + v[1];
+        w.update(t, w.id() as u64, &[v[0]])?;
+        w.clock()?;
+    }
+    let mut sum = 0.0;
+    for r in 0..n as u64 {
+        let mut row = [0.0];
+        w.read(t, r, &mut row)?;
+        sum += row[0];
+    }
+    Ok((got, sum))
+}
+
+fn ring_on(c: &mut Cluster) -> iterstore::Result<Vec<(Vec<f64>, f64)>> {
+    let t = c.create_table::<f64>("ring", 1)?;
+    if c.config().mode == Mode::Virtual {
+        c.virtual_iteration(|w| ring(w, &t))?;
+    }
+    c.run(|w| ring(w, &t))
+}
+
+#[test]
+fn workers_exchange_messages_in_one_process_and_across_processes_alike() {
+    let one = within(30, || {
+        let mut c = Cluster::start(Config::new(4)).unwrap();
+        ring_on(&mut c).unwrap()
+    });
+    // Worker w receives w (from w - 1, 1-based value w) first, then w - 1 (2v - v).
+    assert_eq!(one[0].0, vec![4.0, 3.0, 2.0]);
+    assert_eq!(one[2].0, vec![2.0, 1.0, 4.0]);
+    for mode in [Mode::Generic, Mode::Virtual] {
+        let local = within(30, move || {
+            Cluster::run_local_processes(Config::new(2).with_mode(mode), 2, ring_on).unwrap()
+        });
+        let flat: Vec<_> = local.into_iter().flatten().collect();
+        assert_eq!(flat, one, "2 processes x 2 workers, {mode:?}");
+    }
+    let tcp = within(60, || over_tcp(Config::new(1), 4, ring_on));
+    let flat: Vec<_> = tcp.into_iter().flatten().collect();
+    assert_eq!(flat, one, "4 processes over TCP");
+}
+
+#[test]
+fn a_virtual_iteration_sends_nothing_and_receives_zeros() {
+    let got = within(30, || {
+        let mut c = Cluster::start(Config::new(2).with_mode(Mode::Virtual)).unwrap();
+        let t = c.create_table::<f64>("t", 1).unwrap();
+        c.virtual_iteration(|w| {
+            let other = 1 - w.id();
+            w.send_to(other, 0, &[5.0f64])?;
+            let mut v = [9.0f64];
+            w.recv_from(other, 0, &mut v)?;
+            assert_eq!(v, [0.0]);
+            w.update(&t, 0, &v)?;
+            w.clock()
+        })
+        .unwrap();
+        // Nothing the virtual iteration "sent" is waiting: the first receive gets the
+        // real message.
+        c.run(|w| {
+            let other = 1 - w.id();
+            w.send_to(other, 0, &[w.id() as f64 + 10.0])?;
+            let mut v = [0.0f64];
+            w.recv_from(other, 0, &mut v)?;
+            Ok(v[0])
+        })
+        .unwrap()
+    });
+    assert_eq!(got, vec![11.0, 10.0]);
+}
+
+fn receive_error(
+    config: Config,
+    f: impl Fn(&mut Worker<'_>) -> iterstore::Result<()> + Sync,
+) -> Error {
+    let mut c = Cluster::start(config).unwrap();
+    c.run(f).unwrap_err()
+}
+
+#[test]
+fn a_sender_that_stops_with_an_error_ends_the_wait_at_once() {
+    let t = Instant::now();
+    let e = within(30, || {
+        receive_error(Config::new(2), |w| {
+            if w.id() == 1 {
+                return Err(Error::app(1, "worker 1 gives up"));
+            }
+            let mut v = [0.0f32];
+            w.recv_from(1, 3, &mut v)
+        })
+    });
+    // The first failure by worker index is worker 0's receive.
+    let text = e.to_string();
+    assert!(
+        text.contains("receiving tag 3 from worker 1: the sender stopped with an error"),
+        "{text}"
+    );
+    assert!(
+        t.elapsed() < Duration::from_secs(10),
+        "waited {:?}",
+        t.elapsed()
+    );
+    // The same across processes (the stop travels as a message), also for a panic.
+    let e = within(30, || {
+        Cluster::run_local_processes(Config::new(1), 2, |c| {
+            c.run(|w| {
+                if w.id() == 1 {
+                    panic!("worker 1 panics");
+                }
+                let mut v = [0.0f32];
+                w.recv_from(1, 3, &mut v)
+            })
+        })
+        .unwrap_err()
+    });
+    assert!(e.to_string().contains("worker 1"), "{e}");
+    assert!(
+        t.elapsed() < Duration::from_secs(20),
+        "waited {:?}",
+        t.elapsed()
+    );
+}
+
+#[test]
+fn a_message_that_never_comes_times_out_naming_sender_and_tag() {
+    let mut config = Config::new(2);
+    config.message_timeout = Duration::from_millis(200);
+    let e = within(30, move || {
+        receive_error(config, |w| {
+            if w.id() == 0 {
+                let mut v = [0i64; 2];
+                w.recv_from(1, 8, &mut v)?;
+            }
+            Ok(())
+        })
+    });
+    assert!(
+        e.to_string()
+            .contains("worker 0: receiving tag 8 from worker 1: no message within 0.2 s"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_message_of_another_shape_or_to_nobody_is_refused() {
+    let e = within(30, || {
+        receive_error(Config::new(2), |w| {
+            let other = 1 - w.id();
+            w.send_to(other, 0, &[1.0f32, 2.0])?;
+            let mut v = [0.0f32; 3];
+            w.recv_from(other, 0, &mut v)
+        })
+    });
+    assert!(
+        e.to_string()
+            .contains("holds 2 values, the receiver expects 3"),
+        "{e}"
+    );
+    let e = within(30, || {
+        receive_error(Config::new(2), |w| {
+            let other = 1 - w.id();
+            w.send_to(other, 0, &[1.0f32])?;
+            let mut v = [0.0f64];
+            w.recv_from(other, 0, &mut v)
+        })
+    });
+    assert!(
+        e.to_string()
+            .contains("holds F32 values, the receiver expects F64"),
+        "{e}"
+    );
+    let e = within(30, || {
+        receive_error(Config::new(2), |w| w.send_to(2, 0, &[1.0f32]))
+    });
+    assert!(e.to_string().contains("the cluster has 2 workers"), "{e}");
+    let mut config = Config::new(1);
+    config.message_timeout = Duration::ZERO;
+    assert!(Cluster::start(config)
+        .unwrap_err()
+        .to_string()
+        .contains("message_timeout"));
+}
