@@ -63,7 +63,8 @@ fn softmax(name: &str, neurons: u64) -> Layer {
     }
 }
 
-/// The Fashion-MNIST MLP: 784 → 256 → 128 → softmax 10.
+/// The Fashion-MNIST MLP the DNN app trains (`iterstore run dnn`, its default hidden
+/// layers): 784 → 512 → 256 → softmax 10.
 pub fn mlp() -> Network {
     Network {
         version: FORMAT_VERSION,
@@ -72,7 +73,7 @@ pub fn mlp() -> Network {
             channels: 1,
             size: 28,
         },
-        layers: vec![fc("fc1", 256), fc("fc2", 128), softmax("out", 10)],
+        layers: vec![fc("fc1", 512), fc("fc2", 256), softmax("out", 10)],
     }
 }
 

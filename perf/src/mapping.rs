@@ -256,6 +256,59 @@ pub fn greedy(pair: &Pair) -> Mapping {
     }
 }
 
+/// Places every copy of every layer of a model replica on one of its workers, composing the
+/// [`greedy`] mappings layer by layer: `workers[l][r × P(l) + p]` is the worker of copy
+/// `(p, r)` of layer `l`. Layer 0's copy `i` is on worker `i`. An upper copy the mapping
+/// puts on a lower copy's worker goes to that worker; the copies it puts on free workers
+/// get, in the order of the mapping's free-worker indices, the lowest-numbered workers
+/// that hold no copy of the layer below and none of this layer yet. The replica needs
+/// `max_l P(l) × R(l)` workers. This is how the DNN app places a plan's segments, and the
+/// traffic the optimizer estimated for each pair of layers is this mapping's.
+pub fn assign(shapes: &[Shape], splits: &[Split]) -> Vec<Vec<usize>> {
+    assert_eq!(shapes.len(), splits.len(), "one split per layer");
+    let mut out: Vec<Vec<usize>> = Vec::with_capacity(splits.len());
+    for (l, split) in splits.iter().enumerate() {
+        if l == 0 {
+            out.push((0..split.copies()).collect());
+            continue;
+        }
+        let lower = &out[l - 1];
+        let pair = Pair {
+            lower: &shapes[l - 1],
+            upper: &shapes[l],
+            lower_split: splits[l - 1],
+            upper_split: *split,
+        };
+        let mapping = greedy(&pair);
+        let mut free_order: Vec<usize> = mapping
+            .workers
+            .iter()
+            .copied()
+            .filter(|&w| w >= lower.len())
+            .collect();
+        free_order.sort_unstable();
+        let mut fresh = (0..).filter(|w| !lower.contains(w));
+        let fresh_of: Vec<(usize, usize)> = free_order
+            .iter()
+            .map(|&w| (w, fresh.next().expect("unbounded")))
+            .collect();
+        out.push(
+            mapping
+                .workers
+                .iter()
+                .map(|&w| {
+                    if w < lower.len() {
+                        lower[w]
+                    } else {
+                        fresh_of.iter().find(|(f, _)| *f == w).expect("mapped").1
+                    }
+                })
+                .collect(),
+        );
+    }
+    out
+}
+
 /// The best mapping by trying every injective one onto `P0 × R0 + P1 × R1` workers (every
 /// lower copy's and a free one per upper copy: not relying on the argument that fewer
 /// suffice). Exponential: tests only.
@@ -416,6 +469,30 @@ mod tests {
             },
             "copies aligned by sample"
         );
+    }
+
+    #[test]
+    fn assign_composes_the_mappings_onto_distinct_workers_per_layer() {
+        let shapes = [fc(100.0), fc(50.0), fc(10.0), fc(10.0)];
+        let splits = [split(2, 1), split(2, 1), split(1, 3), split(4, 1)];
+        let w = assign(&shapes, &splits);
+        assert_eq!(w[0], vec![0, 1]);
+        // Aligned stripes stay on their lower stripe's worker.
+        assert_eq!(w[1], vec![0, 1]);
+        assert_eq!(w.iter().map(Vec::len).collect::<Vec<_>>(), vec![2, 2, 3, 4]);
+        for (l, layer) in w.iter().enumerate() {
+            let mut seen = layer.clone();
+            seen.sort_unstable();
+            seen.dedup();
+            assert_eq!(seen.len(), layer.len(), "layer {l}: one copy per worker");
+            assert!(
+                layer.iter().all(|&x| x < 4),
+                "layer {l}: within max P x R = 4"
+            );
+        }
+        // One copy everywhere: everything on worker 0.
+        let one = assign(&shapes, &[split(1, 1); 4]);
+        assert!(one.iter().all(|l| l == &vec![0]));
     }
 
     #[test]

@@ -140,8 +140,15 @@ fn adding_parameter_servers_stops_helping_once_they_are_not_the_bottleneck() {
             "no help past N_wr: {t:?}"
         );
     }
+    // A small MLP (784-256-128-10, 235 k parameters).
+    let mut small_mlp = builtin::mlp();
+    for (layer, n) in small_mlp.layers.iter_mut().zip([256, 128]) {
+        if let iterstore_perf::Layer::FullyConnected { neurons, .. } = layer {
+            *neurons = n;
+        }
+    }
     let small = Model::new(
-        &builtin::mlp(),
+        &small_mlp,
         &builtin::example_profile(),
         &builtin::fashion_mnist_training(),
     );
