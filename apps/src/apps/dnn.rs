@@ -37,6 +37,8 @@
 //! sizes=28x28-c5x16-p2-c5x32-p2-128-10 activation=relu`), then one line per row
 //! `<layer><TAB><row><TAB>w_1<TAB>…<TAB>w_n<TAB>bias` (floats written to round-trip).
 
+mod partitioned;
+
 use std::io::{self, Write};
 
 use iterstore::{Cluster, Table, Worker};
@@ -51,7 +53,7 @@ use crate::data::ImageSet;
 use crate::dnn::mlp::{add_momentum, clocks, epoch_order, mini_batch};
 #[cfg(doc)]
 use crate::dnn::mlp::{gradient_step, init_row, reference};
-use crate::dnn::{Cnn, CnnSpec, DnnConfig, Mlp, MlpSpec, Network};
+use crate::dnn::{Cnn, CnnSpec, DnnConfig, Layout, Mlp, MlpSpec, Network, Partitioning};
 
 /// The outcome of a store-backed DNN run.
 #[derive(Debug, Clone)]
@@ -161,11 +163,15 @@ fn iteration<N: Network>(
                 w.read(table, r as u64, row)?;
             }
         }
-        let which = mini_batch(&s.order, st.clocks, b);
-        s.loss += s
-            .weights
-            .gradient_step(train, which, rate, &mut s.scratch, &mut s.step);
-        s.samples += which.len() as u64;
+        // The rows touched do not depend on the values: a virtual iteration skips the
+        // arithmetic.
+        if !w.is_virtual() {
+            let which = mini_batch(&s.order, st.clocks, b);
+            s.loss += s
+                .weights
+                .gradient_step(train, which, rate, &mut s.scratch, &mut s.step);
+            s.samples += which.len() as u64;
+        }
         add_momentum(&mut s.velocity, &s.step, st.params.momentum);
         for (l, table) in st.tables.iter().enumerate() {
             let width = s.weights.width(l);
@@ -181,9 +187,9 @@ fn iteration<N: Network>(
 
 /// The initialisation run: row `k` (counting the rows of all layers in order) gets its
 /// [`init_row`] from global worker `k mod workers`; returns its time.
-fn init<N: Network>(
+fn init<N: Network, S: Send>(
     cluster: &mut Cluster,
-    states: &mut [State<N>],
+    states: &mut [S],
     tables: &[Table<f32>],
     net: &N,
     seed: u64,
@@ -327,19 +333,84 @@ pub fn run_in(
     data: &ImageSet,
     observer: Observer<'_>,
 ) -> Result<DnnOutcome, AppError> {
-    let spec = MlpSpec::new(data.train.pixels_per_image(), params, data.classes);
-    run_network_in(cluster, cfg, params, data, Mlp::zeros(&spec), observer)
+    run_partitioned_in(cluster, cfg, params, data, None, observer)
 }
 
-/// The run of [`run_in`] and [`run_cnn_in`], for the network of `zeros`' shape.
-fn run_network_in<N: Network>(
+/// [`run_in`] with the layers partitioned over model replicas as `partitioning` asks (a
+/// plan's, [`Partitioning::from_plan`]); `None`, or whole layers on one worker per
+/// replica synchronised every mini-batch, is the data-parallel run.
+pub fn run_partitioned_in(
     cluster: &mut Cluster,
     cfg: &AppConfig,
     params: &DnnConfig,
     data: &ImageSet,
-    zeros: N,
+    partitioning: Option<&Partitioning>,
     observer: Observer<'_>,
-) -> Result<DnnOutcome<N>, AppError> {
+) -> Result<DnnOutcome, AppError> {
+    let spec = MlpSpec::new(data.train.pixels_per_image(), params, data.classes);
+    let zeros = Mlp::zeros(&spec);
+    let Some(asked) = partitioning else {
+        return run_network_in(cluster, cfg, params, data, zeros, observer);
+    };
+    params.validate()?;
+    let layout = Layout::new(asked, &spec, cluster.total_workers(), params.batch)
+        .map_err(|e| AppError::Invalid(format!("dnn partitioning ({asked}): {e}")))?;
+    if layout.is_data_parallel() && layout.read_every == 1 && layout.write_every == 1 {
+        let mut outcome = run_network_in(cluster, cfg, params, data, zeros, observer)?;
+        outcome.report.param("partitioning", asked.to_string());
+        return Ok(outcome);
+    }
+    let mut report = prepare(cluster, cfg, params, data, &zeros)?;
+    report.param("partitioning", asked.to_string());
+    report.param("replica_workers", layout.replica_workers);
+    report.param("layout", layout.describe().join("; "));
+    let n = data.train.len();
+    let clocks = clocks(n, params.batch);
+    let (setup, setup_s) = timed(|| -> Result<_, AppError> {
+        let tables = create_tables(cluster, &zeros)?;
+        let capacity = n.div_ceil(layout.replicas).div_ceil(clocks);
+        let first = cluster.rank() * cfg.workers;
+        let states: Vec<partitioned::State> = (first..first + cfg.workers)
+            .map(|w| partitioned::State::new(&spec, &layout, w, capacity))
+            .collect();
+        Ok((tables, states))
+    });
+    let (tables, states) = setup?;
+    report.setup_s = setup_s;
+    let epoch = partitioned::Epoch {
+        tables: &tables,
+        params,
+        spec: &spec,
+        layout: &layout,
+        data,
+        clocks,
+    };
+    let train = Training {
+        tables: &tables,
+        params,
+        data,
+        zeros,
+    };
+    train.run(
+        cluster,
+        cfg,
+        report,
+        states,
+        |w, s| partitioned::iteration(w, epoch, s),
+        |s| (s.loss, s.samples),
+        observer,
+    )
+}
+
+/// The report of a DNN run with its parameters and dataset, after checking the run can
+/// start.
+fn prepare<N: Network>(
+    cluster: &Cluster,
+    cfg: &AppConfig,
+    params: &DnnConfig,
+    data: &ImageSet,
+    zeros: &N,
+) -> Result<RunReport, AppError> {
     cfg.validate()?;
     super::check_cluster(cfg, cluster)?;
     params.validate()?;
@@ -359,9 +430,6 @@ fn run_network_in<N: Network>(
     ] {
         report.dataset.insert(k, v);
     }
-    let workers = cluster.total_workers();
-    let n = data.train.len();
-    let clocks = clocks(n, params.batch);
     report.param("model", zeros.kind());
     report.param("sizes", zeros.sizes_text());
     report.param("parameters", zeros.parameters());
@@ -371,12 +439,115 @@ fn run_network_in<N: Network>(
     report.param("momentum", params.momentum);
     report.param("batch", params.batch);
     report.param("seed", params.seed);
-    report.param("clocks_per_iteration", clocks);
+    report.param(
+        "clocks_per_iteration",
+        clocks(data.train.len(), params.batch),
+    );
+    Ok(report)
+}
 
+/// One table per weight layer of `zeros`' shape.
+fn create_tables<N: Network>(
+    cluster: &mut Cluster,
+    zeros: &N,
+) -> iterstore::Result<Vec<Table<f32>>> {
+    (0..zeros.layer_count())
+        .map(|l| cluster.create_table::<f32>(&format!("dnn.w{l}"), zeros.width(l)))
+        .collect()
+}
+
+/// What every way of training shares: the tables, the hyper-parameters, the data and the
+/// network's shape.
+struct Training<'a, N> {
+    tables: &'a [Table<f32>],
+    params: &'a DnnConfig,
+    data: &'a ImageSet,
+    zeros: N,
+}
+
+impl<N: Network> Training<'_, N> {
+    /// The virtual iteration (virtual mode), the initial weights, then one `iteration`
+    /// per epoch on every worker, each followed by the mean training loss over the
+    /// cluster (`progress`: a worker's summed loss and samples) and the test accuracy.
+    #[allow(clippy::too_many_arguments)]
+    fn run<S: Clone + Send>(
+        self,
+        cluster: &mut Cluster,
+        cfg: &AppConfig,
+        mut report: RunReport,
+        mut states: Vec<S>,
+        iteration: impl Fn(&mut Worker<'_>, &mut S) -> iterstore::Result<()> + Sync,
+        progress: impl Fn(&S) -> (f64, u64),
+        observer: Observer<'_>,
+    ) -> Result<DnnOutcome<N>, AppError> {
+        let (tables, zeros) = (self.tables, &self.zeros);
+        let (pre_s, pattern) = preprocess(cluster, cfg, &states, &iteration)?;
+        report.preprocess_s = pre_s;
+        report.pattern = pattern;
+        let workers = cluster.total_workers();
+        report.init_s = init(
+            cluster,
+            &mut states,
+            tables,
+            zeros,
+            self.params.seed,
+            workers,
+        )?;
+        let mut model = snapshot(cluster, tables, zeros)?;
+        let mut accuracies = Vec::with_capacity(cfg.iterations.min(1024));
+        for iter in 0..cfg.iterations {
+            let cost = timed_run(cluster, &mut states, &iteration)?;
+            let mine: Vec<f64> = states
+                .iter()
+                .flat_map(|s| {
+                    let (loss, samples) = progress(s);
+                    [loss, samples as f64]
+                })
+                .collect();
+            let all = cluster.all_gather(&mine)?;
+            let (loss, samples) = all
+                .iter()
+                .flat_map(|p| p.chunks_exact(2))
+                .fold((0.0, 0.0), |(l, c), p| (l + p[0], c + p[1]));
+            let loss = loss / samples.max(1.0);
+            check_finite("dnn", iter, cfg.iterations, "training cross-entropy", loss)?;
+            model = snapshot(cluster, tables, zeros)?;
+            accuracies.push(model.accuracy(&self.data.test));
+            let record = IterRecord {
+                iter,
+                seconds: cost.seconds,
+                bytes_sent: cost.bytes_sent,
+                messages_sent: cost.messages_sent,
+                objective: loss,
+                test_rmse: None,
+                rss_bytes: None,
+            };
+            report.push_iteration(record, observer);
+        }
+        if !self.data.test.is_empty() {
+            report.set_test_accuracy(accuracies);
+        }
+        report.record_store(cluster);
+        Ok(DnnOutcome { report, model })
+    }
+}
+
+/// The run of [`run_in`] and [`run_cnn_in`], for the network of `zeros`' shape: every
+/// worker trains the whole network on its share of each mini-batch.
+fn run_network_in<N: Network>(
+    cluster: &mut Cluster,
+    cfg: &AppConfig,
+    params: &DnnConfig,
+    data: &ImageSet,
+    zeros: N,
+    observer: Observer<'_>,
+) -> Result<DnnOutcome<N>, AppError> {
+    let mut report = prepare(cluster, cfg, params, data, &zeros)?;
+    let workers = cluster.total_workers();
+    let n = data.train.len();
+    let clocks = clocks(n, params.batch);
     let (setup, setup_s) = timed(|| -> Result<_, AppError> {
-        let tables = (0..zeros.layer_count())
-            .map(|l| cluster.create_table::<f32>(&format!("dnn.w{l}"), zeros.width(l)))
-            .collect::<iterstore::Result<Vec<_>>>()?;
+        let tables = create_tables(cluster, &zeros)?;
         // A worker's share of a mini-batch: at most ceil(ceil(n / W) / clocks) samples.
         let capacity = n.div_ceil(workers).div_ceil(clocks);
         let states: Vec<State<N>> = (0..cfg.workers)
@@ -384,7 +555,7 @@ fn run_network_in<N: Network>(
             .collect();
         Ok((tables, states))
     });
-    let (tables, mut states) = setup?;
+    let (tables, states) = setup?;
     report.setup_s = setup_s;
     let st = Step {
         tables: &tables,
@@ -393,45 +564,21 @@ fn run_network_in<N: Network>(
         workers,
         clocks,
     };
-
-    let (pre_s, pattern) = preprocess(cluster, cfg, &states, |w, s| iteration(w, st, s))?;
-    report.preprocess_s = pre_s;
-    report.pattern = pattern;
-    report.init_s = init(cluster, &mut states, &tables, &zeros, params.seed, workers)?;
-
-    let mut model = snapshot(cluster, &tables, &zeros)?;
-    let mut accuracies = Vec::with_capacity(cfg.iterations.min(1024));
-    for iter in 0..cfg.iterations {
-        let cost = timed_run(cluster, &mut states, |w, s| iteration(w, st, s))?;
-        let mine: Vec<f64> = states
-            .iter()
-            .flat_map(|s| [s.loss, s.samples as f64])
-            .collect();
-        let all = cluster.all_gather(&mine)?;
-        let (loss, samples) = all
-            .iter()
-            .flat_map(|p| p.chunks_exact(2))
-            .fold((0.0, 0.0), |(l, c), p| (l + p[0], c + p[1]));
-        let loss = loss / samples.max(1.0);
-        check_finite("dnn", iter, cfg.iterations, "training cross-entropy", loss)?;
-        model = snapshot(cluster, &tables, &zeros)?;
-        accuracies.push(model.accuracy(&data.test));
-        let record = IterRecord {
-            iter,
-            seconds: cost.seconds,
-            bytes_sent: cost.bytes_sent,
-            messages_sent: cost.messages_sent,
-            objective: loss,
-            test_rmse: None,
-            rss_bytes: None,
-        };
-        report.push_iteration(record, observer);
-    }
-    if !data.test.is_empty() {
-        report.set_test_accuracy(accuracies);
-    }
-    report.record_store(cluster);
-    Ok(DnnOutcome { report, model })
+    let train = Training {
+        tables: &tables,
+        params,
+        data,
+        zeros,
+    };
+    train.run(
+        cluster,
+        cfg,
+        report,
+        states,
+        |w, s| iteration(w, st, s),
+        |s| (s.loss, s.samples),
+        observer,
+    )
 }
 
 #[cfg(test)]

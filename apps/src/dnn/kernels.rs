@@ -12,6 +12,10 @@
 //! the logistic function, for layers with another activation (or none, as a softmax
 //! output layer).
 
+use std::ops::Range;
+
+use crate::algo::partition;
+
 /// `c = alpha · a(m×k) · b(k×n) + beta · c(m×n)`, row-major, with `b` transposed when
 /// `b_transposed` (then `b` is stored n×k).
 #[allow(clippy::too_many_arguments)]
@@ -80,8 +84,65 @@ pub fn forward(w: &[f32], x: &[f32], y: &mut [f32], batch: usize, inputs: usize,
     activate(&mut y[..batch * outputs]);
 }
 
+/// Most chunks a layer's output neurons are cut into for [`backward_chunks`].
+pub const CHUNKS: usize = 16;
+
+/// The canonical chunks of a layer of `outputs` neurons: `min(outputs, CHUNKS)` ranges of
+/// near-equal size, in order ([`crate::algo::partition`]). A model-parallel replica cuts a
+/// layer into segments of whole chunks.
+pub fn chunks(outputs: usize) -> Vec<Range<usize>> {
+    let g = outputs.min(CHUNKS);
+    (0..g).map(|c| partition(outputs, g, c)).collect()
+}
+
+/// `δ_in += δ_out[:, c] · w[c]` for each chunk `c` of `chunks`, in order, one GEMM per
+/// chunk (the canonical order in which a layer's error terms sum over its output neurons):
+/// `delta_out` is `batch × outputs`, `w` is `outputs × inputs`, `delta_in` is
+/// `batch × inputs`, chunk ranges index the outputs. Splitting the chunks over several
+/// calls that pass `delta_in` along gives the same bits as one call, which is how a
+/// model-parallel replica reproduces one worker's error terms exactly.
+#[allow(clippy::too_many_arguments)]
+pub fn backward_chunks(
+    w: &[f32],
+    delta_out: &[f32],
+    delta_in: &mut [f32],
+    batch: usize,
+    inputs: usize,
+    outputs: usize,
+    chunks: &[Range<usize>],
+) {
+    assert!(delta_out.len() >= batch * outputs && delta_in.len() >= batch * inputs);
+    for c in chunks {
+        assert!(c.end <= outputs && w.len() >= c.end * inputs);
+        if c.is_empty() || batch == 0 {
+            continue;
+        }
+        // SAFETY: the asserts above bound every index the strides reach: a is
+        // delta_out's columns `c` of `batch` rows of `outputs`, b is w's rows `c`.
+        unsafe {
+            matrixmultiply::sgemm(
+                batch,
+                c.len(),
+                inputs,
+                1.0,
+                delta_out.as_ptr().add(c.start),
+                outputs as isize,
+                1,
+                w.as_ptr().add(c.start * inputs),
+                inputs as isize,
+                1,
+                1.0,
+                delta_in.as_mut_ptr(),
+                inputs as isize,
+                1,
+            );
+        }
+    }
+}
+
 /// `δ_in = δ_out · w`: `delta_out` is `batch × outputs`, `delta_in` is `batch × inputs`
-/// (the error at a layer's input before its activation's derivative).
+/// (the error at a layer's input before its activation's derivative), summed over the
+/// outputs' canonical [`chunks`] ([`backward_chunks`]).
 pub fn linear_backward(
     w: &[f32],
     delta_out: &[f32],
@@ -90,8 +151,15 @@ pub fn linear_backward(
     inputs: usize,
     outputs: usize,
 ) {
-    gemm(
-        batch, outputs, inputs, 1.0, delta_out, w, false, 0.0, delta_in,
+    delta_in[..batch * inputs].fill(0.0);
+    backward_chunks(
+        w,
+        delta_out,
+        delta_in,
+        batch,
+        inputs,
+        outputs,
+        &chunks(outputs),
     );
 }
 
@@ -187,6 +255,20 @@ mod tests {
                 assert!((delta_in[r * i + k] - want).abs() < 1e-6);
             }
         }
+        // The chunks in one call or split over two give the same bits.
+        let (b, i, o) = (5, 7, 40);
+        let (w, d) = (data(o * i, 4), data(b * o, 5));
+        let mut whole = vec![0.0; b * i];
+        linear_backward(&w, &d, &mut whole, b, i, o);
+        let cs = chunks(o);
+        assert_eq!(cs.len(), CHUNKS);
+        let mut split = vec![0.0; b * i];
+        backward_chunks(&w, &d, &mut split, b, i, o, &cs[..5]);
+        backward_chunks(&w, &d, &mut split, b, i, o, &cs[5..]);
+        assert_eq!(whole, split);
+        let (b, i, o) = (3, 5, 4);
+        let (w, x) = (data(o * i, 1), data(b * i, 2));
+        let delta_out = data(b * o, 3);
         let mut w2 = w.clone();
         update(&mut w2, &delta_out, &x, 0.5, b, i, o);
         for c in 0..o {

@@ -199,7 +199,7 @@ impl Scratch {
 
 /// Writes images `which` of `images` (pixels scaled to `[0, 1]`, then a 1) into `x`, one row
 /// of `n_0 + 1` floats each, and returns how many.
-fn fill_inputs(
+pub(crate) fn fill_inputs(
     spec: &MlpSpec,
     images: &Images,
     which: impl IntoIterator<Item = usize>,

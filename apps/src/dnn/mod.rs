@@ -15,6 +15,8 @@
 //! - [`cnn`]: the same for a CNN (convolutions with max pooling, then fully connected
 //!   layers), on [`conv`] and [`pool`].
 //! - [`network`]: [`Network`], what the app needs of either.
+//! - [`layout`]: how a partitioned MLP (model replicas, segments, copies) is laid out
+//!   over the workers, from a plan or the command line.
 //! - [`config`]: [`DnnConfig`], the hyper-parameters.
 
 pub mod activation;
@@ -22,6 +24,7 @@ pub mod cnn;
 pub mod config;
 pub mod conv;
 pub mod kernels;
+pub mod layout;
 pub mod loss;
 pub mod mlp;
 pub mod network;
@@ -30,5 +33,6 @@ pub mod pool;
 pub use activation::Activation;
 pub use cnn::{Cnn, CnnSpec};
 pub use config::DnnConfig;
+pub use layout::{Layout, Partitioning};
 pub use mlp::{Mlp, MlpSpec};
 pub use network::Network;

@@ -13,6 +13,7 @@ mod cluster;
 mod cnn;
 mod dnn;
 mod dnn_checks;
+mod dnn_partitioned;
 mod faults;
 mod fuzz_corpus;
 mod lda;

@@ -1,0 +1,351 @@
+//! How a partitioned MLP run is laid out over the cluster's workers: the configuration the
+//! optimizer's plan (or the command line) asks for ([`Partitioning`]), resolved against the
+//! network and the number of workers into a [`Layout`].
+//!
+//! - **Replicas.** The `W` workers form `N_mr` model replicas of `N_wr = W / N_mr`
+//!   consecutive global workers each; replica `m` trains on its share of the data
+//!   ([`crate::dnn::mlp::epoch_order`] keyed by the replica, as a data-parallel worker is).
+//! - **Segments and copies.** Weight layer `l` (its rows are its output neurons) is cut
+//!   into `P(l)` segments of whole canonical chunks ([`kernels::chunks`]: segment `p` holds
+//!   chunks [`partition`]`(G, P, p)` of the `G`), and each segment has `R(l)` copies. Copy
+//!   `r` handles the samples of a mini-batch at positions `s ≡ r (mod R(l))` (the
+//!   optimizer's model routes samples to copies the same way, [`iterstore_perf::mapping`]).
+//!   Copy `(p, r)` runs on replica worker `workers[r × P + p]`, the optimizer's greedy
+//!   mapping composed over the layers ([`iterstore_perf::mapping::assign`]); a worker holds
+//!   at most one copy of each layer.
+//! - **Synchronisation.** A replica READs its weights every `read_every` mini-batches and
+//!   UPDATEs its accumulated steps every `write_every` (`N_read` and `N_write` in samples
+//!   over the replica's share of a mini-batch, rounded up); 1 and 1 is BSP mini-batch SGD.
+
+use std::fmt;
+use std::ops::Range;
+
+use iterstore_perf::mapping::{self, Split};
+use iterstore_perf::model::{shapes, Shape};
+use iterstore_perf::spec::Input;
+use iterstore_perf::{Layer, Network};
+
+use super::kernels;
+use super::mlp::MlpSpec;
+use crate::algo::partition;
+
+/// A partitioning as asked for: by a plan file or on the command line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Partitioning {
+    /// `N_mr`: model replicas.
+    pub replicas: usize,
+    /// `P(l)` per weight layer, input side first.
+    pub partitions: Vec<usize>,
+    /// `R(l)` per weight layer.
+    pub replications: Vec<usize>,
+    /// `N_read`: samples between weight reads (0: every mini-batch).
+    pub n_read: usize,
+    /// `N_write`: samples between weight updates (0: every mini-batch).
+    pub n_write: usize,
+}
+
+impl Partitioning {
+    /// `replicas` data-parallel replicas, every layer whole, synchronised every mini-batch.
+    pub fn data_parallel(replicas: usize, layers: usize) -> Self {
+        Self {
+            replicas,
+            partitions: vec![1; layers],
+            replications: vec![1; layers],
+            n_read: 0,
+            n_write: 0,
+        }
+    }
+
+    /// The partitioning a plan chose: its `N_mr`, each layer's `P` and `R`, and its
+    /// training settings' `N_read` and `N_write`.
+    pub fn from_plan(plan: &iterstore_perf::Plan) -> Self {
+        Self {
+            replicas: plan.resources.replicas as usize,
+            partitions: plan.layers.iter().map(|l| l.partitions as usize).collect(),
+            replications: plan
+                .layers
+                .iter()
+                .map(|l| l.replications as usize)
+                .collect(),
+            n_read: plan.training.n_read as usize,
+            n_write: plan.training.n_write as usize,
+        }
+    }
+}
+
+impl fmt::Display for Partitioning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let list = |v: &[usize]| v.iter().map(usize::to_string).collect::<Vec<_>>().join(",");
+        write!(
+            f,
+            "replicas {} partitions {} replications {} n_read {} n_write {}",
+            self.replicas,
+            list(&self.partitions),
+            list(&self.replications),
+            self.n_read,
+            self.n_write
+        )
+    }
+}
+
+/// One weight layer's part of a [`Layout`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LayerLayout {
+    /// `P`.
+    pub partitions: usize,
+    /// `R`.
+    pub replications: usize,
+    /// The canonical chunks of its rows.
+    pub chunks: Vec<Range<usize>>,
+    /// `workers[r × P + p]`: the replica worker of copy `(p, r)`.
+    pub workers: Vec<usize>,
+}
+
+impl LayerLayout {
+    /// The chunks of segment `p`.
+    pub fn segment_chunks(&self, p: usize) -> Range<usize> {
+        partition(self.chunks.len(), self.partitions, p)
+    }
+
+    /// The rows of segment `p`.
+    pub fn segment(&self, p: usize) -> Range<usize> {
+        let c = self.segment_chunks(p);
+        self.chunks[c.start].start..self.chunks[c.end - 1].end
+    }
+
+    /// The replica worker of copy `(p, r)`.
+    pub fn worker(&self, p: usize, r: usize) -> usize {
+        self.workers[r * self.partitions + p]
+    }
+
+    /// The copy `(p, r)` replica worker `k` holds, if any.
+    pub fn copy_of(&self, k: usize) -> Option<(usize, usize)> {
+        let i = self.workers.iter().position(|&w| w == k)?;
+        Some((i % self.partitions, i / self.partitions))
+    }
+}
+
+/// The positions of a mini-batch of `len` samples that copy `r` of `replications` handles.
+pub fn samples(len: usize, replications: usize, r: usize) -> impl Iterator<Item = usize> {
+    (r..len).step_by(replications)
+}
+
+/// A [`Partitioning`] resolved against a network and a cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    /// `N_mr`.
+    pub replicas: usize,
+    /// `N_wr`: workers per replica.
+    pub replica_workers: usize,
+    /// Per weight layer.
+    pub layers: Vec<LayerLayout>,
+    /// Mini-batches between weight reads.
+    pub read_every: usize,
+    /// Mini-batches between weight updates.
+    pub write_every: usize,
+}
+
+/// The optimizer's description of `spec` (fully connected layers under a softmax), for
+/// its segment mapping.
+fn network_of(spec: &MlpSpec) -> Vec<Shape> {
+    let last = spec.layers() - 1;
+    let layers = (0..=last)
+        .map(|l| {
+            let (name, neurons) = (format!("l{l}"), spec.rows(l) as u64);
+            if l == last {
+                Layer::Softmax {
+                    name,
+                    neurons,
+                    bits: 32,
+                }
+            } else {
+                Layer::FullyConnected {
+                    name,
+                    neurons,
+                    bits: 32,
+                }
+            }
+        })
+        .collect();
+    shapes(&Network {
+        version: iterstore_perf::spec::FORMAT_VERSION,
+        name: "mlp".into(),
+        input: Input {
+            channels: spec.sizes[0] as u64,
+            size: 1,
+        },
+        layers,
+    })
+}
+
+impl Layout {
+    /// Resolves `asked` for `spec` on `workers` workers training with mini-batches of
+    /// `batch` samples; an error names what does not fit.
+    pub fn new(
+        asked: &Partitioning,
+        spec: &MlpSpec,
+        workers: usize,
+        batch: usize,
+    ) -> Result<Self, String> {
+        let layers = spec.layers();
+        if asked.partitions.len() != layers || asked.replications.len() != layers {
+            return Err(format!(
+                "{} partitions and {} replications for a network of {layers} weight layers",
+                asked.partitions.len(),
+                asked.replications.len()
+            ));
+        }
+        if asked.replicas == 0 || !workers.is_multiple_of(asked.replicas) {
+            return Err(format!(
+                "{} replicas do not divide the cluster's {workers} workers",
+                asked.replicas
+            ));
+        }
+        let replica_workers = workers / asked.replicas;
+        let mut splits = Vec::with_capacity(layers);
+        for l in 0..layers {
+            let (p, r) = (asked.partitions[l], asked.replications[l]);
+            let chunks = kernels::chunks(spec.rows(l)).len();
+            if p == 0 || r == 0 {
+                return Err(format!("layer {l}: partitions and replications start at 1"));
+            }
+            if p > chunks {
+                return Err(format!(
+                    "layer {l}: {p} partitions of {} neurons (at most {chunks}: segments \
+                     are made of whole chunks, see dnn::kernels::chunks)",
+                    spec.rows(l)
+                ));
+            }
+            if p * r > replica_workers {
+                return Err(format!(
+                    "layer {l}: {p} partitions x {r} replications need {} workers, a \
+                     replica has {replica_workers}",
+                    p * r
+                ));
+            }
+            splits.push(Split {
+                partitions: p as u32,
+                replications: r as u32,
+            });
+        }
+        let placed = mapping::assign(&network_of(spec), &splits);
+        let share = batch.div_ceil(asked.replicas).max(1);
+        let every = |samples: usize| samples.div_ceil(share).max(1);
+        Ok(Self {
+            replicas: asked.replicas,
+            replica_workers,
+            layers: (0..layers)
+                .map(|l| LayerLayout {
+                    partitions: asked.partitions[l],
+                    replications: asked.replications[l],
+                    chunks: kernels::chunks(spec.rows(l)),
+                    workers: placed[l].clone(),
+                })
+                .collect(),
+            read_every: every(asked.n_read),
+            write_every: every(asked.n_write),
+        })
+    }
+
+    /// Whether every replica is one worker holding whole layers (plain data parallelism).
+    pub fn is_data_parallel(&self) -> bool {
+        self.replica_workers == 1
+    }
+
+    /// The replica of global worker `w`, and its index in the replica.
+    pub fn place(&self, w: usize) -> (usize, usize) {
+        (w / self.replica_workers, w % self.replica_workers)
+    }
+
+    /// The global worker of replica `m`'s worker `k`.
+    pub fn global(&self, m: usize, k: usize) -> usize {
+        m * self.replica_workers + k
+    }
+
+    /// One line per layer: `layer l: P x R, copies on workers [..]`.
+    pub fn describe(&self) -> Vec<String> {
+        self.layers
+            .iter()
+            .enumerate()
+            .map(|(l, x)| {
+                format!(
+                    "layer {l}: {} segment(s) x {} copy(ies) on replica workers {:?}",
+                    x.partitions, x.replications, x.workers
+                )
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dnn::Activation;
+
+    fn spec() -> MlpSpec {
+        MlpSpec {
+            sizes: vec![20, 40, 12, 5],
+            activation: Activation::Relu,
+        }
+    }
+
+    fn asked(replicas: usize, p: [usize; 3], r: [usize; 3]) -> Partitioning {
+        Partitioning {
+            replicas,
+            partitions: p.to_vec(),
+            replications: r.to_vec(),
+            n_read: 0,
+            n_write: 0,
+        }
+    }
+
+    #[test]
+    fn segments_are_whole_chunks_covering_every_row_once() {
+        let l = Layout::new(&asked(1, [4, 3, 1], [1, 1, 2]), &spec(), 4, 8).unwrap();
+        for (x, rows) in l.layers.iter().zip([40, 12, 5]) {
+            let mut next = 0;
+            for p in 0..x.partitions {
+                let s = x.segment(p);
+                assert_eq!(s.start, next);
+                next = s.end;
+            }
+            assert_eq!(next, rows);
+            for (i, &w) in x.workers.iter().enumerate() {
+                assert_eq!(x.copy_of(w), Some((i % x.partitions, i / x.partitions)));
+            }
+        }
+        assert_eq!(
+            l.layers[0].segment(1),
+            10..20,
+            "16 chunks of 40 rows, 4 per segment"
+        );
+    }
+
+    #[test]
+    fn copies_split_a_mini_batch_by_position() {
+        let all: Vec<Vec<usize>> = (0..3).map(|r| samples(8, 3, r).collect()).collect();
+        assert_eq!(all, vec![vec![0, 3, 6], vec![1, 4, 7], vec![2, 5]]);
+    }
+
+    #[test]
+    fn what_does_not_fit_is_refused_naming_it() {
+        let e = |a: Partitioning, workers| Layout::new(&a, &spec(), workers, 8).unwrap_err();
+        assert!(e(asked(3, [1, 1, 1], [1, 1, 1]), 4).contains("do not divide"));
+        assert!(e(asked(1, [1, 1, 6], [1, 1, 1]), 8).contains("at most 5"));
+        assert!(e(asked(2, [2, 2, 1], [1, 2, 1]), 4).contains("need 4 workers"));
+        let mut short = asked(1, [1, 1, 1], [1, 1, 1]);
+        short.partitions.pop();
+        assert!(e(short, 1).contains("3 weight layers"));
+    }
+
+    #[test]
+    fn read_and_write_every_count_mini_batches_of_the_replica() {
+        let mut a = asked(2, [1, 1, 1], [1, 1, 1]);
+        (a.n_read, a.n_write) = (70, 40);
+        let l = Layout::new(&a, &spec(), 2, 64).unwrap();
+        // 32 samples per replica and mini-batch.
+        assert_eq!((l.read_every, l.write_every), (3, 2));
+        assert!(l.is_data_parallel());
+        assert_eq!(l.place(1), (1, 0));
+    }
+}
