@@ -322,6 +322,22 @@ pub fn run_observed(
     Ok(outcome)
 }
 
+/// [`run_observed`] with the MLP partitioned as `partitioning` asks
+/// ([`run_partitioned_in`]).
+pub fn run_partitioned_observed(
+    cfg: &AppConfig,
+    params: &DnnConfig,
+    data: &ImageSet,
+    partitioning: Option<&Partitioning>,
+    observer: Observer<'_>,
+) -> Result<DnnOutcome, AppError> {
+    let (mut outcome, start_s) = super::with_cluster(cfg, |c| {
+        run_partitioned_in(c, cfg, params, data, partitioning, observer)
+    })?;
+    outcome.report.setup_s += start_s;
+    Ok(outcome)
+}
+
 /// [`run_observed`] on a cluster already started (for example one process of
 /// [`Cluster::run_local_processes`]): this process's workers take their partitions by
 /// global worker id, so every process of the cluster must call it alike. The cluster

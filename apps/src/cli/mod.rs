@@ -369,6 +369,35 @@ pub struct RunArgs {
     #[arg(long, value_name = "B", help_heading = "DNN options", value_parser = at_least_one)]
     pub batch: Option<usize>,
 
+    /// dnn: train the MLP as the optimizer's plan FILE says (`iterstore plan --output`):
+    /// its model replicas, each layer's partitions and replications, N_read and N_write.
+    /// The cluster must have the plan's N_mr x N_wr workers (--processes x --workers).
+    #[arg(long, value_name = "FILE", help_heading = "DNN options",
+          conflicts_with_all = ["replicas", "partitions", "replications", "n_read", "n_write"])]
+    pub plan: Option<PathBuf>,
+    /// dnn: model replicas (N_mr); the workers split evenly into them [default: one per
+    /// worker: data parallelism].
+    #[arg(long, value_name = "N", help_heading = "DNN options", value_parser = at_least_one)]
+    pub replicas: Option<usize>,
+    /// dnn: segments of each weight layer within a replica (P(l)), comma-separated, input
+    /// side first [default: 1 each].
+    #[arg(long, value_name = "P,..", value_delimiter = ',', help_heading = "DNN options",
+          value_parser = at_least_one)]
+    pub partitions: Option<Vec<usize>>,
+    /// dnn: copies of each weight layer's segments within a replica (R(l)), each on its
+    /// own worker and its own share of the mini-batch [default: 1 each].
+    #[arg(long, value_name = "R,..", value_delimiter = ',', help_heading = "DNN options",
+          value_parser = at_least_one)]
+    pub replications: Option<Vec<usize>>,
+    /// dnn: a replica reads the weights every S samples (N_read) [default: every
+    /// mini-batch].
+    #[arg(long, value_name = "S", help_heading = "DNN options", value_parser = at_least_one)]
+    pub n_read: Option<usize>,
+    /// dnn: a replica writes its accumulated steps every S samples (N_write) [default:
+    /// every mini-batch].
+    #[arg(long, value_name = "S", help_heading = "DNN options", value_parser = at_least_one)]
+    pub n_write: Option<usize>,
+
     /// pagerank: damping factor [default: 0.85].
     #[arg(long, help_heading = "PageRank options")]
     pub damping: Option<f64>,
@@ -454,7 +483,7 @@ impl RunArgs {
     /// Rejects options that belong to another app.
     fn check_app_options(&self) -> Result<()> {
         use App::{Dnn, Lda, Mf, Pagerank};
-        let given: [(&str, bool, &[App]); 20] = [
+        let given: [(&str, bool, &[App]); 26] = [
             ("--factors", self.factors.is_some(), &[Mf]),
             ("--lr", self.lr.is_some(), &[Mf, Dnn]),
             ("--reg", self.reg.is_some(), &[Mf]),
@@ -475,6 +504,12 @@ impl RunArgs {
             ("--batch", self.batch.is_some(), &[Dnn]),
             ("--lr-decay", self.lr_decay.is_some(), &[Dnn]),
             ("--momentum", self.momentum.is_some(), &[Dnn]),
+            ("--plan", self.plan.is_some(), &[Dnn]),
+            ("--replicas", self.replicas.is_some(), &[Dnn]),
+            ("--partitions", self.partitions.is_some(), &[Dnn]),
+            ("--replications", self.replications.is_some(), &[Dnn]),
+            ("--n-read", self.n_read.is_some(), &[Dnn]),
+            ("--n-write", self.n_write.is_some(), &[Dnn]),
         ];
         for (flag, is_given, apps) in given {
             if is_given && !apps.contains(&self.app) {

@@ -23,7 +23,7 @@ use iterstore_apps::data::{
     load_corpus, load_fashion_mnist, load_graph, load_ratings, split_ratings, CorpusSpec,
     GraphSpec, ImageSpec, RatingsSpec,
 };
-use iterstore_apps::dnn::{Activation, DnnConfig};
+use iterstore_apps::dnn::{Activation, DnnConfig, Partitioning};
 
 use super::log::{self, Iterations, Step};
 use super::{App, RunArgs};
@@ -489,6 +489,67 @@ fn dnn_config(args: &RunArgs) -> Result<(bool, DnnConfig)> {
     Ok((cnn, params))
 }
 
+/// The partitioning `--plan` or `--replicas`/`--partitions`/`--replications`/`--n-read`/
+/// `--n-write` ask for, if any (the MLP's only).
+fn dnn_partitioning(
+    args: &RunArgs,
+    cfg: &AppConfig,
+    cnn: bool,
+    params: &DnnConfig,
+) -> Result<Option<Partitioning>> {
+    let by_hand = args.replicas.is_some()
+        || args.partitions.is_some()
+        || args.replications.is_some()
+        || args.n_read.is_some()
+        || args.n_write.is_some();
+    if cnn && (by_hand || args.plan.is_some()) {
+        bail!("--plan, --replicas, --partitions, --replications, --n-read and --n-write partition the MLP; the CNN trains data-parallel");
+    }
+    let layers = params.hidden.len() + 1;
+    if let Some(path) = &args.plan {
+        let plan = iterstore_perf::Plan::load(path).map_err(anyhow::Error::msg)?;
+        if plan.layers.len() != layers {
+            bail!(
+                "--plan {}: planned for {} ({} layers), but this MLP has {layers} weight layers (--hidden {})",
+                path.display(),
+                plan.network,
+                plan.layers.len(),
+                params.hidden_text()
+            );
+        }
+        if plan.layers.iter().any(|l| l.threads > 1) {
+            tracing::info!(
+                "--plan {}: each segment copy runs on its worker's one thread; the plan's threads per layer (H) are not applied",
+                path.display()
+            );
+        }
+        return Ok(Some(Partitioning::from_plan(&plan)));
+    }
+    if !by_hand {
+        return Ok(None);
+    }
+    let per_layer = |given: &Option<Vec<usize>>, flag: &str| -> Result<Vec<usize>> {
+        match given {
+            None => Ok(vec![1; layers]),
+            Some(v) if v.len() == layers => Ok(v.clone()),
+            Some(v) => bail!(
+                "{flag}: {} values for the MLP's {layers} weight layers",
+                v.len()
+            ),
+        }
+    };
+    let processes = cfg.membership.as_ref().map_or(1, |m| m.hosts.len());
+    let total = cfg.workers * processes;
+    Ok(Some(Partitioning {
+        replicas: args.replicas.unwrap_or(total),
+        partitions: per_layer(&args.partitions, "--partitions")?,
+        replications: per_layer(&args.replications, "--replications")?,
+        n_read: args.n_read.unwrap_or(0),
+        n_write: args.n_write.unwrap_or(0),
+        replica_workers: None,
+    }))
+}
+
 fn run_dnn(
     args: &RunArgs,
     cfg: &AppConfig,
@@ -497,6 +558,7 @@ fn run_dnn(
     progress: Progress,
 ) -> Result<RunReport> {
     let (cnn, params) = dnn_config(args)?;
+    let partitioning = dnn_partitioning(args, cfg, cnn, &params)?;
     if cfg.checkpoint.is_some() || cfg.resume.is_some() {
         bail!("dnn does not write or resume checkpoints yet (--checkpoint-dir, --resume)");
     }
@@ -527,7 +589,13 @@ fn run_dnn(
         }
         outcome.report
     } else {
-        let outcome = dnn::run_observed(cfg, &params, &data, &mut watch.observer())?;
+        let outcome = dnn::run_partitioned_observed(
+            cfg,
+            &params,
+            &data,
+            partitioning.as_ref(),
+            &mut watch.observer(),
+        )?;
         watch.finish();
         if let Some(out) = out {
             out.write(|w| outcome.write_model(w))?;

@@ -42,6 +42,9 @@ pub struct Partitioning {
     pub n_read: usize,
     /// `N_write`: samples between weight updates (0: every mini-batch).
     pub n_write: usize,
+    /// `N_wr`, when asked for (a plan's): the cluster's workers must make replicas of
+    /// exactly this many.
+    pub replica_workers: Option<usize>,
 }
 
 impl Partitioning {
@@ -53,6 +56,7 @@ impl Partitioning {
             replications: vec![1; layers],
             n_read: 0,
             n_write: 0,
+            replica_workers: None,
         }
     }
 
@@ -69,6 +73,7 @@ impl Partitioning {
                 .collect(),
             n_read: plan.training.n_read as usize,
             n_write: plan.training.n_write as usize,
+            replica_workers: Some(plan.resources.workers as usize),
         }
     }
 }
@@ -195,6 +200,16 @@ impl Layout {
                 asked.replications.len()
             ));
         }
+        if let Some(want) = asked.replica_workers {
+            if asked.replicas * want != workers {
+                return Err(format!(
+                    "{} replicas of {want} workers need {} workers, the cluster has {workers} \
+                     (--processes x --workers)",
+                    asked.replicas,
+                    asked.replicas * want
+                ));
+            }
+        }
         if asked.replicas == 0 || !workers.is_multiple_of(asked.replicas) {
             return Err(format!(
                 "{} replicas do not divide the cluster's {workers} workers",
@@ -296,6 +311,7 @@ mod tests {
             replications: r.to_vec(),
             n_read: 0,
             n_write: 0,
+            replica_workers: None,
         }
     }
 
@@ -333,6 +349,11 @@ mod tests {
         assert!(e(asked(3, [1, 1, 1], [1, 1, 1]), 4).contains("do not divide"));
         assert!(e(asked(1, [1, 1, 6], [1, 1, 1]), 8).contains("at most 5"));
         assert!(e(asked(2, [2, 2, 1], [1, 2, 1]), 4).contains("need 4 workers"));
+        let planned = Partitioning {
+            replica_workers: Some(3),
+            ..asked(2, [1; 3], [1; 3])
+        };
+        assert!(e(planned, 4).contains("2 replicas of 3 workers need 6 workers, the cluster has 4"));
         let mut short = asked(1, [1, 1, 1], [1, 1, 1]);
         short.partitions.pop();
         assert!(e(short, 1).contains("3 weight layers"));

@@ -36,6 +36,7 @@ fn split(replicas: usize, partitions: [usize; 3], replications: [usize; 3]) -> P
         replications: replications.to_vec(),
         n_read: 0,
         n_write: 0,
+        replica_workers: None,
     }
 }
 
@@ -182,4 +183,148 @@ fn a_partitioning_that_does_not_fit_is_refused_naming_why() {
         assert!(e.contains(why), "{e}");
         assert!(e.contains("dnn partitioning (replicas"), "{e}");
     }
+}
+
+/// `iterstore run dnn` on the tiny images (144-16-12-10), plus `extra`.
+fn cli(extra: &[&str]) -> std::process::Output {
+    let mut args = vec![
+        "run",
+        "dnn",
+        "--synthetic",
+        "tiny",
+        "--iters",
+        "2",
+        "--hidden",
+        "16,12",
+        "-q",
+    ];
+    args.extend(extra);
+    crate::util::iterstore(&args)
+}
+
+fn stderr(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn a_replica_over_two_processes_writes_one_workers_model_and_a_plan_runs() {
+    let dir = crate::util::scratch("dnn-partitioned-cli");
+    let (one, two) = (dir.join("one.tsv"), dir.join("two.tsv"));
+    let out = cli(&["--workers", "1", "--output", one.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let json = dir.join("two.json");
+    let out = cli(&[
+        "--workers",
+        "1",
+        "--processes",
+        "2",
+        "--replicas",
+        "1",
+        "--partitions",
+        "2,2,2",
+        "--output",
+        two.to_str().unwrap(),
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        std::fs::read(&one).unwrap() == std::fs::read(&two).unwrap(),
+        "the model split over 2 processes differs from one worker's"
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(report["params"]["replica_workers"], 2);
+    // The activations and error terms crossed between the processes.
+    let kinds = report["traffic"].to_string();
+    assert!(kinds.contains("Pass"), "{kinds}");
+
+    // A plan from the optimizer, run as it says (its triple needs 2 workers here).
+    let plan = dir.join("plan.json");
+    let out = crate::util::iterstore(&[
+        "plan",
+        "--model",
+        "mlp",
+        "--profile",
+        "example",
+        "--machines",
+        "3",
+        "--cores",
+        "2",
+        "-q",
+        "--output",
+        plan.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let planned: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&plan).unwrap()).unwrap();
+    let res = &planned["resources"];
+    let workers = res["replicas"].as_u64().unwrap() * res["workers"].as_u64().unwrap();
+    // The plan is for the app's default network.
+    let out = crate::util::iterstore(&[
+        "run",
+        "dnn",
+        "--synthetic",
+        "tiny",
+        "--iters",
+        "1",
+        "-q",
+        "--workers",
+        &workers.to_string(),
+        "--plan",
+        plan.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = crate::util::iterstore(&[
+        "run",
+        "dnn",
+        "--synthetic",
+        "tiny",
+        "-q",
+        "--workers",
+        &(workers + 1).to_string(),
+        "--plan",
+        plan.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("the cluster has"), "{}", stderr(&out));
+}
+
+#[test]
+fn partitioning_options_that_do_not_fit_are_refused_before_any_work() {
+    for (extra, want) in [
+        (
+            &["--partitions", "2,2"][..],
+            "--partitions: 2 values for the MLP's 3 weight layers",
+        ),
+        (
+            &["--model", "cnn", "--replicas", "1"][..],
+            "the CNN trains data-parallel",
+        ),
+        (
+            &["--plan", "/nonexistent/plan.json"][..],
+            "/nonexistent/plan.json",
+        ),
+        (
+            &["--plan", "p.json", "--replicas", "2"][..],
+            "cannot be used with",
+        ),
+        (
+            &[
+                "--workers",
+                "2",
+                "--replicas",
+                "1",
+                "--partitions",
+                "1,1,11",
+            ][..],
+            "at most 10",
+        ),
+    ] {
+        let out = cli(extra);
+        assert!(!out.status.success(), "{extra:?} succeeded");
+        assert!(stderr(&out).contains(want), "{extra:?}: {}", stderr(&out));
+    }
+    let out = crate::util::iterstore(&["run", "mf", "--replicas", "2"]);
+    assert!(stderr(&out).contains("--replicas is an option of `run dnn`"));
 }
