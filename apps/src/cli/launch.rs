@@ -7,7 +7,8 @@
 //! output is copied line by line, prefixed with `[rank R]`. Only rank 0 writes `--output`
 //! and `--json`. The exit status is the worst child's: when one fails, the others notice
 //! the lost peer and fail within seconds; any still running after a grace period are
-//! killed. Children die with the launcher (`PR_SET_PDEATHSIG`), also when it is killed.
+//! killed. With `--cpu-quota F` each child runs in its own CPU group of F cores (a cgroup,
+//! removed afterwards). Children die with the launcher (`PR_SET_PDEATHSIG`), also when it is killed.
 //! An interrupt or termination request (SIGINT, SIGTERM) is passed on to the children as
 //! SIGTERM, and the launcher waits for them (a grace period, then SIGKILL) before it
 //! removes its directory and exits with an error: nothing is left behind.
@@ -60,6 +61,14 @@ pub(crate) fn launch(args: &RunArgs, processes: usize, argv: &[OsString]) -> Res
     let secret = dir.path().join("secret");
     write_secret(&secret)?;
     let exe = std::env::current_exe().context("finding this program's path")?;
+    // One CPU group per process (removed after the processes, below).
+    let groups = match args.cpu_quota {
+        None => Vec::new(),
+        Some(cores) => (0..processes)
+            .map(|r| super::cgroup::CpuGroup::create(&format!("r{r}"), cores))
+            .collect::<Result<Vec<_>>>()
+            .context("--cpu-quota")?,
+    };
     catch_interrupts();
     let base = child_args(argv);
     tracing::info!(
@@ -88,6 +97,13 @@ pub(crate) fn launch(args: &RunArgs, processes: usize, argv: &[OsString]) -> Res
         let mut child = cmd
             .spawn()
             .with_context(|| format!("starting process {rank} ({})", exe.display()))?;
+        if let Some(group) = groups.get(rank) {
+            if let Err(e) = group.add(child.id()) {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(e.context(format!("placing process {rank} in its CPU group")));
+            }
+        }
         let copiers = [
             copy_lines(rank, child.stdout.take(), false),
             copy_lines(rank, child.stderr.take(), true),
@@ -100,6 +116,7 @@ pub(crate) fn launch(args: &RunArgs, processes: usize, argv: &[OsString]) -> Res
         });
     }
     let worst = wait_all(&mut children);
+    drop(groups);
     drop(dir);
     if INTERRUPTED.load(Ordering::SeqCst) {
         bail!("interrupted: the {processes} processes were stopped");
@@ -209,11 +226,16 @@ fn child_args(argv: &[OsString]) -> Vec<OsString> {
         if std::mem::take(&mut skip_next) {
             continue;
         }
-        if a == OsStr::new("--processes") {
-            skip_next = true;
-            continue;
+        // The launcher's own options.
+        for own in ["--processes", "--cpu-quota"] {
+            if a == OsStr::new(own) {
+                skip_next = true;
+            }
         }
-        if a.to_str().is_some_and(|s| s.starts_with("--processes=")) {
+        if skip_next
+            || a.to_str()
+                .is_some_and(|s| s.starts_with("--processes=") || s.starts_with("--cpu-quota="))
+        {
             continue;
         }
         out.push(a.clone());
@@ -295,7 +317,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn children_get_the_command_line_without_processes() {
+    fn children_get_the_command_line_without_the_launchers_options() {
         let argv: Vec<OsString> = [
             "iterstore",
             "run",
@@ -305,6 +327,9 @@ mod tests {
             "--workers",
             "1",
             "--processes=3",
+            "--cpu-quota",
+            "0.5",
+            "--cpu-quota=1",
         ]
         .iter()
         .map(OsString::from)

@@ -7,6 +7,7 @@
 
 mod bench;
 mod calibrate;
+mod cgroup;
 mod demo;
 mod launch;
 mod log;
@@ -466,6 +467,12 @@ pub struct RunArgs {
     /// mismatched checkpoint is refused, naming the file.
     #[arg(long, value_name = "DIR", help_heading = "Checkpoint options")]
     pub resume: Option<PathBuf>,
+    /// With --processes: run each process in its own CPU group limited to F cores (a
+    /// cgroup v1 CPU quota; needs root), so that the processes behave like machines of F
+    /// cores each.
+    #[arg(long, value_name = "F", help_heading = "Cluster options", requires = "processes",
+          value_parser = parse_cores)]
+    pub cpu_quota: Option<f64>,
     /// Seconds to wait at start-up for every other process to connect.
     #[arg(long, value_name = "S", default_value_t = 30, help_heading = "Cluster options",
           value_parser = clap::value_parser!(u64).range(1..=3600))]
@@ -574,6 +581,14 @@ fn at_least_one(s: &str) -> Result<usize, String> {
     match s.parse::<usize>() {
         Ok(0) => Err("must be at least 1".into()),
         Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+fn parse_cores(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(f) if f > 0.0 && f.is_finite() => Ok(f),
+        Ok(f) => Err(format!("{f} cores: give a positive number")),
         Err(e) => Err(e.to_string()),
     }
 }
