@@ -13,3 +13,4 @@ pub mod dnn;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod limit;
+pub mod validate;

@@ -138,6 +138,8 @@ pub fn fashion_mnist_training() -> Training {
         n_sample: 60_000,
         n_read: 70,
         n_write: 40,
+        batch: None,
+        synchronous_writes: None,
     }
 }
 

@@ -399,12 +399,27 @@ impl Model {
         self.training.n_sample as f64 / q
     }
 
+    /// Transfers of the weights per epoch on the critical path: each replica reads its
+    /// `N_sample / N_mr` samples' weights every `N_read` samples (the replicas read at the
+    /// same time; eq. 10's worst case already charges them contending for one server),
+    /// plus, with [`Training::synchronous_writes`], a write every `N_write`.
+    pub fn transfers_per_epoch(&self, res: &Resources) -> f64 {
+        let t = &self.training;
+        let per_replica = t.n_sample as f64 / f64::from(res.replicas.max(1));
+        let writes = if t.synchronous_writes.unwrap_or(false) {
+            per_replica / t.n_write as f64
+        } else {
+            0.0
+        };
+        per_replica / t.n_read as f64 + writes
+    }
+
     /// Layer `l`'s epoch seconds that depend on it alone: compute (eqs. 5, 7, 8 times eq.
-    /// 9's interference, over `Q(l)`) and its share of the parameter-server reads.
+    /// 9's interference, over `Q(l)`) and its share of the parameter-server transfers.
     pub fn node(&self, l: usize, cfg: &LayerConfig, res: &Resources) -> Components {
         let c = self.compute(l, cfg.partitions);
         let scale = self.profile.interference(cfg.threads) * self.per_epoch(cfg, res);
-        let reads = self.training.n_sample as f64 / self.training.n_read as f64;
+        let reads = self.transfers_per_epoch(res);
         Components {
             uf: c.uf * scale,
             ub: c.ub * scale,
@@ -430,6 +445,16 @@ impl Model {
         )
     }
 
+    /// Per sample: [`comm_time`] with the latency shared by the samples of one message
+    /// ([`Training::batch`]).
+    fn per_sample_comm(&self, count: f64, bits: f64, threads: u32) -> f64 {
+        if count <= 0.0 {
+            return 0.0;
+        }
+        let batch = self.training.batch.unwrap_or(1).max(1) as f64;
+        self.profile.latency(threads) / batch + count * bits / self.profile.bandwidth(threads)
+    }
+
     /// `M_f(l)` over an epoch for `activations` remote activations per sample.
     pub fn edge_forward(
         &self,
@@ -439,7 +464,7 @@ impl Model {
         activations: f64,
     ) -> f64 {
         let bits = self.shapes[l - 1].bits;
-        comm_time(&self.profile, activations, bits, upper.threads) * self.per_epoch(upper, res)
+        self.per_sample_comm(activations, bits, upper.threads) * self.per_epoch(upper, res)
     }
 
     /// `M_b(l − 1)` over an epoch for `errors` remote error terms per sample.
@@ -451,7 +476,7 @@ impl Model {
         errors: f64,
     ) -> f64 {
         let bits = self.shapes[l].bits;
-        comm_time(&self.profile, errors, bits, lower.threads) * self.per_epoch(lower, res)
+        self.per_sample_comm(errors, bits, lower.threads) * self.per_epoch(lower, res)
     }
 
     /// `T_epoch` of a configuration, with `traffic[l − 1]` the traffic between layers

@@ -158,8 +158,20 @@ pub struct Training {
     /// `N_read`: a replica reads the weights from the parameter servers every `n_read` samples.
     pub n_read: u64,
     /// `N_write`: a replica writes its updates every `n_write` samples. Writes are
-    /// asynchronous and cost no epoch time in the model (section 4.2.3); carried for the plan.
+    /// asynchronous and cost no epoch time in the model (section 4.2.3) unless
+    /// [`Training::synchronous_writes`].
     pub n_write: u64,
+    /// Samples a segment copy sends in one message to a connected segment (a mini-batch
+    /// share): the latency `C_ncost` of activations and error terms is paid once per
+    /// message. Absent: 1, the paper's one sample per message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch: Option<u64>,
+    /// Whether a replica waits for its writes as for its reads (iterstore under BSP/SSP:
+    /// a CLOCK sends the updates, and the next read needs them applied): each write costs
+    /// what a read of the same weights costs. Absent: `false`, the paper's asynchronous
+    /// writes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub synchronous_writes: Option<bool>,
 }
 
 /// An [`Error::Invalid`] about `field` of `origin`.
@@ -293,6 +305,7 @@ impl Training {
             ("n_sample", self.n_sample),
             ("n_read", self.n_read),
             ("n_write", self.n_write),
+            ("batch", self.batch.unwrap_or(1)),
         ] {
             if v == 0 {
                 return Err(invalid(origin, field, "must be at least 1"));

@@ -284,10 +284,12 @@ fn die_with_parent(cmd: &mut Command) {
 }
 
 /// A private temporary directory, removed on drop.
-struct TempDir(PathBuf);
+pub(crate) struct TempDir(PathBuf);
 
 impl TempDir {
-    fn new() -> Result<TempDir> {
+    /// A fresh directory under the system's temporary directory, readable by this user
+    /// only, removed when dropped.
+    pub(crate) fn new() -> Result<TempDir> {
         use std::os::unix::fs::DirBuilderExt;
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -301,7 +303,8 @@ impl TempDir {
         Ok(TempDir(path))
     }
 
-    fn path(&self) -> &Path {
+    /// The directory.
+    pub(crate) fn path(&self) -> &Path {
         &self.0
     }
 }

@@ -13,6 +13,7 @@ mod launch;
 mod log;
 mod plan;
 mod run;
+mod validate;
 
 use std::path::PathBuf;
 
@@ -130,28 +131,84 @@ fn parse_unit(s: &str) -> Result<f64, String> {
 #[derive(Debug, Args)]
 pub struct PlanArgs {
     /// The network: a JSON file, or the built-in `mlp` or `cnn` (Fashion-MNIST).
-    #[arg(long, value_name = "M")]
-    pub model: String,
-    /// The hardware profile: a JSON file, or the built-in `example`.
-    #[arg(long, value_name = "P")]
-    pub profile: String,
+    #[arg(long, value_name = "M", required_unless_present = "validate")]
+    pub model: Option<String>,
+    /// The hardware profile: a JSON file, or the built-in `example` [with --validate:
+    /// measured by `iterstore calibrate` first].
+    #[arg(long, value_name = "P", required_unless_present = "validate")]
+    pub profile: Option<String>,
     /// Machines (N), parameter servers and workers together; 2 to 48. The search grows as
     /// N^4 (20 machines: under half a second here; 48: tens of seconds).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(2..=48))]
-    pub machines: u32,
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(2..=48),
+          required_unless_present = "validate", conflicts_with = "validate")]
+    pub machines: Option<u32>,
     /// Cores per machine (K): the most threads a layer may use; 1 to 256.
-    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..=256))]
-    pub cores: u32,
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..=256),
+          required_unless_present = "validate", conflicts_with = "validate")]
+    pub cores: Option<u32>,
     /// Training settings as a JSON file [default: Fashion-MNIST, 60000 samples, read every
     /// 70, write every 40].
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with = "validate")]
     pub training: Option<PathBuf>,
     /// Write the chosen configuration here as a versioned plan file.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with = "validate")]
     pub output: Option<PathBuf>,
     /// How many of the fastest configurations to print.
     #[arg(long, default_value_t = 5, value_name = "T", value_parser = at_least_one)]
     pub top: usize,
+
+    /// Check the model against measurement: calibrate this machine (unless --profile),
+    /// run 9 configurations of the DNN app's MLP as local processes (different N_ps,
+    /// N_mr, N_wr, partitions, replications and N_read/N_write; each process a machine of
+    /// --cpu-quota cores where cgroups allow), and print each one's estimated and measured
+    /// epoch time, the errors and the rank correlation.
+    #[arg(long, help_heading = "Validation")]
+    pub validate: bool,
+    /// --validate: train on Fashion-MNIST in DIR (tools/fetch-data fashion-mnist) [default:
+    /// --synthetic small, 6000 28x28 images].
+    #[arg(
+        long,
+        value_name = "DIR",
+        help_heading = "Validation",
+        requires = "validate",
+        conflicts_with = "synthetic"
+    )]
+    pub data: Option<PathBuf>,
+    /// --validate: seeded synthetic images of this size instead of --data: tiny, small,
+    /// medium, large or xlarge.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, help_heading = "Validation",
+          requires = "validate")]
+    pub synthetic: Option<String>,
+    /// --validate: epochs per configuration; the last one is measured.
+    #[arg(long, default_value_t = 2, value_name = "N", value_parser = at_least_one,
+          help_heading = "Validation")]
+    pub iters: usize,
+    /// --validate: the MLP's hidden layers [default: run dnn's, 512,256].
+    #[arg(long, value_name = "N,..", value_delimiter = ',', value_parser = at_least_one,
+          help_heading = "Validation", requires = "validate")]
+    pub hidden: Option<Vec<usize>>,
+    /// --validate: cores of each emulated machine (a cgroup CPU quota per process; needs
+    /// root) [default: this machine's CPUs / 4, the most machines a configuration uses].
+    #[arg(long, value_name = "F", value_parser = parse_cores, help_heading = "Validation",
+          requires = "validate")]
+    pub cpu_quota: Option<f64>,
+    /// --validate: write the configurations with their estimated and measured seconds as
+    /// JSON to FILE.
+    #[arg(
+        long,
+        value_name = "FILE",
+        help_heading = "Validation",
+        requires = "validate"
+    )]
+    pub json: Option<PathBuf>,
+    /// --validate: write the estimated-against-measured chart (SVG) to FILE.
+    #[arg(
+        long,
+        value_name = "FILE",
+        help_heading = "Validation",
+        requires = "validate"
+    )]
+    pub svg: Option<PathBuf>,
 }
 
 /// Options of `iterstore bench`.
@@ -550,6 +607,7 @@ pub fn main(cli: Cli, args: &[std::ffi::OsString]) -> Result<()> {
         }
         Command::Demo => demo::demo(),
         Command::Bench(args) => bench::bench(&args, command_line),
+        Command::Plan(args) if args.validate => validate::validate(&args),
         Command::Plan(args) => plan::plan(&args),
         Command::Calibrate(args) => calibrate::run(&args),
     }

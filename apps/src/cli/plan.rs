@@ -26,7 +26,7 @@ fn network(arg: &str) -> Result<(Network, String)> {
 }
 
 /// The profile named by `--profile`: a built-in, else a file.
-fn profile(arg: &str, cluster: &Cluster) -> Result<Profile> {
+pub(crate) fn profile(arg: &str, cluster: &Cluster) -> Result<Profile> {
     let (profile, origin) = match builtin::profile(arg) {
         Some(p) => (p, format!("built-in profile `{arg}`")),
         None => (spec::load::<Profile>(Path::new(arg))?, arg.to_string()),
@@ -50,13 +50,15 @@ fn training(arg: Option<&Path>) -> Result<Training> {
 
 /// Runs `iterstore plan`.
 pub fn plan(args: &PlanArgs) -> Result<()> {
-    let cluster = Cluster {
-        machines: args.machines,
-        cores: args.cores,
+    let (Some(machines), Some(cores), Some(model), Some(profile_arg)) =
+        (args.machines, args.cores, &args.model, &args.profile)
+    else {
+        bail!("iterstore plan needs --model, --profile, --machines and --cores (or --validate)");
     };
+    let cluster = Cluster { machines, cores };
     cluster.validate()?;
-    let (net, _) = network(&args.model)?;
-    let profile = profile(&args.profile, &cluster)?;
+    let (net, _) = network(model)?;
+    let profile = profile(profile_arg, &cluster)?;
     let training = training(args.training.as_deref())?;
     if let Some(out) = &args.output {
         let dir = out

@@ -299,3 +299,57 @@ fn plan_reads_a_version_1_profile_as_calibrate_wrote_it_before_version_2() {
         "{err}"
     );
 }
+
+#[test]
+fn validate_runs_nine_configurations_and_compares_them_with_the_model() {
+    let dir = scratch("plan-validate");
+    let (json, svg) = (dir.join("v.json"), dir.join("v.svg"));
+    let o = iterstore(&[
+        "plan",
+        "--validate",
+        "--profile",
+        "example",
+        "--synthetic",
+        "tiny",
+        "--hidden",
+        "16,12",
+        "--iters",
+        "1",
+        "--json",
+        json.to_str().unwrap(),
+        "--svg",
+        svg.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    assert!(out.contains("rank correlation (Spearman)"), "{out}");
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let configs = report["configs"].as_array().unwrap();
+    assert_eq!(configs.len(), 9);
+    let distinct = |key: &str| {
+        let mut v: Vec<String> = configs.iter().map(|c| c[key].to_string()).collect();
+        v.sort();
+        v.dedup();
+        v.len()
+    };
+    for key in ["parameter_servers", "replicas", "replica_workers", "partitions", "n_read"] {
+        assert!(distinct(key) >= 2, "{key} does not vary");
+    }
+    for c in configs {
+        assert!(c["estimated_s"].as_f64().unwrap() > 0.0, "{c}");
+        assert!(c["measured_s"].as_f64().unwrap() > 0.0, "{c}");
+    }
+    let rho = report["rank_correlation"].as_f64().unwrap();
+    assert!((-1.0..=1.0).contains(&rho));
+    assert_eq!(report["sizes"], serde_json::json!([144, 16, 12, 10]));
+    assert!(std::fs::read_to_string(&svg).unwrap().starts_with("<svg"));
+    for (args, want) in [
+        (&["plan", "--validate", "--model", "cnn"][..], "runs the DNN app's MLP"),
+        (&["plan", "--validate", "--machines", "4"][..], "cannot be used with"),
+        (&["plan", "--model", "mlp"][..], "--profile"),
+    ] {
+        let o = iterstore(args);
+        assert!(!o.status.success(), "{args:?}");
+        assert!(text(&o.stderr).contains(want), "{args:?}: {}", text(&o.stderr));
+    }
+}

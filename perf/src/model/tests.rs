@@ -174,3 +174,34 @@ fn the_estimate_is_the_sum_of_its_breakdown() {
         "the top layer has its error from the labels"
     );
 }
+
+#[test]
+fn replicas_share_the_reads_writes_can_wait_and_a_message_carries_a_batch() {
+    let mut training = builtin::fashion_mnist_training();
+    let res = |replicas| Resources {
+        parameter_servers: 1,
+        replicas,
+        workers: 1,
+    };
+    let m = Model::new(&builtin::mlp(), &builtin::example_profile(), &training);
+    // Each replica reads every N_read of its own N_sample / N_mr samples.
+    let one_replica = m.transfers_per_epoch(&res(1));
+    assert!((one_replica - 60_000.0 / 70.0).abs() < 1e-9);
+    assert!((m.transfers_per_epoch(&res(4)) - one_replica / 4.0).abs() < 1e-9);
+    // Synchronous writes add a transfer every N_write samples.
+    training.synchronous_writes = Some(true);
+    let m = Model::new(&builtin::mlp(), &builtin::example_profile(), &training);
+    let with_writes = m.transfers_per_epoch(&res(1));
+    assert!((with_writes - (60_000.0 / 70.0 + 60_000.0 / 40.0)).abs() < 1e-9);
+    // A message of 32 samples pays the latency once: per sample, a 32nd of it.
+    let two = one(2, 1, 1);
+    let per_sample = |batch| {
+        let mut t = builtin::fashion_mnist_training();
+        t.batch = batch;
+        let m = Model::new(&builtin::mlp(), &builtin::example_profile(), &t);
+        m.edge_forward(1, &two, &res(1), 0.0) + m.edge_forward(1, &two, &res(1), 100.0)
+    };
+    let (alone, batched) = (per_sample(None), per_sample(Some(32)));
+    let latency = builtin::example_profile().latency(1) * 60_000.0;
+    assert!(((alone - batched) - latency * (1.0 - 1.0 / 32.0)).abs() < 1e-6 * alone);
+}

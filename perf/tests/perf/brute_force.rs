@@ -105,6 +105,8 @@ fn instance() -> impl Strategy<Value = (Model, Cluster)> {
                     n_sample,
                     n_read,
                     n_write: 1,
+                    batch: None,
+                    synchronous_writes: None,
                 };
                 (
                     Model::from_shapes(shapes, profile, training),

@@ -113,7 +113,8 @@ fn by_parameter_servers(
 
 /// Sections 6.2.1 and 6.2.2: more parameter servers help while their bandwidth is the
 /// bottleneck, and stop helping once they are not (eq. 11: beyond `N_wr` servers a
-/// replica cannot use more links; and a small network barely waits for them at all).
+/// replica cannot use more links; and a small network barely waits for them: the seconds
+/// more servers save it are a few hundredths of the large network's).
 #[test]
 fn adding_parameter_servers_stops_helping_once_they_are_not_the_bottleneck() {
     let cluster = Cluster {
@@ -131,7 +132,7 @@ fn adding_parameter_servers_stops_helping_once_they_are_not_the_bottleneck() {
         "helps up to N_wr = 4: {t:?}"
     );
     assert!(
-        t[0] / t[1] > 1.05,
+        t[0] / t[1] > 1.02,
         "a second server helps the large network: {t:?}"
     );
     for more in &t[4..] {
@@ -154,8 +155,8 @@ fn adding_parameter_servers_stops_helping_once_they_are_not_the_bottleneck() {
     );
     let s = by_parameter_servers(&small, &cluster, 4, 4, 4);
     assert!(
-        s[0] / s[3] < t[0] / t[3],
-        "the small network gains less: {s:?} vs {t:?}"
+        (s[0] - s[3]) < 0.01 * (t[0] - t[3]),
+        "the small network saves far fewer seconds: {s:?} vs {t:?}"
     );
 }
 
