@@ -648,6 +648,53 @@ impl Cluster {
         Ok(Table::new(self.id, &meta))
     }
 
+    /// [`create_table`](Self::create_table) with every row of the table on the global
+    /// server shards `shards` (a non-empty range of `0..processes × Config::shards`;
+    /// process `p`'s shards are `p × shards ..`): for example the weights of a model on
+    /// dedicated parameter-server processes. Rows hash over those shards; locality
+    /// placement leaves them there. Every process must create the table with the same
+    /// range: this call all-gathers it and fails naming a process that differs.
+    pub fn create_table_on<T: Element>(
+        &mut self,
+        name: &str,
+        width: usize,
+        shards: std::ops::Range<usize>,
+    ) -> Result<Table<T>> {
+        let total = self.shared.world.total_shards();
+        if shards.is_empty() || shards.end > total {
+            return Err(Error::config(
+                "shards",
+                format!("table {name:?} on shards {shards:?}: the cluster has shards 0..{total}"),
+            ));
+        }
+        let table = self.create_table::<T>(name, width)?;
+        let mine = [
+            i64::from(table.id()),
+            shards.start as i64,
+            shards.end as i64,
+        ];
+        let all = self.all_gather(&mine)?;
+        if let Some(p) = all.iter().position(|other| other.as_slice() != mine) {
+            return Err(Error::failed(
+                format!("table {name:?}"),
+                format!(
+                    "process {p} put it on shards {}..{}, process {} on {shards:?}",
+                    all[p].get(1).copied().unwrap_or(0),
+                    all[p].get(2).copied().unwrap_or(0),
+                    self.shared.process
+                ),
+            ));
+        }
+        let mut placement = (*self.shared.placement()).clone();
+        placement.restrict(
+            table.id(),
+            shards.start as u32,
+            (shards.end - shards.start) as u32,
+        );
+        self.shared.set_placement(placement);
+        Ok(table)
+    }
+
     /// The handle of the existing table `name`, which must hold `T`.
     pub fn table<T: Element>(&self, name: &str) -> Result<Table<T>> {
         let meta = self.registry.by_name(name)?;
@@ -948,7 +995,16 @@ impl Cluster {
         }
         let uses: Vec<(crate::RowKey, u64, Vec<u64>)> =
             uses.into_iter().map(|(k, (b, a))| (k, b, a)).collect();
-        let hashed = crate::placement::Placement::hashed(self.shared.world.total_shards());
+        let hashed = self.shared.placement().without_overrides();
+        if (self.runs > 0 || self.resumed) && hashed.has_restrictions() {
+            // Shards migrate rows by the hash and the overrides alone: a table kept on a
+            // range of shards would be moved off it.
+            tracing::warn!(
+                "locality placement skipped: rows holding values would have to migrate, \
+                 and a table is kept on a range of shards (create_table_on)"
+            );
+            return Ok(());
+        }
         let placed = crate::placement::by_locality(
             &hashed,
             &uses,

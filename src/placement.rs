@@ -5,16 +5,21 @@
 //! The default is a **stable hash** ([`stable_hash`], version 1 of the protocol): part of
 //! the wire contract, unlike a `std`/Fx hasher, which may change between releases.
 //! Per-row overrides (rows placed on the process that uses them most) take precedence;
-//! rows without one keep the hash.
+//! rows without one keep the hash. A table may be **restricted** to a range of shards
+//! (`Cluster::create_table_on`): its rows hash over those shards only, and locality
+//! placement leaves them there.
 
 use crate::RowKey;
 use rustc_hash::FxHashMap;
 
-/// Which shard holds each row: a stable hash, with per-row overrides.
+/// Which shard holds each row: a stable hash, with per-row overrides and per-table shard
+/// ranges.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Placement {
     shards: u32,
     overrides: FxHashMap<RowKey, u32>,
+    /// Table id → `(first shard, shards)` its rows hash over.
+    restricted: FxHashMap<u32, (u32, u32)>,
 }
 
 impl Placement {
@@ -23,7 +28,33 @@ impl Placement {
         Placement {
             shards: shards.max(1) as u32,
             overrides: FxHashMap::default(),
+            restricted: FxHashMap::default(),
         }
+    }
+
+    /// This placement without its per-row overrides (table ranges kept).
+    pub(crate) fn without_overrides(&self) -> Self {
+        Placement {
+            overrides: FxHashMap::default(),
+            ..self.clone()
+        }
+    }
+
+    /// Puts every row of `table` on the shards `first .. first + count` (by the stable
+    /// hash over them).
+    pub(crate) fn restrict(&mut self, table: u32, first: u32, count: u32) {
+        debug_assert!(count >= 1 && first + count <= self.shards);
+        self.restricted.insert(table, (first, count.max(1)));
+    }
+
+    /// Whether `table` is restricted to a range of shards.
+    pub(crate) fn is_restricted(&self, table: u32) -> bool {
+        self.restricted.contains_key(&table)
+    }
+
+    /// Whether any table is restricted.
+    pub(crate) fn has_restrictions(&self) -> bool {
+        !self.restricted.is_empty()
     }
 
     /// Number of shards rows are spread over.
@@ -56,6 +87,11 @@ impl Placement {
                 return s;
             }
         }
+        if !self.restricted.is_empty() {
+            if let Some(&(first, count)) = self.restricted.get(&key.table) {
+                return first + (stable_hash(key) % u64::from(count)) as u32;
+            }
+        }
         (stable_hash(key) % u64::from(self.shards)) as u32
     }
 }
@@ -82,6 +118,9 @@ pub(crate) fn by_locality(
     let cap = (total as f64 / processes as f64 * imbalance).ceil() as u64;
     let mut load = vec![0u64; processes];
     for (key, bytes, accesses) in uses {
+        if hashed.is_restricted(key.table) {
+            continue;
+        }
         let mut order: Vec<usize> = (0..processes).collect();
         order.sort_by(|&a, &b| {
             let use_of = |p: usize| accesses.get(p).copied().unwrap_or(0);
@@ -137,6 +176,32 @@ mod tests {
             stable_hash(RowKey::new(0, 1)),
             stable_hash(RowKey::new(1, 0))
         );
+    }
+
+    #[test]
+    fn a_restricted_table_stays_on_its_shards_and_locality_leaves_it_there() {
+        let mut p = Placement::hashed(6);
+        p.restrict(1, 4, 2);
+        let mut counts = [0usize; 6];
+        for r in 0..600 {
+            counts[p.shard_of(RowKey::new(1, r)) as usize] += 1;
+        }
+        assert_eq!(counts[..4], [0; 4], "{counts:?}");
+        assert!(counts[4] > 200 && counts[5] > 200, "{counts:?}");
+        // Other tables still spread over every shard.
+        assert!((0..600).any(|r| p.shard_of(RowKey::new(0, r)) < 4));
+        // Locality placement moves unrestricted rows only.
+        let uses = vec![
+            (RowKey::new(1, 7), 8, vec![9, 0, 0]),
+            (RowKey::new(0, 7), 8, vec![9, 0, 0]),
+        ];
+        let placed = by_locality(&p, &uses, 2, 2.0);
+        assert_eq!(
+            placed.shard_of(RowKey::new(1, 7)),
+            p.shard_of(RowKey::new(1, 7))
+        );
+        assert!(placed.shard_of(RowKey::new(0, 7)) < 2, "moved to process 0");
+        assert_eq!(placed.without_overrides(), p);
     }
 
     #[test]

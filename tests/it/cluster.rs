@@ -364,3 +364,71 @@ fn network_traffic_is_counted_by_kind_of_message() {
         );
     }
 }
+
+/// Sums of 4 updates to 50 rows of a table, and each row's home process, on 3 processes of
+/// 1 worker; `on`: the table is kept on process 2's shard.
+fn kept_on(mode: iterstore::Mode, on: bool) -> Vec<(Vec<(u64, Vec<i64>)>, Vec<usize>, u64)> {
+    within(60, move || {
+        Cluster::run_local_processes(Config::new(1).with_mode(mode), 3, |c| {
+            let t = if on {
+                c.create_table_on::<i64>("t", 1, 2..3)?
+            } else {
+                c.create_table::<i64>("t", 1)?
+            };
+            let step = |w: &mut iterstore::Worker<'_>| {
+                for r in 0..50u64 {
+                    w.update(&t, r, &[w.id() as i64 + 1])?;
+                    let mut v = [0i64];
+                    w.read(&t, r, &mut v)?;
+                }
+                w.clock()
+            };
+            if c.config().mode == iterstore::Mode::Virtual {
+                c.virtual_iteration(step)?;
+            }
+            for _ in 0..4 {
+                c.run(step)?;
+            }
+            let homes = (0..50)
+                .map(|r| c.home_of(&t, r))
+                .collect::<iterstore::Result<_>>()?;
+            Ok((c.snapshot(&t)?, homes, c.stats().bytes_sent))
+        })
+        .unwrap()
+    })
+}
+
+#[test]
+fn a_table_kept_on_some_shards_lives_there_and_gives_the_same_answers() {
+    for mode in [iterstore::Mode::Generic, iterstore::Mode::Virtual] {
+        let free = kept_on(mode, false);
+        let kept = kept_on(mode, true);
+        for (rank, ((rows, homes, _), (free_rows, free_homes, _))) in
+            kept.iter().zip(&free).enumerate()
+        {
+            assert_eq!(rows, free_rows, "{mode:?}: process {rank}'s snapshot");
+            assert!(homes.iter().all(|&h| h == 2), "{mode:?}: {homes:?}");
+            assert!(
+                free_homes.iter().any(|&h| h != 2),
+                "{mode:?}: spread when free"
+            );
+        }
+        assert_eq!(kept[0].0[0].1, vec![4 * (1 + 2 + 3)]);
+    }
+    // A range outside the cluster, or one the processes disagree on, is refused.
+    let e = within(30, || {
+        Cluster::run_local_processes(Config::new(1), 2, |c| {
+            c.create_table_on::<i64>("t", 1, 1..3).map(|_| ())
+        })
+        .unwrap_err()
+    });
+    assert!(e.to_string().contains("the cluster has shards 0..2"), "{e}");
+    let e = within(30, || {
+        Cluster::run_local_processes(Config::new(1), 2, |c| {
+            let r = c.rank();
+            c.create_table_on::<i64>("t", 1, r..r + 1).map(|_| ())
+        })
+        .unwrap_err()
+    });
+    assert!(e.to_string().contains("put it on shards"), "{e}");
+}

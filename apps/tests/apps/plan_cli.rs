@@ -332,7 +332,13 @@ fn validate_runs_nine_configurations_and_compares_them_with_the_model() {
         v.dedup();
         v.len()
     };
-    for key in ["parameter_servers", "replicas", "replica_workers", "partitions", "n_read"] {
+    for key in [
+        "parameter_servers",
+        "replicas",
+        "replica_workers",
+        "partitions",
+        "n_read",
+    ] {
         assert!(distinct(key) >= 2, "{key} does not vary");
     }
     for c in configs {
@@ -344,12 +350,22 @@ fn validate_runs_nine_configurations_and_compares_them_with_the_model() {
     assert_eq!(report["sizes"], serde_json::json!([144, 16, 12, 10]));
     assert!(std::fs::read_to_string(&svg).unwrap().starts_with("<svg"));
     for (args, want) in [
-        (&["plan", "--validate", "--model", "cnn"][..], "runs the DNN app's MLP"),
-        (&["plan", "--validate", "--machines", "4"][..], "cannot be used with"),
+        (
+            &["plan", "--validate", "--model", "cnn"][..],
+            "runs the DNN app's MLP",
+        ),
+        (
+            &["plan", "--validate", "--machines", "4"][..],
+            "cannot be used with",
+        ),
         (&["plan", "--model", "mlp"][..], "--profile"),
     ] {
         let o = iterstore(args);
         assert!(!o.status.success(), "{args:?}");
-        assert!(text(&o.stderr).contains(want), "{args:?}: {}", text(&o.stderr));
+        assert!(
+            text(&o.stderr).contains(want),
+            "{args:?}: {}",
+            text(&o.stderr)
+        );
     }
 }
