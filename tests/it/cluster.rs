@@ -365,9 +365,12 @@ fn network_traffic_is_counted_by_kind_of_message() {
     }
 }
 
+/// A process's snapshot of a table, its rows' home processes and its bytes sent.
+type Kept = (Vec<(u64, Vec<i64>)>, Vec<usize>, u64);
+
 /// Sums of 4 updates to 50 rows of a table, and each row's home process, on 3 processes of
 /// 1 worker; `on`: the table is kept on process 2's shard.
-fn kept_on(mode: iterstore::Mode, on: bool) -> Vec<(Vec<(u64, Vec<i64>)>, Vec<usize>, u64)> {
+fn kept_on(mode: iterstore::Mode, on: bool) -> Vec<Kept> {
     within(60, move || {
         Cluster::run_local_processes(Config::new(1).with_mode(mode), 3, |c| {
             let t = if on {
