@@ -4,12 +4,11 @@
 //! ([`spearman`]) and the chart ([`chart_svg`]). The running itself is the CLI's.
 //!
 //! **How a configuration maps onto the model.** Every process is one machine with one
-//! worker (`K = 1`, one thread per segment copy); the `N_mr × N_wr` workers are the
-//! replicas'. The parameter servers are the cluster's shards (`N_ps` = processes ×
-//! shards per process); they run inside the worker processes, where the model gives them
-//! machines of their own and charges them no CPU. A replica reads every mini-batch by
-//! default, so `N_read` is its share of a mini-batch (`batch / N_mr`, rounded up), or a
-//! multiple of it.
+//! worker and one shard (`K = 1`, one thread per segment copy): the first `N_mr × N_wr`
+//! are the replicas' workers, the last `N_ps` the parameter servers (the weights are kept
+//! on their shards, `Cluster::create_table_on`; their workers stay idle), as the model
+//! has them. A replica reads every mini-batch by default, so `N_read` is its share of a
+//! mini-batch (`batch / N_mr`, rounded up), or a multiple of it.
 
 use std::fmt::Write as _;
 
@@ -26,8 +25,8 @@ pub struct Config {
     pub replicas: usize,
     /// `N_wr`.
     pub replica_workers: usize,
-    /// Server shards per process.
-    pub shards: usize,
+    /// `N_ps`: parameter-server processes.
+    pub servers: usize,
     /// `P(l)` per weight layer.
     pub partitions: Vec<usize>,
     /// `R(l)` per weight layer.
@@ -37,14 +36,15 @@ pub struct Config {
 }
 
 impl Config {
-    /// Processes (machines) it runs on: `N_mr × N_wr`, one worker each.
+    /// Processes (machines) it runs on: `N_ps + N_mr × N_wr`, one worker and one shard
+    /// each.
     pub fn processes(&self) -> usize {
-        self.replicas * self.replica_workers
+        self.servers + self.replicas * self.replica_workers
     }
 
-    /// `N_ps`: the cluster's shards.
+    /// `N_ps`.
     pub fn parameter_servers(&self) -> usize {
-        self.processes() * self.shards
+        self.servers
     }
 
     /// `N_read` (= `N_write`) in samples, for mini-batches of `batch` over all replicas.
@@ -141,7 +141,7 @@ pub fn mlp_network(sizes: &[usize]) -> Network {
 }
 
 /// The configurations of an MLP of `layers` weight layers (at least 2) that `plan
-/// --validate` runs, on at most 4 machines: different `N_ps`, `N_mr`, `N_wr`, partitions,
+/// --validate` runs, on at most 5 machines: different `N_ps`, `N_mr`, `N_wr`, partitions,
 /// replications and synchronisation rates.
 pub fn configs(layers: usize) -> Vec<Config> {
     assert!(layers >= 2, "an MLP with a hidden layer");
@@ -151,35 +151,36 @@ pub fn configs(layers: usize) -> Vec<Config> {
         v.push(out);
         v
     };
-    let c = |name: &str, replicas, replica_workers, shards, p: Vec<usize>, r: Vec<usize>, sync| {
+    let c = |name: &str, servers, replicas, replica_workers, p: Vec<usize>, r: Vec<usize>, sync| {
         Config {
             name: name.into(),
             replicas,
             replica_workers,
-            shards,
+            servers,
             partitions: p,
             replications: r,
             sync_every: sync,
         }
     };
     vec![
-        c("1 machine", 1, 1, 1, per(1, 1), per(1, 1), 1),
-        c("2 replicas", 2, 1, 1, per(1, 1), per(1, 1), 1),
-        c(
-            "2 replicas, 2 shards each",
-            2,
-            1,
-            2,
-            per(1, 1),
-            per(1, 1),
-            1,
-        ),
-        c("2 replicas, sync every 4", 2, 1, 1, per(1, 1), per(1, 1), 4),
+        c("1 replica", 1, 1, 1, per(1, 1), per(1, 1), 1),
+        c("2 replicas", 1, 2, 1, per(1, 1), per(1, 1), 1),
+        c("2 replicas, 2 servers", 2, 2, 1, per(1, 1), per(1, 1), 1),
+        c("2 replicas, sync every 4", 1, 2, 1, per(1, 1), per(1, 1), 4),
         c(
             "1 replica of 2, partitioned",
             1,
+            1,
+            2,
+            per(2, 1),
+            per(1, 1),
+            1,
+        ),
+        c(
+            "1 replica of 2, 2 servers",
             2,
             1,
+            2,
             per(2, 1),
             per(1, 1),
             1,
@@ -187,18 +188,18 @@ pub fn configs(layers: usize) -> Vec<Config> {
         c(
             "1 replica of 2, replicated",
             1,
-            2,
             1,
+            2,
             per(1, 1),
             per(2, 2),
             1,
         ),
-        c("4 replicas", 4, 1, 1, per(1, 1), per(1, 1), 1),
+        c("4 replicas", 1, 4, 1, per(1, 1), per(1, 1), 1),
         c(
             "2 replicas of 2, partitioned",
-            2,
-            2,
             1,
+            2,
+            2,
             per(2, 1),
             per(1, 1),
             1,
@@ -206,8 +207,8 @@ pub fn configs(layers: usize) -> Vec<Config> {
         c(
             "1 replica of 4, partitioned",
             1,
-            4,
             1,
+            4,
             per(4, 2),
             per(1, 1),
             1,
@@ -443,13 +444,13 @@ mod tests {
             v.dedup();
             v.len()
         };
-        assert!(distinct(&|c| c.parameter_servers().to_string()) >= 3);
+        assert!(distinct(&|c| c.parameter_servers().to_string()) >= 2);
         assert!(distinct(&|c| c.replicas.to_string()) >= 3);
         assert!(distinct(&|c| c.replica_workers.to_string()) >= 3);
         assert!(distinct(&|c| format!("{:?}", c.partitions)) >= 3);
         assert!(distinct(&|c| c.sync_every.to_string()) >= 2);
         for c in &all {
-            assert!(c.processes() <= 4, "{}", c.name);
+            assert!(c.processes() <= 5, "{}", c.name);
             for (p, r) in c.partitions.iter().zip(&c.replications) {
                 assert!(p * r <= c.replica_workers, "{}", c.name);
             }
@@ -466,7 +467,7 @@ mod tests {
             .map(|c| c.estimate(&sizes, &profile, 6000, 64).epoch_s)
             .collect();
         assert!(est.iter().all(|&e| e > 0.0 && e.is_finite()), "{est:?}");
-        assert!(est[6] < est[0], "4 replicas beat 1 machine: {est:?}");
+        assert!(est[7] < est[0], "4 replicas beat 1: {est:?}");
         let svg = chart_svg(
             "t",
             &all.iter()

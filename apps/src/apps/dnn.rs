@@ -371,7 +371,7 @@ pub fn run_partitioned_in(
     params.validate()?;
     let layout = Layout::new(asked, &spec, cluster.total_workers(), params.batch)
         .map_err(|e| AppError::Invalid(format!("dnn partitioning ({asked}): {e}")))?;
-    if layout.is_data_parallel() && layout.read_every == 1 && layout.write_every == 1 {
+    if layout.is_data_parallel(cluster.total_workers()) {
         let mut outcome = run_network_in(cluster, cfg, params, data, zeros, observer)?;
         outcome.report.param("partitioning", asked.to_string());
         return Ok(outcome);
@@ -382,8 +382,17 @@ pub fn run_partitioned_in(
     report.param("layout", layout.describe().join("; "));
     let n = data.train.len();
     let clocks = clocks(n, params.batch);
+    let shards = layout
+        .shards(cluster.processes() * cfg.shards)
+        .map_err(|e| AppError::Invalid(format!("dnn partitioning ({asked}): {e}")))?;
+    report.param("weight_shards", format!("{shards:?}"));
     let (setup, setup_s) = timed(|| -> Result<_, AppError> {
-        let tables = create_tables(cluster, &zeros)?;
+        let tables = (0..zeros.layer_count())
+            .map(|l| {
+                let name = format!("dnn.w{l}");
+                cluster.create_table_on::<f32>(&name, zeros.width(l), shards.clone())
+            })
+            .collect::<iterstore::Result<Vec<_>>>()?;
         let capacity = n.div_ceil(layout.replicas).div_ceil(clocks);
         let first = cluster.rank() * cfg.workers;
         let states: Vec<partitioned::State> = (first..first + cfg.workers)

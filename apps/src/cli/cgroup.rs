@@ -10,8 +10,9 @@ use anyhow::{bail, Context, Result};
 
 /// Where cgroup v1's `cpu` controller is mounted.
 const ROOT: &str = "/sys/fs/cgroup/cpu";
-/// The scheduling period the quota is a share of, in microseconds.
-const PERIOD_US: u64 = 100_000;
+/// The scheduling period the quota is a share of, in microseconds: short, so that a
+/// throttled process stalls its peers for milliseconds, not for most of a 100 ms period.
+const PERIOD_US: u64 = 10_000;
 
 /// A cgroup `iterstore-<pid>-<name>` limited to `cores` cores' worth of CPU time.
 #[derive(Debug)]
@@ -88,7 +89,7 @@ mod tests {
             let g = CpuGroup::create("test", 0.25).unwrap();
             path = g.path.clone();
             let quota = std::fs::read_to_string(path.join("cpu.cfs_quota_us")).unwrap();
-            assert_eq!(quota.trim(), "25000");
+            assert_eq!(quota.trim(), "2500");
             let mut child = std::process::Command::new("sleep")
                 .arg("5")
                 .spawn()

@@ -89,7 +89,7 @@ pub enum Command {
     Bench(Box<BenchArgs>),
     /// Plan distributed DNN training: search the configurations of a cluster with the
     /// performance model (Yan et al., KDD'15), print the fastest and write the chosen plan.
-    Plan(PlanArgs),
+    Plan(Box<PlanArgs>),
     /// Measure this machine's hardware profile for the performance model (the dense
     /// kernels' costs, their slow-down on H threads, and the latency and bandwidth of the
     /// store's TCP transport on 127.0.0.1) and write it for `iterstore plan --profile`.
@@ -158,7 +158,7 @@ pub struct PlanArgs {
     pub top: usize,
 
     /// Check the model against measurement: calibrate this machine (unless --profile),
-    /// run 9 configurations of the DNN app's MLP as local processes (different N_ps,
+    /// run 10 configurations of the DNN app's MLP as local processes (different N_ps,
     /// N_mr, N_wr, partitions, replications and N_read/N_write; each process a machine of
     /// --cpu-quota cores where cgroups allow), and print each one's estimated and measured
     /// epoch time, the errors and the rank correlation.
@@ -188,10 +188,30 @@ pub struct PlanArgs {
           help_heading = "Validation", requires = "validate")]
     pub hidden: Option<Vec<usize>>,
     /// --validate: cores of each emulated machine (a cgroup CPU quota per process; needs
-    /// root) [default: this machine's CPUs / 4, the most machines a configuration uses].
+    /// root) [default: this machine's CPUs over the most machines a configuration uses, 5].
     #[arg(long, value_name = "F", value_parser = parse_cores, help_heading = "Validation",
           requires = "validate")]
     pub cpu_quota: Option<f64>,
+    /// --validate: run every configuration on an emulated cluster whose links carry RATE
+    /// each way (tc syntax: 1gbit, 100mbit; network namespaces and token buckets through
+    /// --emulator; needs root), so that weight transfers are bound by the links as the
+    /// model assumes [default: loopback, where they are bound by the processes' CPU].
+    #[arg(
+        long,
+        value_name = "RATE",
+        help_heading = "Validation",
+        requires = "validate"
+    )]
+    pub emulate: Option<String>,
+    /// --validate --emulate: the cluster emulator [default: tools/emulate-cluster of the
+    /// current directory, else of the repository this binary was built in].
+    #[arg(
+        long,
+        value_name = "PATH",
+        help_heading = "Validation",
+        requires = "emulate"
+    )]
+    pub emulator: Option<PathBuf>,
     /// --validate: write the configurations with their estimated and measured seconds as
     /// JSON to FILE.
     #[arg(
@@ -431,12 +451,22 @@ pub struct RunArgs {
     /// its model replicas, each layer's partitions and replications, N_read and N_write.
     /// The cluster must have the plan's N_mr x N_wr workers (--processes x --workers).
     #[arg(long, value_name = "FILE", help_heading = "DNN options",
-          conflicts_with_all = ["replicas", "partitions", "replications", "n_read", "n_write"])]
+          conflicts_with_all = ["replicas", "partitions", "replications", "n_read", "n_write",
+                                "replica_workers", "parameter_servers"])]
     pub plan: Option<PathBuf>,
     /// dnn: model replicas (N_mr); the workers split evenly into them [default: one per
     /// worker: data parallelism].
     #[arg(long, value_name = "N", help_heading = "DNN options", value_parser = at_least_one)]
     pub replicas: Option<usize>,
+    /// dnn: workers per replica (N_wr); the replicas take the first --replicas x N_wr
+    /// workers and the others stay idle [default: the workers divided evenly].
+    #[arg(long, value_name = "N", help_heading = "DNN options", value_parser = at_least_one)]
+    pub replica_workers: Option<usize>,
+    /// dnn: keep the weights on the cluster's last N shards (N_ps parameter servers; with
+    /// --processes and one shard per process, the last N processes, whose workers should
+    /// then be idle: see --replica-workers) [default: every shard].
+    #[arg(long, value_name = "N", help_heading = "DNN options", value_parser = at_least_one)]
+    pub parameter_servers: Option<usize>,
     /// dnn: segments of each weight layer within a replica (P(l)), comma-separated, input
     /// side first [default: 1 each].
     #[arg(long, value_name = "P,..", value_delimiter = ',', help_heading = "DNN options",
@@ -547,7 +577,7 @@ impl RunArgs {
     /// Rejects options that belong to another app.
     fn check_app_options(&self) -> Result<()> {
         use App::{Dnn, Lda, Mf, Pagerank};
-        let given: [(&str, bool, &[App]); 26] = [
+        let given: [(&str, bool, &[App]); 28] = [
             ("--factors", self.factors.is_some(), &[Mf]),
             ("--lr", self.lr.is_some(), &[Mf, Dnn]),
             ("--reg", self.reg.is_some(), &[Mf]),
@@ -574,6 +604,12 @@ impl RunArgs {
             ("--replications", self.replications.is_some(), &[Dnn]),
             ("--n-read", self.n_read.is_some(), &[Dnn]),
             ("--n-write", self.n_write.is_some(), &[Dnn]),
+            ("--replica-workers", self.replica_workers.is_some(), &[Dnn]),
+            (
+                "--parameter-servers",
+                self.parameter_servers.is_some(),
+                &[Dnn],
+            ),
         ];
         for (flag, is_given, apps) in given {
             if is_given && !apps.contains(&self.app) {

@@ -498,12 +498,14 @@ fn dnn_partitioning(
     params: &DnnConfig,
 ) -> Result<Option<Partitioning>> {
     let by_hand = args.replicas.is_some()
+        || args.replica_workers.is_some()
+        || args.parameter_servers.is_some()
         || args.partitions.is_some()
         || args.replications.is_some()
         || args.n_read.is_some()
         || args.n_write.is_some();
     if cnn && (by_hand || args.plan.is_some()) {
-        bail!("--plan, --replicas, --partitions, --replications, --n-read and --n-write partition the MLP; the CNN trains data-parallel");
+        bail!("--plan, --replicas, --replica-workers, --parameter-servers, --partitions, --replications, --n-read and --n-write partition the MLP; the CNN trains data-parallel");
     }
     let layers = params.hidden.len() + 1;
     if let Some(path) = &args.plan {
@@ -540,13 +542,18 @@ fn dnn_partitioning(
     };
     let processes = cfg.membership.as_ref().map_or(1, |m| m.hosts.len());
     let total = cfg.workers * processes;
+    let replicas = args.replicas.unwrap_or_else(|| match args.replica_workers {
+        Some(n) => (total / n).max(1),
+        None => total,
+    });
     Ok(Some(Partitioning {
-        replicas: args.replicas.unwrap_or(total),
+        replicas,
         partitions: per_layer(&args.partitions, "--partitions")?,
         replications: per_layer(&args.replications, "--replications")?,
         n_read: args.n_read.unwrap_or(0),
         n_write: args.n_write.unwrap_or(0),
-        replica_workers: None,
+        replica_workers: args.replica_workers,
+        parameter_servers: args.parameter_servers,
     }))
 }
 

@@ -4,9 +4,12 @@
 //! [`iterstore_apps::validate::configs`] as local processes (`iterstore run dnn`, one
 //! worker per process, each process in its own CPU group where cgroups allow), and prints
 //! estimated against measured epoch times with each error and the rank correlation; writes
-//! them as JSON (`--json`) and a chart (`--svg`). Every child is bounded in time.
+//! them as JSON (`--json`) and a chart (`--svg`). With `--emulate RATE` every
+//! configuration runs through `tools/emulate-cluster` (a network namespace per process,
+//! links of RATE, the same CPU quota) and the profile's network figures are the probed
+//! link's. Every child is bounded in time.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -33,7 +36,6 @@ struct Measured {
     parameter_servers: usize,
     replicas: usize,
     replica_workers: usize,
-    shards_per_process: usize,
     partitions: Vec<usize>,
     replications: Vec<usize>,
     n_read: usize,
@@ -49,6 +51,8 @@ struct Measured {
 #[derive(serde::Serialize)]
 struct Report {
     profile: Profile,
+    /// The emulated links' rate, if any (else loopback).
+    emulated_links: Option<String>,
     cpu_quota_cores: Option<f64>,
     samples_per_epoch: u64,
     sizes: Vec<usize>,
@@ -134,6 +138,46 @@ fn cores_text(quota: Option<f64>) -> String {
     }
 }
 
+/// The cluster emulator of `--emulator`, or `tools/emulate-cluster` of the current
+/// directory or of the repository this binary was built in.
+fn emulator(args: &PlanArgs) -> Result<PathBuf> {
+    if let Some(p) = &args.emulator {
+        if !p.is_file() {
+            bail!("--emulator {}: no such file", p.display());
+        }
+        return Ok(p.clone());
+    }
+    let built_in = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tools/emulate-cluster");
+    [PathBuf::from("tools/emulate-cluster"), built_in]
+        .into_iter()
+        .find(|p| p.is_file())
+        .context("--emulate: tools/emulate-cluster not found; give --emulator PATH")
+}
+
+/// The emulated link's throughput (bits/s) and latency (s), from the emulator's probe.
+fn probe_link(emulator: &Path, rate: &str) -> Result<(f64, f64)> {
+    let out = Command::new("python3")
+        .arg(emulator)
+        .args(["--processes", "2", "--rate", rate, "--probe", "2"])
+        .output()
+        .with_context(|| format!("running {}", emulator.display()))?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    if !out.status.success() {
+        bail!(
+            "{} --probe failed: {}",
+            emulator.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    let number_after = |key: &str| -> Option<f64> {
+        let at = text.find(key)? + key.len();
+        text[at..].split_whitespace().next()?.parse().ok()
+    };
+    let mbytes = number_after("throughput ").context("the probe printed no throughput")?;
+    let rtt_ms = number_after("RTT idle median ").context("the probe printed no RTT")?;
+    Ok((mbytes * 8e6, rtt_ms / 2.0 / 1e3))
+}
+
 /// Runs configuration `c` and returns its report.
 fn measure(
     args: &PlanArgs,
@@ -141,12 +185,25 @@ fn measure(
     dir: &Path,
     c: &Config,
     quota: Option<f64>,
+    emulated: Option<&Path>,
 ) -> Result<serde_json::Value> {
     let json = dir.join("run.json");
     let _ = std::fs::remove_file(&json);
     let list = |v: &[usize]| v.iter().map(usize::to_string).collect::<Vec<_>>().join(",");
     let n = c.n_read(BATCH).to_string();
-    let mut cmd = Command::new(exe);
+    let mut cmd = match (emulated, &args.emulate) {
+        (Some(emulator), Some(rate)) => {
+            let mut cmd = Command::new("python3");
+            cmd.arg(emulator)
+                .args(["--processes", &c.processes().to_string(), "--rate", rate]);
+            if let Some(q) = quota {
+                cmd.args(["--cpu-quota", &q.to_string()]);
+            }
+            cmd.arg("--binary").arg(exe).arg("--");
+            cmd
+        }
+        _ => Command::new(exe),
+    };
     cmd.args(["run", "dnn", "-q", "--mode", "virtual", "--workers", "1"]);
     match (&args.data, &args.synthetic) {
         (Some(d), _) => {
@@ -160,15 +217,18 @@ fn measure(
         cmd.args(["--hidden", &list(h)]);
     }
     cmd.args(["--iters", &args.iters.to_string()])
-        .args(["--shards", &c.shards.to_string()])
         .args(["--replicas", &c.replicas.to_string()])
+        .args(["--replica-workers", &c.replica_workers.to_string()])
+        .args(["--parameter-servers", &c.servers.to_string()])
         .args(["--partitions", &list(&c.partitions)])
         .args(["--replications", &list(&c.replications)])
         .args(["--n-read", &n, "--n-write", &n])
         .arg("--json")
         .arg(&json);
     let mut group = None;
-    if c.processes() > 1 {
+    if emulated.is_some() {
+        // The emulator starts the processes, each in its namespace and CPU group.
+    } else if c.processes() > 1 {
         cmd.args(["--processes", &c.processes().to_string()]);
         if let Some(q) = quota {
             cmd.args(["--cpu-quota", &q.to_string()]);
@@ -197,9 +257,11 @@ pub fn validate(args: &PlanArgs) -> Result<()> {
     }
     let exe = std::env::current_exe().context("finding this program's path")?;
     let dir = TempDir::new()?;
+    let all = configs(args.hidden.as_ref().map_or(2, Vec::len) + 1);
+    let most = all.iter().map(Config::processes).max().unwrap_or(1);
     let here = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
     let quota = if CpuGroup::available() {
-        Some(args.cpu_quota.unwrap_or(here as f64 / 4.0))
+        Some(args.cpu_quota.unwrap_or(here as f64 / most as f64))
     } else {
         if args.cpu_quota.is_some() {
             bail!("--cpu-quota needs root and cgroup v1's cpu controller");
@@ -212,12 +274,31 @@ pub fn validate(args: &PlanArgs) -> Result<()> {
         None
     };
     let mut profile = profile(args, &exe, dir.path(), quota)?;
-    let all = configs(args.hidden.as_ref().map_or(2, Vec::len) + 1);
+    let emulated = match &args.emulate {
+        None => None,
+        Some(rate) => {
+            if !CpuGroup::available() {
+                bail!("--emulate needs root (network namespaces, tc, cgroups)");
+            }
+            let emulator = emulator(args)?;
+            let (bits_per_s, latency_s) = probe_link(&emulator, rate)?;
+            println!(
+                "emulated links of {rate}: {:.0} Mbit/s and {:.3} ms one way measured",
+                bits_per_s / 1e6,
+                latency_s * 1e3
+            );
+            // The links, not loopback, carry the traffic now.
+            profile.c_nbw_bits_per_s = bits_per_s;
+            profile.c_nbw_per_thread_bits_per_s = Some(vec![bits_per_s]);
+            profile.c_ncost_s = vec![latency_s];
+            Some(emulator)
+        }
+    };
     let mut measured: Vec<f64> = Vec::with_capacity(all.len());
     let (mut sizes, mut samples) = (Vec::new(), 0u64);
     for (i, c) in all.iter().enumerate() {
         println!("[{}/{}] {}: {} ...", i + 1, all.len(), c.name, c.describe());
-        let report = measure(args, &exe, dir.path(), c, quota)?;
+        let report = measure(args, &exe, dir.path(), c, quota, emulated.as_deref())?;
         measured.push(
             report["iterations"]
                 .as_array()
@@ -268,7 +349,6 @@ pub fn validate(args: &PlanArgs) -> Result<()> {
                 parameter_servers: c.parameter_servers(),
                 replicas: c.replicas,
                 replica_workers: c.replica_workers,
-                shards_per_process: c.shards,
                 partitions: c.partitions.clone(),
                 replications: c.replications.clone(),
                 n_read: n,
@@ -352,6 +432,7 @@ pub fn validate(args: &PlanArgs) -> Result<()> {
     if let Some(p) = &args.json {
         let report = Report {
             profile,
+            emulated_links: args.emulate.clone(),
             cpu_quota_cores: quota,
             samples_per_epoch: samples,
             sizes,

@@ -42,9 +42,14 @@ pub struct Partitioning {
     pub n_read: usize,
     /// `N_write`: samples between weight updates (0: every mini-batch).
     pub n_write: usize,
-    /// `N_wr`, when asked for (a plan's): the cluster's workers must make replicas of
-    /// exactly this many.
+    /// `N_wr`, when asked for (a plan's): the replicas take the first `N_mr × N_wr` of the
+    /// cluster's workers and the others stay idle. Absent: the workers divide evenly into
+    /// the replicas.
     pub replica_workers: Option<usize>,
+    /// `N_ps`, when asked for: the weights live on the cluster's last `N_ps` server
+    /// shards (dedicated parameter-server processes, whose workers stay idle). Absent:
+    /// on every shard.
+    pub parameter_servers: Option<usize>,
 }
 
 impl Partitioning {
@@ -57,6 +62,7 @@ impl Partitioning {
             n_read: 0,
             n_write: 0,
             replica_workers: None,
+            parameter_servers: None,
         }
     }
 
@@ -74,6 +80,7 @@ impl Partitioning {
             n_read: plan.training.n_read as usize,
             n_write: plan.training.n_write as usize,
             replica_workers: Some(plan.resources.workers as usize),
+            parameter_servers: Some(plan.resources.parameter_servers as usize),
         }
     }
 }
@@ -89,7 +96,14 @@ impl fmt::Display for Partitioning {
             list(&self.replications),
             self.n_read,
             self.n_write
-        )
+        )?;
+        if let Some(n) = self.replica_workers {
+            write!(f, " replica_workers {n}")?;
+        }
+        if let Some(n) = self.parameter_servers {
+            write!(f, " parameter_servers {n}")?;
+        }
+        Ok(())
     }
 }
 
@@ -142,6 +156,8 @@ pub struct Layout {
     pub replicas: usize,
     /// `N_wr`: workers per replica.
     pub replica_workers: usize,
+    /// `N_ps` dedicated shards (the cluster's last ones), if asked for.
+    pub parameter_servers: Option<usize>,
     /// Per weight layer.
     pub layers: Vec<LayerLayout>,
     /// Mini-batches between weight reads.
@@ -200,8 +216,12 @@ impl Layout {
                 asked.replications.len()
             ));
         }
-        if let Some(want) = asked.replica_workers {
-            if asked.replicas * want != workers {
+        if asked.replicas == 0 {
+            return Err("at least one replica".into());
+        }
+        let replica_workers = match asked.replica_workers {
+            Some(0) => return Err("replicas of at least one worker".into()),
+            Some(want) if asked.replicas * want > workers => {
                 return Err(format!(
                     "{} replicas of {want} workers need {} workers, the cluster has {workers} \
                      (--processes x --workers)",
@@ -209,14 +229,18 @@ impl Layout {
                     asked.replicas * want
                 ));
             }
+            Some(want) => want,
+            None if !workers.is_multiple_of(asked.replicas) => {
+                return Err(format!(
+                    "{} replicas do not divide the cluster's {workers} workers",
+                    asked.replicas
+                ));
+            }
+            None => workers / asked.replicas,
+        };
+        if asked.parameter_servers == Some(0) {
+            return Err("at least one parameter server".into());
         }
-        if asked.replicas == 0 || !workers.is_multiple_of(asked.replicas) {
-            return Err(format!(
-                "{} replicas do not divide the cluster's {workers} workers",
-                asked.replicas
-            ));
-        }
-        let replica_workers = workers / asked.replicas;
         let mut splits = Vec::with_capacity(layers);
         for l in 0..layers {
             let (p, r) = (asked.partitions[l], asked.replications[l]);
@@ -249,6 +273,7 @@ impl Layout {
         Ok(Self {
             replicas: asked.replicas,
             replica_workers,
+            parameter_servers: asked.parameter_servers,
             layers: (0..layers)
                 .map(|l| LayerLayout {
                     partitions: asked.partitions[l],
@@ -262,9 +287,31 @@ impl Layout {
         })
     }
 
-    /// Whether every replica is one worker holding whole layers (plain data parallelism).
-    pub fn is_data_parallel(&self) -> bool {
+    /// Whether this is plain data parallelism on every worker: replicas of one worker
+    /// holding whole layers, synchronised every mini-batch, on all workers and shards.
+    pub fn is_data_parallel(&self, workers: usize) -> bool {
         self.replica_workers == 1
+            && self.replicas == workers
+            && self.parameter_servers.is_none()
+            && self.read_every == 1
+            && self.write_every == 1
+    }
+
+    /// Whether global worker `w` is in no replica (it only CLOCKs).
+    pub fn is_idle(&self, w: usize) -> bool {
+        w >= self.replicas * self.replica_workers
+    }
+
+    /// The global shards the weights live on, out of `total`; an error if the cluster
+    /// has fewer than the parameter servers asked for.
+    pub fn shards(&self, total: usize) -> Result<std::ops::Range<usize>, String> {
+        match self.parameter_servers {
+            None => Ok(0..total),
+            Some(n) if n > total => Err(format!(
+                "{n} parameter servers, the cluster has {total} shards (--processes x --shards)"
+            )),
+            Some(n) => Ok(total - n..total),
+        }
     }
 
     /// The replica of global worker `w`, and its index in the replica.
@@ -312,6 +359,7 @@ mod tests {
             n_read: 0,
             n_write: 0,
             replica_workers: None,
+            parameter_servers: None,
         }
     }
 
@@ -354,6 +402,19 @@ mod tests {
             ..asked(2, [1; 3], [1; 3])
         };
         assert!(e(planned, 4).contains("2 replicas of 3 workers need 6 workers, the cluster has 4"));
+        // Planned replicas may leave workers idle; parameter servers take the last shards.
+        let planned = Partitioning {
+            replica_workers: Some(1),
+            parameter_servers: Some(2),
+            ..asked(2, [1; 3], [1; 3])
+        };
+        let l = Layout::new(&planned, &spec(), 3, 8).unwrap();
+        assert!(l.is_idle(2) && !l.is_idle(1));
+        assert_eq!(l.shards(3), Ok(1..3));
+        assert!(l
+            .shards(1)
+            .unwrap_err()
+            .contains("2 parameter servers, the cluster has 1"));
         let mut short = asked(1, [1, 1, 1], [1, 1, 1]);
         short.partitions.pop();
         assert!(e(short, 1).contains("3 weight layers"));
@@ -366,7 +427,7 @@ mod tests {
         let l = Layout::new(&a, &spec(), 2, 64).unwrap();
         // 32 samples per replica and mini-batch.
         assert_eq!((l.read_every, l.write_every), (3, 2));
-        assert!(l.is_data_parallel());
+        assert!(!l.is_data_parallel(2), "reads every 3 mini-batches");
         assert_eq!(l.place(1), (1, 0));
     }
 }

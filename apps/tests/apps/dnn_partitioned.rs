@@ -37,6 +37,7 @@ fn split(replicas: usize, partitions: [usize; 3], replications: [usize; 3]) -> P
         n_read: 0,
         n_write: 0,
         replica_workers: None,
+        parameter_servers: None,
     }
 }
 
@@ -282,12 +283,59 @@ fn a_replica_over_two_processes_writes_one_workers_model_and_a_plan_runs() {
         "tiny",
         "-q",
         "--workers",
-        &(workers + 1).to_string(),
+        &(workers - 1).to_string(),
         "--plan",
         plan.to_str().unwrap(),
     ]);
     assert!(!out.status.success());
     assert!(stderr(&out).contains("the cluster has"), "{}", stderr(&out));
+}
+
+#[test]
+fn a_dedicated_parameter_server_process_holds_the_weights_and_changes_no_bit() {
+    let dir = crate::util::scratch("dnn-partitioned-servers");
+    let (one, three) = (dir.join("one.tsv"), dir.join("three.tsv"));
+    let out = cli(&["--workers", "1", "--output", one.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    // Process 2 is the parameter server: its worker idles, its shard holds every weight.
+    let json = dir.join("three.json");
+    let out = cli(&[
+        "--workers",
+        "1",
+        "--processes",
+        "3",
+        "--replicas",
+        "1",
+        "--replica-workers",
+        "2",
+        "--parameter-servers",
+        "1",
+        "--partitions",
+        "2,1,2",
+        "--output",
+        three.to_str().unwrap(),
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(std::fs::read(&one).unwrap() == std::fs::read(&three).unwrap());
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(report["params"]["weight_shards"], "2..3");
+    let out = cli(&[
+        "--workers",
+        "2",
+        "--replicas",
+        "1",
+        "--parameter-servers",
+        "2",
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("2 parameter servers, the cluster has 1 shards"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]

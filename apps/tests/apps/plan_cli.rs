@@ -301,7 +301,7 @@ fn plan_reads_a_version_1_profile_as_calibrate_wrote_it_before_version_2() {
 }
 
 #[test]
-fn validate_runs_nine_configurations_and_compares_them_with_the_model() {
+fn validate_runs_ten_configurations_and_compares_them_with_the_model() {
     let dir = scratch("plan-validate");
     let (json, svg) = (dir.join("v.json"), dir.join("v.svg"));
     let o = iterstore(&[
@@ -325,7 +325,7 @@ fn validate_runs_nine_configurations_and_compares_them_with_the_model() {
     assert!(out.contains("rank correlation (Spearman)"), "{out}");
     let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let configs = report["configs"].as_array().unwrap();
-    assert_eq!(configs.len(), 9);
+    assert_eq!(configs.len(), 10);
     let distinct = |key: &str| {
         let mut v: Vec<String> = configs.iter().map(|c| c[key].to_string()).collect();
         v.sort();

@@ -29,7 +29,8 @@
 //! one worker, so a replica of 1, 2 or 4 workers trains bit-identical weights; copies of a
 //! layer split the mini-batch's gradient, which the servers sum (as data-parallel workers'
 //! steps are summed). The rows touched never depend on values, so a virtual iteration
-//! skips the arithmetic and the messages.
+//! skips the arithmetic and the messages. A worker in no replica (a dedicated
+//! parameter-server process's) only CLOCKs.
 
 use std::ops::Range;
 
@@ -114,6 +115,7 @@ impl State {
             .layers
             .iter()
             .enumerate()
+            .filter(|_| !layout.is_idle(w))
             .filter_map(|(l, x)| {
                 let (p, r) = x.copy_of(k)?;
                 let rows = x.segment(p);
@@ -208,6 +210,14 @@ fn recv(
 /// real ones run.
 pub(super) fn iteration(w: &mut Worker<'_>, e: Epoch<'_>, s: &mut State) -> iterstore::Result<()> {
     let layout = e.layout;
+    if layout.is_idle(w.id()) {
+        // In no replica: it only keeps the clocks.
+        for _ in 0..e.clocks {
+            w.clock()?;
+        }
+        s.epoch += 1;
+        return Ok(());
+    }
     let (m, _) = layout.place(w.id());
     let train = &e.data.train;
     epoch_order(
