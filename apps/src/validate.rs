@@ -141,8 +141,8 @@ pub fn mlp_network(sizes: &[usize]) -> Network {
 }
 
 /// The configurations of an MLP of `layers` weight layers (at least 2) that `plan
-/// --validate` runs, on at most 5 machines: different `N_ps`, `N_mr`, `N_wr`, partitions,
-/// replications and synchronisation rates.
+/// --validate` runs, on at most 5 machines: different `N_ps`, `N_mr`, `N_wr`, partitions
+/// and synchronisation rates (8, the paper's count).
 pub fn configs(layers: usize) -> Vec<Config> {
     assert!(layers >= 2, "an MLP with a hidden layer");
     // `hidden` for the hidden layers, `out` for the softmax.
@@ -162,20 +162,14 @@ pub fn configs(layers: usize) -> Vec<Config> {
             sync_every: sync,
         }
     };
+    // Chosen so that the model's epoch times (on links, with the servers' links the
+    // bottleneck) lie at least a factor 1.3 apart: a ranking of near-ties would be noise.
     vec![
-        c("1 replica", 1, 1, 1, per(1, 1), per(1, 1), 1),
-        c("2 replicas", 1, 2, 1, per(1, 1), per(1, 1), 1),
-        c("2 replicas, 2 servers", 2, 2, 1, per(1, 1), per(1, 1), 1),
-        c("2 replicas, sync every 4", 1, 2, 1, per(1, 1), per(1, 1), 4),
-        c(
-            "1 replica of 2, partitioned",
-            1,
-            1,
-            2,
-            per(2, 1),
-            per(1, 1),
-            1,
-        ),
+        c("4 replicas, 1 server", 1, 4, 1, per(1, 1), per(1, 1), 1),
+        c("3 replicas, 1 server", 1, 3, 1, per(1, 1), per(1, 1), 1),
+        c("2 replicas, 1 server", 1, 2, 1, per(1, 1), per(1, 1), 1),
+        c("3 replicas, 2 servers", 2, 3, 1, per(1, 1), per(1, 1), 1),
+        c("1 replica, 1 server", 1, 1, 1, per(1, 1), per(1, 1), 1),
         c(
             "1 replica of 2, 2 servers",
             2,
@@ -185,33 +179,15 @@ pub fn configs(layers: usize) -> Vec<Config> {
             per(1, 1),
             1,
         ),
+        c("2 replicas, sync every 8", 1, 2, 1, per(1, 1), per(1, 1), 8),
         c(
-            "1 replica of 2, replicated",
-            1,
-            1,
+            "1 replica of 2, 2 servers, sync every 4",
             2,
-            per(1, 1),
-            per(2, 2),
             1,
-        ),
-        c("4 replicas", 1, 4, 1, per(1, 1), per(1, 1), 1),
-        c(
-            "2 replicas of 2, partitioned",
-            1,
-            2,
             2,
             per(2, 1),
             per(1, 1),
-            1,
-        ),
-        c(
-            "1 replica of 4, partitioned",
-            1,
-            1,
             4,
-            per(4, 2),
-            per(1, 1),
-            1,
         ),
     ]
 }
@@ -318,6 +294,12 @@ pub fn chart_svg(title: &str, points: &[(String, f64, f64)]) -> String {
     let _ = writeln!(s, r#"<rect width="{w}" height="{h}" fill="white"/>"#);
     let _ = writeln!(
         s,
+        r#"<clipPath id="plot"><rect x="{m}" y="{m}" width="{}" height="{}"/></clipPath>"#,
+        w - 2.0 * m,
+        h - 2.0 * m
+    );
+    let _ = writeln!(
+        s,
         r#"<text x="{}" y="20" text-anchor="middle" font-size="14">{}</text>"#,
         w / 2.0,
         escape(title)
@@ -325,7 +307,7 @@ pub fn chart_svg(title: &str, points: &[(String, f64, f64)]) -> String {
     // The ±25 % band and the diagonal.
     let _ = writeln!(
         s,
-        r##"<polygon points="{},{} {},{} {},{} {},{}" fill="#e8f0fe"/>"##,
+        r##"<polygon points="{},{} {},{} {},{} {},{}" fill="#e8f0fe" clip-path="url(#plot)"/>"##,
         x(0.0),
         y(0.0),
         x(top),
@@ -337,7 +319,7 @@ pub fn chart_svg(title: &str, points: &[(String, f64, f64)]) -> String {
     );
     let _ = writeln!(
         s,
-        r##"<line x1="{}" y1="{}" x2="{}" y2="{}" stroke="#888" stroke-dasharray="4"/>"##,
+        r##"<line x1="{}" y1="{}" x2="{}" y2="{}" stroke="#888" stroke-dasharray="4" clip-path="url(#plot)"/>"##,
         x(0.0),
         y(0.0),
         x(top),
@@ -446,8 +428,8 @@ mod tests {
         };
         assert!(distinct(&|c| c.parameter_servers().to_string()) >= 2);
         assert!(distinct(&|c| c.replicas.to_string()) >= 3);
-        assert!(distinct(&|c| c.replica_workers.to_string()) >= 3);
-        assert!(distinct(&|c| format!("{:?}", c.partitions)) >= 3);
+        assert!(distinct(&|c| c.replica_workers.to_string()) >= 2);
+        assert!(distinct(&|c| format!("{:?}", c.partitions)) >= 2);
         assert!(distinct(&|c| c.sync_every.to_string()) >= 2);
         for c in &all {
             assert!(c.processes() <= 5, "{}", c.name);
@@ -467,7 +449,10 @@ mod tests {
             .map(|c| c.estimate(&sizes, &profile, 6000, 64).epoch_s)
             .collect();
         assert!(est.iter().all(|&e| e > 0.0 && e.is_finite()), "{est:?}");
-        assert!(est[7] < est[0], "4 replicas beat 1: {est:?}");
+        assert!(
+            est[4] > est[6],
+            "syncing every 8 mini-batches beats every one: {est:?}"
+        );
         let svg = chart_svg(
             "t",
             &all.iter()

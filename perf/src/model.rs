@@ -364,15 +364,22 @@ impl Model {
         s.params * s.bits * f64::from(cfg.replications)
     }
 
-    /// Eq. 10's term for layer `l`: all replicas read from one server at once,
-    /// `C_ncost(H) + N_mr × W(l) / C_nbw(H)`; 0 for a layer without weights.
+    /// Eq. 10's term for layer `l`: all replicas read at once, so that every server's link
+    /// carries each replica's share of what it holds:
+    /// `C_ncost(H) + N_mr × W(l) / (N_ps × C_nbw(H))`, and never less than eq. 11 (a
+    /// replica cannot read faster than its own links); 0 for a layer without weights. The
+    /// paper writes it for one server (`N_ps = 1`); with `N_ps` servers each holds
+    /// `1 / N_ps` of the weights (hash placement).
     pub fn ps_read_worst(&self, l: usize, cfg: &LayerConfig, res: &Resources) -> f64 {
         let bits = self.weight_bits(l, cfg);
         if bits == 0.0 {
             return 0.0;
         }
         let p = &self.profile;
-        p.latency(cfg.threads) + f64::from(res.replicas) * bits / p.bandwidth(cfg.threads)
+        let servers = f64::from(res.parameter_servers.max(1));
+        let contended = p.latency(cfg.threads)
+            + f64::from(res.replicas) * bits / (servers * p.bandwidth(cfg.threads));
+        contended.max(self.ps_read_best(l, cfg, res))
     }
 
     /// Eq. 11's term for layer `l`: one replica reads over `min(N_ps, N_wr)` links at once,

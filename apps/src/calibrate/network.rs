@@ -71,6 +71,26 @@ fn measure(c: &mut Cluster, rank: usize, s: &Settings) -> iterstore::Result<(f64
     Ok((rtt / 2.0, bits / (bw - rtt).max(1e-9)))
 }
 
+/// `(half round trip, bits per second)` between the two processes of `cluster` (ranks 0
+/// and 1 of a cluster of two, whatever network joins them: `iterstore calibrate --link`,
+/// run on emulated links). Both processes call it; the figures are rank 1's, and rank 0
+/// receives them by all-gather, so both return them.
+pub fn link_costs(cluster: &mut Cluster, s: &Settings) -> iterstore::Result<(f64, f64)> {
+    if cluster.processes() != 2 {
+        return Err(iterstore::Error::app(
+            0,
+            format!(
+                "a link is measured between 2 processes, not {}",
+                cluster.processes()
+            ),
+        ));
+    }
+    let rank = cluster.rank();
+    let mine = measure(cluster, rank, s)?;
+    let all = cluster.all_gather(&[mine.0, mine.1])?;
+    Ok((all[1][0], all[1][1]))
+}
+
 /// One process of pair `pair`: starts, then for every H measures if `pair < H`, between
 /// barriers that every process of every pair passes (also after a failure, so none
 /// waits forever; a failed process drops its cluster, which its partner notices). Rank 1

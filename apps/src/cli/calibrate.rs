@@ -2,14 +2,56 @@
 //! model and writes it as a profile file (`iterstore plan --profile FILE`). Thin glue over
 //! [`iterstore_apps::calibrate`].
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
+use iterstore::{Cluster, Config, Membership, Secret, SECRET_ENV};
+use iterstore_apps::calibrate::network::link_costs;
 use iterstore_apps::calibrate::{calibrate, Settings};
 use iterstore_perf::{builtin, LayerKind};
 
 use super::CalibrateArgs;
 
+/// `iterstore calibrate --link`: one of two processes measuring the link between them.
+fn link(args: &CalibrateArgs) -> Result<()> {
+    let (Some(hosts), Some(rank)) = (&args.hosts, args.rank) else {
+        bail!("--link needs --hosts and --rank");
+    };
+    let secret = match &args.secret_file {
+        Some(path) => Secret::from_file(path)?,
+        None => Secret::from_env(SECRET_ENV)
+            .context("--link needs --secret-file or ITERSTORE_SECRET")?,
+    };
+    let membership = Membership::from_hosts_file(hosts, rank, secret)?;
+    let mut settings = if args.quick {
+        Settings::quick(1)
+    } else {
+        Settings::full(1)
+    };
+    // Messages the size of the DNN's weight transfers (its largest layer is 1.6 MB).
+    settings.bandwidth_bytes = settings.bandwidth_bytes.min(2 << 20);
+    let mut cluster = Cluster::start(Config::new(1).with_membership(membership))?;
+    let (latency_s, bits_per_s) = link_costs(&mut cluster, &settings)?;
+    cluster.shutdown()?;
+    if rank == 0 {
+        println!(
+            "link: {:.1} us one way, {:.0} Mbit/s (the store's transport)",
+            latency_s * 1e6,
+            bits_per_s / 1e6
+        );
+        if let Some(out) = &args.output {
+            let text =
+                serde_json::json!({ "latency_s": latency_s, "bandwidth_bits_per_s": bits_per_s });
+            std::fs::write(out, text.to_string() + "\n")
+                .with_context(|| format!("writing {}", out.display()))?;
+        }
+    }
+    Ok(())
+}
+
 /// Runs `iterstore calibrate`.
 pub fn run(args: &CalibrateArgs) -> Result<()> {
+    if args.link {
+        return link(args);
+    }
     let threads = args.threads.unwrap_or_else(|| {
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
     });

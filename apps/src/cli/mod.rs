@@ -115,6 +115,20 @@ pub struct CalibrateArgs {
     /// A quick, rougher measurement (small layer, few repetitions).
     #[arg(long)]
     pub quick: bool,
+    /// Measure only the link between two processes of a cluster (--hosts, --rank,
+    /// --secret-file; `plan --validate --emulate` runs it on the emulated links): latency
+    /// and bandwidth of the store's transport, written by rank 0 to --output as JSON.
+    #[arg(long, requires = "hosts")]
+    pub link: bool,
+    /// --link: the hosts file of the two processes (`rank host:port` lines).
+    #[arg(long, value_name = "FILE", requires = "link")]
+    pub hosts: Option<PathBuf>,
+    /// --link: this process's rank.
+    #[arg(long, value_name = "R", requires = "link")]
+    pub rank: Option<usize>,
+    /// --link: the cluster's secret [default: ITERSTORE_SECRET].
+    #[arg(long, value_name = "FILE", requires = "link")]
+    pub secret_file: Option<PathBuf>,
 }
 
 /// Parses a number in [0, 1].
@@ -158,8 +172,8 @@ pub struct PlanArgs {
     pub top: usize,
 
     /// Check the model against measurement: calibrate this machine (unless --profile),
-    /// run 10 configurations of the DNN app's MLP as local processes (different N_ps,
-    /// N_mr, N_wr, partitions, replications and N_read/N_write; each process a machine of
+    /// run 8 configurations of the DNN app's MLP as local processes (different N_ps,
+    /// N_mr, N_wr, partitions and N_read/N_write; each process a machine of
     /// --cpu-quota cores where cgroups allow), and print each one's estimated and measured
     /// epoch time, the errors and the rank correlation.
     #[arg(long, help_heading = "Validation")]
