@@ -53,7 +53,9 @@ use crate::data::ImageSet;
 use crate::dnn::mlp::{add_momentum, clocks, epoch_order, mini_batch};
 #[cfg(doc)]
 use crate::dnn::mlp::{gradient_step, init_row, reference};
-use crate::dnn::{Cnn, CnnSpec, DnnConfig, Layout, Mlp, MlpSpec, Network, Partitioning};
+use crate::dnn::{
+    Cnn, CnnSpec, DataParallel, DnnConfig, Layout, Mlp, MlpSpec, Network, Partitioning,
+};
 
 /// The outcome of a store-backed DNN run.
 #[derive(Debug, Clone)]
@@ -94,8 +96,11 @@ struct Step<'a> {
     tables: &'a [Table<f32>],
     params: &'a DnnConfig,
     data: &'a ImageSet,
-    /// Workers of the whole cluster.
-    workers: usize,
+    /// Model replicas: global workers `0..replicas`, one each; the others only CLOCK.
+    replicas: usize,
+    /// Mini-batches between READs and between UPDATEs (1: every mini-batch).
+    read_every: usize,
+    write_every: usize,
     /// Mini-batches (CLOCKs) per epoch.
     clocks: usize,
 }
@@ -108,6 +113,8 @@ struct State<N: Network> {
     step: Vec<Vec<f32>>,
     /// The velocity: what the worker UPDATEs (its step, with momentum).
     velocity: Vec<Vec<f32>>,
+    /// Velocities not UPDATEd yet (when it writes every few mini-batches).
+    pending: Vec<Vec<f32>>,
     scratch: N::Scratch,
     order: Vec<u32>,
     /// Epochs this worker has run (keys its sample order).
@@ -124,6 +131,7 @@ impl<N: Network> State<N> {
         Self {
             step: zeros.weights().to_vec(),
             velocity: zeros.weights().to_vec(),
+            pending: zeros.weights().to_vec(),
             weights: zeros.clone(),
             scratch: zeros.scratch(capacity),
             order: Vec::new(),
@@ -141,10 +149,18 @@ fn iteration<N: Network>(
     st: Step<'_>,
     s: &mut State<N>,
 ) -> iterstore::Result<()> {
+    if w.id() >= st.replicas {
+        // In no replica (a dedicated parameter server's worker): it only keeps the clocks.
+        for _ in 0..st.clocks {
+            w.clock()?;
+        }
+        s.epoch += 1;
+        return Ok(());
+    }
     let train = &st.data.train;
     epoch_order(
         train.len(),
-        st.workers,
+        st.replicas,
         w.id(),
         st.params.seed,
         s.epoch,
@@ -154,13 +170,19 @@ fn iteration<N: Network>(
     s.samples = 0;
     let rate = st.params.rate(s.epoch);
     for b in 0..st.clocks {
-        for (l, table) in st.tables.iter().enumerate() {
-            let width = s.weights.width(l);
-            for (r, row) in s.weights.weights_mut()[l]
-                .chunks_exact_mut(width)
-                .enumerate()
-            {
-                w.read(table, r as u64, row)?;
+        if b % st.read_every == 0 {
+            for (l, table) in st.tables.iter().enumerate() {
+                let width = s.weights.width(l);
+                for (r, row) in s.weights.weights_mut()[l]
+                    .chunks_exact_mut(width)
+                    .enumerate()
+                {
+                    w.read(table, r as u64, row)?;
+                }
+            }
+            // The steps not written yet are this worker's too.
+            if st.write_every > 1 {
+                add_to(s.weights.weights_mut(), &s.pending);
             }
         }
         // The rows touched do not depend on the values: a virtual iteration skips the
@@ -173,16 +195,44 @@ fn iteration<N: Network>(
             s.samples += which.len() as u64;
         }
         add_momentum(&mut s.velocity, &s.step, st.params.momentum);
+        // Between reads a worker trains on its own weights with its own steps.
+        if st.read_every > 1 {
+            add_to(s.weights.weights_mut(), &s.velocity);
+        }
+        let written = if st.write_every == 1 {
+            &s.velocity
+        } else {
+            add_to(&mut s.pending, &s.velocity);
+            if (b + 1) % st.write_every != 0 && b + 1 != st.clocks {
+                w.clock()?;
+                continue;
+            }
+            &s.pending
+        };
         for (l, table) in st.tables.iter().enumerate() {
             let width = s.weights.width(l);
-            for (r, delta) in s.velocity[l].chunks_exact(width).enumerate() {
+            for (r, delta) in written[l].chunks_exact(width).enumerate() {
                 w.update(table, r as u64, delta)?;
+            }
+        }
+        if st.write_every > 1 {
+            for p in &mut s.pending {
+                p.fill(0.0);
             }
         }
         w.clock()?;
     }
     s.epoch += 1;
     Ok(())
+}
+
+/// `dst += src`, layer by layer.
+fn add_to(dst: &mut [Vec<f32>], src: &[Vec<f32>]) {
+    for (d, s) in dst.iter_mut().zip(src) {
+        for (d, &s) in d.iter_mut().zip(s) {
+            *d += s;
+        }
+    }
 }
 
 /// The initialisation run: row `k` (counting the rows of all layers in order) gets its
@@ -302,11 +352,51 @@ pub fn run_cnn_in(
     data: &ImageSet,
     observer: Observer<'_>,
 ) -> Result<DnnOutcome<Cnn>, AppError> {
+    run_cnn_partitioned_in(cluster, cfg, params, data, None, observer)
+}
+
+/// [`run_cnn_in`] as `partitioning` asks (a plan's): the CNN trains whole layers on
+/// replicas of one worker ([`DataParallel::new`]), with the plan's `N_mr`, `N_ps`,
+/// `N_read` and `N_write`; a plan that splits a layer is refused naming it.
+pub fn run_cnn_partitioned_in(
+    cluster: &mut Cluster,
+    cfg: &AppConfig,
+    params: &DnnConfig,
+    data: &ImageSet,
+    partitioning: Option<&Partitioning>,
+    observer: Observer<'_>,
+) -> Result<DnnOutcome<Cnn>, AppError> {
     params.validate()?;
     let spec = CnnSpec::new(data.train.rows, data.train.cols, params, data.classes);
     spec.check()
         .map_err(|e| AppError::Invalid(format!("dnn --model cnn: {e}")))?;
-    run_network_in(cluster, cfg, params, data, Cnn::zeros(&spec), observer)
+    let zeros = Cnn::zeros(&spec);
+    let workers = cluster.total_workers();
+    let dp = match partitioning {
+        None => DataParallel::every_worker(workers),
+        Some(asked) => DataParallel::new(asked, zeros.layer_count(), workers, params.batch)
+            .map_err(|e| AppError::Invalid(format!("dnn --model cnn ({asked}): {e}")))?,
+    };
+    let mut outcome = run_network_in(cluster, cfg, params, data, zeros, dp, observer)?;
+    if let Some(asked) = partitioning {
+        outcome.report.param("partitioning", asked.to_string());
+    }
+    Ok(outcome)
+}
+
+/// [`run_cnn_partitioned_in`] on a cluster of its own.
+pub fn run_cnn_partitioned_observed(
+    cfg: &AppConfig,
+    params: &DnnConfig,
+    data: &ImageSet,
+    partitioning: Option<&Partitioning>,
+    observer: Observer<'_>,
+) -> Result<DnnOutcome<Cnn>, AppError> {
+    let (mut outcome, start_s) = super::with_cluster(cfg, |c| {
+        run_cnn_partitioned_in(c, cfg, params, data, partitioning, observer)
+    })?;
+    outcome.report.setup_s += start_s;
+    Ok(outcome)
 }
 
 /// [`run`], calling `observer` after each epoch is evaluated.
@@ -366,13 +456,14 @@ pub fn run_partitioned_in(
     let spec = MlpSpec::new(data.train.pixels_per_image(), params, data.classes);
     let zeros = Mlp::zeros(&spec);
     let Some(asked) = partitioning else {
-        return run_network_in(cluster, cfg, params, data, zeros, observer);
+        let every = DataParallel::every_worker(cluster.total_workers());
+        return run_network_in(cluster, cfg, params, data, zeros, every, observer);
     };
     params.validate()?;
     let layout = Layout::new(asked, &spec, cluster.total_workers(), params.batch)
         .map_err(|e| AppError::Invalid(format!("dnn partitioning ({asked}): {e}")))?;
-    if layout.is_data_parallel(cluster.total_workers()) {
-        let mut outcome = run_network_in(cluster, cfg, params, data, zeros, observer)?;
+    if let Some(dp) = layout.data_parallel() {
+        let mut outcome = run_network_in(cluster, cfg, params, data, zeros, dp, observer)?;
         outcome.report.param("partitioning", asked.to_string());
         return Ok(outcome);
     }
@@ -565,16 +656,37 @@ fn run_network_in<N: Network>(
     params: &DnnConfig,
     data: &ImageSet,
     zeros: N,
+    dp: DataParallel,
     observer: Observer<'_>,
 ) -> Result<DnnOutcome<N>, AppError> {
     let mut report = prepare(cluster, cfg, params, data, &zeros)?;
-    let workers = cluster.total_workers();
     let n = data.train.len();
     let clocks = clocks(n, params.batch);
+    let shards = match dp.parameter_servers {
+        None => None,
+        Some(_) => {
+            let range = dp
+                .shards(cluster.processes() * cfg.shards)
+                .map_err(|e| AppError::Invalid(format!("dnn: {e}")))?;
+            report.param("weight_shards", format!("{range:?}"));
+            Some(range)
+        }
+    };
+    if dp.replicas != cluster.total_workers() {
+        report.param("replicas", dp.replicas);
+    }
     let (setup, setup_s) = timed(|| -> Result<_, AppError> {
-        let tables = create_tables(cluster, &zeros)?;
-        // A worker's share of a mini-batch: at most ceil(ceil(n / W) / clocks) samples.
-        let capacity = n.div_ceil(workers).div_ceil(clocks);
+        let tables = match &shards {
+            None => create_tables(cluster, &zeros)?,
+            Some(range) => (0..zeros.layer_count())
+                .map(|l| {
+                    let name = format!("dnn.w{l}");
+                    cluster.create_table_on::<f32>(&name, zeros.width(l), range.clone())
+                })
+                .collect::<iterstore::Result<Vec<_>>>()?,
+        };
+        // A replica's share of a mini-batch: at most ceil(ceil(n / N_mr) / clocks) samples.
+        let capacity = n.div_ceil(dp.replicas).div_ceil(clocks);
         let states: Vec<State<N>> = (0..cfg.workers)
             .map(|_| State::new(&zeros, capacity))
             .collect();
@@ -586,7 +698,9 @@ fn run_network_in<N: Network>(
         tables: &tables,
         params,
         data,
-        workers,
+        replicas: dp.replicas,
+        read_every: dp.read_every,
+        write_every: dp.write_every,
         clocks,
     };
     let train = Training {

@@ -504,19 +504,50 @@ fn dnn_partitioning(
         || args.replications.is_some()
         || args.n_read.is_some()
         || args.n_write.is_some();
-    if cnn && (by_hand || args.plan.is_some()) {
-        bail!("--plan, --replicas, --replica-workers, --parameter-servers, --partitions, --replications, --n-read and --n-write partition the MLP; the CNN trains data-parallel");
+    if cnn && (args.partitions.is_some() || args.replications.is_some()) {
+        bail!("--partitions and --replications split the MLP's layers; the CNN trains whole layers on replicas of one worker (--replicas, --parameter-servers, --n-read, --n-write apply)");
     }
-    let layers = params.hidden.len() + 1;
+    let layers = if cnn {
+        // Convolutions and fully connected layers with weights (pooling has none).
+        params.channels.len() + params.hidden.len() + 1
+    } else {
+        params.hidden.len() + 1
+    };
     if let Some(path) = &args.plan {
         let plan = iterstore_perf::Plan::load(path).map_err(anyhow::Error::msg)?;
-        if plan.layers.len() != layers {
+        let mut asked = Partitioning::from_plan(&plan);
+        if cnn {
+            // The plan describes pooling layers too; they hold no weights and are never
+            // split by the CNN app.
+            let weighted: Vec<usize> = plan
+                .layers
+                .iter()
+                .enumerate()
+                .filter(|(_, l)| !l.name.starts_with("pool"))
+                .map(|(i, _)| i)
+                .collect();
+            if let Some(l) = plan
+                .layers
+                .iter()
+                .find(|l| l.partitions * l.replications != 1)
+            {
+                bail!(
+                    "--plan {}: it splits layer {} ({} partitions x {} replications), but the CNN trains whole layers on replicas of one worker",
+                    path.display(),
+                    l.name,
+                    l.partitions,
+                    l.replications
+                );
+            }
+            asked.partitions = weighted.iter().map(|&i| asked.partitions[i]).collect();
+            asked.replications = weighted.iter().map(|&i| asked.replications[i]).collect();
+        }
+        if asked.partitions.len() != layers {
             bail!(
-                "--plan {}: planned for {} ({} layers), but this MLP has {layers} weight layers (--hidden {})",
+                "--plan {}: planned for {} ({} layers), but this network has {layers} weight layers",
                 path.display(),
                 plan.network,
                 plan.layers.len(),
-                params.hidden_text()
             );
         }
         if plan.layers.iter().any(|l| l.threads > 1) {
@@ -525,7 +556,7 @@ fn dnn_partitioning(
                 path.display()
             );
         }
-        return Ok(Some(Partitioning::from_plan(&plan)));
+        return Ok(Some(asked));
     }
     if !by_hand {
         return Ok(None);
@@ -535,7 +566,7 @@ fn dnn_partitioning(
             None => Ok(vec![1; layers]),
             Some(v) if v.len() == layers => Ok(v.clone()),
             Some(v) => bail!(
-                "{flag}: {} values for the MLP's {layers} weight layers",
+                "{flag}: {} values for the network's {layers} weight layers",
                 v.len()
             ),
         }
@@ -589,7 +620,13 @@ fn run_dnn(
     });
     let mut watch = Watch::start(App::Dnn, cfg.iterations, progress);
     let report = if cnn {
-        let outcome = dnn::run_cnn_observed(cfg, &params, &data, &mut watch.observer())?;
+        let outcome = dnn::run_cnn_partitioned_observed(
+            cfg,
+            &params,
+            &data,
+            partitioning.as_ref(),
+            &mut watch.observer(),
+        )?;
         watch.finish();
         if let Some(out) = out {
             out.write(|w| outcome.write_model(w))?;

@@ -149,6 +149,105 @@ pub fn samples(len: usize, replications: usize, r: usize) -> impl Iterator<Item 
     (r..len).step_by(replications)
 }
 
+/// The global shards out of `total` the weights live on: the last `parameter_servers`, or
+/// all; an error if the cluster has fewer.
+fn weight_shards(
+    parameter_servers: Option<usize>,
+    total: usize,
+) -> Result<std::ops::Range<usize>, String> {
+    match parameter_servers {
+        None => Ok(0..total),
+        Some(n) if n > total => Err(format!(
+            "{n} parameter servers, the cluster has {total} shards (--processes x --shards)"
+        )),
+        Some(n) => Ok(total - n..total),
+    }
+}
+
+/// A data-parallel run: each replica one worker training the whole network on its share
+/// of the data (any network: the CNN's only way).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DataParallel {
+    /// `N_mr`: global workers `0..replicas` train; the others only CLOCK.
+    pub replicas: usize,
+    /// Mini-batches between weight reads.
+    pub read_every: usize,
+    /// Mini-batches between weight updates.
+    pub write_every: usize,
+    /// `N_ps` dedicated shards (the cluster's last ones), if asked for.
+    pub parameter_servers: Option<usize>,
+}
+
+impl DataParallel {
+    /// Every one of `workers` workers a replica, synchronised every mini-batch, the
+    /// weights on every shard.
+    pub fn every_worker(workers: usize) -> Self {
+        Self {
+            replicas: workers,
+            read_every: 1,
+            write_every: 1,
+            parameter_servers: None,
+        }
+    }
+
+    /// `asked` for a network of `layers` weight layers on `workers` workers with
+    /// mini-batches of `batch`, if it splits no layer and its replicas are one worker
+    /// each; else an error saying what it splits.
+    pub fn new(
+        asked: &Partitioning,
+        layers: usize,
+        workers: usize,
+        batch: usize,
+    ) -> Result<Self, String> {
+        if asked.partitions.len() != layers || asked.replications.len() != layers {
+            return Err(format!(
+                "{} partitions and {} replications for a network of {layers} weight layers",
+                asked.partitions.len(),
+                asked.replications.len()
+            ));
+        }
+        if let Some(l) = (0..layers).find(|&l| asked.partitions[l] * asked.replications[l] != 1) {
+            return Err(format!(
+                "layer {l} is split ({} partitions x {} replications): this network trains \
+                 whole layers on replicas of one worker",
+                asked.partitions[l], asked.replications[l]
+            ));
+        }
+        let per_replica = asked.replica_workers.unwrap_or(1);
+        if per_replica != 1 {
+            return Err(format!(
+                "replicas of {per_replica} workers: this network trains on replicas of one worker"
+            ));
+        }
+        if asked.replicas == 0 || asked.replicas > workers {
+            return Err(format!(
+                "{} replicas of one worker, the cluster has {workers} workers",
+                asked.replicas
+            ));
+        }
+        if asked.replica_workers.is_none() && asked.replicas != workers {
+            return Err(format!(
+                "{} replicas do not divide the cluster's {workers} workers into replicas of \
+                 one",
+                asked.replicas
+            ));
+        }
+        let share = batch.div_ceil(asked.replicas).max(1);
+        let every = |samples: usize| samples.div_ceil(share).max(1);
+        Ok(Self {
+            replicas: asked.replicas,
+            read_every: every(asked.n_read),
+            write_every: every(asked.n_write),
+            parameter_servers: asked.parameter_servers,
+        })
+    }
+
+    /// The global shards the weights live on, out of `total`.
+    pub fn shards(&self, total: usize) -> Result<std::ops::Range<usize>, String> {
+        weight_shards(self.parameter_servers, total)
+    }
+}
+
 /// A [`Partitioning`] resolved against a network and a cluster.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Layout {
@@ -287,31 +386,29 @@ impl Layout {
         })
     }
 
-    /// Whether this is plain data parallelism on every worker: replicas of one worker
-    /// holding whole layers, synchronised every mini-batch, on all workers and shards.
-    pub fn is_data_parallel(&self, workers: usize) -> bool {
-        self.replica_workers == 1
-            && self.replicas == workers
-            && self.parameter_servers.is_none()
-            && self.read_every == 1
-            && self.write_every == 1
-    }
-
     /// Whether global worker `w` is in no replica (it only CLOCKs).
     pub fn is_idle(&self, w: usize) -> bool {
         w >= self.replicas * self.replica_workers
     }
 
-    /// The global shards the weights live on, out of `total`; an error if the cluster
-    /// has fewer than the parameter servers asked for.
+    /// The global shards the weights live on, out of `total` ([`weight_shards`]).
     pub fn shards(&self, total: usize) -> Result<std::ops::Range<usize>, String> {
-        match self.parameter_servers {
-            None => Ok(0..total),
-            Some(n) if n > total => Err(format!(
-                "{n} parameter servers, the cluster has {total} shards (--processes x --shards)"
-            )),
-            Some(n) => Ok(total - n..total),
-        }
+        weight_shards(self.parameter_servers, total)
+    }
+
+    /// The data-parallel run this layout is, if every replica is one worker holding
+    /// whole layers.
+    pub fn data_parallel(&self) -> Option<DataParallel> {
+        let whole = self
+            .layers
+            .iter()
+            .all(|l| l.partitions == 1 && l.replications == 1);
+        (self.replica_workers == 1 && whole).then_some(DataParallel {
+            replicas: self.replicas,
+            read_every: self.read_every,
+            write_every: self.write_every,
+            parameter_servers: self.parameter_servers,
+        })
     }
 
     /// The replica of global worker `w`, and its index in the replica.
@@ -427,7 +524,14 @@ mod tests {
         let l = Layout::new(&a, &spec(), 2, 64).unwrap();
         // 32 samples per replica and mini-batch.
         assert_eq!((l.read_every, l.write_every), (3, 2));
-        assert!(!l.is_data_parallel(2), "reads every 3 mini-batches");
+        let dp = l.data_parallel().unwrap();
+        assert_eq!((dp.replicas, dp.read_every), (2, 3));
+        let whole = DataParallel::new(&a, 3, 2, 64).unwrap();
+        assert_eq!(whole, dp);
+        let split = asked(1, [2, 1, 1], [1; 3]);
+        assert!(DataParallel::new(&split, 3, 2, 64)
+            .unwrap_err()
+            .contains("layer 0 is split (2 partitions x 1 replications)"));
         assert_eq!(l.place(1), (1, 0));
     }
 }

@@ -33,6 +33,6 @@ pub mod pool;
 pub use activation::Activation;
 pub use cnn::{Cnn, CnnSpec};
 pub use config::DnnConfig;
-pub use layout::{Layout, Partitioning};
+pub use layout::{DataParallel, Layout, Partitioning};
 pub use mlp::{Mlp, MlpSpec};
 pub use network::Network;

@@ -339,15 +339,104 @@ fn a_dedicated_parameter_server_process_holds_the_weights_and_changes_no_bit() {
 }
 
 #[test]
+fn replicas_with_a_dedicated_server_train_what_data_parallel_workers_train_mlp_and_cnn() {
+    let dir = crate::util::scratch("dnn-replicas-server");
+    for model in ["mlp", "cnn"] {
+        let (two, three) = (
+            dir.join(format!("{model}-2.tsv")),
+            dir.join(format!("{model}-3.tsv")),
+        );
+        // A CNN small enough for the tiny 12 x 12 images.
+        let shape: &[&str] = if model == "cnn" {
+            &["--channels", "4,4", "--kernel", "3"]
+        } else {
+            &[]
+        };
+        let with = |extra: &[&str]| {
+            let mut args = vec!["--model", model];
+            args.extend(shape);
+            args.extend(extra);
+            cli(&args)
+        };
+        let out = with(&["--workers", "2", "--output", two.to_str().unwrap()]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let json = dir.join(format!("{model}.json"));
+        let out = with(&[
+            "--workers",
+            "1",
+            "--processes",
+            "3",
+            "--replicas",
+            "2",
+            "--replica-workers",
+            "1",
+            "--parameter-servers",
+            "1",
+            "--output",
+            three.to_str().unwrap(),
+            "--json",
+            json.to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "{model}: {}", stderr(&out));
+        assert!(
+            std::fs::read(&two).unwrap() == std::fs::read(&three).unwrap(),
+            "{model}: 2 replicas and a server differ from 2 data-parallel workers"
+        );
+        let report: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        assert_eq!(report["params"]["weight_shards"], "2..3", "{model}");
+    }
+    // The optimizer's CNN plan for 3 machines: 1 server and 2 replicas of one worker.
+    let plan = dir.join("cnn-plan.json");
+    let out = crate::util::iterstore(&[
+        "plan",
+        "--model",
+        "cnn",
+        "--profile",
+        "example",
+        "--machines",
+        "3",
+        "--cores",
+        "1",
+        "-q",
+        "--output",
+        plan.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = crate::util::iterstore(&[
+        "run",
+        "dnn",
+        "--model",
+        "cnn",
+        "--synthetic",
+        "tiny",
+        "--iters",
+        "1",
+        "--channels",
+        "4,4",
+        "--kernel",
+        "3",
+        "-q",
+        "--workers",
+        "1",
+        "--processes",
+        "3",
+        "--plan",
+        plan.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+#[test]
 fn partitioning_options_that_do_not_fit_are_refused_before_any_work() {
     for (extra, want) in [
         (
             &["--partitions", "2,2"][..],
-            "--partitions: 2 values for the MLP's 3 weight layers",
+            "--partitions: 2 values for the network's 3 weight layers",
         ),
         (
-            &["--model", "cnn", "--replicas", "1"][..],
-            "the CNN trains data-parallel",
+            &["--model", "cnn", "--partitions", "1,1,1,1"][..],
+            "the CNN trains whole layers on replicas of one worker",
         ),
         (
             &["--plan", "/nonexistent/plan.json"][..],
