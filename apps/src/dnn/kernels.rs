@@ -188,6 +188,39 @@ pub fn update(
     inputs: usize,
     outputs: usize,
 ) {
+    update_with(w, delta_out, x, rate, batch, inputs, outputs, 1.0);
+}
+
+/// `step = −rate · δ_outᵀ · x`, overwriting `step` (no pass to zero it first). Every
+/// element is computed as [`update`] computes it into zeros.
+pub fn step_into(
+    step: &mut [f32],
+    delta_out: &[f32],
+    x: &[f32],
+    rate: f32,
+    batch: usize,
+    inputs: usize,
+    outputs: usize,
+) {
+    if batch == 0 {
+        step[..outputs * inputs].fill(0.0);
+        return;
+    }
+    update_with(step, delta_out, x, rate, batch, inputs, outputs, 0.0);
+}
+
+/// `w = beta · w − rate · δ_outᵀ · x`.
+#[allow(clippy::too_many_arguments)]
+fn update_with(
+    w: &mut [f32],
+    delta_out: &[f32],
+    x: &[f32],
+    rate: f32,
+    batch: usize,
+    inputs: usize,
+    outputs: usize,
+    beta: f32,
+) {
     // δ_outᵀ (outputs × batch) · x (batch × inputs): a is δ_out read transposed, so
     // compute it as a GEMM over the batch with explicit strides.
     assert!(delta_out.len() >= batch * outputs && x.len() >= batch * inputs);
@@ -205,7 +238,7 @@ pub fn update(
             x.as_ptr(),
             inputs as isize,
             1,
-            1.0,
+            beta,
             w.as_mut_ptr(),
             inputs as isize,
             1,

@@ -255,12 +255,12 @@ pub fn gradient_step(
     s: &mut Scratch,
     deltas: &mut [Vec<f32>],
 ) -> f64 {
-    for d in deltas.iter_mut() {
-        d.fill(0.0);
-    }
     let spec = &m.spec;
     let b = which.len();
     if b == 0 {
+        for d in deltas.iter_mut() {
+            d.fill(0.0);
+        }
         return 0.0;
     }
     assert!(
@@ -286,7 +286,7 @@ pub fn gradient_step(
     );
     for l in (0..=last).rev() {
         let (inputs, outputs) = (spec.width(l), spec.rows(l));
-        kernels::update(
+        kernels::step_into(
             &mut deltas[l],
             &s.deltas[l],
             &s.acts[l],

@@ -437,8 +437,7 @@ fn backward(
             spec.activation
                 .derive(&mut h.delta[..n * rows], &h.out[..n * rows]);
         }
-        h.step.fill(0.0);
-        kernels::update(&mut h.step, &h.delta, &h.x, rate, n, width, rows);
+        kernels::step_into(&mut h.step, &h.delta, &h.x, rate, n, width, rows);
         if l == 0 {
             continue;
         }
