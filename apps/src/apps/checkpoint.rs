@@ -42,7 +42,7 @@ const INIT_CLOCKS: u64 = 1;
 /// One process's state part: the header and its workers' blobs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct StatePart {
-    /// `mf`, `lda` or `pagerank`.
+    /// `mf`, `lda`, `pagerank` or `dnn`.
     pub(crate) app: String,
     /// Iterations done when the checkpoint was written.
     pub(crate) done: u64,
@@ -257,7 +257,7 @@ pub(crate) fn check_dirs(cfg: &AppConfig) -> Result<(), AppError> {
 
 /// The per-app facts a checkpoint is checked against.
 pub(crate) struct RunId<'a> {
-    /// `mf`, `lda` or `pagerank`.
+    /// `mf`, `lda`, `pagerank` or `dnn`.
     pub(crate) app: &'static str,
     /// [`run_json`] of this run.
     pub(crate) run: &'a str,
@@ -430,6 +430,29 @@ pub(crate) fn get_f64s(c: &mut Cursor<'_>, n: usize, what: &str) -> Result<Vec<f
     Ok(b.chunks_exact(8)
         .map(|x| f64::from_le_bytes(x.try_into().expect("8 bytes")))
         .collect())
+}
+
+/// Little-endian `f32`s, appended after their count.
+pub(crate) fn put_f32s(out: &mut Vec<u8>, xs: &[f32]) {
+    out.extend_from_slice(&(xs.len() as u64).to_le_bytes());
+    for x in xs {
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+}
+
+/// `n` little-endian `f32`s as [`put_f32s`] wrote them into `into`, refusing another
+/// count.
+pub(crate) fn get_f32s(c: &mut Cursor<'_>, into: &mut [f32], what: &str) -> Result<(), String> {
+    let n = into.len();
+    let found = c.u64(what)?;
+    if found != n as u64 {
+        return Err(format!("{what}: {found} values, this run needs {n}"));
+    }
+    let b = c.take(n * 4, what)?;
+    for (x, v) in into.iter_mut().zip(b.chunks_exact(4)) {
+        *x = f32::from_le_bytes(v.try_into().expect("4 bytes"));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

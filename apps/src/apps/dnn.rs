@@ -43,6 +43,7 @@ use std::io::{self, Write};
 
 use iterstore::{Cluster, Table, Worker};
 
+use super::checkpoint::{self, Cursor, Restart, RunId};
 use super::{
     check_finite, dense, preprocess, timed, timed_init_run, timed_run, AppConfig, AppError,
     IterRecord, Observer, RunReport,
@@ -139,6 +140,38 @@ impl<N: Network> State<N> {
             loss: 0.0,
             samples: 0,
         }
+    }
+}
+
+/// A worker's state as a checkpoint keeps it: what its next epochs depend on besides the
+/// tables (its epoch count, which keys its sample order and step size, and its
+/// velocities and unwritten steps).
+trait Saved {
+    /// The state as bytes.
+    fn save(&self) -> Vec<u8>;
+    /// Restores what [`save`](Self::save) wrote, refusing another shape.
+    fn restore(&mut self, bytes: &[u8]) -> Result<(), String>;
+}
+
+impl<N: Network> Saved for State<N> {
+    fn save(&self) -> Vec<u8> {
+        let mut out = self.epoch.to_le_bytes().to_vec();
+        for layer in self.velocity.iter().chain(&self.pending) {
+            checkpoint::put_f32s(&mut out, layer);
+        }
+        out
+    }
+
+    fn restore(&mut self, bytes: &[u8]) -> Result<(), String> {
+        let mut c = Cursor::new(bytes);
+        self.epoch = c.u64("epoch")?;
+        for (l, layer) in self.velocity.iter_mut().enumerate() {
+            checkpoint::get_f32s(&mut c, layer, &format!("layer {l}'s velocity"))?;
+        }
+        for (l, layer) in self.pending.iter_mut().enumerate() {
+            checkpoint::get_f32s(&mut c, layer, &format!("layer {l}'s unwritten steps"))?;
+        }
+        c.finish()
     }
 }
 
@@ -476,14 +509,19 @@ pub fn run_partitioned_in(
     let shards = layout
         .shards(cluster.processes() * cfg.shards)
         .map_err(|e| AppError::Invalid(format!("dnn partitioning ({asked}): {e}")))?;
-    report.param("weight_shards", format!("{shards:?}"));
+    if layout.parameter_servers.is_some() {
+        report.param("weight_shards", format!("{shards:?}"));
+    }
     let (setup, setup_s) = timed(|| -> Result<_, AppError> {
-        let tables = (0..zeros.layer_count())
-            .map(|l| {
-                let name = format!("dnn.w{l}");
-                cluster.create_table_on::<f32>(&name, zeros.width(l), shards.clone())
-            })
-            .collect::<iterstore::Result<Vec<_>>>()?;
+        let tables = match layout.parameter_servers {
+            None => create_tables(cluster, &zeros)?,
+            Some(_) => (0..zeros.layer_count())
+                .map(|l| {
+                    let name = format!("dnn.w{l}");
+                    cluster.create_table_on::<f32>(&name, zeros.width(l), shards.clone())
+                })
+                .collect::<iterstore::Result<Vec<_>>>()?,
+        };
         let capacity = n.div_ceil(layout.replicas).div_ceil(clocks);
         let first = cluster.rank() * cfg.workers;
         let states: Vec<partitioned::State> = (first..first + cfg.workers)
@@ -531,11 +569,6 @@ fn prepare<N: Network>(
     super::check_cluster(cfg, cluster)?;
     params.validate()?;
     check_data(data)?;
-    if cfg.checkpoint.is_some() || cfg.resume.is_some() {
-        return Err(AppError::Invalid(
-            "dnn does not write or resume checkpoints yet".into(),
-        ));
-    }
     let mut report = RunReport::new("dnn", "train_cross_entropy", cfg);
     report.processes = cluster.processes();
     for (k, v) in [
@@ -586,7 +619,7 @@ impl<N: Network> Training<'_, N> {
     /// per epoch on every worker, each followed by the mean training loss over the
     /// cluster (`progress`: a worker's summed loss and samples) and the test accuracy.
     #[allow(clippy::too_many_arguments)]
-    fn run<S: Clone + Send>(
+    fn run<S: Clone + Send + Saved>(
         self,
         cluster: &mut Cluster,
         cfg: &AppConfig,
@@ -597,21 +630,40 @@ impl<N: Network> Training<'_, N> {
         observer: Observer<'_>,
     ) -> Result<DnnOutcome<N>, AppError> {
         let (tables, zeros) = (self.tables, &self.zeros);
+        let workers = cluster.total_workers();
+        let run_json = checkpoint::run_json(&report);
+        let id = RunId {
+            app: "dnn",
+            run: &run_json,
+            clocks_per_iteration: clocks(self.data.train.len(), self.params.batch) as u64,
+        };
+        let restart = checkpoint::resume(cluster, cfg, &id)?;
+        if let Some(r) = &restart {
+            // Velocities and sample orders follow the workers: the same total is needed.
+            let first = cluster.rank() * cfg.workers;
+            let blobs = r.same_workers("dnn", workers, first, cfg.workers)?;
+            for (l, (state, blob)) in states.iter_mut().zip(blobs).enumerate() {
+                state.restore(blob).map_err(|e| r.bad_state(first + l, e))?;
+            }
+        }
+        report.resumed = restart.as_ref().map(Restart::report);
+        let start = restart.as_ref().map_or(0, |r| r.done);
         let (pre_s, pattern) = preprocess(cluster, cfg, &states, &iteration)?;
         report.preprocess_s = pre_s;
         report.pattern = pattern;
-        let workers = cluster.total_workers();
-        report.init_s = init(
-            cluster,
-            &mut states,
-            tables,
-            zeros,
-            self.params.seed,
-            workers,
-        )?;
+        if restart.is_none() {
+            report.init_s = init(
+                cluster,
+                &mut states,
+                tables,
+                zeros,
+                self.params.seed,
+                workers,
+            )?;
+        }
         let mut model = snapshot(cluster, tables, zeros)?;
         let mut accuracies = Vec::with_capacity(cfg.iterations.min(1024));
-        for iter in 0..cfg.iterations {
+        for iter in start..cfg.iterations {
             let cost = timed_run(cluster, &mut states, &iteration)?;
             let mine: Vec<f64> = states
                 .iter()
@@ -639,8 +691,16 @@ impl<N: Network> Training<'_, N> {
                 rss_bytes: None,
             };
             report.push_iteration(record, observer);
+            let saved = checkpoint::after_iteration(cluster, cfg, &id, iter + 1, || {
+                states.iter().map(Saved::save).collect()
+            })?;
+            report.record_checkpoint(saved);
         }
         if !self.data.test.is_empty() {
+            if accuracies.is_empty() {
+                // Resumed after the last epoch: the checkpoint's model.
+                accuracies.push(model.accuracy(&self.data.test));
+            }
             report.set_test_accuracy(accuracies);
         }
         report.record_store(cluster);

@@ -597,9 +597,6 @@ fn run_dnn(
 ) -> Result<RunReport> {
     let (cnn, params) = dnn_config(args)?;
     let partitioning = dnn_partitioning(args, cfg, cnn, &params)?;
-    if cfg.checkpoint.is_some() || cfg.resume.is_some() {
-        bail!("dnn does not write or resume checkpoints yet (--checkpoint-dir, --resume)");
-    }
     let loading_step = step(progress, || loading(&input, "images"));
     let data = match &input {
         Input::File(path) => load_fashion_mnist(path)?,

@@ -24,9 +24,11 @@ const ITERS: &str = "20";
 /// workers)`: 1 process runs alone, more through the `--processes` launcher) plus
 /// `extra`.
 fn args<'a>(app: &'a str, out: &'a str, shape: &'a [String; 2], extra: &[&'a str]) -> Vec<&'a str> {
+    // `dnn-partitioned`: the DNN as one replica whose 2 workers hold half of each layer.
+    let command = if app == "dnn-partitioned" { "dnn" } else { app };
     let mut a = vec![
         "run",
-        app,
+        command,
         "--synthetic",
         "tiny",
         "--iters",
@@ -39,6 +41,13 @@ fn args<'a>(app: &'a str, out: &'a str, shape: &'a [String; 2], extra: &[&'a str
     ];
     if shape[0] != "1" {
         a.extend(["--processes", &shape[0]]);
+    }
+    if command == "dnn" {
+        // A small network: 20 epochs in a few seconds.
+        a.extend(["--hidden", "32"]);
+    }
+    if app == "dnn-partitioned" {
+        a.extend(["--replicas", "1", "--partitions", "2,2"]);
     }
     a.extend(extra);
     a
@@ -172,6 +181,13 @@ fn pagerank_killed_and_resumed_writes_the_same_bytes() {
 fn lda_killed_and_resumed_writes_the_same_bytes() {
     killed_and_resumed_writes_the_same_bytes("lda", (1, 2), (1, 2), 7);
     killed_and_resumed_writes_the_same_bytes("lda", (2, 1), (2, 1), 8);
+}
+
+#[test]
+fn dnn_killed_and_resumed_writes_the_same_bytes() {
+    killed_and_resumed_writes_the_same_bytes("dnn", (1, 2), (1, 2), 10);
+    killed_and_resumed_writes_the_same_bytes("dnn", (2, 1), (1, 2), 11);
+    killed_and_resumed_writes_the_same_bytes("dnn-partitioned", (1, 2), (2, 1), 12);
 }
 
 #[test]

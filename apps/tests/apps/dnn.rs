@@ -219,17 +219,6 @@ fn bad_data_and_options_are_errors_that_say_what_is_wrong() {
         ),
         (&["run", "dnn", "--partition", "ratings"][..], "--partition"),
         (
-            &[
-                "run",
-                "dnn",
-                "--checkpoint-dir",
-                "ck",
-                "--checkpoint-every",
-                "1",
-            ][..],
-            "dnn does not write or resume checkpoints yet",
-        ),
-        (
             &["bench", "--apps", "dnn", "--dnn-data", "/nonexistent/dir"][..],
             "--dnn-data /nonexistent/dir: not a directory",
         ),

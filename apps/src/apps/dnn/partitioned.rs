@@ -36,6 +36,7 @@ use std::ops::Range;
 
 use iterstore::{Table, Worker};
 
+use crate::apps::checkpoint::{self, Cursor};
 use crate::data::ImageSet;
 use crate::dnn::kernels;
 use crate::dnn::layout::{samples, Layout};
@@ -154,6 +155,28 @@ impl State {
             loss: 0.0,
             samples: 0,
         }
+    }
+}
+
+impl super::Saved for State {
+    fn save(&self) -> Vec<u8> {
+        let mut out = self.epoch.to_le_bytes().to_vec();
+        for h in &self.held {
+            checkpoint::put_f32s(&mut out, &h.velocity);
+            checkpoint::put_f32s(&mut out, &h.pending);
+        }
+        out
+    }
+
+    fn restore(&mut self, bytes: &[u8]) -> Result<(), String> {
+        let mut c = Cursor::new(bytes);
+        self.epoch = c.u64("epoch")?;
+        for h in &mut self.held {
+            let what = format!("layer {} segment {} copy {}", h.l, h.p, h.r);
+            checkpoint::get_f32s(&mut c, &mut h.velocity, &format!("{what}'s velocity"))?;
+            checkpoint::get_f32s(&mut c, &mut h.pending, &format!("{what}'s unwritten steps"))?;
+        }
+        c.finish()
     }
 }
 
