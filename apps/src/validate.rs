@@ -13,8 +13,10 @@
 use std::fmt::Write as _;
 
 use iterstore_perf::optimizer::evaluate;
-use iterstore_perf::spec::{Input, FORMAT_VERSION};
-use iterstore_perf::{Estimate, Layer, LayerConfig, Model, Network, Profile, Resources, Training};
+use iterstore_perf::spec::FORMAT_VERSION;
+use iterstore_perf::{Estimate, LayerConfig, Model, Profile, Resources, Training};
+
+use crate::dnn::layout::mlp_network;
 
 /// One configuration `plan --validate` runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -105,38 +107,6 @@ impl Config {
             list(&self.replications),
             self.sync_every
         )
-    }
-}
-
-/// The optimizer's description of an MLP of `sizes`: fully connected layers under a
-/// softmax.
-pub fn mlp_network(sizes: &[usize]) -> Network {
-    let last = sizes.len() - 2;
-    Network {
-        version: FORMAT_VERSION,
-        name: "mlp".into(),
-        input: Input {
-            channels: sizes[0] as u64,
-            size: 1,
-        },
-        layers: (0..=last)
-            .map(|l| {
-                let (name, neurons) = (format!("l{l}"), sizes[l + 1] as u64);
-                if l == last {
-                    Layer::Softmax {
-                        name,
-                        neurons,
-                        bits: 32,
-                    }
-                } else {
-                    Layer::FullyConnected {
-                        name,
-                        neurons,
-                        bits: 32,
-                    }
-                }
-            })
-            .collect(),
     }
 }
 

@@ -143,10 +143,13 @@ impl<N: Network> State<N> {
     }
 }
 
-/// A worker's state as a checkpoint keeps it: what its next epochs depend on besides the
-/// tables (its epoch count, which keys its sample order and step size, and its
-/// velocities and unwritten steps).
-trait Saved {
+/// What [`Training::run`] needs of a worker's state: its progress through the epoch, and
+/// what a checkpoint keeps of it (what its next epochs depend on besides the tables: its
+/// epoch count, which keys its sample order and step size, and its velocities and
+/// unwritten steps).
+trait Saved: Clone + Send {
+    /// The summed cross-entropy of this epoch's samples so far, and their count.
+    fn progress(&self) -> (f64, u64);
     /// The state as bytes.
     fn save(&self) -> Vec<u8>;
     /// Restores what [`save`](Self::save) wrote, refusing another shape.
@@ -154,6 +157,10 @@ trait Saved {
 }
 
 impl<N: Network> Saved for State<N> {
+    fn progress(&self) -> (f64, u64) {
+        (self.loss, self.samples)
+    }
+
     fn save(&self) -> Vec<u8> {
         let mut out = self.epoch.to_le_bytes().to_vec();
         for layer in self.velocity.iter().chain(&self.pending) {
@@ -551,7 +558,6 @@ pub fn run_partitioned_in(
         report,
         states,
         |w, s| partitioned::iteration(w, epoch, s),
-        |s| (s.loss, s.samples),
         observer,
     )
 }
@@ -615,18 +621,17 @@ struct Training<'a, N> {
 }
 
 impl<N: Network> Training<'_, N> {
-    /// The virtual iteration (virtual mode), the initial weights, then one `iteration`
-    /// per epoch on every worker, each followed by the mean training loss over the
-    /// cluster (`progress`: a worker's summed loss and samples) and the test accuracy.
-    #[allow(clippy::too_many_arguments)]
-    fn run<S: Clone + Send + Saved>(
+    /// A resume (with `--resume`), the virtual iteration (virtual mode), the initial
+    /// weights (unless resumed), then one `iteration` per epoch on every worker, each
+    /// followed by the mean training loss over the cluster, the test accuracy and a
+    /// checkpoint when one is due.
+    fn run<S: Saved>(
         self,
         cluster: &mut Cluster,
         cfg: &AppConfig,
         mut report: RunReport,
         mut states: Vec<S>,
         iteration: impl Fn(&mut Worker<'_>, &mut S) -> iterstore::Result<()> + Sync,
-        progress: impl Fn(&S) -> (f64, u64),
         observer: Observer<'_>,
     ) -> Result<DnnOutcome<N>, AppError> {
         let (tables, zeros) = (self.tables, &self.zeros);
@@ -668,7 +673,7 @@ impl<N: Network> Training<'_, N> {
             let mine: Vec<f64> = states
                 .iter()
                 .flat_map(|s| {
-                    let (loss, samples) = progress(s);
+                    let (loss, samples) = s.progress();
                     [loss, samples as f64]
                 })
                 .collect();
@@ -775,7 +780,6 @@ fn run_network_in<N: Network>(
         report,
         states,
         |w, s| iteration(w, st, s),
-        |s| (s.loss, s.samples),
         observer,
     )
 }

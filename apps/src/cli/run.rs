@@ -23,7 +23,7 @@ use iterstore_apps::data::{
     load_corpus, load_fashion_mnist, load_graph, load_ratings, split_ratings, CorpusSpec,
     GraphSpec, ImageSpec, RatingsSpec,
 };
-use iterstore_apps::dnn::{Activation, DnnConfig, Partitioning};
+use iterstore_apps::dnn::{Activation, DnnConfig, Network, Partitioning};
 
 use super::log::{self, Iterations, Step};
 use super::{App, RunArgs};
@@ -616,32 +616,27 @@ fn run_dnn(
         loaded(&input, counts)
     });
     let mut watch = Watch::start(App::Dnn, cfg.iterations, progress);
-    let report = if cnn {
-        let outcome = dnn::run_cnn_partitioned_observed(
-            cfg,
-            &params,
-            &data,
-            partitioning.as_ref(),
-            &mut watch.observer(),
-        )?;
-        watch.finish();
-        if let Some(out) = out {
-            out.write(|w| outcome.write_model(w))?;
-        }
-        outcome.report
+    let asked = partitioning.as_ref();
+    if cnn {
+        let outcome =
+            dnn::run_cnn_partitioned_observed(cfg, &params, &data, asked, &mut watch.observer());
+        dnn_written(outcome?, watch, out)
     } else {
-        let outcome = dnn::run_partitioned_observed(
-            cfg,
-            &params,
-            &data,
-            partitioning.as_ref(),
-            &mut watch.observer(),
-        )?;
-        watch.finish();
-        if let Some(out) = out {
-            out.write(|w| outcome.write_model(w))?;
-        }
-        outcome.report
-    };
-    Ok(report)
+        let outcome =
+            dnn::run_partitioned_observed(cfg, &params, &data, asked, &mut watch.observer());
+        dnn_written(outcome?, watch, out)
+    }
+}
+
+/// Ends a DNN run: the progress closed, the model written to `out` if asked.
+fn dnn_written<N: Network>(
+    outcome: dnn::DnnOutcome<N>,
+    watch: Watch,
+    out: Option<Output>,
+) -> Result<RunReport> {
+    watch.finish();
+    if let Some(out) = out {
+        out.write(|w| outcome.write_model(w))?;
+    }
+    Ok(outcome.report)
 }

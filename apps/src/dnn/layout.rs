@@ -21,7 +21,7 @@ use std::fmt;
 use std::ops::Range;
 
 use iterstore_perf::mapping::{self, Split};
-use iterstore_perf::model::{shapes, Shape};
+use iterstore_perf::model::shapes;
 use iterstore_perf::spec::Input;
 use iterstore_perf::{Layer, Network};
 
@@ -265,37 +265,36 @@ pub struct Layout {
     pub write_every: usize,
 }
 
-/// The optimizer's description of `spec` (fully connected layers under a softmax), for
-/// its segment mapping.
-fn network_of(spec: &MlpSpec) -> Vec<Shape> {
-    let last = spec.layers() - 1;
-    let layers = (0..=last)
-        .map(|l| {
-            let (name, neurons) = (format!("l{l}"), spec.rows(l) as u64);
-            if l == last {
-                Layer::Softmax {
-                    name,
-                    neurons,
-                    bits: 32,
-                }
-            } else {
-                Layer::FullyConnected {
-                    name,
-                    neurons,
-                    bits: 32,
-                }
-            }
-        })
-        .collect();
-    shapes(&Network {
+/// The optimizer's description of an MLP of `sizes` (inputs, hidden layers, classes):
+/// fully connected layers under a softmax.
+pub fn mlp_network(sizes: &[usize]) -> Network {
+    let last = sizes.len() - 2;
+    Network {
         version: iterstore_perf::spec::FORMAT_VERSION,
         name: "mlp".into(),
         input: Input {
-            channels: spec.sizes[0] as u64,
+            channels: sizes[0] as u64,
             size: 1,
         },
-        layers,
-    })
+        layers: (0..=last)
+            .map(|l| {
+                let (name, neurons) = (format!("l{l}"), sizes[l + 1] as u64);
+                if l == last {
+                    Layer::Softmax {
+                        name,
+                        neurons,
+                        bits: 32,
+                    }
+                } else {
+                    Layer::FullyConnected {
+                        name,
+                        neurons,
+                        bits: 32,
+                    }
+                }
+            })
+            .collect(),
+    }
 }
 
 impl Layout {
@@ -366,7 +365,7 @@ impl Layout {
                 replications: r as u32,
             });
         }
-        let placed = mapping::assign(&network_of(spec), &splits);
+        let placed = mapping::assign(&shapes(&mlp_network(&spec.sizes)), &splits);
         let share = batch.div_ceil(asked.replicas).max(1);
         let every = |samples: usize| samples.div_ceil(share).max(1);
         Ok(Self {

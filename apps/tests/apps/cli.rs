@@ -2,19 +2,14 @@
 //! exit statuses, and the demo.
 
 use std::path::PathBuf;
-use std::process::Output;
 
 use iterstore_apps::algo::pagerank::{reference, PageRankConfig};
 use iterstore_apps::data::load_edges;
 
-use crate::util::{fixture, iterstore, scratch};
+use crate::util::{fixture, iterstore, scratch, stderr};
 
 fn json_file(path: &PathBuf) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 #[test]

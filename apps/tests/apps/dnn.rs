@@ -12,7 +12,7 @@ use iterstore_apps::dnn::mlp::reference;
 use iterstore_apps::dnn::{DnnConfig, Mlp};
 
 use crate::dnn_checks::{equals_reference, losses, processes_agree, NetApp};
-use crate::util::{bsp, iterstore, scratch, MODES};
+use crate::util::{bsp, dnn_tiny, iterstore, scratch, stderr, MODES};
 
 fn tiny() -> ImageSet {
     ImageSpec::preset("tiny").unwrap().generate()
@@ -113,23 +113,7 @@ fn a_diverging_run_stops_with_an_error() {
 
 /// `iterstore run dnn` on the tiny images with a small network, plus `extra`.
 fn cli_tiny(extra: &[&str]) -> std::process::Output {
-    let mut args = vec![
-        "run",
-        "dnn",
-        "--synthetic",
-        "tiny",
-        "--iters",
-        "2",
-        "--hidden",
-        "16",
-        "-q",
-    ];
-    args.extend(extra);
-    iterstore(&args)
-}
-
-fn stderr(out: &std::process::Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
+    dnn_tiny("16", extra)
 }
 
 #[test]

@@ -11,7 +11,7 @@ use iterstore_apps::data::{ImageSet, ImageSpec};
 use iterstore_apps::dnn::{DnnConfig, Mlp, Partitioning};
 
 use crate::dnn_checks::losses;
-use crate::util::{bsp, MODES};
+use crate::util::{bsp, dnn_tiny, stderr, MODES};
 
 fn tiny() -> ImageSet {
     ImageSpec::preset("tiny").unwrap().generate()
@@ -188,23 +188,7 @@ fn a_partitioning_that_does_not_fit_is_refused_naming_why() {
 
 /// `iterstore run dnn` on the tiny images (144-16-12-10), plus `extra`.
 fn cli(extra: &[&str]) -> std::process::Output {
-    let mut args = vec![
-        "run",
-        "dnn",
-        "--synthetic",
-        "tiny",
-        "--iters",
-        "2",
-        "--hidden",
-        "16,12",
-        "-q",
-    ];
-    args.extend(extra);
-    crate::util::iterstore(&args)
-}
-
-fn stderr(out: &std::process::Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
+    dnn_tiny("16,12", extra)
 }
 
 #[test]

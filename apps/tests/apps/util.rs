@@ -46,6 +46,29 @@ pub fn iterstore(args: &[&str]) -> Output {
         .expect("the iterstore binary runs")
 }
 
+/// A process's standard error as text.
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// `iterstore run dnn` on the tiny synthetic images (2 epochs, quiet) with hidden layers
+/// `hidden` (e.g. `16,12`), plus `extra`.
+pub fn dnn_tiny(hidden: &str, extra: &[&str]) -> Output {
+    let mut args = vec![
+        "run",
+        "dnn",
+        "--synthetic",
+        "tiny",
+        "--iters",
+        "2",
+        "--hidden",
+        hidden,
+        "-q",
+    ];
+    args.extend(extra);
+    iterstore(&args)
+}
+
 /// A fresh scratch directory `name` for one test.
 pub fn scratch(name: &str) -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);

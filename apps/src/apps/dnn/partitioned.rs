@@ -159,6 +159,10 @@ impl State {
 }
 
 impl super::Saved for State {
+    fn progress(&self) -> (f64, u64) {
+        (self.loss, self.samples)
+    }
+
     fn save(&self) -> Vec<u8> {
         let mut out = self.epoch.to_le_bytes().to_vec();
         for h in &self.held {
