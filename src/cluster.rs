@@ -137,8 +137,14 @@ pub struct NumaReport {
     /// Bytes placed in each zone by the current plan (arena copies, replicas, server
     /// copies, blocks, per-thread copies); empty before a plan exists.
     pub bytes_per_zone: Vec<u64>,
-    /// Rows replicated into more than one zone (0: the store keeps one process arena).
+    /// Rows the plan replicates into another zone than their arena copy's.
     pub replicated_rows: usize,
+    /// Bytes of arena chunks copied into another zone (the refresh writes every copy; a
+    /// worker reads its own zone's): the chunks whose bytes are at least half rows the
+    /// plan replicates there.
+    pub zone_copy_bytes: usize,
+    /// Per worker: the plan's rows it reads from its own zone's copy of their chunk.
+    pub zone_copy_rows: Vec<usize>,
     /// Per server shard: the zone its thread runs in (bound when `bound`).
     pub shard_zones: Vec<usize>,
     /// The zone of the communication thread.
@@ -249,6 +255,8 @@ pub struct Cluster {
     binder: Option<MemBinder>,
     /// Bytes of the current process arena bound to a zone.
     arena_bound_bytes: usize,
+    /// Bytes of the current arena's zone copies.
+    zone_copy_bytes: usize,
     /// The NUMA plan of the current specialized plan.
     numa: Option<NumaPlan>,
     /// Per worker: its specialized state (or the op tape to build it from), kept between
@@ -574,6 +582,7 @@ impl Cluster {
             // iteration on this 2-core, 1-node machine), so only bind across zones.
             binder: (bound && zones > 1).then(MemBinder::new),
             arena_bound_bytes: 0,
+            zone_copy_bytes: 0,
             numa: None,
             config,
             registry: Registry::default(),
@@ -1114,7 +1123,7 @@ impl Cluster {
                 shards: self.config.shards,
                 placement: self.config.worker_placement,
                 blocks: specs.static_cache && specs.contiguous_index && specs.thread_caches,
-                replicate: false,
+                replicate: true,
             };
             numa::plan(
                 pattern,
@@ -1134,14 +1143,26 @@ impl Cluster {
         let tapes = plan::tapes(pattern, &plan, sequences, budget);
         self.tape_truncated = tapes.truncated;
         let binding = self.binder.as_ref().zip(chunk_zones.as_deref());
+        // Zone copies of the chunks the NUMA plan replicates, read by the workers of
+        // those zones.
+        let copies = self.numa.as_ref().map(|n| numa::chunk_copies(n, &plan));
+        let worker_zones: Vec<u8> = self.places.iter().map(|p| p.zone as u8).collect();
+        let zone_nodes: Vec<u32> = self.topology.zones().iter().map(|z| z.os_index).collect();
+        let mut copied = 0;
         let arena = specs.static_cache.then(|| {
-            Arc::new(ProcessArena::new(
-                plan,
-                self.plans,
-                specs.prefetch_batching,
-                binding,
-            ))
+            let arena = ProcessArena::new(plan, self.plans, specs.prefetch_batching, binding);
+            let arena = match copies {
+                Some(copies) if copies.iter().any(|&m| m != 0) => {
+                    let binding = self.binder.as_ref().map(|b| (b, zone_nodes.as_slice()));
+                    let (arena, bytes) = arena.with_zone_copies(copies, worker_zones, binding);
+                    copied = bytes;
+                    arena
+                }
+                _ => arena,
+            };
+            Arc::new(arena)
         });
+        self.zone_copy_bytes = copied;
         self.arena_bound_bytes = arena.as_ref().map_or(0, |a| a.bound_bytes);
         for (kept, tape) in self.specials.iter().zip(tapes.tapes) {
             *lock(kept) = match &arena {
@@ -1258,6 +1279,21 @@ impl Cluster {
             arena_bound_bytes: self.arena_bound_bytes,
             replicated_rows: plan
                 .map_or(0, |p| p.replicas.iter().filter(|r| !r.is_empty()).count()),
+            zone_copy_bytes: self.zone_copy_bytes,
+            zone_copy_rows: match self.shared.arena() {
+                Some(arena) => (0..self.places.len())
+                    .map(|w| {
+                        let zone = arena.worker_zone(w);
+                        arena
+                            .plan
+                            .slots
+                            .iter()
+                            .filter(|s| arena.has_copy(s.chunk, zone))
+                            .count()
+                    })
+                    .collect(),
+                None => Vec::new(),
+            },
             remote_fraction: plan.map(|p| p.remote_fraction),
             baseline_remote_fraction: plan.map(|p| p.baseline_remote_fraction),
         })

@@ -128,6 +128,30 @@ pub(crate) fn chunk_zones(numa: &NumaPlan, plan: &Plan, topo: &Topology) -> Vec<
         .collect()
 }
 
+/// Per arena chunk of `plan`, the zones (bit `z`) that get a copy of it: those into which
+/// the rows replicated (`numa.replicas`) make at least half of the chunk's bytes. A chunk
+/// is what a refresh rewrites, so a zone's copy is kept per chunk; its other rows come
+/// along (read locally, where the plan counted them remote).
+pub(crate) fn chunk_copies(numa: &NumaPlan, plan: &Plan) -> Vec<u64> {
+    plan.chunks
+        .iter()
+        .map(|chunk| {
+            let total: usize = chunk.slots.clone().map(|s| plan.slots[s].len).sum();
+            let mut replicated = [0usize; 64];
+            for s in chunk.slots.clone() {
+                for &z in &numa.replicas[s] {
+                    if z < 64 {
+                        replicated[z] += plan.slots[s].len;
+                    }
+                }
+            }
+            (0..64)
+                .filter(|&z| total > 0 && 2 * replicated[z] >= total && replicated[z] > 0)
+                .fold(0u64, |mask, z| mask | 1u64 << z)
+        })
+        .collect()
+}
+
 /// Where one worker thread runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct WorkerPlace {

@@ -5,6 +5,14 @@
 //! the communication thread rewrites the chunk), and the arena is made of `AtomicU64` words
 //! read and written with relaxed loads and stores, so a reader that raced a writer simply
 //! retries. Each chunk carries the data clock of its last refresh.
+//!
+//! **Zone copies.** On a machine of several NUMA zones a chunk the NUMA plan replicates
+//! (its rows read from another zone more than once per refresh) also has a copy for that
+//! zone, at the same word offsets in a zone array ([`ProcessArena::with_zone_copies`]),
+//! bound there; the communication thread writes every copy of a chunk inside the chunk's
+//! one sequence lock, and a worker reads its own zone's copy where there is one
+//! ([`ProcessArena::words_for`]). A zone array is allocated zeroed and untouched, so only
+//! the pages of its replicated chunks ever take memory.
 
 use super::ClientShared;
 use crate::consistency::Clock;
@@ -44,6 +52,12 @@ pub(crate) struct ProcessArena {
     pub(crate) partial_refreshes: AtomicU64,
     /// Bytes of the arena bound to a NUMA node at allocation.
     pub(crate) bound_bytes: usize,
+    /// Per zone: its copy of the arena's words, if any chunk is replicated into it.
+    copies: Vec<Option<Box<[AtomicU64]>>>,
+    /// Per chunk: the zones (bit `z`) holding a copy of it.
+    chunk_copies: Box<[u64]>,
+    /// Per local worker: its zone (which copies it reads; 0 without a NUMA plan).
+    worker_zones: Vec<u8>,
 }
 
 /// Copies `words` (relaxed loads) into `dst`, whose length is at most theirs in bytes.
@@ -84,6 +98,14 @@ impl ArenaWords<'_> {
 
 fn atomics(n: usize, v: u64) -> Box<[AtomicU64]> {
     (0..n).map(|_| AtomicU64::new(v)).collect()
+}
+
+/// `n` zeroed words, allocated zeroed (calloc: untouched pages of a large array are never
+/// faulted in).
+fn zeroed_words(n: usize) -> Box<[AtomicU64]> {
+    let plain = vec![0u64; n].into_boxed_slice();
+    // SAFETY: `AtomicU64` has the size, alignment and bit validity of `u64`.
+    unsafe { Box::from_raw(Box::into_raw(plain) as *mut [AtomicU64]) }
 }
 
 impl ProcessArena {
@@ -133,7 +155,78 @@ impl ProcessArena {
             batched,
             plan,
             id,
+            copies: Vec::new(),
+            chunk_copies: Box::new([]),
+            worker_zones: Vec::new(),
         }
+    }
+
+    /// The zone of local worker `w` (0 if not planned).
+    pub(crate) fn worker_zone(&self, w: usize) -> u8 {
+        self.worker_zones.get(w).copied().unwrap_or(0)
+    }
+
+    /// This arena with a copy of each chunk `c` in every zone `z` whose bit is set in
+    /// `chunk_copies[c]` (see the module docs), read by the local workers of the zones
+    /// `worker_zones` (one per worker); `binding`: the memory binder and each
+    /// zone's NUMA node (OS index), to bind every copied chunk to its zone before its
+    /// first touch. Returns the bytes of copied chunks.
+    pub(crate) fn with_zone_copies(
+        mut self,
+        chunk_copies: Vec<u64>,
+        worker_zones: Vec<u8>,
+        binding: Option<(&MemBinder, &[u32])>,
+    ) -> (Self, usize) {
+        assert_eq!(chunk_copies.len(), self.plan.chunks.len());
+        self.worker_zones = worker_zones;
+        let zones = chunk_copies
+            .iter()
+            .map(|m| 64 - m.leading_zeros() as usize)
+            .max()
+            .unwrap_or(0);
+        let n = self.words.len();
+        let mut copied = 0;
+        self.copies = (0..zones)
+            .map(|z| {
+                let bit = 1u64 << z;
+                let mine: Vec<usize> = (0..chunk_copies.len())
+                    .filter(|&c| chunk_copies[c] & bit != 0)
+                    .collect();
+                if mine.is_empty() {
+                    return None;
+                }
+                let words = zeroed_words(n);
+                for &c in &mine {
+                    let span = &self.plan.chunks[c].bytes;
+                    copied += span.len();
+                    if let Some((binder, nodes)) = binding {
+                        binder.bind_area(&words[span.start / 8..span.end / 8], nodes[z]);
+                    }
+                }
+                Some(words)
+            })
+            .collect();
+        self.chunk_copies = chunk_copies.into_boxed_slice();
+        (self, copied)
+    }
+
+    /// The words a worker of `zone` reads chunk `chunk` from: its zone's copy if the
+    /// chunk has one, else the arena's.
+    #[inline(always)]
+    pub(crate) fn words_for(&self, chunk: u32, zone: u8) -> &[AtomicU64] {
+        if let Some(&mask) = self.chunk_copies.get(chunk as usize) {
+            if mask & (1u64 << (zone & 63)) != 0 {
+                if let Some(Some(copy)) = self.copies.get(zone as usize) {
+                    return copy;
+                }
+            }
+        }
+        &self.words
+    }
+
+    /// Whether a worker of `zone` reads chunk `chunk` from a zone copy.
+    pub(crate) fn has_copy(&self, chunk: u32, zone: u8) -> bool {
+        !std::ptr::eq(self.words_for(chunk, zone), &*self.words)
     }
 
     /// Bytes of the arena's own buffers (rows, per-chunk versions and clocks; the plan is
@@ -159,7 +252,7 @@ impl ProcessArena {
 
     /// [`read_fresh`](Self::read_fresh) of the row at arena word `word` of chunk `chunk`,
     /// both resolved ahead of time (no look-up in the plan).
-    #[inline]
+    #[cfg(test)]
     pub(crate) fn read_at(
         &self,
         chunk: u32,
@@ -167,22 +260,39 @@ impl ProcessArena {
         required: Clock,
         dst: &mut [u8],
     ) -> Option<Clock> {
+        self.read_at_in(0, chunk, word, required, dst)
+    }
+
+    /// [`read_at`](Self::read_at) by a worker of `zone` (from its zone's copy of the
+    /// chunk, if any).
+    #[inline]
+    pub(crate) fn read_at_in(
+        &self,
+        zone: u8,
+        chunk: u32,
+        word: u32,
+        required: Clock,
+        dst: &mut [u8],
+    ) -> Option<Clock> {
         let word = word as usize;
-        let words = &self.words[word..word + dst.len().div_ceil(8)];
-        self.read_chunk(chunk, required, |_| copy_words(words, dst))
+        let words = &self.words_for(chunk, zone)[word..word + dst.len().div_ceil(8)];
+        self.read_chunk_in(zone, chunk, required, |_| copy_words(words, dst))
     }
 
     /// Runs `copy` on the arena's words while chunk `chunk` holds a snapshot with data
     /// clock `>= required`, and returns that clock; `None` if the chunk is older. If the
     /// communication thread rewrote the chunk meanwhile, `copy` runs again: it must only
     /// copy (out of the chunk's rows, through [`ArenaWords::copy_row`]).
+    /// By a worker of `zone`, `copy` gets its zone's copy of the chunk, if any.
     #[inline(always)]
-    pub(crate) fn read_chunk(
+    pub(crate) fn read_chunk_in(
         &self,
+        zone: u8,
         chunk: u32,
         required: Clock,
         mut copy: impl FnMut(&ArenaWords<'_>),
     ) -> Option<Clock> {
+        let words = self.words_for(chunk, zone);
         let chunk = chunk as usize;
         loop {
             let v1 = self.versions[chunk].load(Ordering::Acquire);
@@ -194,7 +304,7 @@ impl ProcessArena {
             if clock == EMPTY || clock < required {
                 return None;
             }
-            copy(&ArenaWords(&self.words));
+            copy(&ArenaWords(words));
             fence(Ordering::Acquire);
             if self.versions[chunk].load(Ordering::Relaxed) == v1 {
                 return Some(clock);
@@ -326,12 +436,21 @@ impl ProcessArena {
         let v = self.versions[global].load(Ordering::Relaxed);
         self.versions[global].store(v + 1, Ordering::Relaxed);
         fence(Ordering::Release);
-        for &(word, at, n) in spans {
-            let src = &bytes[at * 8..(at + n) * 8];
-            for (w, b) in self.words[word..word + n].iter().zip(src.chunks_exact(8)) {
-                let mut x = [0u8; 8];
-                x.copy_from_slice(b);
-                w.store(u64::from_le_bytes(x), Ordering::Relaxed);
+        let mask = self.chunk_copies.get(global).copied().unwrap_or(0);
+        let zone_copies = self
+            .copies
+            .iter()
+            .enumerate()
+            .filter(|(z, _)| mask & (1u64 << z) != 0)
+            .filter_map(|(_, c)| c.as_deref());
+        for words in std::iter::once(&*self.words).chain(zone_copies) {
+            for &(word, at, n) in spans {
+                let src = &bytes[at * 8..(at + n) * 8];
+                for (w, b) in words[word..word + n].iter().zip(src.chunks_exact(8)) {
+                    let mut x = [0u8; 8];
+                    x.copy_from_slice(b);
+                    w.store(u64::from_le_bytes(x), Ordering::Relaxed);
+                }
             }
         }
         self.chunk_clocks[global].store(data_clock, Ordering::Relaxed);
@@ -530,6 +649,34 @@ mod tests {
             a.write_chunk(0, 1, 3, Some(&[pos]), &row[..8]).is_err(),
             "wrong size"
         );
+    }
+
+    #[test]
+    fn a_zone_copy_is_written_with_its_chunk_and_read_by_that_zone_only() {
+        let plain = arena();
+        let chunks = plain.plan.chunks.len();
+        let mut copies = vec![0u64; chunks];
+        copies[1] = 0b10; // chunk 1 copied into zone 1
+        let workers = vec![0, 1];
+        let (a, copied) = plain.with_zone_copies(copies, workers, None);
+        assert_eq!(copied, a.plan.chunks[1].bytes.len());
+        assert_eq!((a.worker_zone(0), a.worker_zone(1)), (0, 1));
+        assert!(a.has_copy(1, 1) && !a.has_copy(1, 0) && !a.has_copy(0, 1));
+        let slot = a.slot(RowKey::new(0, 7)).unwrap();
+        let s = a.plan.slots[slot as usize].clone();
+        let chunk = &a.plan.chunks[1];
+        let mut bytes = vec![0u8; chunk.bytes.len()];
+        let at = s.offset - chunk.bytes.start;
+        bytes[at..at + 12].copy_from_slice(bytemuck::cast_slice(&[7i32, 8, 9]));
+        a.write_chunk(0, 1, 3, None, &bytes).unwrap();
+        for zone in [0, 1] {
+            let mut dst = [0u8; 12];
+            let word = (s.offset / 8) as u32;
+            assert_eq!(a.read_at_in(zone, 1, word, 3, &mut dst), Some(3));
+            assert_eq!(bytemuck::cast_slice::<u8, i32>(&dst), &[7, 8, 9], "zone {zone}");
+        }
+        // Zone 1 really reads its copy: the two arrays are different memory.
+        assert!(!std::ptr::eq(a.words_for(1, 1), a.words_for(1, 0)));
     }
 
     #[test]

@@ -92,7 +92,11 @@ fn a_synthetic_topology_is_planned_for_but_never_bound() {
             "nothing is bound on a synthetic topology"
         );
         assert_eq!(numa.shard_zones, vec![0], "{numa:?}");
-        assert_eq!(numa.replicated_rows, 0, "one process arena: no replicas");
+        assert_eq!(
+            numa.replicated_rows, 0,
+            "every row a worker reads it also updates (its own block): no replicas"
+        );
+        assert_eq!(numa.zone_copy_bytes, 0);
         assert_eq!(numa.worker_zones, zones, "{placement:?}");
         let (plan, baseline) = (
             numa.remote_fraction.unwrap(),
@@ -103,4 +107,62 @@ fn a_synthetic_topology_is_planned_for_but_never_bound() {
         assert_eq!(numa.bytes_per_zone.len(), 2);
         assert!(numa.bytes_per_zone.iter().all(|&b| b > 0), "{numa:?}");
     }
+}
+
+/// Rows read from both zones many times per clock and updated by one worker are
+/// replicated: the other zone's workers read their zone's copy of the chunks holding them,
+/// which the refresh keeps equal to the arena's (the same answers as without NUMA).
+#[test]
+fn read_mostly_rows_get_a_copy_in_the_other_zone_and_change_no_answer() {
+    let run = |numa_on: bool| {
+        within(30, move || {
+            let mut config = Config::new(8)
+                .with_mode(Mode::Virtual)
+                .with_topology(Topology::uniform(2, 4).unwrap());
+            config.specializations.numa = numa_on;
+            // No per-thread copies: they would serve these reads from each worker's own
+            // zone already (rows this contended get them by default).
+            config.contention_threshold = 100.0;
+            let mut cluster = Cluster::start(config).unwrap();
+            let dict = cluster.create_table::<f64>("dict", 8).unwrap();
+            let own = cluster.create_table::<f64>("own", 8).unwrap();
+            let iteration = |w: &mut iterstore::Worker<'_>| {
+                let mut row = [0.0f64; 8];
+                let mut sum = 0.0;
+                for pass in 0..5u64 {
+                    for r in 0..64u64 {
+                        w.read(&dict, r, &mut row)?;
+                        sum += row[0];
+                        if w.id() == 0 && pass == 0 {
+                            w.update(&dict, r, &[1.0 + r as f64; 8])?;
+                        }
+                    }
+                }
+                w.update(&own, w.id() as u64, &[sum; 8])?;
+                w.clock()
+            };
+            cluster.virtual_iteration(iteration).unwrap();
+            for _ in 0..3 {
+                cluster.run(iteration).unwrap();
+            }
+            (
+                cluster.snapshot(&dict).unwrap(),
+                cluster.snapshot(&own).unwrap(),
+                cluster.numa(),
+            )
+        })
+    };
+    let (dict, own, numa) = run(true);
+    let (dict_off, own_off, _) = run(false);
+    assert_eq!(dict, dict_off);
+    assert_eq!(own, own_off, "every worker read the same values");
+    let numa = numa.unwrap();
+    assert!(numa.replicated_rows > 0, "{numa:?}");
+    assert!(numa.zone_copy_bytes > 0, "{numa:?}");
+    // The workers of one zone read the dictionary from their zone's copy.
+    let readers: Vec<usize> = (0..8).filter(|&w| numa.zone_copy_rows[w] >= 64).collect();
+    assert_eq!(readers.len(), 4, "{numa:?}");
+    assert!(readers
+        .iter()
+        .all(|&w| numa.worker_zones[w] == numa.worker_zones[readers[0]]));
 }

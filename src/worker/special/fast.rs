@@ -91,7 +91,7 @@ impl Special {
         let dst: &mut [u8] = bytemuck::cast_slice_mut(dst);
         let fresh = if info.copy == NONE {
             self.arena
-                .read_at(info.chunk, info.word, required, dst)
+                .read_at_in(self.zone, info.chunk, info.word, required, dst)
                 .is_some()
         } else {
             let r = info.copy as usize;

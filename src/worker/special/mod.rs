@@ -73,6 +73,8 @@ struct Copies {
 /// Per-worker specialized state (see module docs).
 pub(crate) struct Special {
     pub(crate) arena: Arc<ProcessArena>,
+    /// This worker's NUMA zone: which of the arena's zone copies it reads.
+    zone: u8,
     /// The blocks (see module docs), or empty when delta buffers are off.
     words: Vec<u64>,
     /// First word of each block, in arena order.
@@ -251,6 +253,7 @@ impl Special {
             };
         }
         Special {
+            zone: arena.worker_zone(worker),
             words,
             blocks,
             views,
@@ -395,12 +398,15 @@ impl Special {
         if info.copy != NONE {
             return self.read_copy(shared, place.slot, required, dst);
         }
-        if let Some(clock) = self.arena.read_at(info.chunk, info.word, required, dst) {
+        if let Some(clock) = self
+            .arena
+            .read_at_in(self.zone, info.chunk, info.word, required, dst)
+        {
             return Ok(clock);
         }
         wait_read(
             shared,
-            &self.arena,
+            (&self.arena, self.zone),
             (place.slot, self.phase),
             &info,
             required,
@@ -510,7 +516,7 @@ impl Special {
         };
         let clock = wait_chunk(
             shared,
-            &self.arena,
+            (&self.arena, self.zone),
             (place.slot, self.phase),
             info.chunk,
             required,
@@ -563,7 +569,7 @@ impl Special {
             let row = &mut self.copies.data.as_bytes_mut()[at..at + len];
             self.copies.clocks[r] = wait_read(
                 shared,
-                &self.arena,
+                (&self.arena, self.zone),
                 (slot, self.phase),
                 &info,
                 required,
@@ -744,14 +750,14 @@ fn block_parts(words: &[u64], views: bool, b: usize) -> (Range<usize>, Range<usi
 /// is too stale; returns the snapshot's data clock.
 fn wait_chunk(
     shared: &ClientShared,
-    arena: &ProcessArena,
+    (arena, zone): (&ProcessArena, u8),
     slot: (u32, u32),
     chunk: u32,
     required: Clock,
     mut copy: impl FnMut(&crate::client::ArenaWords<'_>),
 ) -> Result<Clock> {
     wait_fresh(shared, arena, slot, required, || {
-        arena.read_chunk(chunk, required, &mut copy)
+        arena.read_chunk_in(zone, chunk, required, &mut copy)
     })
 }
 
@@ -759,14 +765,14 @@ fn wait_chunk(
 /// [`wait_chunk`]) and waiting while it is too stale.
 fn wait_read(
     shared: &ClientShared,
-    arena: &ProcessArena,
+    (arena, zone): (&ProcessArena, u8),
     slot: (u32, u32),
     info: &SlotInfo,
     required: Clock,
     dst: &mut [u8],
 ) -> Result<Clock> {
     wait_fresh(shared, arena, slot, required, || {
-        arena.read_at(info.chunk, info.word, required, dst)
+        arena.read_at_in(zone, info.chunk, info.word, required, dst)
     })
 }
 
