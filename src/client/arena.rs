@@ -663,7 +663,7 @@ mod tests {
         assert_eq!((a.worker_zone(0), a.worker_zone(1)), (0, 1));
         assert!(a.has_copy(1, 1) && !a.has_copy(1, 0) && !a.has_copy(0, 1));
         let slot = a.slot(RowKey::new(0, 7)).unwrap();
-        let s = a.plan.slots[slot as usize].clone();
+        let s = a.plan.slots[slot as usize];
         let chunk = &a.plan.chunks[1];
         let mut bytes = vec![0u8; chunk.bytes.len()];
         let at = s.offset - chunk.bytes.start;
@@ -673,7 +673,11 @@ mod tests {
             let mut dst = [0u8; 12];
             let word = (s.offset / 8) as u32;
             assert_eq!(a.read_at_in(zone, 1, word, 3, &mut dst), Some(3));
-            assert_eq!(bytemuck::cast_slice::<u8, i32>(&dst), &[7, 8, 9], "zone {zone}");
+            assert_eq!(
+                bytemuck::cast_slice::<u8, i32>(&dst),
+                &[7, 8, 9],
+                "zone {zone}"
+            );
         }
         // Zone 1 really reads its copy: the two arrays are different memory.
         assert!(!std::ptr::eq(a.words_for(1, 1), a.words_for(1, 0)));

@@ -92,6 +92,10 @@ pub struct AppConfig {
     /// initialising: the run continues with the iteration after the checkpoint's and
     /// ends where an uninterrupted run of `iterations` ends.
     pub resume: Option<PathBuf>,
+    /// How long a worker waits for another worker's message (the partitioned DNN's
+    /// activations and error terms) before it fails naming the sender
+    /// ([`iterstore::Config::message_timeout`]).
+    pub message_timeout: std::time::Duration,
 }
 
 impl Default for AppConfig {
@@ -109,6 +113,7 @@ impl Default for AppConfig {
             membership: None,
             checkpoint: None,
             resume: None,
+            message_timeout: iterstore::MESSAGE_TIMEOUT,
         }
     }
 }
@@ -139,6 +144,7 @@ impl AppConfig {
         config.topology = self.topology.clone();
         config.worker_placement = self.worker_placement;
         config.membership = self.membership.clone();
+        config.message_timeout = self.message_timeout;
         config
     }
 

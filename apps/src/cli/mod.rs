@@ -461,6 +461,11 @@ pub struct RunArgs {
     #[arg(long, value_name = "B", help_heading = "DNN options", value_parser = at_least_one)]
     pub batch: Option<usize>,
 
+    /// dnn: seconds a worker waits for another worker's activations or error terms (a
+    /// partitioned replica) before it fails naming the sender.
+    #[arg(long, value_name = "S", default_value_t = 120, help_heading = "DNN options",
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub message_timeout: u64,
     /// dnn: train the MLP as the optimizer's plan FILE says (`iterstore plan --output`):
     /// its model replicas, each layer's partitions and replications, N_read and N_write.
     /// The cluster must have the plan's N_mr x N_wr workers (--processes x --workers).

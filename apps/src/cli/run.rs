@@ -164,6 +164,7 @@ pub(crate) fn app_config(args: &RunArgs) -> Result<AppConfig> {
         membership: membership(args)?,
         checkpoint: checkpoint_config(args)?,
         resume: resume_dir(args)?,
+        message_timeout: std::time::Duration::from_secs(args.message_timeout),
     })
 }
 

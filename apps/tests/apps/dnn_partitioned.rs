@@ -412,6 +412,32 @@ fn replicas_with_a_dedicated_server_train_what_data_parallel_workers_train_mlp_a
 }
 
 #[test]
+fn the_message_timeout_is_an_option_and_zero_is_refused() {
+    // (The library's tests make a receive time out; here the option reaches a run whose
+    // workers exchange messages across processes, and a bad value is refused.)
+    let out = cli(&[
+        "--workers",
+        "1",
+        "--processes",
+        "2",
+        "--replicas",
+        "1",
+        "--partitions",
+        "2,2,2",
+        "--message-timeout",
+        "30",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = cli(&["--message-timeout", "0"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("--message-timeout"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
 fn partitioning_options_that_do_not_fit_are_refused_before_any_work() {
     for (extra, want) in [
         (
