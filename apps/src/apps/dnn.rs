@@ -1,13 +1,16 @@
 //! A DNN (an MLP or a CNN with a softmax output, [`crate::dnn`]) trained by mini-batch SGD
-//! on the parameter server: one model replica, data-parallel workers. [`run`] trains the
-//! MLP, [`run_cnn`] the CNN; both are one generic loop over a [`Network`].
+//! on the parameter server. [`run`] trains the MLP, [`run_cnn`] the CNN, over
+//! data-parallel workers, with one generic loop over a [`Network`] (described below);
+//! [`run_partitioned_in`] trains the MLP partitioned over model replicas as a plan says
+//! (`partitioned` module), [`run_cnn_partitioned_in`] the CNN on a plan's replicas of one
+//! worker. Every way shares the initialisation, evaluation, checkpoints and report.
 //!
 //! **Tables.** One `f32` table per weight layer, `dnn.w<l>`: for a fully connected layer
 //! one row per output neuron of layer `l`, its input weights then its bias
 //! ([`MlpSpec::width`]), so a layer's rows are its weight matrix ([`Mlp`]); for a
 //! convolution one row per kernel, its taps then its bias ([`Cnn`]).
 //!
-//! **Iteration** (one epoch). Worker `w` (global id) owns the training images
+//! **Iteration** (one epoch, data-parallel). Worker `w` (global id) owns the training images
 //! [`partition`]`(n, W, w)`, in an order shuffled per epoch ([`epoch_order`], keyed by
 //! seed, epoch and worker; the epoch count is the worker's own state, kept across runs by
 //! [`Cluster::run_with`]). The epoch is [`clocks`]`(n, batch)` mini-batches; for mini-batch

@@ -390,7 +390,8 @@ impl Layout {
         w >= self.replicas * self.replica_workers
     }
 
-    /// The global shards the weights live on, out of `total` ([`weight_shards`]).
+    /// The global shards the weights live on, out of `total`: the last `N_ps`, or all; an
+    /// error if the cluster has fewer.
     pub fn shards(&self, total: usize) -> Result<std::ops::Range<usize>, String> {
         weight_shards(self.parameter_servers, total)
     }

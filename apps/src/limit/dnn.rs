@@ -7,7 +7,7 @@
 //! into its own velocity ([`add_momentum`]), all workers in parallel; then the velocities
 //! are added into the weights in worker order (per weight, in parallel over row ranges of
 //! each layer). That is the app's arithmetic in the app's order, so a limit run computes
-//! the store's weights bit for bit, and with one thread it is [`reference`]. Buffers live
+//! the store's weights bit for bit, and with one thread it is [`reference()`]. Buffers live
 //! for the whole run; a mini-batch allocates nothing but its scoped threads.
 //!
 //! It knows nothing of the parameter server; the math is [`crate::dnn`].
