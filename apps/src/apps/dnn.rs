@@ -57,6 +57,7 @@ use crate::data::ImageSet;
 use crate::dnn::mlp::{add_momentum, clocks, epoch_order, mini_batch};
 #[cfg(doc)]
 use crate::dnn::mlp::{gradient_step, init_row, reference};
+use crate::dnn::network::add_layers;
 use crate::dnn::{
     Cnn, CnnSpec, DataParallel, DnnConfig, Layout, Mlp, MlpSpec, Network, Partitioning,
 };
@@ -225,7 +226,7 @@ fn iteration<N: Network>(
             }
             // The steps not written yet are this worker's too.
             if st.write_every > 1 {
-                add_to(s.weights.weights_mut(), &s.pending);
+                add_layers(s.weights.weights_mut(), &s.pending);
             }
         }
         // The rows touched do not depend on the values: a virtual iteration skips the
@@ -240,12 +241,12 @@ fn iteration<N: Network>(
         add_momentum(&mut s.velocity, &s.step, st.params.momentum);
         // Between reads a worker trains on its own weights with its own steps.
         if st.read_every > 1 {
-            add_to(s.weights.weights_mut(), &s.velocity);
+            add_layers(s.weights.weights_mut(), &s.velocity);
         }
         let written = if st.write_every == 1 {
             &s.velocity
         } else {
-            add_to(&mut s.pending, &s.velocity);
+            add_layers(&mut s.pending, &s.velocity);
             if (b + 1) % st.write_every != 0 && b + 1 != st.clocks {
                 w.clock()?;
                 continue;
@@ -267,15 +268,6 @@ fn iteration<N: Network>(
     }
     s.epoch += 1;
     Ok(())
-}
-
-/// `dst += src`, layer by layer.
-fn add_to(dst: &mut [Vec<f32>], src: &[Vec<f32>]) {
-    for (d, s) in dst.iter_mut().zip(src) {
-        for (d, &s) in d.iter_mut().zip(s) {
-            *d += s;
-        }
-    }
 }
 
 /// The initialisation run: row `k` (counting the rows of all layers in order) gets its
@@ -381,8 +373,16 @@ pub fn run_cnn_observed(
     data: &ImageSet,
     observer: Observer<'_>,
 ) -> Result<DnnOutcome<Cnn>, AppError> {
-    let (mut outcome, start_s) =
-        super::with_cluster(cfg, |c| run_cnn_in(c, cfg, params, data, observer))?;
+    run_cnn_partitioned_observed(cfg, params, data, None, observer)
+}
+
+/// `f` on a cluster of its own, started for `cfg` and shut down after; the start counts
+/// as setup.
+fn on_own_cluster<N>(
+    cfg: &AppConfig,
+    f: impl FnOnce(&mut Cluster) -> Result<DnnOutcome<N>, AppError>,
+) -> Result<DnnOutcome<N>, AppError> {
+    let (mut outcome, start_s) = super::with_cluster(cfg, f)?;
     outcome.report.setup_s += start_s;
     Ok(outcome)
 }
@@ -435,11 +435,9 @@ pub fn run_cnn_partitioned_observed(
     partitioning: Option<&Partitioning>,
     observer: Observer<'_>,
 ) -> Result<DnnOutcome<Cnn>, AppError> {
-    let (mut outcome, start_s) = super::with_cluster(cfg, |c| {
+    on_own_cluster(cfg, |c| {
         run_cnn_partitioned_in(c, cfg, params, data, partitioning, observer)
-    })?;
-    outcome.report.setup_s += start_s;
-    Ok(outcome)
+    })
 }
 
 /// [`run`], calling `observer` after each epoch is evaluated.
@@ -449,10 +447,7 @@ pub fn run_observed(
     data: &ImageSet,
     observer: Observer<'_>,
 ) -> Result<DnnOutcome, AppError> {
-    let (mut outcome, start_s) =
-        super::with_cluster(cfg, |c| run_in(c, cfg, params, data, observer))?;
-    outcome.report.setup_s += start_s;
-    Ok(outcome)
+    run_partitioned_observed(cfg, params, data, None, observer)
 }
 
 /// [`run_observed`] with the MLP partitioned as `partitioning` asks
@@ -464,11 +459,9 @@ pub fn run_partitioned_observed(
     partitioning: Option<&Partitioning>,
     observer: Observer<'_>,
 ) -> Result<DnnOutcome, AppError> {
-    let (mut outcome, start_s) = super::with_cluster(cfg, |c| {
+    on_own_cluster(cfg, |c| {
         run_partitioned_in(c, cfg, params, data, partitioning, observer)
-    })?;
-    outcome.report.setup_s += start_s;
-    Ok(outcome)
+    })
 }
 
 /// [`run_observed`] on a cluster already started (for example one process of
@@ -516,22 +509,9 @@ pub fn run_partitioned_in(
     report.param("layout", layout.describe().join("; "));
     let n = data.train.len();
     let clocks = clocks(n, params.batch);
-    let shards = layout
-        .shards(cluster.processes() * cfg.shards)
-        .map_err(|e| AppError::Invalid(format!("dnn partitioning ({asked}): {e}")))?;
-    if layout.parameter_servers.is_some() {
-        report.param("weight_shards", format!("{shards:?}"));
-    }
+    let shards = weight_shards(layout.parameter_servers, cluster, cfg, &mut report)?;
     let (setup, setup_s) = timed(|| -> Result<_, AppError> {
-        let tables = match layout.parameter_servers {
-            None => create_tables(cluster, &zeros)?,
-            Some(_) => (0..zeros.layer_count())
-                .map(|l| {
-                    let name = format!("dnn.w{l}");
-                    cluster.create_table_on::<f32>(&name, zeros.width(l), shards.clone())
-                })
-                .collect::<iterstore::Result<Vec<_>>>()?,
-        };
+        let tables = create_tables(cluster, &zeros, shards)?;
         let capacity = n.div_ceil(layout.replicas).div_ceil(clocks);
         let first = cluster.rank() * cfg.workers;
         let states: Vec<partitioned::State> = (first..first + cfg.workers)
@@ -604,14 +584,39 @@ fn prepare<N: Network>(
     Ok(report)
 }
 
-/// One table per weight layer of `zeros`' shape.
+/// One table per weight layer of `zeros`' shape, on the global shards `shards` if given
+/// (dedicated parameter servers), else spread over all.
 fn create_tables<N: Network>(
     cluster: &mut Cluster,
     zeros: &N,
+    shards: Option<std::ops::Range<usize>>,
 ) -> iterstore::Result<Vec<Table<f32>>> {
     (0..zeros.layer_count())
-        .map(|l| cluster.create_table::<f32>(&format!("dnn.w{l}"), zeros.width(l)))
+        .map(|l| {
+            let (name, width) = (format!("dnn.w{l}"), zeros.width(l));
+            match &shards {
+                None => cluster.create_table::<f32>(&name, width),
+                Some(range) => cluster.create_table_on::<f32>(&name, width, range.clone()),
+            }
+        })
         .collect()
+}
+
+/// The shards of `parameter_servers` dedicated parameter servers (the cluster's last
+/// ones), recorded in `report`; `None` without (every shard).
+fn weight_shards(
+    parameter_servers: Option<usize>,
+    cluster: &Cluster,
+    cfg: &AppConfig,
+    report: &mut RunReport,
+) -> Result<Option<std::ops::Range<usize>>, AppError> {
+    if parameter_servers.is_none() {
+        return Ok(None);
+    }
+    let range = DataParallel::weight_shards(parameter_servers, cluster.processes() * cfg.shards)
+        .map_err(|e| AppError::Invalid(format!("dnn: {e}")))?;
+    report.param("weight_shards", format!("{range:?}"));
+    Ok(Some(range))
 }
 
 /// What every way of training shares: the tables, the hyper-parameters, the data and the
@@ -730,29 +735,12 @@ fn run_network_in<N: Network>(
     let mut report = prepare(cluster, cfg, params, data, &zeros)?;
     let n = data.train.len();
     let clocks = clocks(n, params.batch);
-    let shards = match dp.parameter_servers {
-        None => None,
-        Some(_) => {
-            let range = dp
-                .shards(cluster.processes() * cfg.shards)
-                .map_err(|e| AppError::Invalid(format!("dnn: {e}")))?;
-            report.param("weight_shards", format!("{range:?}"));
-            Some(range)
-        }
-    };
+    let shards = weight_shards(dp.parameter_servers, cluster, cfg, &mut report)?;
     if dp.replicas != cluster.total_workers() {
         report.param("replicas", dp.replicas);
     }
     let (setup, setup_s) = timed(|| -> Result<_, AppError> {
-        let tables = match &shards {
-            None => create_tables(cluster, &zeros)?,
-            Some(range) => (0..zeros.layer_count())
-                .map(|l| {
-                    let name = format!("dnn.w{l}");
-                    cluster.create_table_on::<f32>(&name, zeros.width(l), range.clone())
-                })
-                .collect::<iterstore::Result<Vec<_>>>()?,
-        };
+        let tables = create_tables(cluster, &zeros, shards)?;
         // A replica's share of a mini-batch: at most ceil(ceil(n / N_mr) / clocks) samples.
         let capacity = n.div_ceil(dp.replicas).div_ceil(clocks);
         let states: Vec<State<N>> = (0..cfg.workers)

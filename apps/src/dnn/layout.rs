@@ -149,19 +149,11 @@ pub fn samples(len: usize, replications: usize, r: usize) -> impl Iterator<Item 
     (r..len).step_by(replications)
 }
 
-/// The global shards out of `total` the weights live on: the last `parameter_servers`, or
-/// all; an error if the cluster has fewer.
-fn weight_shards(
-    parameter_servers: Option<usize>,
-    total: usize,
-) -> Result<std::ops::Range<usize>, String> {
-    match parameter_servers {
-        None => Ok(0..total),
-        Some(n) if n > total => Err(format!(
-            "{n} parameter servers, the cluster has {total} shards (--processes x --shards)"
-        )),
-        Some(n) => Ok(total - n..total),
-    }
+/// Mini-batches of a replica's share of `batch` (over `replicas`) between two
+/// synchronisations every `samples` samples (0: every mini-batch).
+fn every(samples: usize, batch: usize, replicas: usize) -> usize {
+    let share = batch.div_ceil(replicas).max(1);
+    samples.div_ceil(share).max(1)
 }
 
 /// A data-parallel run: each replica one worker training the whole network on its share
@@ -232,19 +224,27 @@ impl DataParallel {
                 asked.replicas
             ));
         }
-        let share = batch.div_ceil(asked.replicas).max(1);
-        let every = |samples: usize| samples.div_ceil(share).max(1);
         Ok(Self {
             replicas: asked.replicas,
-            read_every: every(asked.n_read),
-            write_every: every(asked.n_write),
+            read_every: every(asked.n_read, batch, asked.replicas),
+            write_every: every(asked.n_write, batch, asked.replicas),
             parameter_servers: asked.parameter_servers,
         })
     }
 
-    /// The global shards the weights live on, out of `total`.
-    pub fn shards(&self, total: usize) -> Result<std::ops::Range<usize>, String> {
-        weight_shards(self.parameter_servers, total)
+    /// The global shards out of `total` that `parameter_servers` dedicated servers hold
+    /// the weights on: the last ones, or all; an error if the cluster has fewer.
+    pub fn weight_shards(
+        parameter_servers: Option<usize>,
+        total: usize,
+    ) -> Result<std::ops::Range<usize>, String> {
+        match parameter_servers {
+            None => Ok(0..total),
+            Some(n) if n > total => Err(format!(
+                "{n} parameter servers, the cluster has {total} shards (--processes x --shards)"
+            )),
+            Some(n) => Ok(total - n..total),
+        }
     }
 }
 
@@ -366,8 +366,6 @@ impl Layout {
             });
         }
         let placed = mapping::assign(&shapes(&mlp_network(&spec.sizes)), &splits);
-        let share = batch.div_ceil(asked.replicas).max(1);
-        let every = |samples: usize| samples.div_ceil(share).max(1);
         Ok(Self {
             replicas: asked.replicas,
             replica_workers,
@@ -380,8 +378,8 @@ impl Layout {
                     workers: placed[l].clone(),
                 })
                 .collect(),
-            read_every: every(asked.n_read),
-            write_every: every(asked.n_write),
+            read_every: every(asked.n_read, batch, asked.replicas),
+            write_every: every(asked.n_write, batch, asked.replicas),
         })
     }
 
@@ -390,10 +388,10 @@ impl Layout {
         w >= self.replicas * self.replica_workers
     }
 
-    /// The global shards the weights live on, out of `total`: the last `N_ps`, or all; an
-    /// error if the cluster has fewer.
+    /// The global shards the weights live on, out of `total`
+    /// ([`DataParallel::weight_shards`]).
     pub fn shards(&self, total: usize) -> Result<std::ops::Range<usize>, String> {
-        weight_shards(self.parameter_servers, total)
+        DataParallel::weight_shards(self.parameter_servers, total)
     }
 
     /// The data-parallel run this layout is, if every replica is one worker holding

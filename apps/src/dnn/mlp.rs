@@ -17,7 +17,8 @@
 use super::activation::Activation;
 use super::config::DnnConfig;
 use super::kernels;
-use super::loss::{argmax_rows, softmax_cross_entropy};
+use super::loss::softmax_cross_entropy;
+use super::network::{accuracy_by_chunks, init_rows, right_answers, zero_layers};
 use crate::algo::{partition, Rng64};
 use crate::data::Images;
 
@@ -95,46 +96,33 @@ pub struct Mlp {
 impl Mlp {
     /// All-zero weights of `spec`.
     pub fn zeros(spec: &MlpSpec) -> Self {
-        let layers = (0..spec.layers())
-            .map(|l| vec![0.0; spec.rows(l) * spec.width(l)])
-            .collect();
         Self {
             spec: spec.clone(),
-            layers,
+            layers: zero_layers(spec.layers(), |l| spec.rows(l) * spec.width(l)),
         }
     }
 
     /// The initial weights: every row's [`init_row`].
     pub fn init(spec: &MlpSpec, seed: u64) -> Self {
         let mut m = Self::zeros(spec);
-        for (l, layer) in m.layers.iter_mut().enumerate() {
-            for (r, row) in layer.chunks_exact_mut(spec.width(l)).enumerate() {
-                init_row(spec, seed, l, r, row);
-            }
-        }
+        init_rows(
+            &mut m.layers,
+            |l| spec.width(l),
+            |l, r, row| init_row(spec, seed, l, r, row),
+        );
         m
     }
 
     /// The fraction of `images` whose largest logit is their label (0 without images).
     pub fn accuracy(&self, images: &Images) -> f64 {
         const CHUNK: usize = 256;
-        let n = images.len();
-        if n == 0 {
-            return 0.0;
-        }
-        let mut s = Scratch::new(&self.spec, CHUNK.min(n));
-        let mut right = 0usize;
-        for start in (0..n).step_by(CHUNK) {
-            let end = (start + CHUNK).min(n);
-            let b = fill_inputs(&self.spec, images, start..end, &mut s.acts[0]);
+        let mut s = Scratch::new(&self.spec, CHUNK.min(images.len()).max(1));
+        let classes = self.spec.classes();
+        accuracy_by_chunks(images, CHUNK, |range| {
+            let b = fill_inputs(&self.spec, images, range.clone(), &mut s.acts[0]);
             forward(self, &mut s, b);
-            let classes = self.spec.classes();
-            right += argmax_rows(&s.z[..b * classes], classes)
-                .zip(&images.labels[start..end])
-                .filter(|(p, &l)| *p == usize::from(l))
-                .count();
-        }
-        right as f64 / n as f64
+            right_answers(&s.z[..b * classes], classes, &images.labels[range])
+        })
     }
 }
 

@@ -8,6 +8,7 @@ use super::cnn::{self, Cnn};
 use super::config::DnnConfig;
 use super::mlp::{self, add_momentum, clocks, epoch_order, mini_batch, Mlp};
 use crate::data::Images;
+use iterstore::Element;
 
 /// A network whose weights are layers of rows (one table row each) and that one worker can
 /// train a mini-batch of.
@@ -112,6 +113,58 @@ macro_rules! impl_network {
 impl_network!(Mlp, mlp, "mlp");
 impl_network!(Cnn, cnn, "cnn");
 
+/// Zeroed weights of `layers` layers, layer `l` of `size(l)` floats.
+pub(crate) fn zero_layers(layers: usize, size: impl Fn(usize) -> usize) -> Vec<Vec<f32>> {
+    (0..layers).map(|l| vec![0.0; size(l)]).collect()
+}
+
+/// Sets every row of `layers` (layer `l`'s rows `width(l)` floats wide) by `init(l, r,
+/// row)`.
+pub(crate) fn init_rows(
+    layers: &mut [Vec<f32>],
+    width: impl Fn(usize) -> usize,
+    mut init: impl FnMut(usize, usize, &mut [f32]),
+) {
+    for (l, layer) in layers.iter_mut().enumerate() {
+        for (r, row) in layer.chunks_exact_mut(width(l)).enumerate() {
+            init(l, r, row);
+        }
+    }
+}
+
+/// `dst += src`, layer by layer.
+pub(crate) fn add_layers(dst: &mut [Vec<f32>], src: &[Vec<f32>]) {
+    for (d, s) in dst.iter_mut().zip(src) {
+        f32::add_slice(d, s);
+    }
+}
+
+/// The fraction of `images` classified right (0 without images), `chunk` images at a
+/// time: `right_in(range)` counts the right ones among images `range` ([`right_answers`]).
+pub(crate) fn accuracy_by_chunks(
+    images: &Images,
+    chunk: usize,
+    mut right_in: impl FnMut(std::ops::Range<usize>) -> usize,
+) -> f64 {
+    let n = images.len();
+    if n == 0 {
+        return 0.0;
+    }
+    let right: usize = (0..n)
+        .step_by(chunk)
+        .map(|start| right_in(start..(start + chunk).min(n)))
+        .sum();
+    right as f64 / n as f64
+}
+
+/// How many rows of `logits` (`classes` wide) have their largest value at their label.
+pub(crate) fn right_answers(logits: &[f32], classes: usize, labels: &[u8]) -> usize {
+    super::loss::argmax_rows(logits, classes)
+        .zip(labels)
+        .filter(|(p, &l)| *p == usize::from(l))
+        .count()
+}
+
 /// Trains `m` (its initial weights) on `train` sequentially, as the store-backed app does
 /// with `workers` workers under BSP: each mini-batch's step is the sum of the workers'
 /// steps on the weights before it, each folded into the worker's velocity, added in
@@ -146,11 +199,7 @@ pub fn train_reference<N: Network>(
                 add_momentum(&mut velocities[w], step, cfg.momentum);
             }
             for step in &velocities {
-                for (layer, d) in m.weights_mut().iter_mut().zip(step) {
-                    for (v, dv) in layer.iter_mut().zip(d) {
-                        *v += dv;
-                    }
-                }
+                add_layers(m.weights_mut(), step);
             }
         }
         losses.push(loss / n as f64);

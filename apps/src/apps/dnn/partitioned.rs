@@ -34,7 +34,7 @@
 
 use std::ops::Range;
 
-use iterstore::{Table, Worker};
+use iterstore::{Element, Table, Worker};
 
 use crate::apps::checkpoint::{self, Cursor};
 use crate::data::ImageSet;
@@ -98,6 +98,9 @@ pub(super) struct State {
     order: Vec<u32>,
     /// A message's values.
     buf: Vec<f32>,
+    /// Positions of samples: a copy's own (`mine`), or those it shares with another copy.
+    mine: Vec<usize>,
+    at: Vec<usize>,
     /// The softmax's whole logits and error terms (segment 0 of a split output layer).
     full: Vec<f32>,
     full_delta: Vec<f32>,
@@ -148,6 +151,8 @@ impl State {
             held,
             order: Vec::new(),
             buf: Vec::new(),
+            mine: Vec::new(),
+            at: Vec::new(),
             full: Vec::new(),
             full_delta: Vec::new(),
             labels: Vec::new(),
@@ -196,13 +201,22 @@ pub(super) struct Epoch<'a> {
 }
 
 /// Positions (indices into `samples(len, r_mine)`) of the samples copy `mine` shares with
-/// copy `other` of `r_other` copies, in order.
-fn shared(len: usize, r_mine: usize, mine: usize, r_other: usize, other: usize) -> Vec<usize> {
-    samples(len, r_mine, mine)
-        .enumerate()
-        .filter(|&(_, s)| s % r_other == other)
-        .map(|(i, _)| i)
-        .collect()
+/// copy `other` of `r_other` copies, in order, written into `at` (reused: nothing is
+/// allocated per mini-batch once it has grown).
+fn shared(
+    at: &mut Vec<usize>,
+    len: usize,
+    (r_mine, mine): (usize, usize),
+    (r_other, other): (usize, usize),
+) -> &[usize] {
+    at.clear();
+    at.extend(
+        samples(len, r_mine, mine)
+            .enumerate()
+            .filter(|&(_, s)| s % r_other == other)
+            .map(|(i, _)| i),
+    );
+    at
 }
 
 /// Copies rows `at` (of `cols` floats, columns `from`) of `src` into `buf`.
@@ -269,9 +283,7 @@ pub(super) fn iteration(w: &mut Worker<'_>, e: Epoch<'_>, s: &mut State) -> iter
                 }
                 // The steps not written yet are this replica's too.
                 if layout.write_every > 1 {
-                    for (v, &p) in h.weights.iter_mut().zip(&h.pending) {
-                        *v += p;
-                    }
+                    f32::add_slice(&mut h.weights, &h.pending);
                 }
             }
         }
@@ -287,16 +299,12 @@ pub(super) fn iteration(w: &mut Worker<'_>, e: Epoch<'_>, s: &mut State) -> iter
             }
             // Between reads the replica trains on its own weights with its own steps.
             if layout.read_every > 1 {
-                for (v, &d) in h.weights.iter_mut().zip(&h.velocity) {
-                    *v += d;
-                }
+                f32::add_slice(&mut h.weights, &h.velocity);
             }
             if layout.write_every == 1 {
                 h.pending.copy_from_slice(&h.velocity);
             } else {
-                for (p, &v) in h.pending.iter_mut().zip(&h.velocity) {
-                    *p += v;
-                }
+                f32::add_slice(&mut h.pending, &h.velocity);
             }
             if write {
                 let table = &e.tables[h.l];
@@ -327,20 +335,22 @@ fn forward(
     for hi in 0..s.held.len() {
         let h = &mut s.held[hi];
         let (l, x_layout) = (h.l, &layout.layers[h.l]);
-        let mine: Vec<usize> = samples(len, x_layout.replications, h.r).collect();
-        let n = mine.len();
+        s.mine.clear();
+        s.mine.extend(samples(len, x_layout.replications, h.r));
+        let n = s.mine.len();
         let width = h.width;
+        let me = (x_layout.replications, h.r);
         if l == 0 {
             fill_inputs(
                 spec,
                 &e.data.train,
-                mine.iter().map(|&i| batch[i] as usize),
+                s.mine.iter().map(|&i| batch[i] as usize),
                 &mut h.x,
             );
         } else {
             let below = &layout.layers[l - 1];
             for r0 in 0..below.replications {
-                let at = shared(len, x_layout.replications, h.r, below.replications, r0);
+                let at = shared(&mut s.at, len, me, (below.replications, r0));
                 if at.is_empty() {
                     continue;
                 }
@@ -348,7 +358,7 @@ fn forward(
                     let cols = below.segment(p0);
                     let from = layout.global(m, below.worker(p0, r0));
                     recv(w, from, tag(l - 1, FWD), at.len() * cols.len(), &mut s.buf)?;
-                    scatter(&s.buf, &mut h.x, width, &at, cols);
+                    scatter(&s.buf, &mut h.x, width, at, cols);
                 }
             }
             for row in h.x.chunks_exact_mut(width).take(n) {
@@ -361,11 +371,11 @@ fn forward(
             spec.activation.apply(&mut h.out[..n * rows]);
             let above = &layout.layers[l + 1];
             for r1 in 0..above.replications {
-                let at = shared(len, x_layout.replications, h.r, above.replications, r1);
+                let at = shared(&mut s.at, len, me, (above.replications, r1));
                 if at.is_empty() {
                     continue;
                 }
-                gather(&h.out, rows, &at, 0..rows, &mut s.buf);
+                gather(&h.out, rows, at, 0..rows, &mut s.buf);
                 for p1 in 0..above.partitions {
                     let to = layout.global(m, above.worker(p1, r1));
                     w.send_to(to, tag(l, FWD), &s.buf)?;
@@ -375,14 +385,20 @@ fn forward(
         }
         // The softmax over the whole output layer.
         s.labels.clear();
-        s.labels
-            .extend(mine.iter().map(|&i| e.data.train.labels[batch[i] as usize]));
+        s.labels.extend(
+            s.mine
+                .iter()
+                .map(|&i| e.data.train.labels[batch[i] as usize]),
+        );
         if x_layout.partitions == 1 {
             s.loss += softmax_cross_entropy(&mut h.out[..n * rows], &s.labels, &mut h.delta, rows);
             s.samples += n as u64;
             continue;
         }
-        let all: Vec<usize> = (0..n).collect();
+        // Every sample of the copy, in order.
+        s.at.clear();
+        s.at.extend(0..n);
+        let all = &s.at;
         let head = layout.global(m, x_layout.worker(0, h.r));
         if h.p != 0 {
             w.send_to(head, tag(l, LOGITS), &h.out[..n * rows])?;
@@ -399,35 +415,23 @@ fn forward(
             &h.out[..n * rows],
             &mut s.full,
             classes,
-            &all,
+            all,
             x_layout.segment(0),
         );
         for p in 1..x_layout.partitions {
             let cols = x_layout.segment(p);
             let from = layout.global(m, x_layout.worker(p, h.r));
             recv(w, from, tag(l, LOGITS), n * cols.len(), &mut s.buf)?;
-            scatter(&s.buf, &mut s.full, classes, &all, cols);
+            scatter(&s.buf, &mut s.full, classes, all, cols);
         }
         s.loss += softmax_cross_entropy(&mut s.full, &s.labels, &mut s.full_delta, classes);
         s.samples += n as u64;
         for p in 1..x_layout.partitions {
             let to = layout.global(m, x_layout.worker(p, h.r));
-            gather(
-                &s.full_delta,
-                classes,
-                &all,
-                x_layout.segment(p),
-                &mut s.buf,
-            );
+            gather(&s.full_delta, classes, all, x_layout.segment(p), &mut s.buf);
             w.send_to(to, tag(l, SOFTMAX), &s.buf)?;
         }
-        gather(
-            &s.full_delta,
-            classes,
-            &all,
-            x_layout.segment(0),
-            &mut s.buf,
-        );
+        gather(&s.full_delta, classes, all, x_layout.segment(0), &mut s.buf);
         h.delta[..n * rows].copy_from_slice(&s.buf);
     }
     Ok(())
@@ -449,17 +453,18 @@ fn backward(
         let (l, x_layout) = (h.l, &layout.layers[h.l]);
         let n = samples(len, x_layout.replications, h.r).count();
         let (rows, width) = (h.len(), h.width);
+        let me = (x_layout.replications, h.r);
         if l < last {
             // This copy's error terms, summed by the last segment of each upper copy.
             let above = &layout.layers[l + 1];
             for r1 in 0..above.replications {
-                let at = shared(len, x_layout.replications, h.r, above.replications, r1);
+                let at = shared(&mut s.at, len, me, (above.replications, r1));
                 if at.is_empty() {
                     continue;
                 }
                 let from = layout.global(m, above.worker(above.partitions - 1, r1));
                 recv(w, from, tag(l + 1, BACK), at.len() * rows, &mut s.buf)?;
-                scatter(&s.buf, &mut h.delta, rows, &at, 0..rows);
+                scatter(&s.buf, &mut h.delta, rows, at, 0..rows);
             }
             spec.activation
                 .derive(&mut h.delta[..n * rows], &h.out[..n * rows]);
@@ -484,12 +489,12 @@ fn backward(
         }
         let below = &layout.layers[l - 1];
         for r0 in 0..below.replications {
-            let at = shared(len, x_layout.replications, h.r, below.replications, r0);
+            let at = shared(&mut s.at, len, me, (below.replications, r0));
             if at.is_empty() {
                 continue;
             }
             for p0 in 0..below.partitions {
-                gather(&h.back, width, &at, below.segment(p0), &mut s.buf);
+                gather(&h.back, width, at, below.segment(p0), &mut s.buf);
                 let to = layout.global(m, below.worker(p0, r0));
                 w.send_to(to, tag(l, BACK), &s.buf)?;
             }
