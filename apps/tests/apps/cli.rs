@@ -1,16 +1,10 @@
 //! The `iterstore` binary as scripts use it: files written by `run`, error reporting and
 //! exit statuses, and the demo.
 
-use std::path::PathBuf;
-
 use iterstore_apps::algo::pagerank::{reference, PageRankConfig};
 use iterstore_apps::data::load_edges;
 
-use crate::util::{fixture, iterstore, scratch, stderr};
-
-fn json_file(path: &PathBuf) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
-}
+use crate::util::{fixture, iterstore, json_file, scratch, stderr};
 
 #[test]
 fn pagerank_writes_labelled_ranks_and_a_json_report() {

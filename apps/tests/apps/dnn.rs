@@ -129,8 +129,7 @@ fn the_cli_writes_the_report_and_the_model() {
     assert!(out.status.success(), "{}", stderr(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("test accuracy"), "{stdout}");
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let report: serde_json::Value = crate::util::json_file(&json);
     let acc = report["test_accuracy"].as_f64().unwrap();
     assert!((0.0..=1.0).contains(&acc), "{report}");
     assert_eq!(report["app"], "dnn");

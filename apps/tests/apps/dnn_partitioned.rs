@@ -217,8 +217,7 @@ fn a_replica_over_two_processes_writes_one_workers_model_and_a_plan_runs() {
         std::fs::read(&one).unwrap() == std::fs::read(&two).unwrap(),
         "the model split over 2 processes differs from one worker's"
     );
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let report: serde_json::Value = crate::util::json_file(&json);
     assert_eq!(report["params"]["replica_workers"], 2);
     // The activations and error terms crossed between the processes.
     let kinds = report["traffic"].to_string();
@@ -241,8 +240,7 @@ fn a_replica_over_two_processes_writes_one_workers_model_and_a_plan_runs() {
         plan.to_str().unwrap(),
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
-    let planned: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&plan).unwrap()).unwrap();
+    let planned: serde_json::Value = crate::util::json_file(&plan);
     let res = &planned["resources"];
     let workers = res["replicas"].as_u64().unwrap() * res["workers"].as_u64().unwrap();
     // The plan is for the app's default network.
@@ -303,8 +301,7 @@ fn a_dedicated_parameter_server_process_holds_the_weights_and_changes_no_bit() {
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(std::fs::read(&one).unwrap() == std::fs::read(&three).unwrap());
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let report: serde_json::Value = crate::util::json_file(&json);
     assert_eq!(report["params"]["weight_shards"], "2..3");
     let out = cli(&[
         "--workers",
@@ -366,8 +363,7 @@ fn replicas_with_a_dedicated_server_train_what_data_parallel_workers_train_mlp_a
             std::fs::read(&two).unwrap() == std::fs::read(&three).unwrap(),
             "{model}: 2 replicas and a server differ from 2 data-parallel workers"
         );
-        let report: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        let report: serde_json::Value = crate::util::json_file(&json);
         assert_eq!(report["params"]["weight_shards"], "2..3", "{model}");
     }
     // The optimizer's CNN plan for 3 machines: 1 server and 2 replicas of one worker.

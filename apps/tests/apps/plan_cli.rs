@@ -30,7 +30,7 @@ fn plan(model: &str, machines: &str, cores: &str, out: &Path) -> (String, Value)
         out.to_str().unwrap(),
     ]);
     assert!(o.status.success(), "{}", text(&o.stderr));
-    let plan = serde_json::from_str(&std::fs::read_to_string(out).unwrap()).unwrap();
+    let plan = crate::util::json_file(out);
     (text(&o.stdout), plan)
 }
 
@@ -205,7 +205,7 @@ fn calibrate_measures_a_profile_that_plan_accepts() {
     for line in ["C_muladd", "conv ", "pool ", "C_interf", "C_ncost", "C_nbw"] {
         assert!(stdout.contains(line), "{stdout}");
     }
-    let p: Value = serde_json::from_str(&std::fs::read_to_string(&profile).unwrap()).unwrap();
+    let p: Value = crate::util::json_file(&profile);
     assert_eq!(p["name"], "ci");
     assert_eq!(
         p["version"], 2,
@@ -323,7 +323,7 @@ fn validate_runs_eight_configurations_and_compares_them_with_the_model() {
     assert!(o.status.success(), "{}", text(&o.stderr));
     let out = text(&o.stdout);
     assert!(out.contains("rank correlation (Spearman)"), "{out}");
-    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let report: Value = crate::util::json_file(&json);
     let configs = report["configs"].as_array().unwrap();
     assert_eq!(configs.len(), 8);
     let distinct = |key: &str| {
@@ -408,7 +408,7 @@ fn validate_runs_on_emulated_links_and_calibrates_them() {
     assert!(o.status.success(), "{}", text(&o.stderr));
     let out = text(&o.stdout);
     assert!(out.contains("emulated links of 1gbit"), "{out}");
-    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let report: Value = crate::util::json_file(&json);
     assert_eq!(report["emulated_links"], "1gbit");
     // The link was measured, not the loopback: well under loopback's several Gbit/s.
     let bw = report["profile"]["c_nbw_bits_per_s"].as_f64().unwrap();

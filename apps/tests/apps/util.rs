@@ -46,6 +46,11 @@ pub fn iterstore(args: &[&str]) -> Output {
         .expect("the iterstore binary runs")
 }
 
+/// The JSON file at `path`.
+pub fn json_file(path: &std::path::Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
 /// A process's standard error as text.
 pub fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
