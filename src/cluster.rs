@@ -255,8 +255,6 @@ pub struct Cluster {
     binder: Option<MemBinder>,
     /// Bytes of the current process arena bound to a zone.
     arena_bound_bytes: usize,
-    /// Bytes of the current arena's zone copies.
-    zone_copy_bytes: usize,
     /// The NUMA plan of the current specialized plan.
     numa: Option<NumaPlan>,
     /// Per worker: its specialized state (or the op tape to build it from), kept between
@@ -582,7 +580,6 @@ impl Cluster {
             // iteration on this 2-core, 1-node machine), so only bind across zones.
             binder: (bound && zones > 1).then(MemBinder::new),
             arena_bound_bytes: 0,
-            zone_copy_bytes: 0,
             numa: None,
             config,
             registry: Registry::default(),
@@ -1148,21 +1145,17 @@ impl Cluster {
         let copies = self.numa.as_ref().map(|n| numa::chunk_copies(n, &plan));
         let worker_zones: Vec<u8> = self.places.iter().map(|p| p.zone as u8).collect();
         let zone_nodes: Vec<u32> = self.topology.zones().iter().map(|z| z.os_index).collect();
-        let mut copied = 0;
         let arena = specs.static_cache.then(|| {
             let arena = ProcessArena::new(plan, self.plans, specs.prefetch_batching, binding);
             let arena = match copies {
                 Some(copies) if copies.iter().any(|&m| m != 0) => {
                     let binding = self.binder.as_ref().map(|b| (b, zone_nodes.as_slice()));
-                    let (arena, bytes) = arena.with_zone_copies(copies, worker_zones, binding);
-                    copied = bytes;
-                    arena
+                    arena.with_zone_copies(copies, worker_zones, binding)
                 }
                 _ => arena,
             };
             Arc::new(arena)
         });
-        self.zone_copy_bytes = copied;
         self.arena_bound_bytes = arena.as_ref().map_or(0, |a| a.bound_bytes);
         for (kept, tape) in self.specials.iter().zip(tapes.tapes) {
             *lock(kept) = match &arena {
@@ -1279,7 +1272,7 @@ impl Cluster {
             arena_bound_bytes: self.arena_bound_bytes,
             replicated_rows: plan
                 .map_or(0, |p| p.replicas.iter().filter(|r| !r.is_empty()).count()),
-            zone_copy_bytes: self.zone_copy_bytes,
+            zone_copy_bytes: self.shared.arena().map_or(0, |a| a.zone_copy_bytes()),
             zone_copy_rows: match self.shared.arena() {
                 Some(arena) => (0..self.places.len())
                     .map(|w| {

@@ -170,13 +170,13 @@ impl ProcessArena {
     /// `chunk_copies[c]` (see the module docs), read by the local workers of the zones
     /// `worker_zones` (one per worker); `binding`: the memory binder and each
     /// zone's NUMA node (OS index), to bind every copied chunk to its zone before its
-    /// first touch. Returns the bytes of copied chunks.
+    /// first touch.
     pub(crate) fn with_zone_copies(
         mut self,
         chunk_copies: Vec<u64>,
         worker_zones: Vec<u8>,
         binding: Option<(&MemBinder, &[u32])>,
-    ) -> (Self, usize) {
+    ) -> Self {
         assert_eq!(chunk_copies.len(), self.plan.chunks.len());
         self.worker_zones = worker_zones;
         let zones = chunk_copies
@@ -185,7 +185,6 @@ impl ProcessArena {
             .max()
             .unwrap_or(0);
         let n = self.words.len();
-        let mut copied = 0;
         self.copies = (0..zones)
             .map(|z| {
                 let bit = 1u64 << z;
@@ -198,7 +197,6 @@ impl ProcessArena {
                 let words = zeroed_words(n);
                 for &c in &mine {
                     let span = &self.plan.chunks[c].bytes;
-                    copied += span.len();
                     if let Some((binder, nodes)) = binding {
                         binder.bind_area(&words[span.start / 8..span.end / 8], nodes[z]);
                     }
@@ -207,7 +205,17 @@ impl ProcessArena {
             })
             .collect();
         self.chunk_copies = chunk_copies.into_boxed_slice();
-        (self, copied)
+        self
+    }
+
+    /// Bytes of the chunks copied into other zones, over all copies.
+    pub(crate) fn zone_copy_bytes(&self) -> usize {
+        self.plan
+            .chunks
+            .iter()
+            .zip(self.chunk_copies.iter())
+            .map(|(c, m)| c.bytes.len() * m.count_ones() as usize)
+            .sum()
     }
 
     /// The words a worker of `zone` reads chunk `chunk` from: its zone's copy if the
@@ -658,8 +666,8 @@ mod tests {
         let mut copies = vec![0u64; chunks];
         copies[1] = 0b10; // chunk 1 copied into zone 1
         let workers = vec![0, 1];
-        let (a, copied) = plain.with_zone_copies(copies, workers, None);
-        assert_eq!(copied, a.plan.chunks[1].bytes.len());
+        let a = plain.with_zone_copies(copies, workers, None);
+        assert_eq!(a.zone_copy_bytes(), a.plan.chunks[1].bytes.len());
         assert_eq!((a.worker_zone(0), a.worker_zone(1)), (0, 1));
         assert!(a.has_copy(1, 1) && !a.has_copy(1, 0) && !a.has_copy(0, 1));
         let slot = a.slot(RowKey::new(0, 7)).unwrap();
