@@ -18,10 +18,10 @@
 //!
 //! **Complexity.** With `S = |{(P, R): P × R ≤ N}| = O(N log N)` splits, the traffic tables
 //! cost `O(L × S² × N²)` greedy steps (`O(N³)` more where a matching fallback runs), and one
-//! DP `O(L × S² × K)`. `N_ps` only enters the model through `min(N_ps, N_wr)` (eq. 11), so
-//! the DP runs once per `(N_wr, N_mr, min(N_ps, N_wr))`: `O(N² log N)` runs, in all
-//! `O(L × K × N⁴ log³ N)` (the paper's bound is `O(L × K × N⁷)`). For 20 machines, 16
-//! cores and 8 layers it takes tens of milliseconds in a release build.
+//! DP `O(L × S² × K)`. The DP runs once per `(N_wr, N_mr, N_ps)` (eq. 10 charges the
+//! replicas' reads to `N_ps` servers), or per `(N_wr, N_mr, min(N_ps, N_wr))` when the
+//! profile's `alpha` is 0 and only eq. 11 counts: `O(N² log N)` runs, in all
+//! `O(L × K × N⁴ log³ N)` (the paper's bound is `O(L × K × N⁷)`).
 //!
 //! [`brute_force`] tries every configuration and every injective mapping; it is the oracle
 //! for small instances.
@@ -53,7 +53,8 @@ pub struct Candidate {
 pub struct Search {
     /// The best candidate per resource triple, by epoch time, then fewer machines.
     pub candidates: Vec<Candidate>,
-    /// DP runs (distinct `(N_wr, N_mr, min(N_ps, N_wr))`).
+    /// DP runs (distinct `(N_wr, N_mr, N_ps)`, with `min(N_ps, N_wr)` for `N_ps` when the
+    /// profile's `alpha` is 0).
     pub dp_runs: usize,
 }
 
@@ -303,6 +304,18 @@ fn sort(candidates: &mut [Candidate]) {
     });
 }
 
+/// What of `res` the DP's answer depends on: `N_wr`, `N_mr` and the servers. Eq. 11 sees
+/// `min(N_ps, N_wr)` only; eq. 10 (weighted by `alpha` in [`Model::ps_read`]) sees `N_ps`
+/// itself, so runs are shared across `N_ps` only when `alpha` is 0.
+fn dp_key(model: &Model, res: &Resources) -> (u32, u32, u32) {
+    let servers = if model.profile().ps_read_alpha > 0.0 {
+        res.parameter_servers
+    } else {
+        res.parameter_servers.min(res.workers)
+    };
+    (res.workers, res.replicas, servers)
+}
+
 /// The best configuration of every resource triple on `cluster`, fastest first.
 pub fn search(model: &Model, cluster: &Cluster) -> Result<Search, Error> {
     check(model, cluster)?;
@@ -310,11 +323,7 @@ pub fn search(model: &Model, cluster: &Cluster) -> Result<Search, Error> {
     let mut runs: HashMap<(u32, u32, u32), Vec<LayerConfig>> = HashMap::new();
     let mut candidates = Vec::new();
     for res in resources(cluster) {
-        let key = (
-            res.workers,
-            res.replicas,
-            res.parameter_servers.min(res.workers),
-        );
+        let key = dp_key(model, &res);
         let layers = runs
             .entry(key)
             .or_insert_with(|| dp(model, &tables, &res, cluster.cores))

@@ -127,3 +127,59 @@ proptest! {
         prop_assert!((a - b).abs() <= 1e-9 * b, "dp {a} ({:?}) vs brute force {b} ({:?})", fast.best(), slow);
     }
 }
+
+/// A case the property once found: with `alpha > 0` eq. 10 charges reads to `N_ps` servers
+/// themselves, so a DP run for one server count cannot stand in for another with the same
+/// `min(N_ps, N_wr)` (here 2 servers and 1 worker wants 2 threads on the first layer, 1
+/// server does not).
+#[test]
+fn the_dp_runs_per_server_count_when_eq_10_counts() {
+    let layer = |connections: f64| Shape {
+        name: "l".into(),
+        kind: LayerKind::FullyConnected,
+        neurons: 10.0,
+        rows: 1,
+        connections,
+        params: connections,
+        bits: 8.0,
+        connectivity: Connectivity::Full,
+    };
+    let profile = Profile {
+        version: 2,
+        name: "random".into(),
+        c_muladd_s: 1.3157047882675363e-10,
+        c_muladd_by_kind_s: KindCosts {
+            convolution: None,
+            pooling: None,
+        },
+        c_act_s: 6.446767814138293e-7,
+        c_err_s: 6.446767814138293e-7,
+        c_interf: vec![1.0, 1.493502586970649],
+        c_ncost_s: vec![7.048116743444881e-6],
+        c_nbw_bits_per_s: 2855913.488778745,
+        c_nbw_per_thread_bits_per_s: None,
+        ps_read_alpha: 0.9427988549728089,
+    };
+    let training = Training {
+        version: 1,
+        n_sample: 1,
+        n_read: 30,
+        n_write: 1,
+        batch: None,
+        synchronous_writes: None,
+    };
+    let model = Model::from_shapes(
+        vec![layer(34.20557886367409), layer(112.0980268892052)],
+        profile,
+        training,
+    );
+    let cluster = Cluster {
+        machines: 4,
+        cores: 2,
+    };
+    let (a, b) = (
+        search(&model, &cluster).unwrap().best().estimate.epoch_s,
+        brute_force(&model, &cluster).unwrap().estimate.epoch_s,
+    );
+    assert!((a - b).abs() <= 1e-9 * b, "dp {a} vs brute force {b}");
+}
