@@ -1361,6 +1361,24 @@ impl Cluster {
                 }
             }
         }
+        // Messages of this round nobody received: an error of the run (or, after another
+        // error, dropped with it), never values for a later run's receives.
+        let leftovers = self.shared.mailboxes.leftovers(round);
+        if let (None, Some(l)) = (&first_error, leftovers.first()) {
+            first_error = Some(Error::Receive {
+                worker: self.shared.world.worker_id(self.shared.process, l.to) as usize,
+                from: l.from as usize,
+                tag: l.tag,
+                reason: format!(
+                    "{} message(s) sent to it in this run were never received{}",
+                    l.count,
+                    match leftovers.len() {
+                        1 => String::new(),
+                        n => format!(" (and {} more sender/tag pairs)", n - 1),
+                    }
+                ),
+            });
+        }
         match first_error {
             Some(e) => Err(e),
             None => Ok((results, logs)),

@@ -100,8 +100,10 @@ pub enum Error {
         message: String,
     },
     /// [`Worker::recv_from`](crate::Worker::recv_from) got no message: its sender
-    /// stopped with an error, the wait timed out ([`Config::message_timeout`]), or the
-    /// message was not what the receiver expected.
+    /// stopped with an error, the wait timed out ([`Config::message_timeout`]), the
+    /// message was not what the receiver expected, or the sends and receives of runs do
+    /// not match (a message of an earlier run never received, or the sender already in a
+    /// later run). Also a run's error when messages sent in it were never received.
     ///
     /// [`Config::message_timeout`]: crate::Config::message_timeout
     #[error("worker {worker}: receiving tag {tag} from worker {from}: {reason}")]

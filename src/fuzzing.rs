@@ -243,6 +243,7 @@ fn envelope(inp: &mut Input<'_>) -> Envelope {
             from: inp.u32(),
             to: inp.u32(),
             tag: inp.u32(),
+            round: inp.u64(),
             elem: inp.elem(),
             values: inp.buf(),
         },

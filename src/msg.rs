@@ -321,6 +321,9 @@ pub enum Msg {
         to: WorkerId,
         /// The message's tag.
         tag: u32,
+        /// The sender's round (its run or virtual iteration, counted from 1 by every
+        /// process alike): a receiver takes only messages of its own round.
+        round: u64,
         /// The element type the values were sent as.
         elem: crate::ElemType,
         /// The values, raw little-endian bytes.

@@ -10,6 +10,13 @@
 //! ([`Mailboxes::stop`], [`Msg::WorkerStopped`]) and its deadline, so it never waits
 //! forever.
 //!
+//! **Rounds.** Every message carries its sender's round (run or virtual iteration), and a
+//! receiver takes only messages of its own: one sent in an earlier round and never
+//! received there, or a sender already in a later round whose messages of this round ran
+//! out, fails the receive instead of handing it another run's values. At the end of a
+//! round the cluster asks for the messages still waiting ([`Mailboxes::leftovers`]) and
+//! fails the run naming them: nothing sent is silently dropped or taken by a later run.
+//!
 //! [`Worker::send`]: crate::Worker::send
 //! [`Worker::recv`]: crate::Worker::recv
 //! [`Msg::Pass`]: crate::msg::Msg::Pass
@@ -28,6 +35,8 @@ use crate::{AlignedBuf, ElemType};
 /// One message waiting in a mailbox.
 #[derive(Debug)]
 pub(crate) struct Letter {
+    /// The sender's round.
+    pub(crate) round: u64,
     /// The element type it was sent as.
     pub(crate) elem: ElemType,
     /// Its values, raw little-endian bytes.
@@ -53,6 +62,32 @@ pub(crate) enum Empty {
     SenderStopped,
     /// The deadline passed.
     TimedOut,
+    /// The oldest messages from the sender with the tag were sent in an earlier round
+    /// (`round`, `count` of them) and never received; they are dropped.
+    Unreceived {
+        /// Their round.
+        round: u64,
+        /// How many.
+        count: usize,
+    },
+    /// The oldest message from the sender with the tag is of a later round (`round`): the
+    /// sender sent all it will send in this one.
+    SenderMovedOn {
+        /// The message's round.
+        round: u64,
+    },
+}
+
+/// Messages a round left in a mailbox, found by [`Mailboxes::leftovers`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Leftover {
+    /// The local receiver.
+    pub(crate) to: usize,
+    /// The sender (global id) and tag.
+    pub(crate) from: WorkerId,
+    pub(crate) tag: u32,
+    /// How many messages.
+    pub(crate) count: usize,
 }
 
 /// The mailboxes of one process's workers, and which workers of the cluster stopped with
@@ -117,10 +152,12 @@ impl Mailboxes {
         lock(&self.stopped).get(&worker) == Some(&round)
     }
 
-    /// Takes the oldest message from `from` with `tag` out of local worker `to`'s mailbox,
-    /// waiting until `deadline` (checking `healthy` and whether `from` stopped in `round`
-    /// every [`super::WAIT_SLICE`]). A message already there is returned even if the
-    /// sender has stopped since.
+    /// Takes the oldest message of round `round` from `from` with `tag` out of local
+    /// worker `to`'s mailbox, waiting until `deadline` (checking `healthy` and whether
+    /// `from` stopped in `round` every [`super::WAIT_SLICE`]). A message already there is
+    /// returned even if the sender has stopped since. Older rounds' messages in front of
+    /// it are dropped and reported ([`Empty::Unreceived`]); a later round's message in
+    /// front means none of this round will come ([`Empty::SenderMovedOn`]).
     pub(crate) fn take<E>(
         &self,
         to: usize,
@@ -133,12 +170,23 @@ impl Mailboxes {
         let mailbox = &self.boxes[to];
         let mut queues = lock(&mailbox.queues);
         loop {
-            if let Some(letter) = queues
-                .waiting
-                .get_mut(&(from, tag))
-                .and_then(VecDeque::pop_front)
-            {
-                return Ok(Ok(letter));
+            if let Some(queue) = queues.waiting.get_mut(&(from, tag)) {
+                let stale = queue.iter().take_while(|l| l.round < round).count();
+                if stale > 0 {
+                    let old = queue.front().map_or(0, |l| l.round);
+                    queue.drain(..stale);
+                    return Ok(Err(Empty::Unreceived {
+                        round: old,
+                        count: stale,
+                    }));
+                }
+                match queue.front() {
+                    Some(l) if l.round > round => {
+                        return Ok(Err(Empty::SenderMovedOn { round: l.round }));
+                    }
+                    Some(_) => return Ok(Ok(queue.pop_front().expect("a front letter"))),
+                    None => {}
+                }
             }
             healthy()?;
             if self.has_stopped(from, round) {
@@ -156,6 +204,31 @@ impl Mailboxes {
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
         }
+    }
+
+    /// Takes out every message of round `round` or earlier still waiting in any local
+    /// mailbox (messages of later rounds, from a process already ahead, stay), grouped by
+    /// receiver, sender and tag in that order.
+    pub(crate) fn leftovers(&self, round: u64) -> Vec<Leftover> {
+        let mut found = Vec::new();
+        for (to, mailbox) in self.boxes.iter().enumerate() {
+            let mut queues = lock(&mailbox.queues);
+            for (&(from, tag), queue) in queues.waiting.iter_mut() {
+                let before = queue.len();
+                queue.retain(|l| l.round > round);
+                if queue.len() < before {
+                    found.push(Leftover {
+                        to,
+                        from,
+                        tag,
+                        count: before - queue.len(),
+                    });
+                }
+            }
+            queues.waiting.retain(|_, q| !q.is_empty());
+        }
+        found.sort_by_key(|l| (l.to, l.from, l.tag));
+        found
     }
 
     /// Messages waiting in local worker `to`'s mailbox (none received yet).
@@ -180,7 +253,12 @@ mod tests {
     use std::sync::Arc;
 
     fn letter(v: f32) -> Letter {
+        sent_in(0, v)
+    }
+
+    fn sent_in(round: u64, v: f32) -> Letter {
         Letter {
+            round,
             elem: ElemType::F32,
             values: AlignedBuf::from_slice(&[v]),
         }
@@ -223,7 +301,7 @@ mod tests {
             let m = m.clone();
             std::thread::spawn(move || {
                 std::thread::sleep(Duration::from_millis(20));
-                m.deliver(0, 1, 0, letter(7.0));
+                m.deliver(0, 1, 0, sent_in(5, 7.0));
                 std::thread::sleep(Duration::from_millis(20));
                 m.stop(1, 5);
             })
@@ -241,5 +319,50 @@ mod tests {
         // An unhealthy cluster ends the wait with its error.
         let failed = m.take(0, 1, 0, 6, None, || Err("failed"));
         assert_eq!(failed.unwrap_err(), "failed");
+    }
+
+    #[test]
+    fn a_receiver_takes_only_its_rounds_messages_and_reports_the_others() {
+        let m = Mailboxes::new(2);
+        let short = Duration::from_millis(1);
+        // Round 1 sent two, its receiver took one: the next round's receive reports the
+        // other and drops it, then takes its own.
+        m.deliver(0, 3, 1, sent_in(1, 1.0));
+        m.deliver(0, 3, 1, sent_in(1, 2.0));
+        assert_eq!(take(&m, 3, 1, 1, short), Ok(1.0));
+        m.deliver(0, 3, 1, sent_in(2, 3.0));
+        assert_eq!(
+            take(&m, 3, 1, 2, short),
+            Err(Empty::Unreceived { round: 1, count: 1 })
+        );
+        assert_eq!(take(&m, 3, 1, 2, short), Ok(3.0));
+        // A sender already in round 4 sent nothing more for round 3.
+        m.deliver(0, 3, 1, sent_in(4, 4.0));
+        assert_eq!(
+            take(&m, 3, 1, 3, short),
+            Err(Empty::SenderMovedOn { round: 4 })
+        );
+        assert_eq!(take(&m, 3, 1, 4, short), Ok(4.0));
+    }
+
+    #[test]
+    fn leftovers_are_this_and_earlier_rounds_messages_by_receiver_sender_and_tag() {
+        let m = Mailboxes::new(2);
+        m.deliver(1, 0, 7, sent_in(2, 1.0));
+        m.deliver(1, 0, 7, sent_in(2, 1.0));
+        m.deliver(0, 5, 1, sent_in(1, 1.0));
+        m.deliver(0, 5, 2, sent_in(3, 1.0));
+        let found = m.leftovers(2);
+        let by = |to, from, tag, count| Leftover {
+            to,
+            from,
+            tag,
+            count,
+        };
+        assert_eq!(found, [by(0, 5, 1, 1), by(1, 0, 7, 2)]);
+        // The later round's message stays, to be received in its round.
+        assert_eq!((m.pending(0), m.pending(1)), (1, 0));
+        assert!(m.leftovers(2).is_empty());
+        assert_eq!(m.leftovers(3), [by(0, 5, 2, 1)]);
     }
 }

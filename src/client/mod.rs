@@ -394,6 +394,7 @@ impl ClientShared {
                 from,
                 to,
                 tag,
+                round,
                 elem,
                 values,
             } => {
@@ -401,8 +402,16 @@ impl ClientShared {
                 // carries what our own code sent).
                 let local = self.world.local_worker(self.process, to);
                 let delivered = local.is_some_and(|w| {
-                    self.mailboxes
-                        .deliver(w, from, tag, Letter { elem, values })
+                    self.mailboxes.deliver(
+                        w,
+                        from,
+                        tag,
+                        Letter {
+                            round,
+                            elem,
+                            values,
+                        },
+                    )
                 });
                 if !delivered {
                     self.fail(Error::failed(

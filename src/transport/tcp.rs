@@ -284,6 +284,7 @@ mod tests {
             from,
             to,
             tag: 0,
+            round: 1,
             elem: crate::ElemType::F32,
             values: crate::AlignedBuf::zeroed(4),
         };

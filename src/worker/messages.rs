@@ -48,6 +48,7 @@ impl Worker<'_> {
             return Ok(());
         }
         let letter = Letter {
+            round: self.round,
             elem: T::TYPE,
             values: AlignedBuf::from_slice(values),
         };
@@ -64,6 +65,7 @@ impl Worker<'_> {
                     from: self.global,
                     to: to as WorkerId,
                     tag,
+                    round: letter.round,
                     elem: letter.elem,
                     values: letter.values,
                 },
@@ -103,6 +105,14 @@ impl Worker<'_> {
         let letter = letter.map_err(|why| {
             refuse(match why {
                 Empty::SenderStopped => "the sender stopped with an error".to_string(),
+                Empty::Unreceived { round, count } => format!(
+                    "{count} message(s) it sent in an earlier run (round {round}) were never \
+                     received: the runs' sends and receives do not match"
+                ),
+                Empty::SenderMovedOn { round } => format!(
+                    "the sender is already in a later run (round {round}): it sent fewer \
+                     messages with this tag in this run than are received"
+                ),
                 Empty::TimedOut => format!(
                     "no message within {} s (Config::message_timeout)",
                     timeout.as_secs_f64()

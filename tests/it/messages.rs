@@ -202,3 +202,74 @@ fn a_message_of_another_shape_or_to_nobody_is_refused() {
         .to_string()
         .contains("message_timeout"));
 }
+
+/// Run 1: worker 0 sends two messages, worker 1 receives one. Run 2: one each. Returns per
+/// run the value worker 1 received (`None` for worker 0) or the run's error.
+fn unmatched(c: &mut Cluster) -> iterstore::Result<Vec<Result<Vec<Option<f32>>, String>>> {
+    let mut runs = Vec::new();
+    for (sends, value) in [(2, 1.0f32), (1, 9.0)] {
+        let got = c.run(|w| {
+            if w.id() == 0 {
+                for _ in 0..sends {
+                    w.send_to(1, 5, &[value])?;
+                }
+                return Ok(None);
+            }
+            let mut v = [0.0f32];
+            w.recv_from(0, 5, &mut v)?;
+            Ok(Some(v[0]))
+        });
+        runs.push(got.map_err(|e| e.to_string()));
+    }
+    // A third run, once the mismatch has been reported, works as usual.
+    let third = c.run(|w| {
+        if w.id() == 0 {
+            w.send_to(1, 5, &[3.0f32])?;
+            return Ok(None);
+        }
+        let mut v = [0.0f32];
+        w.recv_from(0, 5, &mut v)?;
+        Ok(Some(v[0]))
+    })?;
+    runs.push(Ok(third));
+    Ok(runs)
+}
+
+/// A message sent in a run and never received there fails the run, naming receiver,
+/// sender and tag; it never reaches a later run's receive.
+#[test]
+fn a_message_a_run_never_receives_fails_it_and_never_reaches_the_next_run() {
+    let runs = within(30, || {
+        let mut c = Cluster::start(Config::new(2)).unwrap();
+        unmatched(&mut c).unwrap()
+    });
+    let err = runs[0].clone().unwrap_err();
+    assert!(
+        err.contains("worker 1: receiving tag 5 from worker 0")
+            && err.contains("1 message(s) sent to it in this run were never received"),
+        "{err}"
+    );
+    assert_eq!(runs[1], Ok(vec![None, Some(9.0)]));
+    assert_eq!(runs[2], Ok(vec![None, Some(3.0)]));
+    // Across processes the leftover may still be on its way when run 1 ends: then run 2's
+    // receive finds it first and fails. Either way one of the two runs fails naming it,
+    // and no run receives its value.
+    let per_process = within(60, || {
+        Cluster::run_local_processes(Config::new(1), 2, unmatched).unwrap()
+    });
+    let receiver = &per_process[1];
+    let failed: Vec<&String> = receiver[..2]
+        .iter()
+        .filter_map(|r| r.as_ref().err())
+        .collect();
+    assert!(
+        failed.len() == 1
+            && failed[0].contains("receiving tag 5 from worker 0")
+            && failed[0].contains("never received"),
+        "{receiver:?}"
+    );
+    for run in receiver.iter().flatten() {
+        assert!(!run.contains(&Some(1.0)), "{receiver:?}");
+    }
+    assert_eq!(receiver[2], Ok(vec![Some(3.0)]));
+}
