@@ -13,6 +13,7 @@ use std::time::Duration;
 enum Op {
     Read(u8, u64),
     Update(u8, u64),
+    /// Column 0 or 1 alone (`update_col`), no column (2) or both (3) (`update_cols`).
     UpdateCol(u8, u64, usize),
 }
 
@@ -26,7 +27,7 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         ((0u8..3), (0..ROWS)).prop_map(|(t, r)| Op::Read(t, r)),
         ((0u8..3), (0..ROWS)).prop_map(|(t, r)| Op::Update(t, r)),
-        ((0u8..3), (0..ROWS), (0usize..2)).prop_map(|(t, r, c)| Op::UpdateCol(t, r, c)),
+        ((0u8..3), (0..ROWS), (0usize..4)).prop_map(|(t, r, c)| Op::UpdateCol(t, r, c)),
     ]
 }
 
@@ -163,14 +164,30 @@ fn iteration(
                 Op::Update(0, r) => w.update(&t.f, r, &[v, -v * 0.5, 1e-3 * v])?,
                 Op::Update(1, r) => w.update(&t.g, r, &[v as f32; 5])?,
                 Op::Update(_, r) => w.update(&t.i, r, &[v as i64, 1])?,
-                Op::UpdateCol(0, r, c) => w.update_col(&t.f, r, c, v)?,
-                Op::UpdateCol(1, r, c) => w.update_col(&t.g, r, c, v as f32)?,
-                Op::UpdateCol(_, r, c) => w.update_col(&t.i, r, c, v as i64)?,
+                Op::UpdateCol(0, r, c) => update_cols(w, &t.f, r, c, v)?,
+                Op::UpdateCol(1, r, c) => update_cols(w, &t.g, r, c, v as f32)?,
+                Op::UpdateCol(_, r, c) => update_cols(w, &t.i, r, c, v as i64)?,
             }
         }
         w.clock()?;
     }
     Ok(seen)
+}
+
+/// A sparse update of `row`: column `c` alone for `c < 2` (`update_col`), else
+/// `update_cols` with no column (2) or columns 1 then 0 (3).
+fn update_cols<T: iterstore::Element + std::ops::Neg<Output = T>>(
+    w: &mut Worker<'_>,
+    table: &Table<T>,
+    row: u64,
+    c: usize,
+    v: T,
+) -> iterstore::Result<()> {
+    match c {
+        0 | 1 => w.update_col(table, row, c, v),
+        2 => w.update_cols(table, row, &[]),
+        _ => w.update_cols(table, row, &[(1, v), (0, -v)]),
+    }
 }
 
 /// What a run produced: per iteration per worker the read values, and the final tables.
@@ -483,6 +500,41 @@ fn accesses_off_the_tape_are_counted() {
     assert_eq!(s.indexed_accesses, 3 * 2 * 7, "{s:?}");
 }
 
+/// A sparse update of any number of columns, none included, is one step of the op tape:
+/// an LDA-like iteration (read a row, then update it at two columns or at none) runs
+/// entirely on the tape, and the counts come out as the updates say.
+#[test]
+fn sparse_updates_of_any_columns_follow_the_tape() {
+    let mut cluster = Cluster::start(Config::new(2).with_mode(Mode::Virtual)).unwrap();
+    let t = cluster.create_table::<i32>("counts", 4).unwrap();
+    let sweep = |w: &mut Worker<'_>| -> iterstore::Result<()> {
+        for r in 0..ROWS {
+            let moved = w.read_with(&t, r, |row| row[0] % 4 == 0)?;
+            let cols: &[(usize, i32)] = if moved { &[(0, 1), (3, -1)] } else { &[] };
+            w.update_cols(&t, r, cols)?;
+        }
+        w.clock()
+    };
+    cluster.virtual_iteration(|w| sweep(w)).unwrap();
+    for _ in 0..3 {
+        cluster.run(|w| sweep(w)).unwrap();
+    }
+    let s = cluster.stats();
+    assert_eq!(s.plans, 1, "{s:?}");
+    assert_eq!(s.tape_accesses, 3 * 2 * 2 * ROWS, "{s:?}");
+    assert_eq!((s.indexed_accesses, s.unplanned_accesses), (0, 0), "{s:?}");
+    // Column 0 rises while it is a multiple of 4: both workers add 1 in the first run
+    // (0 -> 2), then update no column in the other two. Column 3 falls alike.
+    for (_, row) in cluster.snapshot(&t).unwrap() {
+        assert_eq!(row, [2, 0, 0, -2]);
+    }
+    let err = cluster
+        .run(|w| w.update_cols(&t, 0, &[(1, 1), (4, 1)]))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("column 4"), "{err}");
+}
+
 /// A run that fails keeps the op tapes: the next run still follows them.
 #[test]
 fn a_failed_run_keeps_the_op_tapes() {
@@ -684,7 +736,7 @@ fn seeded_program(seed: u64, workers: usize) -> Program {
                             match next(3) {
                                 0 => Op::Read(t, r),
                                 1 => Op::Update(t, r),
-                                _ => Op::UpdateCol(t, r, next(2) as usize),
+                                _ => Op::UpdateCol(t, r, next(4) as usize),
                             }
                         })
                         .collect()

@@ -8,9 +8,11 @@
 //!
 //! **Iteration** (sweep `t`). Worker `w` owns the documents [`partition`]`(D, W, w)`. It
 //! READs the totals row once, then for every token of its documents, in order, READs the
-//! token's word row, draws the new topic with [`Sampler::sample`] (dense or sparse, [`LdaConfig::sampler`]; randomness keyed by
-//! `(seed, t, corpus document index)`), and UPDATEs the word row by `−1` at the old topic and
-//! `+1` at the new one — even when they are equal, so the rows touched never depend on the
+//! token's word row (lent, [`Worker::read_with`]), draws the new topic with
+//! [`Sampler::sample`] (dense or sparse, [`LdaConfig::sampler`]; randomness keyed by
+//! `(seed, t, corpus document index)`), and UPDATEs the word row once
+//! ([`Worker::update_cols`]): `−1` at the old topic and `+1` at the new one, or nothing
+//! when they are equal — still the row's UPDATE, so the accesses never depend on the
 //! values read. Its own totals changes are applied to its copy of the totals row as it
 //! goes and sent as one UPDATE before its single CLOCK. Under BSP this is exactly the
 //! limit's computation (integer counts, same draws), so the models are identical.
@@ -108,7 +110,7 @@ fn iteration(w: &mut Worker<'_>, t: Tables, s: &Sweep<'_>, z: &mut [u32]) -> ite
     let k = s.cfg.topics;
     let mut sampler = Sampler::new(s.cfg, s.vocab);
     let pattern_only = w.is_virtual();
-    let (mut row, mut totals) = (vec![0i32; k], vec![0i32; k]);
+    let mut totals = vec![0i32; k];
     let (mut delta, mut doc_topic) = (vec![0i32; k], vec![0i32; k]);
     w.read(&t.totals, 0, &mut totals)?;
     sampler.begin(&totals);
@@ -123,22 +125,29 @@ fn iteration(w: &mut Worker<'_>, t: Tables, s: &Sweep<'_>, z: &mut [u32]) -> ite
         let mut rng = doc_rng(s.cfg, s.iter, (s.first_doc + d) as u64);
         for (&word, topic) in doc.iter().zip(zd.iter_mut()) {
             let word_row = u64::from(word);
-            w.read(&t.words, word_row, &mut row)?;
-            // A virtual iteration reads zeros and its pattern does not depend on the topic
-            // drawn (only rows are gathered): skip the sampling arithmetic there.
-            let new = if pattern_only {
-                *topic
-            } else {
-                sampler.sample(&row, &totals, &doc_topic, *topic, &mut rng)
-            };
+            // The row is lent, not copied: an integer view already holds this worker's
+            // updates. A virtual iteration reads zeros and its pattern does not depend on
+            // the topic drawn (only rows are gathered): skip the sampling arithmetic there.
+            let new = w.read_with(&t.words, word_row, |row| {
+                if pattern_only {
+                    *topic
+                } else {
+                    sampler.sample(row, &totals, &doc_topic, *topic, &mut rng)
+                }
+            })?;
             let (old, new) = (*topic as usize, new as usize);
-            w.update_col(&t.words, word_row, old, -1)?;
-            w.update_col(&t.words, word_row, new, 1)?;
-            for counts in [&mut totals, &mut delta, &mut doc_topic] {
-                counts[old] -= 1;
-                counts[new] += 1;
+            // One sparse UPDATE of the word's row per token, empty when the token keeps
+            // its topic (the access pattern does not depend on the draw).
+            let moved = [(old, -1), (new, 1)];
+            let cols = if old == new { &moved[..0] } else { &moved[..] };
+            w.update_cols(&t.words, word_row, cols)?;
+            if old != new {
+                for counts in [&mut totals, &mut delta, &mut doc_topic] {
+                    counts[old] -= 1;
+                    counts[new] += 1;
+                }
+                *topic = new as u32;
             }
-            *topic = new as u32;
         }
     }
     w.update(&t.totals, 0, &delta)?;

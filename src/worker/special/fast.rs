@@ -190,20 +190,48 @@ impl Special {
         column: usize,
         delta: &[T],
     ) -> bool {
-        let Some(&step) = self.steps.get(self.cursor) else {
+        let Some(b) = self.next_block(key) else {
             return false;
         };
-        if step & SLOT_STEP != 0 {
-            return false;
-        }
-        let b = step as usize;
-        match self.words.get(b..b + HEADER_WORDS) {
-            Some(h) if h[0] == key.row && h[1] as u32 == key.table => {}
-            _ => return false,
-        }
         self.add_to_block(b, width, column, delta);
         self.advance();
         true
+    }
+
+    /// The fast path of a sparse UPDATE ([`Worker::update_cols`]) that follows the
+    /// pattern: if the next step is `key`'s block (a row of `width` elements), adds each
+    /// `(column, delta)` of `cols` (columns below `width`) and returns `true`; otherwise
+    /// changes nothing and returns `false`. An empty `cols` only takes the step.
+    ///
+    /// [`Worker::update_cols`]: super::Worker::update_cols
+    #[inline(always)]
+    pub(crate) fn update_cols_fast<T: Element>(
+        &mut self,
+        key: RowKey,
+        width: usize,
+        cols: &[(usize, T)],
+    ) -> bool {
+        let Some(b) = self.next_block(key) else {
+            return false;
+        };
+        for &(column, delta) in cols {
+            self.add_to_block(b, width, column, std::slice::from_ref(&delta));
+        }
+        self.advance();
+        true
+    }
+
+    /// The word of `key`'s block if the next step is that block (the step an UPDATE that
+    /// follows the pattern takes).
+    #[inline(always)]
+    fn next_block(&self, key: RowKey) -> Option<usize> {
+        let step = *self.steps.get(self.cursor)?;
+        if step & SLOT_STEP != 0 {
+            return None;
+        }
+        let b = step as usize;
+        let h = self.words.get(b..b + HEADER_WORDS)?;
+        (h[0] == key.row && h[1] as u32 == key.table).then_some(b)
     }
 
     /// Moves to the next step and prefetches what a step [`AHEAD`] will touch.
