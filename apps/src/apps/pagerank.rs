@@ -55,7 +55,7 @@ use super::{
     check_finite, dense, par_build, preprocess, timed, timed_init_run, timed_run, AppConfig,
     AppError, IterRecord, Observer, RunReport,
 };
-use crate::algo::pagerank::{check_graph, l1_change, share, PageRankConfig};
+use crate::algo::pagerank::{check_graph, l1_change, propagate, PageRankConfig};
 use crate::data::Graph;
 use layout::Layout;
 use plan::{init_writers, Plan, Shape};
@@ -75,6 +75,18 @@ pub enum GraphPartition {
 }
 
 impl GraphPartition {
+    /// The partition named `name` (`edges` or `communities`, as [`name`](Self::name)
+    /// gives them).
+    pub fn parse(name: &str) -> Result<Self, String> {
+        match name {
+            "edges" => Ok(GraphPartition::Edges),
+            "communities" => Ok(GraphPartition::Communities),
+            other => Err(format!(
+                "{other}: pagerank splits its graph by `edges` or `communities`"
+            )),
+        }
+    }
+
     /// The name the CLI and the run report use.
     pub fn name(self) -> &'static str {
         match self {
@@ -180,8 +192,10 @@ struct State {
     /// Per slot: what was last propagated — `d·r(u)/outdeg(u)` for a source, `r(u)` for an
     /// owned dangling vertex.
     last: Vec<f64>,
-    /// Per slot: this iteration's change of `d·r(u)/outdeg(u)`.
+    /// Per slot: this iteration's change of what it propagates.
     change: Vec<f64>,
+    /// Per slot: the rank read this iteration (scratch).
+    ranks: Vec<f64>,
     /// Per target block, `B` accumulated incoming changes.
     acc: Vec<f64>,
     /// Still to be withdrawn from `G` (worker 0's initial 1).
@@ -193,6 +207,7 @@ impl State {
         Self {
             last: vec![0.0; plan.reads.len()],
             change: vec![0.0; plan.reads.len()],
+            ranks: vec![0.0; plan.reads.len()],
             acc: vec![0.0; plan.target_blocks.len() * block],
             offset: 0.0,
         }
@@ -219,6 +234,7 @@ impl State {
         let offset = f64::from_le_bytes(c.take(8, "offset")?.try_into().expect("8 bytes"));
         c.finish()?;
         Ok(Self {
+            ranks: vec![0.0; last.len()],
             last,
             change,
             acc,
@@ -240,24 +256,20 @@ fn iteration(
     let mut g = [0.0];
     w.read(&t.dangling, 0, &mut g)?;
     let spread = d * g[0] / shape.vertices as f64;
-    let mut dangling_change = 0.0;
     for (i, &block) in plan.read_blocks.iter().enumerate() {
         let slots = plan.block_starts[i]..plan.block_starts[i + 1];
-        let State { last, change, .. } = &mut *st;
+        let (columns, ranks) = (&plan.columns[slots.clone()], &mut st.ranks[slots]);
         w.read_with(&t.ranks, block, |row| {
-            for s in slots {
-                let r = row[plan.reads[s] as usize % b] + spread;
-                let deg = plan.degrees[s];
-                if deg == 0 {
-                    dangling_change += r - last[s];
-                    last[s] = r;
-                } else {
-                    let new = d * share(r, deg);
-                    change[s] = new - last[s];
-                    last[s] = new;
-                }
+            for (r, &c) in ranks.iter_mut().zip(columns) {
+                *r = row[c as usize] + spread;
             }
         })?;
+    }
+    propagate(d, &st.ranks, &plan.divisors, &mut st.last, &mut st.change);
+    // A dangling slot's change is its rank's, summed in slot order.
+    let mut dangling_change = 0.0;
+    for &s in &plan.dangling {
+        dangling_change += st.change[s as usize];
     }
     plan.edges.sum_into(&st.change, &mut st.acc);
     for (i, &block) in plan.target_blocks.iter().enumerate() {

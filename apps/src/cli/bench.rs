@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use iterstore_apps::algo::lda::{LdaConfig, SamplerKind};
 use iterstore_apps::algo::mf::MfConfig;
-use iterstore_apps::apps::pagerank::PageRankParams;
+use iterstore_apps::apps::pagerank::{GraphPartition, PageRankParams};
 use iterstore_apps::bench::report::{BenchMeta, BenchReport};
 use iterstore_apps::bench::scaling::scaling;
 use iterstore_apps::bench::{bench_app, BenchOptions, Variant, Workload};
@@ -50,6 +50,9 @@ pub fn bench(args: &BenchArgs, command_line: String) -> Result<()> {
     )?;
     if args.pagerank_block.is_some() && !apps.contains(&App::Pagerank) {
         bail!("--pagerank-block given but pagerank is not benchmarked (--apps)");
+    }
+    if args.pagerank_partition.is_some() && !apps.contains(&App::Pagerank) {
+        bail!("--pagerank-partition given but pagerank is not benchmarked (--apps)");
     }
     let blocks = pagerank_blocks(args.pagerank_block.as_deref())?;
     for (flag, given, app) in [
@@ -242,6 +245,14 @@ fn no_repeats<T: Ord + Display + Copy>(
     Ok(())
 }
 
+/// PageRank's parameters at the default block, split as `--pagerank-partition` says.
+fn pagerank_params(args: &BenchArgs) -> PageRankParams {
+    PageRankParams {
+        partition: args.pagerank_partition.unwrap_or_default(),
+        ..PageRankParams::default()
+    }
+}
+
 /// The PageRank block sizes to benchmark: `given` (`--pagerank-block`) once each and each
 /// valid for [`PageRankParams`], else the default block alone.
 fn pagerank_blocks(given: Option<&[usize]>) -> Result<Vec<usize>> {
@@ -264,7 +275,8 @@ fn pagerank_blocks(given: Option<&[usize]>) -> Result<Vec<usize>> {
     Ok(blocks.to_vec())
 }
 
-/// `workload` once per block size in `blocks`, named `<name>, block <B>`, if it is
+/// `workload` once per block size in `blocks`, named `<name>, block <B>` (then the
+/// graph partition unless it is `edges`), if it is
 /// PageRank's (each with its own copy of the graph); any other workload as it is.
 fn per_block(name: String, workload: Workload, blocks: &[usize]) -> Vec<(String, Workload)> {
     let Workload::PageRank { graph, params } = workload else {
@@ -280,7 +292,11 @@ fn per_block(name: String, workload: Workload, blocks: &[usize]) -> Vec<(String,
                     ..params.clone()
                 },
             };
-            (format!("{name}, block {block}"), workload)
+            let split = match params.partition {
+                GraphPartition::Edges => String::new(),
+                other => format!(", {}", other.name()),
+            };
+            (format!("{name}, block {block}{split}"), workload)
         })
         .collect()
 }
@@ -302,7 +318,7 @@ fn load(app: App, args: &BenchArgs) -> Result<(String, Workload)> {
         },
         App::Pagerank => Workload::PageRank {
             graph: load_graph(path)?.graph,
-            params: PageRankParams::default(),
+            params: pagerank_params(args),
         },
         App::Dnn => Workload::Dnn {
             data: load_fashion_mnist(path)?,
@@ -341,7 +357,7 @@ fn synthetic(app: App, size: &str, args: &BenchArgs) -> Result<Workload> {
             graph: GraphSpec::preset(size)
                 .map_err(anyhow::Error::msg)?
                 .generate(),
-            params: PageRankParams::default(),
+            params: pagerank_params(args),
         },
         App::Dnn => Workload::Dnn {
             data: ImageSpec::preset(size)

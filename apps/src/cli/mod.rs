@@ -21,6 +21,7 @@ use anyhow::{bail, Result};
 use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 use iterstore::{Mode, Staleness, WorkerPlacement};
 use iterstore_apps::algo::lda::SamplerKind;
+use iterstore_apps::apps::pagerank::GraphPartition;
 use iterstore_apps::data::synth::SIZES;
 
 /// What `--output` writes, shown in `iterstore run --help`.
@@ -270,6 +271,10 @@ pub struct BenchArgs {
     /// scaling sweep always uses 256.
     #[arg(long, value_delimiter = ',', value_name = "B", value_parser = at_least_one)]
     pub pagerank_block: Option<Vec<usize>>,
+    /// pagerank: how the graph is split over the workers, `edges` or `communities` (see
+    /// `run --partition`) [default: edges].
+    #[arg(long, value_name = "HOW", value_parser = parse_graph_partition)]
+    pub pagerank_partition: Option<GraphPartition>,
     /// Synthetic input size for apps given no file.
     #[arg(long, value_name = "SIZE", default_value = "small", value_parser = parse_size)]
     pub synthetic: String,
@@ -758,6 +763,10 @@ fn parse_bytes(s: &str) -> Result<usize, String> {
         Some(b) => usize::try_from(b).map_err(|_| format!("'{s}' is too large here")),
         None => Err(format!("'{s}' must be between 1 and 1024G")),
     }
+}
+
+fn parse_graph_partition(s: &str) -> Result<GraphPartition, String> {
+    GraphPartition::parse(s)
 }
 
 fn parse_size(s: &str) -> Result<String, String> {

@@ -417,10 +417,8 @@ fn run_pagerank(
         block: args.block.unwrap_or(defaults.block),
         partition: match args.partition.as_deref() {
             None => defaults.partition,
-            Some("edges") => GraphPartition::Edges,
-            Some("communities") => GraphPartition::Communities,
-            Some(other) => {
-                bail!("--partition {other}: pagerank splits its graph by `edges` or `communities`")
+            Some(name) => {
+                GraphPartition::parse(name).map_err(|e| anyhow::anyhow!("--partition {e}"))?
             }
         },
     };

@@ -404,6 +404,35 @@ fn chosen_variants_without_the_limit_report_only_those() {
 }
 
 #[test]
+fn the_pagerank_partition_is_applied_and_named() {
+    let tmp = TempDir::new("partition");
+    let out_dir = tmp.join("out");
+    let args = [
+        "--apps",
+        "pagerank",
+        "--synthetic",
+        "tiny",
+        "--pagerank-block",
+        "16",
+        "--pagerank-partition",
+        "communities",
+        "--variants",
+        "virtual",
+        "--no-peers",
+        "--iters",
+        "2",
+    ];
+    let out = bench(&args, &out_dir);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report = read_json(&out_dir.join("report.json"));
+    let apps = array(&report, "apps");
+    assert_eq!(
+        names(apps, "dataset"),
+        ["synthetic tiny, block 16, communities"]
+    );
+}
+
+#[test]
 fn each_pagerank_block_is_its_own_workload_with_its_own_rows_and_chart() {
     let tmp = TempDir::new("blocks");
     let out_dir = tmp.join("out");
@@ -559,7 +588,7 @@ fn invalid_options_fail_with_a_clear_message_and_write_nothing() {
     let ratings = ratings.to_str().unwrap();
     let mut valid_names = VARIANTS.to_vec();
     valid_names.push("'fast'");
-    let cases: [(&[&str], &[&str]); 15] = [
+    let cases: [(&[&str], &[&str]); 17] = [
         (
             &["--apps", "dnn", "--dnn-data", "/nonexistent/dir"],
             &["--dnn-data /nonexistent/dir: not a directory"],
@@ -604,6 +633,18 @@ fn invalid_options_fail_with_a_clear_message_and_write_nothing() {
         (
             &["--pagerank-block", "4194304"],
             &["--pagerank-block", "4194304", "1..=1048576"],
+        ),
+        (
+            &["--pagerank-partition", "communities", "--apps", "mf"],
+            &["--pagerank-partition", "pagerank is not benchmarked"],
+        ),
+        (
+            &["--pagerank-partition", "stripes"],
+            &[
+                "--pagerank-partition",
+                "stripes",
+                "`edges` or `communities`",
+            ],
         ),
     ];
     for (i, (args, needles)) in cases.into_iter().enumerate() {

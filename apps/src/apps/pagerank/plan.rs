@@ -20,8 +20,13 @@ pub(super) struct Plan {
     /// Vertices whose rank the worker reads — the sources of its edges and the dangling
     /// vertices of the blocks it owns — sorted; a vertex's position here is its *slot*.
     pub(super) reads: Vec<u32>,
-    /// Out-degree of each slot's vertex (0: an owned dangling vertex).
-    pub(super) degrees: Vec<u32>,
+    /// Out-degree of each slot's vertex as an `f64`, the divisor of its share (0: an
+    /// owned dangling vertex).
+    pub(super) divisors: Vec<f64>,
+    /// The slots of owned dangling vertices, in slot order.
+    pub(super) dangling: Vec<u32>,
+    /// Each slot's column in its block (`reads[s] % B`).
+    pub(super) columns: Vec<u32>,
     /// The blocks holding `reads`, sorted.
     pub(super) read_blocks: Vec<u64>,
     /// Slots of `read_blocks[i]`: `block_starts[i]..block_starts[i + 1]`.
@@ -102,7 +107,14 @@ impl Plan {
             .collect();
         let edges = InEdges::new(target_blocks.len() * b, &edges);
         Self {
-            degrees: reads.iter().map(|&v| degrees[v as usize]).collect(),
+            divisors: reads
+                .iter()
+                .map(|&v| f64::from(degrees[v as usize]))
+                .collect(),
+            dangling: (0..reads.len() as u32)
+                .filter(|&s| degrees[reads[s as usize] as usize] == 0)
+                .collect(),
+            columns: reads.iter().map(|&v| (v as usize % b) as u32).collect(),
             reads,
             read_blocks,
             block_starts,
@@ -141,7 +153,8 @@ mod tests {
         let p = Plan::new(&layout, &writers, &shape, 1);
         // Worker 1: edges 2→0, 3→2; owns block 2 (vertices 4, 5, both dangling).
         assert_eq!(p.reads, [2, 3, 4, 5]);
-        assert_eq!(p.degrees, [1, 1, 0, 0]);
+        assert_eq!(p.divisors, [1.0, 1.0, 0.0, 0.0]);
+        assert_eq!(p.dangling, [2, 3]);
         assert_eq!(p.read_blocks, [1, 2]);
         assert_eq!(p.block_starts, [0, 2, 4]);
         assert_eq!(p.target_blocks, [0, 1]);
