@@ -16,7 +16,8 @@
 //! from the store dense (one READ of its `K` counts per token, the access pattern the
 //! dense sampler has), so `q` is computed over all `K` topics, but as one multiplication
 //! per topic with no branch and no division (the loop vectorizes), summed per block of 8
-//! topics; a draw in `q` walks the blocks, then one block. `s`'s draw walks all topics, in
+//! topics; a draw in `q` counts the blocks' running sums below it, then the topics' within
+//! one block (no chain of subtractions, no mispredicted exit). `s`'s draw walks all topics, in
 //! the rare case a draw falls there (`αβ` is small). Counts that a stale view makes
 //! negative are read as 0, as the dense sampler does. On NYT with 2 workers it ran an
 //! iteration in 0.6x the dense sampler's time at 100 topics and 0.45x at 1000
@@ -57,7 +58,7 @@ pub struct SparseSampler {
     stale: [u32; 2],
     /// Scratch, `K` entries: each topic's `q` term for the token.
     word_topics: Vec<f64>,
-    /// Scratch: the `q` mass of each block of 8 topics.
+    /// Scratch: the `q` mass of the topics up to the end of each block of 8.
     block_mass: Vec<f64>,
 }
 
@@ -153,36 +154,19 @@ impl SparseSampler {
             let o = old as usize;
             mass[o] = coefficient[o] * f64::from((word_topic[o] - 1).max(0));
         }
-        // Per block of 8 topics its q mass, so the draw walks blocks, then one block.
-        let blocks = &mut self.block_mass;
-        for (b, chunk) in blocks.iter_mut().zip(mass.chunks(8)) {
-            *b = chunk.iter().sum();
+        // Per block of 8 topics the q mass up to and including it (each block summed in
+        // topic order), so that a draw finds its block and then its topic by counting the
+        // running sums at most `u`: no walk of dependent subtractions, no branch to
+        // mispredict.
+        let mut q = 0.0;
+        for (cumulative, chunk) in self.block_mass.iter_mut().zip(mass.chunks(8)) {
+            q += chunk.iter().sum::<f64>();
+            *cumulative = q;
         }
-        let q: f64 = blocks.iter().sum();
         let (s, r) = (self.s.max(0.0), self.r.max(0.0));
         let u = rng.next_f64() * (q + r + s);
         let new = if u < q {
-            let mut left = u;
-            let mut block = self.block_mass.len() - 1;
-            for (b, &m) in self.block_mass.iter().enumerate() {
-                if left < m {
-                    block = b;
-                    break;
-                }
-                left -= m;
-            }
-            let start = block * 8;
-            let mut pick = None;
-            for (t, &m) in mass[start..(start + 8).min(k)].iter().enumerate() {
-                left -= m;
-                if left < 0.0 && m > 0.0 {
-                    pick = Some(start + t);
-                    break;
-                }
-            }
-            // Rounding walked past the last topic with mass: take that one.
-            pick.or_else(|| mass.iter().rposition(|&m| m > 0.0))
-                .unwrap_or(k - 1) as u32
+            draw_in_q(mass, &self.block_mass, u)
         } else if u < q + r && !self.doc_topics.is_empty() {
             let mut left = u - q;
             let mut pick = *self.doc_topics.last().expect("not empty");
@@ -283,6 +267,45 @@ impl SparseSampler {
         }
         (masses, total)
     }
+}
+
+/// The topic of `mass` (each topic's `q` term) where the running sum first exceeds `u`,
+/// given `cumulative`, the running sum at the end of every block of 8 topics (`u` below
+/// the last). The block is the number of block sums at most `u`, the topic the number of
+/// running sums within the block at most what is left of `u`; both count over a few
+/// values without branching. A topic without mass is never taken: its running sum equals
+/// the one before it. Where rounding leaves `u` at or past the block's own sum, the
+/// block's last topic with mass is taken.
+#[inline(always)]
+fn draw_in_q(mass: &[f64], cumulative: &[f64], u: f64) -> u32 {
+    let blocks = cumulative.len();
+    let block = cumulative
+        .iter()
+        .map(|&c| usize::from(c <= u))
+        .sum::<usize>()
+        .min(blocks - 1);
+    let left = u - if block > 0 {
+        cumulative[block - 1]
+    } else {
+        0.0
+    };
+    let start = block * 8;
+    let chunk = &mass[start..(start + 8).min(mass.len())];
+    let mut running = 0.0;
+    let mut at = 0;
+    for &m in chunk {
+        running += m;
+        at += usize::from(running <= left);
+    }
+    if at < chunk.len() {
+        return (start + at) as u32;
+    }
+    chunk
+        .iter()
+        .rposition(|&m| m > 0.0)
+        .map(|t| start + t)
+        .or_else(|| mass.iter().rposition(|&m| m > 0.0))
+        .unwrap_or(mass.len() - 1) as u32
 }
 
 #[cfg(test)]
@@ -409,6 +432,44 @@ mod tests {
                     (got[t] - dense_got[t]).abs() < 0.007,
                     "old {old}: {got:?} vs {dense_got:?}"
                 );
+            }
+        }
+    }
+    #[test]
+    fn a_draw_in_q_takes_the_topic_whose_running_sum_first_exceeds_u() {
+        // Integer masses, so every running sum is exact and the pick is determined.
+        let mut rng = Rng64::from_key(&[5]);
+        for k in [1usize, 3, 8, 9, 17, 100] {
+            for _ in 0..200 {
+                let mass: Vec<f64> = (0..k)
+                    .map(|_| match rng.below(3) {
+                        0 => 0.0,
+                        _ => f64::from(rng.below(20)),
+                    })
+                    .collect();
+                let total: f64 = mass.iter().sum();
+                if total == 0.0 {
+                    continue;
+                }
+                let mut cumulative = Vec::new();
+                let mut q = 0.0;
+                for chunk in mass.chunks(8) {
+                    q += chunk.iter().sum::<f64>();
+                    cumulative.push(q);
+                }
+                for u in (0..total as u32).map(f64::from).chain([total - 0.5]) {
+                    let mut running = 0.0;
+                    let want = mass
+                        .iter()
+                        .position(|&m| {
+                            running += m;
+                            running > u
+                        })
+                        .unwrap();
+                    let got = draw_in_q(&mass, &cumulative, u) as usize;
+                    assert_eq!(got, want, "K {k}, u {u}, {mass:?}");
+                    assert!(mass[got] > 0.0);
+                }
             }
         }
     }
