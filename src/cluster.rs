@@ -554,6 +554,8 @@ impl Cluster {
                 Err(e) => return Err(threads.abort(transport.as_ref(), rank, spawn_err(e))),
             }
         }
+        let direct: Arc<dyn crate::transport::DirectClient> = shared.clone();
+        transport.attach_client(rank, Arc::downgrade(&direct));
         let pus = zone_pus(thread_zones.comm);
         match spawn_comm(shared.clone(), client_inbox, pus) {
             Ok(t) => threads.comm = Some(t),

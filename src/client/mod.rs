@@ -21,7 +21,7 @@ use crate::consistency::Clock;
 use crate::error::panic_message;
 use crate::msg::{Endpoint, Msg, ProcessId, ShardId, ShardPart};
 use crate::placement::Placement;
-use crate::transport::{Inbound, Inbox, Transport, TransportError};
+use crate::transport::{DirectClient, Inbound, Inbox, Transport, TransportError};
 use crate::world::World;
 use crate::{AlignedBuf, Config, Error, Result, RowKey, TableMeta};
 use std::collections::BTreeMap;
@@ -431,6 +431,15 @@ impl ClientShared {
                 "client communication",
                 format!("unexpected message {other:?}"),
             )),
+        }
+    }
+}
+
+impl DirectClient for ClientShared {
+    fn deliver(&self, msg: Msg) {
+        if let Err(payload) = catch_unwind(AssertUnwindSafe(|| self.on_msg(msg))) {
+            let why = panic_message(payload.as_ref());
+            self.fail(Error::failed("client message handler", why));
         }
     }
 }

@@ -35,6 +35,14 @@ pub(crate) enum Inbound {
 /// The receiving side of an endpoint.
 pub(crate) type Inbox = crossbeam::channel::Receiver<Inbound>;
 
+/// A client process that handles its messages on the sender's thread: what the in-process
+/// transport calls instead of queueing for the communication thread (see
+/// [`Transport::attach_client`]). It must be safe to call from several threads at once.
+pub(crate) trait DirectClient: Send + Sync {
+    /// Handles one message; never panics (a handler's panic fails the client instead).
+    fn deliver(&self, msg: Msg);
+}
+
 /// Why a message could not be sent.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -59,6 +67,16 @@ pub(crate) trait Transport: Send + Sync + 'static {
     /// keep up is declared lost instead), so a shard's state machine never waits on one.
     fn reply(&self, to: Endpoint, msg: Msg) -> Result<(), TransportError> {
         self.send(to, msg)
+    }
+
+    /// Lets client `rank`, a process of this OS process, handle its messages on the
+    /// senders' threads from now on, until its thread is stopped; a transport that
+    /// cannot (one that leaves the process) ignores it.
+    fn attach_client(
+        &self,
+        _rank: crate::msg::ProcessId,
+        _client: std::sync::Weak<dyn DirectClient>,
+    ) {
     }
 
     /// Stops the thread of `to`, an endpoint of this process ([`Inbound::Stop`]).
