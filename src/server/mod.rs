@@ -2,7 +2,8 @@
 //! worker, and the reads waiting for those clocks.
 //!
 //! A [`Shard`] is a state machine — `handle(msg) -> replies` — and [`spawn`] drives it
-//! from a thread fed by the transport. It knows the protocol and the SSP rules, nothing
+//! from a thread fed by the transport (and, in one OS process, from the threads that send
+//! it messages: `ShardCell`). It knows the protocol and the SSP rules, nothing
 //! about caches, workers' threads or how messages travel.
 
 mod arena;
@@ -12,9 +13,11 @@ mod shard;
 pub(crate) use shard::Shard;
 
 use crate::msg::{Endpoint, Msg, ProcessId};
-use crate::transport::{Inbound, Inbox, Transport};
+use crate::transport::{DirectShard, Inbound, Inbox, Transport};
+use crossbeam::channel::{Select, TryRecvError};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, PoisonError, TryLockError};
 use std::thread::JoinHandle;
 
 /// The processes that have not left a shard yet, as its thread last saw them: what a
@@ -36,59 +39,228 @@ impl Staying {
     }
 }
 
+/// A shard's state machine and its inbox, driven by whoever holds it: its own thread, or —
+/// when the transport attached it ([`Transport::attach_shard`], one OS process) — the
+/// thread that has just sent it a message, which then handles everything waiting (a
+/// worker's CLOCK is applied, and the refresh it completes delivered, on the worker's own
+/// thread, with no hand-off to wait for). Messages are always taken from the inbox in
+/// its order, by one holder at a time, so the state machine sees what a thread of its own
+/// would. A sender that finds the shard held kicks its thread, which takes what is
+/// left once the holder is done: nothing waits in the inbox unseen.
+struct ShardCell {
+    driver: Mutex<Driver>,
+    inbox: Inbox,
+    transport: Arc<dyn Transport>,
+    staying: Staying,
+    /// The shard has stopped (stopped locally, released by every process, or panicked).
+    done: AtomicBool,
+    /// Set by a sender that could not drive the shard itself; the thread waits for it.
+    kicked: Mutex<bool>,
+    kick: Condvar,
+}
+
+/// What the holder of a [`ShardCell`] works with.
+struct Driver {
+    shard: Shard,
+    out: Vec<(Endpoint, Msg)>,
+}
+
+impl ShardCell {
+    /// Handles every message waiting in the inbox; `true` if the shard has stopped.
+    fn drain(&self, d: &mut Driver) -> bool {
+        if self.done.load(Ordering::Acquire) {
+            return true;
+        }
+        loop {
+            let msg = match self.inbox.try_recv() {
+                Ok(Inbound::Msg(msg)) => msg,
+                Ok(Inbound::Lost(_)) => continue,
+                Err(TryRecvError::Empty) => return false,
+                Ok(Inbound::Stop) | Err(TryRecvError::Disconnected) => break,
+            };
+            if !self.handle(d, msg) {
+                break;
+            }
+        }
+        self.done.store(true, Ordering::Release);
+        true
+    }
+
+    /// Handles one message and sends its replies; `false` once the shard has stopped (a
+    /// panic, reported to every process still in the cluster as a rejection naming the
+    /// shard, or every process has left).
+    fn handle(&self, d: &mut Driver, msg: Msg) -> bool {
+        let Driver { shard, out } = d;
+        // Only a Leave changes who stays: nothing more per message on this path.
+        let leave = matches!(msg, Msg::Leave { .. });
+        let handled = catch_unwind(AssertUnwindSafe(|| shard.handle(msg, out)));
+        if let Err(payload) = handled {
+            let reason = format!(
+                "server shard {} panicked: {}",
+                shard.id(),
+                crate::error::panic_message(payload.as_ref())
+            );
+            for p in shard.staying() {
+                let msg = Msg::Rejected {
+                    shard: shard.id(),
+                    reason: reason.clone(),
+                };
+                let _ = self.transport.reply(Endpoint::Client(p), msg);
+            }
+            return false;
+        }
+        for (to, reply) in out.drain(..) {
+            // A process that has gone away needs no answer; its loss is detected and
+            // reported by the transport.
+            let _ = self.transport.reply(to, reply);
+        }
+        if leave {
+            self.staying.set(shard.staying());
+        }
+        !shard.released()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Driver> {
+        self.driver.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Wakes the shard's thread (it drains, or ends if the shard has stopped).
+    fn wake(&self) {
+        *self.kicked.lock().unwrap_or_else(PoisonError::into_inner) = true;
+        self.kick.notify_one();
+    }
+
+    /// Waits until [`wake`](Self::wake) was called since the last wait.
+    fn wait_kick(&self) {
+        let mut kicked = self.kicked.lock().unwrap_or_else(PoisonError::into_inner);
+        while !*kicked {
+            kicked = self
+                .kick
+                .wait(kicked)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        *kicked = false;
+    }
+}
+
+impl DirectShard for ShardCell {
+    fn poke(&self) {
+        let mut d = match self.driver.try_lock() {
+            Ok(d) => d,
+            Err(TryLockError::Poisoned(e)) => e.into_inner(),
+            // Another thread holds it: the thread takes what we left once it is free.
+            Err(TryLockError::WouldBlock) => return self.wake(),
+        };
+        if self.drain(&mut d) {
+            drop(d);
+            self.wake(); // so that it ends
+        }
+    }
+}
+
 /// Runs `shard` on a new thread, bound to the CPUs `pus` when given, until every process
 /// has left it, it is stopped locally ([`Inbound::Stop`]) or its inbox closes. A panic
 /// while handling a message is reported to every process still in the cluster as a
 /// rejection naming the shard (the cluster fails rather than waits on a dead shard).
-/// Returns the thread and who has not left the shard yet ([`Staying`]).
+/// When `transport` attaches it ([`Transport::attach_shard`]), senders drive it too (see
+/// [`ShardCell`]). Returns the thread and who has not left the shard yet ([`Staying`]).
 pub(crate) fn spawn(
-    mut shard: Shard,
+    shard: Shard,
     inbox: Inbox,
     transport: Arc<dyn Transport>,
     pus: Option<Vec<u32>>,
 ) -> std::io::Result<(JoinHandle<()>, Staying)> {
     let name = format!("iterstore-shard-{}", shard.id());
-    let staying = Staying::default();
-    staying.set(shard.staying());
-    let seen = staying.clone();
-    let thread = crate::topology::bind::spawn_bound(name, pus, move || {
-        let mut out: Vec<(Endpoint, Msg)> = Vec::new();
-        loop {
-            let msg = match inbox.recv() {
-                Ok(Inbound::Msg(msg)) => msg,
-                Ok(Inbound::Lost(_)) => continue,
-                Ok(Inbound::Stop) | Err(_) => return,
-            };
-            // Only a Leave changes who stays: nothing more per message on this path.
-            let leave = matches!(msg, Msg::Leave { .. });
-            let handled = catch_unwind(AssertUnwindSafe(|| shard.handle(msg, &mut out)));
-            if let Err(payload) = handled {
-                let reason = format!(
-                    "server shard {} panicked: {}",
-                    shard.id(),
-                    crate::error::panic_message(payload.as_ref())
-                );
-                for p in shard.staying() {
-                    let msg = Msg::Rejected {
-                        shard: shard.id(),
-                        reason: reason.clone(),
-                    };
-                    let _ = transport.reply(Endpoint::Client(p), msg);
-                }
-                return;
-            }
-            for (to, reply) in out.drain(..) {
-                // A process that has gone away needs no answer; its loss is detected and
-                // reported by the transport.
-                let _ = transport.reply(to, reply);
-            }
-            if leave {
-                seen.set(shard.staying());
-            }
-            if shard.released() {
-                return;
-            }
+    let (cell, attached) = attached_cell(shard, inbox, transport);
+    let staying = cell.staying.clone();
+    let thread = crate::topology::bind::spawn_bound(name, pus, move || loop {
+        if cell.drain(&mut cell.lock()) {
+            return;
+        }
+        if attached {
+            cell.wait_kick();
+        } else {
+            // Only this thread drives it: wait for the next message.
+            let mut ready = Select::new();
+            ready.recv(&cell.inbox);
+            ready.ready();
         }
     })?;
     Ok((thread, staying))
+}
+
+/// `shard` in a [`ShardCell`], offered to `transport` for its senders to drive; whether
+/// the transport took it.
+fn attached_cell(
+    shard: Shard,
+    inbox: Inbox,
+    transport: Arc<dyn Transport>,
+) -> (Arc<ShardCell>, bool) {
+    let id = shard.id();
+    let staying = Staying::default();
+    staying.set(shard.staying());
+    let cell = Arc::new(ShardCell {
+        driver: Mutex::new(Driver {
+            shard,
+            out: Vec::new(),
+        }),
+        inbox,
+        transport: transport.clone(),
+        staying: staying.clone(),
+        done: AtomicBool::new(false),
+        kicked: Mutex::new(false),
+        kick: Condvar::new(),
+    });
+    let direct: Arc<dyn DirectShard> = cell.clone();
+    let attached = cell.transport.attach_shard(id, Arc::downgrade(&direct));
+    (cell, attached)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transport::InProcTransport;
+    use crate::world::World;
+    use crate::AlignedBuf;
+
+    fn gather(round: u64) -> Msg {
+        Msg::Gather {
+            from: 0,
+            round,
+            values: AlignedBuf::zeroed(8),
+        }
+    }
+
+    fn gathered(inbox: &Inbox) -> Option<u64> {
+        match inbox.try_recv() {
+            Ok(Inbound::Msg(Msg::Gathered { round, .. })) => Some(round),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn an_attached_shard_is_driven_by_its_senders_or_left_to_its_thread() {
+        let (t, mut shards, clients) = InProcTransport::new(1, 1);
+        let t: Arc<dyn Transport> = Arc::new(t);
+        let shard = Shard::new(0, World::single(1, 1));
+        let (cell, attached) = attached_cell(shard, shards.remove(0), t.clone());
+        assert!(attached);
+        // No thread drives it: the sender handled it, the reply is there already.
+        t.send(Endpoint::Shard(0), gather(1)).unwrap();
+        assert_eq!(gathered(&clients[0]), Some(1));
+        // Held elsewhere: the message waits and the thread is kicked, and it takes it.
+        let held = cell.lock();
+        t.send(Endpoint::Shard(0), gather(2)).unwrap();
+        assert_eq!(gathered(&clients[0]), None);
+        drop(held);
+        cell.wait_kick();
+        assert!(!cell.drain(&mut cell.lock()));
+        assert_eq!(gathered(&clients[0]), Some(2));
+        // A local stop ends it, from the sender's thread, and kicks the thread to end.
+        t.stop_local(Endpoint::Shard(0)).unwrap();
+        assert!(cell.done.load(Ordering::Acquire));
+        cell.wait_kick();
+        t.send(Endpoint::Shard(0), gather(3)).unwrap();
+        assert_eq!(gathered(&clients[0]), None);
+    }
 }

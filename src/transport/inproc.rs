@@ -9,8 +9,8 @@
 //! it sends, so the ordering guarantee holds. Once the client's thread is stopped its
 //! messages go to the channel again.
 
-use super::{DirectClient, Inbound, Inbox, Transport, TransportError};
-use crate::msg::{Endpoint, Msg, ProcessId};
+use super::{DirectClient, DirectShard, Inbound, Inbox, Transport, TransportError};
+use crate::msg::{Endpoint, Msg, ProcessId, ShardId};
 use crossbeam::channel::{unbounded, Sender};
 use std::sync::{RwLock, Weak};
 
@@ -22,6 +22,8 @@ pub(crate) struct InProcTransport {
     clients: Vec<Sender<Inbound>>,
     /// Clients that handle their messages on the sender's thread (by process).
     direct: Vec<RwLock<Option<Weak<dyn DirectClient>>>>,
+    /// Shards their senders drive (by id).
+    driven: Vec<RwLock<Option<Weak<dyn DirectShard>>>>,
 }
 
 impl InProcTransport {
@@ -34,6 +36,7 @@ impl InProcTransport {
             shards: shard_tx,
             clients: client_tx,
             direct: (0..clients).map(|_| RwLock::new(None)).collect(),
+            driven: (0..shards).map(|_| RwLock::new(None)).collect(),
         };
         (transport, shard_rx, client_rx)
     }
@@ -44,7 +47,13 @@ impl InProcTransport {
             Endpoint::Client(c) => self.clients.get(c as usize),
         }
         .ok_or(TransportError::UnknownEndpoint(to))?;
-        tx.send(what).map_err(|_| TransportError::Closed(to))
+        tx.send(what).map_err(|_| TransportError::Closed(to))?;
+        if let Endpoint::Shard(s) = to {
+            if let Some(shard) = upgraded(&self.driven[s as usize]) {
+                shard.poke();
+            }
+        }
+        Ok(())
     }
 }
 
@@ -71,6 +80,14 @@ impl Transport for InProcTransport {
         }
     }
 
+    fn attach_shard(&self, id: ShardId, shard: Weak<dyn DirectShard>) -> bool {
+        let Some(d) = self.driven.get(id as usize) else {
+            return false;
+        };
+        *d.write().unwrap_or_else(|e| e.into_inner()) = Some(shard);
+        true
+    }
+
     fn stop_local(&self, to: Endpoint) -> Result<(), TransportError> {
         if let Endpoint::Client(c) = to {
             if let Some(d) = self.direct.get(c as usize) {
@@ -79,6 +96,14 @@ impl Transport for InProcTransport {
         }
         self.deliver(to, Inbound::Stop)
     }
+}
+
+/// What `slot` holds, if it is attached and still alive.
+fn upgraded<T: ?Sized>(slot: &RwLock<Option<Weak<T>>>) -> Option<std::sync::Arc<T>> {
+    slot.read()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_ref()
+        .and_then(Weak::upgrade)
 }
 
 #[cfg(test)]

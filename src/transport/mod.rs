@@ -35,6 +35,14 @@ pub(crate) enum Inbound {
 /// The receiving side of an endpoint.
 pub(crate) type Inbox = crossbeam::channel::Receiver<Inbound>;
 
+/// A server shard that its senders may drive (see `server::ShardCell`).
+pub(crate) trait DirectShard: Send + Sync {
+    /// Called after a message was queued in the shard's inbox: handles what is waiting
+    /// on this thread if no other thread is driving the shard, else leaves it to the
+    /// shard's own thread.
+    fn poke(&self);
+}
+
 /// A client process that handles its messages on the sender's thread: what the in-process
 /// transport calls instead of queueing for the communication thread (see
 /// [`Transport::attach_client`]). It must be safe to call from several threads at once.
@@ -77,6 +85,17 @@ pub(crate) trait Transport: Send + Sync + 'static {
         _rank: crate::msg::ProcessId,
         _client: std::sync::Weak<dyn DirectClient>,
     ) {
+    }
+
+    /// Lets the senders of shard `id`, a shard of this OS process, drive it after queueing
+    /// their messages ([`DirectShard::poke`]); `true` if this transport does (the shard's
+    /// thread then only takes what a sender left to it).
+    fn attach_shard(
+        &self,
+        _id: crate::msg::ShardId,
+        _shard: std::sync::Weak<dyn DirectShard>,
+    ) -> bool {
+        false
     }
 
     /// Stops the thread of `to`, an endpoint of this process ([`Inbound::Stop`]).
