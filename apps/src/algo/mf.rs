@@ -247,16 +247,23 @@ pub fn sgd_step(
     // One pass over the factors: negative gradient `g`, delta `s·g`, and `Σ g²` in four
     // interleaved lanes (then `(s0+s1)+(s2+s3)`, then the tail, then the bias), as in
     // `dot`.
+    // Each chunk of 4 is computed as whole arrays and stored as one, so the deltas leave
+    // as 16-byte stores: the UPDATE that adds them reads them back with 16-byte loads,
+    // which a store of four single floats cannot forward to (a stall per load).
     let (mut ql, mut qr) = ([0.0f32; 4], [0.0f32; 4]);
     let chunks = k / 4 * 4;
     for c in (0..chunks).step_by(4) {
+        let a: [f32; 4] = l[c..c + 4].try_into().expect("4 factors");
+        let b: [f32; 4] = r[c..c + 4].try_into().expect("4 factors");
+        let gl: [f32; 4] = std::array::from_fn(|j| err * b[j] - reg * a[j]);
+        let gr: [f32; 4] = std::array::from_fn(|j| err * a[j] - reg * b[j]);
+        let step_l: [f32; 4] = std::array::from_fn(|j| sl * gl[j]);
+        let step_r: [f32; 4] = std::array::from_fn(|j| sr * gr[j]);
+        dl[c..c + 4].copy_from_slice(&step_l);
+        dr[c..c + 4].copy_from_slice(&step_r);
         for j in 0..4 {
-            let (a, b) = (l[c + j], r[c + j]);
-            let (gl, gr) = (err * b - reg * a, err * a - reg * b);
-            dl[c + j] = sl * gl;
-            dr[c + j] = sr * gr;
-            ql[j] += gl * gl;
-            qr[j] += gr * gr;
+            ql[j] += gl[j] * gl[j];
+            qr[j] += gr[j] * gr[j];
         }
     }
     let (mut sum_l, mut sum_r) = (
