@@ -4,36 +4,103 @@
 //!
 //! A run hands worker `w` its input and runs the same closure on every thread; the call
 //! returns when every thread has finished, whatever happened (a closure that panics is
-//! caught and reported as that worker's result). The threads are rayon's, driven only
-//! through `broadcast` (one call per thread), never through work stealing. This module
-//! knows nothing of the store: no `Worker`, no messages.
+//! caught and reported as that worker's result). This module knows nothing of the store:
+//! no `Worker`, no messages.
+//!
+//! **Hand-offs.** A run is short (a PageRank iteration on a real graph takes a few hundred
+//! microseconds), and waking a sleeping thread costs tens of microseconds on a virtual
+//! machine, twice a run (the workers at its start, the caller at its end). So both sides
+//! *yield* for a while before they sleep: a worker for [`WORKER_SPIN`] after its part of
+//! a run (the next run usually starts sooner), the caller for [`CALLER_SPIN`] while the
+//! run is under way. A yielding thread gives its core to any thread with work, so this
+//! costs the workers little; past the bound both sleep on a condition variable, with the
+//! generation or count they wait on changed under its lock (no wake-up is lost).
 
 use crate::topology::bind::{bind_current_thread, current_affinity};
 use crate::{Error, Result};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::{Mutex, PoisonError};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How long a worker yields for the next run before it sleeps.
+const WORKER_SPIN: Duration = Duration::from_millis(1);
+/// How long the caller yields for a run to finish before it sleeps.
+const CALLER_SPIN: Duration = Duration::from_millis(2);
+
+/// One run's work: worker `w` calls it with `w`. Borrowed from the caller of
+/// [`WorkerPool::on_each`], which does not return before every worker is done with it.
+type Job<'a> = dyn Fn(usize) + Sync + 'a;
+
+/// What the caller publishes to the workers, under [`Shared::state`].
+struct State {
+    /// Bumped for every run (and for the stop).
+    generation: u64,
+    /// The run's job while it is under way (its lifetime erased: see [`WorkerPool::on_each`]).
+    job: Option<&'static Job<'static>>,
+    /// The pool is being dropped: the workers end.
+    stop: bool,
+}
+
+/// What the caller and the workers share.
+struct Shared {
+    state: Mutex<State>,
+    /// [`State::generation`], readable without the lock while yielding.
+    generation: AtomicU64,
+    started: Condvar,
+    /// Workers still in the current run.
+    remaining: AtomicUsize,
+    /// Guards the caller's sleep on `finished` (the last worker notifies under it).
+    done: Mutex<()>,
+    finished: Condvar,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
 
 /// Persistent worker threads (see the module docs).
 pub(crate) struct WorkerPool {
-    pool: rayon::ThreadPool,
+    shared: Arc<Shared>,
+    threads: Vec<JoinHandle<()>>,
 }
 
 impl WorkerPool {
     /// Starts `workers` threads named `iterstore-worker-<w>`.
     pub(crate) fn start(workers: usize) -> Result<Self> {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(workers)
-            .thread_name(|w| format!("iterstore-worker-{w}"))
-            .build()
-            .map_err(|e| Error::failed("worker threads", e))?;
-        Ok(WorkerPool { pool })
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                generation: 0,
+                job: None,
+                stop: false,
+            }),
+            generation: AtomicU64::new(0),
+            started: Condvar::new(),
+            remaining: AtomicUsize::new(0),
+            done: Mutex::new(()),
+            finished: Condvar::new(),
+        });
+        let mut pool = WorkerPool {
+            shared,
+            threads: Vec::with_capacity(workers),
+        };
+        for w in 0..workers {
+            let shared = pool.shared.clone();
+            let thread = std::thread::Builder::new()
+                .name(format!("iterstore-worker-{w}"))
+                .spawn(move || work(&shared, w))
+                .map_err(|e| Error::failed("worker threads", e))?;
+            pool.threads.push(thread);
+        }
+        Ok(pool)
     }
 
     /// Binds worker thread `w` to the processing units `pus[w]` (when given), then reads
     /// back every thread's CPU affinity, which is returned in worker order. The error
     /// names the worker and the CPUs it could not be bound to.
     pub(crate) fn pin(&self, pus: Option<&[Vec<u32>]>) -> Result<Vec<Vec<u32>>> {
-        let inputs = (0..self.pool.current_num_threads())
+        let inputs = (0..self.threads.len())
             .map(|w| pus.map(|p| p[w].clone()))
             .collect();
         let read = self.on_each(inputs, |w, pus: Option<Vec<u32>>| -> Result<Vec<u32>> {
@@ -65,22 +132,109 @@ impl WorkerPool {
         R: Send,
         F: Fn(usize, I) -> R + Sync,
     {
-        assert_eq!(
-            inputs.len(),
-            self.pool.current_num_threads(),
-            "one input per worker"
-        );
+        let n = self.threads.len();
+        assert_eq!(inputs.len(), n, "one input per worker");
         let inputs: Vec<Mutex<Option<I>>> =
             inputs.into_iter().map(|i| Mutex::new(Some(i))).collect();
-        self.pool.broadcast(|ctx| {
-            let w = ctx.index();
-            let input = inputs[w]
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
+        let outputs: Vec<Mutex<Option<std::thread::Result<R>>>> =
+            (0..n).map(|_| Mutex::new(None)).collect();
+        let job = |w: usize| {
+            let input = lock(&inputs[w])
                 .take()
                 .expect("each thread takes its own input once");
-            catch_unwind(AssertUnwindSafe(|| f(w, input)))
-        })
+            let out = catch_unwind(AssertUnwindSafe(|| f(w, input)));
+            *lock(&outputs[w]) = Some(out);
+        };
+        let job: &Job<'_> = &job;
+        // SAFETY: the job borrows `inputs`, `outputs` and `f` from this frame. Workers
+        // only call it between the generation bump below and their decrement of
+        // `remaining`, and this function does not return (nor unwind: nothing between
+        // here and the wait below panics) before `remaining` is 0 and the job is taken
+        // back out of the shared state, so no worker uses it after this frame ends.
+        let job: &'static Job<'static> =
+            unsafe { std::mem::transmute::<&Job<'_>, &'static Job<'static>>(job) };
+        let s = &*self.shared;
+        s.remaining.store(n, Ordering::Release);
+        {
+            let mut state = lock(&s.state);
+            state.job = Some(job);
+            state.generation += 1;
+            s.generation.store(state.generation, Ordering::Release);
+        }
+        s.started.notify_all();
+        // Wait for every worker: yield first, then sleep.
+        let spin_until = Instant::now() + CALLER_SPIN;
+        while s.remaining.load(Ordering::Acquire) != 0 && Instant::now() < spin_until {
+            std::thread::yield_now();
+        }
+        let mut done = lock(&s.done);
+        while s.remaining.load(Ordering::Acquire) != 0 {
+            done = s
+                .finished
+                .wait(done)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        drop(done);
+        lock(&s.state).job = None;
+        outputs
+            .into_iter()
+            .map(|o| {
+                o.into_inner()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .expect("every worker ran its part")
+            })
+            .collect()
+    }
+}
+
+/// Worker thread `w`: runs each run's job once, until the pool stops.
+fn work(s: &Shared, w: usize) {
+    let mut seen = 0;
+    loop {
+        // The next run: yield for it first, then sleep.
+        let spin_until = Instant::now() + WORKER_SPIN;
+        while s.generation.load(Ordering::Acquire) == seen && Instant::now() < spin_until {
+            std::thread::yield_now();
+        }
+        let job = {
+            let mut state = lock(&s.state);
+            while state.generation == seen && !state.stop {
+                state = s
+                    .started
+                    .wait(state)
+                    .unwrap_or_else(PoisonError::into_inner);
+            }
+            if state.stop {
+                return;
+            }
+            seen = state.generation;
+            state
+                .job
+                .expect("a run publishes its job with its generation")
+        };
+        // The job catches the closure's panics itself.
+        job(w);
+        if s.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+            let _done = lock(&s.done);
+            s.finished.notify_all();
+        }
+    }
+}
+
+impl Drop for WorkerPool {
+    fn drop(&mut self) {
+        {
+            let mut state = lock(&self.shared.state);
+            state.stop = true;
+            state.generation += 1;
+            self.shared
+                .generation
+                .store(state.generation, Ordering::Release);
+        }
+        self.shared.started.notify_all();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
     }
 }
 
@@ -125,5 +279,21 @@ mod tests {
         assert!(out[0].is_ok() && out[1].is_err() && out[2].is_ok());
         assert_eq!(borrowed, vec![10, 0, 12]);
         assert_eq!(first, ids(&pool), "a panic does not lose the thread");
+    }
+
+    #[test]
+    fn runs_after_the_workers_slept_still_start_and_finish() {
+        let pool = WorkerPool::start(2).unwrap();
+        for pause in [0, 3, 0, 5] {
+            // Past both spins: every worker and the caller have gone to sleep.
+            std::thread::sleep(Duration::from_millis(pause));
+            let out = pool.on_each(vec![1u64, 2], |w, x| {
+                std::thread::sleep(Duration::from_millis(pause));
+                x * 10 + w as u64
+            });
+            let out: Vec<u64> = out.into_iter().map(|r| r.unwrap()).collect();
+            assert_eq!(out, [10, 21]);
+        }
+        drop(pool); // joins the threads: a lost stop would hang here
     }
 }
