@@ -1,11 +1,15 @@
 //! [`Signal`]: the process's wake-up signal. The communication thread bumps it whenever
 //! something a waiting thread may be waiting for arrives (rows, arena chunks, a run
-//! barrier's answer, a table id, a failure); waiting threads sleep on it in bounded slices
-//! and re-check their condition and the cluster's health.
+//! barrier's answer, a table id, a failure); waiting threads yield for a moment (the
+//! usual wait, another worker's CLOCK, ends sooner than a sleeping thread is woken), then
+//! sleep on it in bounded slices and re-check their condition and the cluster's health.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+/// How long [`Signal::wait`] yields before it sleeps.
+const SPIN: Duration = Duration::from_micros(200);
 
 /// A generation counter with a condition variable (see the module docs).
 #[derive(Debug, Default)]
@@ -35,6 +39,17 @@ impl Signal {
     /// The generation is bumped under the same lock this checks it under, so a
     /// notification between the caller's check and this wait is never missed.
     pub(crate) fn wait(&self, generation: u64, timeout: Duration) {
+        // Yield for a moment before sleeping: what a worker waits for is usually another
+        // worker's CLOCK, which comes sooner than a sleeping thread is woken (tens of
+        // microseconds on a virtual machine), and a yielding thread gives its core to
+        // any thread that has work.
+        let spin_until = Instant::now() + SPIN.min(timeout);
+        while Instant::now() < spin_until {
+            if self.generation() != generation {
+                return;
+            }
+            std::thread::yield_now();
+        }
         let guard = self.lock.lock().unwrap_or_else(PoisonError::into_inner);
         if self.generation.load(Ordering::Acquire) == generation {
             let _ = self.arrived.wait_timeout(guard, timeout);
