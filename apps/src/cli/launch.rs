@@ -5,8 +5,9 @@
 //! private temporary directory, and starts P copies of this binary with the same command
 //! line, `--processes` replaced by `--hosts FILE --rank R --secret-file FILE`. Their
 //! output is copied line by line, prefixed with `[rank R]`. Only rank 0 writes `--output`
-//! and `--json`. The exit status is the worst child's: when one fails, the others notice
-//! the lost peer and fail within seconds; any still running after a grace period are
+//! and `--json`. The exit status is the worst child's (the first to fail; of children
+//! found failed at once, one killed by a signal before those that exited with an error):
+//! when one fails, the others notice the lost peer and fail within seconds; any still running after a grace period are
 //! killed. With `--cpu-quota F` each child runs in its own CPU group of F cores (a cgroup,
 //! removed afterwards). Children die with the launcher (`PR_SET_PDEATHSIG`), also when it is killed.
 //! An interrupt or termination request (SIGINT, SIGTERM) is passed on to the children as
@@ -151,13 +152,16 @@ fn wait_all(children: &mut [Running]) -> Option<(usize, String)> {
             deadline.get_or_insert(Instant::now() + GRACE);
         }
         let mut running = 0;
+        // Failures seen in this pass: the cause first (a child killed by a signal, before
+        // those that exited with an error, usually on losing it), then by rank.
+        let mut failed: Option<(bool, usize, String)> = None;
         for c in children.iter_mut().filter(|c| c.status.is_none()) {
             match c.child.try_wait() {
                 Ok(Some(status)) => {
                     c.status = Some(status);
-                    if !status.success() && first_failure.is_none() {
-                        first_failure = Some((c.rank, status.to_string()));
-                        deadline = Some(Instant::now() + GRACE);
+                    let signaled = std::os::unix::process::ExitStatusExt::signal(&status).is_some();
+                    if !status.success() && failed.as_ref().is_none_or(|f| signaled && !f.0) {
+                        failed = Some((signaled, c.rank, status.to_string()));
                     }
                 }
                 Ok(None) => running += 1,
@@ -166,6 +170,10 @@ fn wait_all(children: &mut [Running]) -> Option<(usize, String)> {
                     first_failure.get_or_insert((c.rank, format!("cannot wait for it: {e}")));
                 }
             }
+        }
+        if let (None, Some((_, rank, status))) = (&first_failure, failed) {
+            first_failure = Some((rank, status));
+            deadline = Some(Instant::now() + GRACE);
         }
         if running == 0 {
             break;
