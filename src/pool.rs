@@ -99,7 +99,7 @@ impl WorkerPool {
     /// Binds worker thread `w` to the processing units `pus[w]` (when given), then reads
     /// back every thread's CPU affinity, which is returned in worker order. The error
     /// names the worker and the CPUs it could not be bound to.
-    pub(crate) fn pin(&self, pus: Option<&[Vec<u32>]>) -> Result<Vec<Vec<u32>>> {
+    pub(crate) fn pin(&mut self, pus: Option<&[Vec<u32>]>) -> Result<Vec<Vec<u32>>> {
         let inputs = (0..self.threads.len())
             .map(|w| pus.map(|p| p[w].clone()))
             .collect();
@@ -125,8 +125,9 @@ impl WorkerPool {
 
     /// Runs `f(w, inputs[w])` on worker thread `w` for every `w` (there must be one input
     /// per thread) and returns the results in worker order: `Err` with the panic payload
-    /// for a worker whose closure panicked.
-    pub(crate) fn on_each<I, R, F>(&self, inputs: Vec<I>, f: F) -> Vec<std::thread::Result<R>>
+    /// for a worker whose closure panicked. `&mut self`: one run at a time (the threads
+    /// share one job slot).
+    pub(crate) fn on_each<I, R, F>(&mut self, inputs: Vec<I>, f: F) -> Vec<std::thread::Result<R>>
     where
         I: Send,
         R: Send,
@@ -151,6 +152,7 @@ impl WorkerPool {
         // `remaining`, and this function does not return (nor unwind: nothing between
         // here and the wait below panics) before `remaining` is 0 and the job is taken
         // back out of the shared state, so no worker uses it after this frame ends.
+        // `&mut self` keeps any other run from replacing the job meanwhile.
         let job: &'static Job<'static> =
             unsafe { std::mem::transmute::<&Job<'_>, &'static Job<'static>>(job) };
         let s = &*self.shared;
@@ -244,17 +246,17 @@ mod tests {
 
     #[test]
     fn threads_persist_across_runs_and_panics_stay_in_their_worker() {
-        let pool = WorkerPool::start(3).unwrap();
-        let ids = |pool: &WorkerPool| {
+        let mut pool = WorkerPool::start(3).unwrap();
+        let ids = |pool: &mut WorkerPool| {
             pool.on_each(vec![(); 3], |w, ()| (w, std::thread::current().id()))
                 .into_iter()
                 .map(|r| r.unwrap())
                 .collect::<Vec<_>>()
         };
-        let first = ids(&pool);
+        let first = ids(&mut pool);
         assert_eq!(
             first,
-            ids(&pool),
+            ids(&mut pool),
             "the same thread serves each worker every time"
         );
         let names = pool.on_each(vec![(); 3], |_, ()| {
@@ -278,12 +280,12 @@ mod tests {
         });
         assert!(out[0].is_ok() && out[1].is_err() && out[2].is_ok());
         assert_eq!(borrowed, vec![10, 0, 12]);
-        assert_eq!(first, ids(&pool), "a panic does not lose the thread");
+        assert_eq!(first, ids(&mut pool), "a panic does not lose the thread");
     }
 
     #[test]
     fn runs_after_the_workers_slept_still_start_and_finish() {
-        let pool = WorkerPool::start(2).unwrap();
+        let mut pool = WorkerPool::start(2).unwrap();
         for pause in [0, 3, 0, 5] {
             // Past both spins: every worker and the caller have gone to sleep.
             std::thread::sleep(Duration::from_millis(pause));
