@@ -529,7 +529,7 @@ impl Cluster {
         let bound = binding != Binding::Never && numa_on && topology.is_this_machine();
         let pus: Vec<Vec<u32>> = places.iter().map(|p| p.pus.clone()).collect();
         // First, so that a failure here leaves no other thread behind.
-        let mut pool = WorkerPool::start(config.workers)?;
+        let mut pool = WorkerPool::start(config.workers, config.yield_waits)?;
         let worker_cpus = pool.pin(bound.then_some(pus.as_slice()))?;
         // Shard and communication threads go to zones the workers use, fixed now.
         let thread_zones = numa::thread_zones(&places, config.shards);

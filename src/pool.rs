@@ -14,7 +14,8 @@
 //! a run (the next run usually starts sooner), the caller for [`CALLER_SPIN`] while the
 //! run is under way. A yielding thread gives its core to any thread with work, so this
 //! costs the workers little; past the bound both sleep on a condition variable, with the
-//! generation or count they wait on changed under its lock (no wake-up is lost).
+//! generation or count they wait on changed under its lock (no wake-up is lost). With
+//! [`crate::Config::yield_waits`] off both sleep at once.
 
 use crate::topology::bind::{bind_current_thread, current_affinity};
 use crate::{Error, Result};
@@ -64,11 +65,19 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 pub(crate) struct WorkerPool {
     shared: Arc<Shared>,
     threads: Vec<JoinHandle<()>>,
+    /// How long the caller yields for a run's end ([`CALLER_SPIN`], or zero).
+    caller_spin: Duration,
 }
 
 impl WorkerPool {
-    /// Starts `workers` threads named `iterstore-worker-<w>`.
-    pub(crate) fn start(workers: usize) -> Result<Self> {
+    /// Starts `workers` threads named `iterstore-worker-<w>`; waits yield before they
+    /// sleep if `yield_waits` ([`crate::Config::yield_waits`]).
+    pub(crate) fn start(workers: usize, yield_waits: bool) -> Result<Self> {
+        let (worker_spin, caller_spin) = if yield_waits {
+            (WORKER_SPIN, CALLER_SPIN)
+        } else {
+            (Duration::ZERO, Duration::ZERO)
+        };
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 generation: 0,
@@ -84,12 +93,13 @@ impl WorkerPool {
         let mut pool = WorkerPool {
             shared,
             threads: Vec::with_capacity(workers),
+            caller_spin,
         };
         for w in 0..workers {
             let shared = pool.shared.clone();
             let thread = std::thread::Builder::new()
                 .name(format!("iterstore-worker-{w}"))
-                .spawn(move || work(&shared, w))
+                .spawn(move || work(&shared, w, worker_spin))
                 .map_err(|e| Error::failed("worker threads", e))?;
             pool.threads.push(thread);
         }
@@ -165,8 +175,11 @@ impl WorkerPool {
         }
         s.started.notify_all();
         // Wait for every worker: yield first, then sleep.
-        let spin_until = Instant::now() + CALLER_SPIN;
-        while s.remaining.load(Ordering::Acquire) != 0 && Instant::now() < spin_until {
+        let spin_until = Instant::now() + self.caller_spin;
+        while !self.caller_spin.is_zero()
+            && s.remaining.load(Ordering::Acquire) != 0
+            && Instant::now() < spin_until
+        {
             std::thread::yield_now();
         }
         let mut done = lock(&s.done);
@@ -189,13 +202,17 @@ impl WorkerPool {
     }
 }
 
-/// Worker thread `w`: runs each run's job once, until the pool stops.
-fn work(s: &Shared, w: usize) {
+/// Worker thread `w`: runs each run's job once, until the pool stops; yields for `spin`
+/// before it sleeps for the next run.
+fn work(s: &Shared, w: usize, spin: Duration) {
     let mut seen = 0;
     loop {
         // The next run: yield for it first, then sleep.
-        let spin_until = Instant::now() + WORKER_SPIN;
-        while s.generation.load(Ordering::Acquire) == seen && Instant::now() < spin_until {
+        let spin_until = Instant::now() + spin;
+        while !spin.is_zero()
+            && s.generation.load(Ordering::Acquire) == seen
+            && Instant::now() < spin_until
+        {
             std::thread::yield_now();
         }
         let job = {
@@ -246,7 +263,7 @@ mod tests {
 
     #[test]
     fn threads_persist_across_runs_and_panics_stay_in_their_worker() {
-        let mut pool = WorkerPool::start(3).unwrap();
+        let mut pool = WorkerPool::start(3, true).unwrap();
         let ids = |pool: &mut WorkerPool| {
             pool.on_each(vec![(); 3], |w, ()| (w, std::thread::current().id()))
                 .into_iter()
@@ -285,7 +302,12 @@ mod tests {
 
     #[test]
     fn runs_after_the_workers_slept_still_start_and_finish() {
-        let mut pool = WorkerPool::start(2).unwrap();
+        for yield_waits in [true, false] {
+            runs_after_a_pause(WorkerPool::start(2, yield_waits).unwrap());
+        }
+    }
+
+    fn runs_after_a_pause(mut pool: WorkerPool) {
         for pause in [0, 3, 0, 5] {
             // Past both spins: every worker and the caller have gone to sleep.
             std::thread::sleep(Duration::from_millis(pause));

@@ -84,6 +84,7 @@ impl ClientShared {
         config: Config,
         transport: Arc<dyn Transport>,
     ) -> Self {
+        let yield_waits = config.yield_waits;
         ClientShared {
             process,
             world,
@@ -93,7 +94,7 @@ impl ClientShared {
             placement: RwLock::new(Arc::new(Placement::hashed(world.total_shards()))),
             tables: RwLock::new(Vec::new()),
             fetcher: Fetcher::default(),
-            signal: Signal::default(),
+            signal: Signal::new(yield_waits),
             known_min: AtomicU64::new(0),
             arena: RwLock::new(None),
             failure: Mutex::new(None),

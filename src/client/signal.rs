@@ -18,9 +18,20 @@ pub(crate) struct Signal {
     generation: AtomicU64,
     lock: Mutex<()>,
     arrived: Condvar,
+    /// How long a wait yields before it sleeps ([`SPIN`], or zero).
+    spin: Duration,
 }
 
 impl Signal {
+    /// A signal whose waits yield for [`SPIN`] before they sleep if `yield_waits`
+    /// ([`crate::Config::yield_waits`]), else sleep at once.
+    pub(crate) fn new(yield_waits: bool) -> Self {
+        Signal {
+            spin: if yield_waits { SPIN } else { Duration::ZERO },
+            ..Signal::default()
+        }
+    }
+
     /// The current generation (no lock); pass it to [`wait`](Self::wait).
     #[inline]
     pub(crate) fn generation(&self) -> u64 {
@@ -43,8 +54,8 @@ impl Signal {
         // worker's CLOCK, which comes sooner than a sleeping thread is woken (tens of
         // microseconds on a virtual machine), and a yielding thread gives its core to
         // any thread that has work.
-        let spin_until = Instant::now() + SPIN.min(timeout);
-        while Instant::now() < spin_until {
+        let spin_until = Instant::now() + self.spin.min(timeout);
+        while !self.spin.is_zero() && Instant::now() < spin_until {
             if self.generation() != generation {
                 return;
             }

@@ -96,6 +96,9 @@ pub struct AppConfig {
     /// activations and error terms) before it fails naming the sender
     /// ([`iterstore::Config::message_timeout`]).
     pub message_timeout: std::time::Duration,
+    /// Whether waiting threads yield before they sleep
+    /// ([`iterstore::Config::yield_waits`]).
+    pub yield_waits: bool,
 }
 
 impl Default for AppConfig {
@@ -114,6 +117,7 @@ impl Default for AppConfig {
             checkpoint: None,
             resume: None,
             message_timeout: iterstore::MESSAGE_TIMEOUT,
+            yield_waits: true,
         }
     }
 }
@@ -145,6 +149,7 @@ impl AppConfig {
         config.worker_placement = self.worker_placement;
         config.membership = self.membership.clone();
         config.message_timeout = self.message_timeout;
+        config.yield_waits = self.yield_waits;
         config
     }
 

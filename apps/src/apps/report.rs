@@ -4,7 +4,7 @@
 //! The JSON object has the keys `iterstore_version`, `command_line`, `input` and
 //! `started_at` (RFC 3339 UTC) when the CLI recorded them ([`Provenance`]), then `app`,
 //! `objective_name`, `mode`, `workers`, `shards`,
-//! `staleness` (a number, or `"async"`), `setup_s`, `preprocess_s` (virtual iteration; 0 in
+//! `staleness` (a number, or `"async"`), `yield_waits`, `setup_s`, `preprocess_s` (virtual iteration; 0 in
 //! other modes), `specialize_s` (plan building), `init_s`, `iterations` (a list of `{iter, seconds, objective}`, plus
 //! `test_rmse` for MF), `dataset` (sizes), `params` (the app's hyper-parameters) and
 //! `pattern` (the virtual iteration's access-pattern size, or `null`), `store` (how the
@@ -214,6 +214,8 @@ pub struct RunReport {
     /// Staleness bound.
     #[serde(serialize_with = "staleness_json")]
     pub staleness: Staleness,
+    /// Whether waiting threads yielded before they slept (`--yield-waits`).
+    pub yield_waits: bool,
     /// Seconds to partition the data, start the cluster and create the tables.
     #[serde(serialize_with = "ns_seconds")]
     pub setup_s: f64,
@@ -304,6 +306,7 @@ impl RunReport {
             processes: 1, // the app sets its cluster's
             shards: cfg.shards,
             staleness: cfg.staleness,
+            yield_waits: cfg.yield_waits,
             setup_s: 0.0,
             preprocess_s: 0.0,
             specialize_s: 0.0,

@@ -384,6 +384,11 @@ pub struct RunArgs {
     /// zone of the workers that use them most.
     #[arg(long, default_value = "on", value_parser = parse_on_off, value_name = "on|off", action = ArgAction::Set)]
     pub numa: bool,
+    /// Waiting threads yield their core for a moment before they sleep (faster short
+    /// iterations); off: they sleep at once, for a machine shared with other jobs or
+    /// under a CPU quota, where the yielding time is counted.
+    #[arg(long, default_value = "on", value_parser = parse_on_off, value_name = "on|off", action = ArgAction::Set)]
+    pub yield_waits: bool,
     /// Plan the NUMA placement for this hwloc synthetic topology instead of this machine
     /// (e.g. "pack:2 numa:1 core:4 pu:1"): planned and printed, nothing bound.
     #[arg(long, value_name = "DESC")]

@@ -165,6 +165,7 @@ pub(crate) fn app_config(args: &RunArgs) -> Result<AppConfig> {
         checkpoint: checkpoint_config(args)?,
         resume: resume_dir(args)?,
         message_timeout: std::time::Duration::from_secs(args.message_timeout),
+        yield_waits: args.yield_waits,
     })
 }
 

@@ -426,3 +426,45 @@ fn a_closed_output_pipe_stops_the_run_quietly() {
     let err = stderr(&out);
     assert!(!err.contains("panicked"), "{err}");
 }
+
+/// `--yield-waits off` reaches the store's configuration and the run's report, and gives
+/// the same model as the default (the switch changes how threads wait, not what they
+/// compute).
+#[test]
+fn yield_waits_can_be_turned_off_and_change_no_result() {
+    let dir = scratch("cli-yield-waits");
+    let run = |switch: &str| {
+        let (model, report) = (
+            dir.join(format!("model-{switch}.tsv")),
+            dir.join(format!("out-{switch}.json")),
+        );
+        let out = iterstore(&[
+            "run",
+            "mf",
+            "--synthetic",
+            "tiny",
+            "--iters",
+            "3",
+            "-q",
+            "--yield-waits",
+            switch,
+            "--output",
+            model.to_str().unwrap(),
+            "--json",
+            report.to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        (std::fs::read(&model).unwrap(), json_file(&report))
+    };
+    let (on, on_report) = run("on");
+    let (off, off_report) = run("off");
+    assert_eq!(on_report["yield_waits"], true);
+    assert_eq!(off_report["yield_waits"], false);
+    assert!(on == off, "the models differ");
+    let store = iterstore_apps::apps::AppConfig {
+        yield_waits: false,
+        ..Default::default()
+    }
+    .store_config();
+    assert!(!store.yield_waits);
+}
