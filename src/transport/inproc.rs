@@ -7,7 +7,9 @@
 //! shard thread, and the workers waiting for it are woken from there): one thread
 //! hand-off less on every clock's critical path. Each sender still delivers in the order
 //! it sends, so the ordering guarantee holds. Once the client's thread is stopped its
-//! messages go to the channel again.
+//! messages go to the channel again. Likewise a shard attached with
+//! [`Transport::attach_shard`] is poked after every message queued for it, and the
+//! sender drives it if no other thread does (`server::ShardCell`).
 
 use super::{DirectClient, DirectShard, Inbound, Inbox, Transport, TransportError};
 use crate::msg::{Endpoint, Msg, ProcessId, ShardId};
@@ -60,13 +62,7 @@ impl InProcTransport {
 impl Transport for InProcTransport {
     fn send(&self, to: Endpoint, msg: Msg) -> Result<(), TransportError> {
         if let Endpoint::Client(c) = to {
-            let client = self.direct.get(c as usize).and_then(|d| {
-                d.read()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .as_ref()
-                    .and_then(Weak::upgrade)
-            });
-            if let Some(client) = client {
+            if let Some(client) = self.direct.get(c as usize).and_then(upgraded) {
                 client.deliver(msg);
                 return Ok(());
             }
