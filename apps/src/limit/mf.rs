@@ -14,11 +14,10 @@
 //!
 //! It knows nothing of the parameter server; the math is [`crate::algo::mf`].
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{PoisonError, RwLock, RwLockReadGuard};
 use std::time::Instant;
 
-use super::{add_parts, localize, par_map, IterStats, LimitConfig, Part};
+use super::{add_parts, localize, par_map, IterStats, LimitConfig, Part, SpinBarrier};
 use crate::algo::mf::{
     add_into, check_ratings, clocks, mini_batch, rmse_from, sgd_step, squared_error, width,
     MfConfig, MfModel,
@@ -165,67 +164,6 @@ fn parallel_rmse(model: &MfModel, ratings: &[Rating], threads: usize) -> f64 {
         squared_error(mine, model.mean, &model.users, &model.items, model.rank)
     });
     rmse_from(parts.iter().sum(), ratings.len())
-}
-
-/// A barrier for the clocks of one iteration: waiters spin briefly, then yield, instead of
-/// sleeping on a condition variable (whose wake-up would cost more than a mini-batch's
-/// merge). A worker that panics poisons it ([`SpinBarrier::guard`]), and every waiter
-/// then panics too instead of waiting forever for it.
-struct SpinBarrier {
-    threads: usize,
-    arrived: AtomicUsize,
-    generation: AtomicUsize,
-    poisoned: AtomicBool,
-}
-
-/// Poisons its barrier if dropped while its thread panics.
-struct PoisonOnPanic<'a>(&'a SpinBarrier);
-
-impl Drop for PoisonOnPanic<'_> {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            self.0.poisoned.store(true, Ordering::Release);
-        }
-    }
-}
-
-impl SpinBarrier {
-    fn new(threads: usize) -> Self {
-        Self {
-            threads,
-            arrived: AtomicUsize::new(0),
-            generation: AtomicUsize::new(0),
-            poisoned: AtomicBool::new(false),
-        }
-    }
-
-    /// Held by each worker for as long as it uses the barrier.
-    fn guard(&self) -> PoisonOnPanic<'_> {
-        PoisonOnPanic(self)
-    }
-
-    /// Waits for every worker; panics if one of them panicked.
-    fn wait(&self) {
-        let generation = self.generation.load(Ordering::Acquire);
-        if self.arrived.fetch_add(1, Ordering::AcqRel) + 1 == self.threads {
-            // Reset before releasing: the next round's arrivals see the new generation.
-            self.arrived.store(0, Ordering::Relaxed);
-            self.generation.fetch_add(1, Ordering::Release);
-            return;
-        }
-        let mut spins = 0u32;
-        while self.generation.load(Ordering::Acquire) == generation {
-            if self.poisoned.load(Ordering::Acquire) {
-                panic!("mf limit: another worker panicked during the iteration");
-            }
-            if spins < 1 << 10 {
-                std::hint::spin_loop();
-                spins += 1;
-            } else {
-                std::thread::yield_now();
-            }
-        }
-    }
 }
 
 /// One BSP iteration: every worker's mini-batches, a merge after each.
@@ -450,27 +388,5 @@ mod tests {
             None
         )
         .is_err());
-    }
-
-    #[test]
-    fn a_panicking_worker_releases_the_others_from_the_barrier() {
-        let barrier = SpinBarrier::new(3);
-        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            std::thread::scope(|s| {
-                for w in 0..3 {
-                    let barrier = &barrier;
-                    s.spawn(move || {
-                        let _poison = barrier.guard();
-                        barrier.wait();
-                        if w == 1 {
-                            panic!("worker 1 fails");
-                        }
-                        barrier.wait(); // would wait forever for worker 1
-                    });
-                }
-            })
-        }));
-        assert!(outcome.is_err(), "the scope re-raises the panics");
-        assert!(barrier.poisoned.load(Ordering::Acquire));
     }
 }

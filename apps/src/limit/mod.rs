@@ -14,6 +14,8 @@
 //! run compute the same model. This module owns only the threading, the private row
 //! copies and the merge; it knows nothing of the parameter server.
 
+mod barrier;
+pub(crate) use barrier::SpinBarrier;
 pub mod dnn;
 pub mod lda;
 pub mod mf;

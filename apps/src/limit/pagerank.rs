@@ -5,13 +5,15 @@
 //! mass are computed once from the start-of-iteration ranks; every worker sums the shares
 //! of its edges into a private accumulator per target; the accumulators are added in worker
 //! order (per vertex, in parallel over vertex ranges) and finished into the new ranks with
-//! [`finish`]. Buffers live for the whole run; the hot loop does not allocate.
+//! [`finish`]. The threads and buffers live for the whole run (the steps meet at a
+//! [`SpinBarrier`]); the hot loop does not allocate.
 //!
 //! It knows nothing of the parameter server; the math is [`crate::algo::pagerank`].
 
+use std::sync::{Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Instant;
 
-use super::{add_parts, localize, par_each, par_map, par_rows, IterStats, LimitConfig, Part};
+use super::{add_parts, localize, par_map, IterStats, LimitConfig, Part, SpinBarrier};
 use crate::algo::in_edges::InEdges;
 use crate::algo::pagerank::{
     base, check_graph, finish, initial_rank, out_degrees, share, PageRankConfig,
@@ -57,6 +59,12 @@ impl Worker {
 
 /// Runs `limit.iterations` BSP power-iteration steps from `1/N` with `limit.threads`
 /// workers. Reports `‖r' − r‖₁` after each step.
+///
+/// The threads start once and meet at a [`SpinBarrier`] between an iteration's steps
+/// (an iteration on a real graph takes a few hundred microseconds, about what starting
+/// threads for each step cost): worker `w` computes the shares and dangling mass of its
+/// vertex range, sums its edges' shares, then finishes its range of the new ranks from
+/// every worker's sums (in worker order) and writes them back.
 pub fn run(
     cfg: &PageRankConfig,
     limit: &LimitConfig,
@@ -68,60 +76,110 @@ pub fn run(
     let (n, threads) = (graph.num_vertices as usize, limit.threads);
     let e = graph.edges.len();
     let degrees = out_degrees(graph);
-    let mut workers = par_map(threads, |w| {
+    let workers: Vec<RwLock<Worker>> = par_map(threads, |w| {
         Worker::new(&graph.edges[partition(e, threads, w)], n)
-    });
-    let mut ranks = vec![initial_rank(n); n];
-    let (mut shares, mut next) = (vec![0.0; n], vec![0.0; n]);
-    let mut stats = Vec::with_capacity(limit.iterations.min(1024));
-    for iter in 0..limit.iterations {
-        let start = Instant::now();
-        // Shares and dangling mass of the start-of-iteration ranks, per vertex range.
-        let dangling: f64 = par_rows(&mut shares, 1, threads, |first, out| {
-            let mut dangling = 0.0;
-            for (i, s) in out.iter_mut().enumerate() {
-                let (r, deg) = (ranks[first + i], degrees[first + i]);
-                *s = share(r, deg);
-                if deg == 0 {
-                    dangling += r;
+    })
+    .into_iter()
+    .map(RwLock::new)
+    .collect();
+    // Vertex ranges as `par_rows` cuts them (the partial sums add up in range order).
+    let per = n.div_ceil(threads).max(1);
+    let range = |w: usize| (w * per).min(n)..((w + 1) * per).min(n);
+    let ranks = RwLock::new(vec![initial_rank(n); n]);
+    let shares = RwLock::new(vec![0.0; n]);
+    let dangling: Vec<Mutex<f64>> = (0..threads).map(|_| Mutex::new(0.0)).collect();
+    let change: Vec<Mutex<f64>> = (0..threads).map(|_| Mutex::new(0.0)).collect();
+    let stats = Mutex::new(Vec::with_capacity(limit.iterations.min(1024)));
+    let barrier = SpinBarrier::new(threads);
+    let iterate = |w: usize| {
+        let _poison = barrier.guard();
+        let mine = range(w);
+        let mut buf = vec![0.0; mine.len()];
+        for iter in 0..limit.iterations {
+            let start = Instant::now();
+            // Shares and dangling mass of the start-of-iteration ranks of my range.
+            let mut mass = 0.0;
+            {
+                let ranks = read(&ranks);
+                for (i, s) in buf.iter_mut().enumerate() {
+                    let (r, deg) = (ranks[mine.start + i], degrees[mine.start + i]);
+                    *s = share(r, deg);
+                    if deg == 0 {
+                        mass += r;
+                    }
                 }
             }
-            dangling
-        })
-        .iter()
-        .sum();
-        par_each(&mut workers, |w| w.sweep(&shares));
-        let b = base(cfg, n, dangling);
-        let parts: Vec<_> = workers
-            .iter()
-            .map(|w| Part {
-                rows: &w.targets,
-                data: &w.sums,
-                stride: 1,
-            })
-            .collect();
-        let change: f64 = par_rows(&mut next, 1, threads, |first, out| {
-            out.fill(0.0);
-            add_parts(first, out, 1, &parts);
-            let mut change = 0.0;
-            for (i, x) in out.iter_mut().enumerate() {
-                *x = finish(cfg, b, *x);
-                change += (*x - ranks[first + i]).abs();
+            write(&shares)[mine.clone()].copy_from_slice(&buf);
+            *lock(&dangling[w]) = mass;
+            barrier.wait();
+            write(&workers[w]).sweep(&read(&shares));
+            barrier.wait();
+            // My range of the new ranks, from every worker's sums in worker order.
+            let b = base(cfg, n, dangling.iter().map(|d| *lock(d)).sum());
+            let mut moved = 0.0;
+            {
+                let all: Vec<_> = workers.iter().map(read).collect();
+                let parts: Vec<_> = all
+                    .iter()
+                    .map(|w| Part {
+                        rows: &w.targets,
+                        data: &w.sums,
+                        stride: 1,
+                    })
+                    .collect();
+                buf.fill(0.0);
+                add_parts(mine.start, &mut buf, 1, &parts);
+                let ranks = read(&ranks);
+                for (i, x) in buf.iter_mut().enumerate() {
+                    *x = finish(cfg, b, *x);
+                    moved += (*x - ranks[mine.start + i]).abs();
+                }
             }
-            change
-        })
-        .iter()
-        .sum();
-        std::mem::swap(&mut ranks, &mut next);
-        let seconds = start.elapsed().as_secs_f64();
-        stats.push(IterStats {
-            iter,
-            seconds,
-            objective: change,
-            held_out: None,
+            *lock(&change[w]) = moved;
+            barrier.wait();
+            write(&ranks)[mine.clone()].copy_from_slice(&buf);
+            barrier.wait();
+            if w == 0 {
+                // The others wait for this thread at the next iteration's first barrier.
+                lock(&stats).push(IterStats {
+                    iter,
+                    seconds: start.elapsed().as_secs_f64(),
+                    objective: change.iter().map(|c| *lock(c)).sum(),
+                    held_out: None,
+                });
+            }
+        }
+    };
+    if threads == 1 {
+        iterate(0);
+    } else {
+        std::thread::scope(|s| {
+            let iterate = &iterate;
+            for w in 0..threads {
+                s.spawn(move || iterate(w));
+            }
         });
     }
-    Ok(PageRankRun { ranks, stats })
+    Ok(PageRankRun {
+        ranks: ranks.into_inner().unwrap_or_else(PoisonError::into_inner),
+        stats: stats.into_inner().unwrap_or_else(PoisonError::into_inner),
+    })
+}
+
+/// A read lock; a poisoned lock (a worker panicked, which the scope re-raises) still
+/// yields the value.
+fn read<T>(lock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    lock.read().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A write lock, as [`read`].
+fn write<T>(lock: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    lock.write().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A mutex's guard, as [`read`].
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 #[cfg(test)]
