@@ -18,6 +18,7 @@ use crate::net::NetConfig;
 use crate::numa::{self, NumaConfig, NumaPlan, ThreadZones, WorkerPlace};
 use crate::plan::{self, PlanConfig};
 use crate::pool::WorkerPool;
+use crate::sync::lock;
 use crate::table::{resolve, Registry};
 use crate::topology::bind::MemBinder;
 use crate::transport::{InProcTransport, Inbox, LocalInboxes, TcpTransport, Transport};
@@ -29,7 +30,7 @@ use crossbeam::channel::unbounded;
 use std::hash::{BuildHasher, Hasher};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -1617,10 +1618,4 @@ fn cluster_id(config: &Config, m: &Membership) -> u64 {
 /// Errors that are consequences of another failure rather than causes.
 fn is_secondary(e: &Error) -> bool {
     matches!(e, Error::ShutDown | Error::Failed { .. })
-}
-
-/// Locks `m`; a poisoned lock (a worker panicked, which the run already reports) still
-/// yields the value.
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }

@@ -105,6 +105,7 @@ mod prefetch;
 mod rows_part;
 mod server;
 mod slot;
+mod sync;
 mod table;
 mod topology;
 mod transport;

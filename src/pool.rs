@@ -17,11 +17,12 @@
 //! generation or count they wait on changed under its lock (no wake-up is lost). With
 //! [`crate::Config::yield_waits`] off both sleep at once.
 
+use crate::sync::lock;
 use crate::topology::bind::{bind_current_thread, current_affinity};
 use crate::{Error, Result};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -55,10 +56,6 @@ struct Shared {
     /// Guards the caller's sleep on `finished` (the last worker notifies under it).
     done: Mutex<()>,
     finished: Condvar,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Persistent worker threads (see the module docs).

@@ -1,6 +1,6 @@
 //! Fetching rows on a miss: de-duplication of in-flight requests and opportunistic
 //! batching. Waiting for the reply is the caller's business (the process's
-//! [`Signal`](super::signal::Signal)).
+//! [`Signal`](crate::sync::Signal)).
 //!
 //! Batching is "group commit": a worker that queues a request while another is sending
 //! leaves it for that sender, which drains the whole queue into one message per shard.
@@ -8,10 +8,11 @@
 use super::ClientShared;
 use crate::consistency::Clock;
 use crate::msg::{Endpoint, Msg};
+use crate::sync::lock;
 use crate::{Result, RowKey};
 use rustc_hash::FxHashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::Mutex;
 
 #[derive(Default)]
 struct Queue {
@@ -29,10 +30,6 @@ pub(crate) struct Fetcher {
     queue: Mutex<Queue>,
     /// Rows asked for so far (observability).
     pub(crate) rows_requested: AtomicU64,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl Fetcher {

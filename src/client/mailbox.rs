@@ -23,8 +23,9 @@
 //! [`Msg::WorkerStopped`]: crate::msg::Msg::WorkerStopped
 //! [`WAIT_SLICE`]: super::WAIT_SLICE
 
+use crate::sync::lock;
 use std::collections::VecDeque;
-use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use rustc_hash::FxHashMap;
@@ -96,10 +97,6 @@ pub(crate) struct Mailboxes {
     boxes: Vec<Mailbox>,
     /// Global worker → the latest round in which it stopped with an error.
     stopped: Mutex<FxHashMap<WorkerId, u64>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl Mailboxes {

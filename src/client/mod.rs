@@ -9,18 +9,18 @@ mod arena;
 mod cache;
 mod fetch;
 mod mailbox;
-mod signal;
 
+pub(crate) use crate::sync::Signal;
 pub(crate) use arena::{ArenaWords, ProcessArena};
 pub(crate) use cache::{CacheRef, ProcessCache};
 pub(crate) use fetch::Fetcher;
 pub(crate) use mailbox::{deadline, Empty, Letter, Mailboxes};
-pub(crate) use signal::Signal;
 
 use crate::consistency::Clock;
 use crate::error::panic_message;
 use crate::msg::{Endpoint, Msg, ProcessId, ShardId, ShardPart};
 use crate::placement::Placement;
+use crate::sync::lock;
 use crate::transport::{DirectClient, Inbound, Inbox, Transport, TransportError};
 use crate::world::World;
 use crate::{AlignedBuf, Config, Error, Result, RowKey, TableMeta};
@@ -71,10 +71,6 @@ pub(crate) struct ClientShared {
     restored: Mutex<Vec<ShardId>>,
     /// The local workers' mailboxes (`Worker::send`, `Worker::recv`).
     pub(crate) mailboxes: Mailboxes,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl ClientShared {

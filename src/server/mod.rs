@@ -13,11 +13,17 @@ mod shard;
 pub(crate) use shard::Shard;
 
 use crate::msg::{Endpoint, Msg, ProcessId};
+use crate::sync::{lock, Signal};
 use crate::transport::{DirectShard, Inbound, Inbox, Transport};
 use crossbeam::channel::{Select, TryRecvError};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, PoisonError, TryLockError};
+use std::sync::{Arc, Mutex, TryLockError};
+use std::time::Duration;
+
+/// How long an attached shard's thread sleeps between looks at its inbox when nobody
+/// kicks it (a kick wakes it at once; the slice only bounds the wait).
+const KICK_SLICE: Duration = Duration::from_millis(100);
 use std::thread::JoinHandle;
 
 /// The processes that have not left a shard yet, as its thread last saw them: what a
@@ -28,14 +34,11 @@ pub(crate) struct Staying(Arc<Mutex<Vec<ProcessId>>>);
 impl Staying {
     /// The processes still to leave.
     pub(crate) fn get(&self) -> Vec<ProcessId> {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        lock(&self.0).clone()
     }
 
     fn set(&self, staying: Vec<ProcessId>) {
-        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = staying;
+        *lock(&self.0) = staying;
     }
 }
 
@@ -54,9 +57,9 @@ struct ShardCell {
     staying: Staying,
     /// The shard has stopped (stopped locally, released by every process, or panicked).
     done: AtomicBool,
-    /// Set by a sender that could not drive the shard itself; the thread waits for it.
-    kicked: Mutex<bool>,
-    kick: Condvar,
+    /// Bumped by a sender that could not drive the shard itself (or that stopped it);
+    /// the thread waits on it. It sleeps at once: the shard's thread is the fallback.
+    kick: Signal,
 }
 
 /// What the holder of a [`ShardCell`] works with.
@@ -121,25 +124,7 @@ impl ShardCell {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Driver> {
-        self.driver.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Wakes the shard's thread (it drains, or ends if the shard has stopped).
-    fn wake(&self) {
-        *self.kicked.lock().unwrap_or_else(PoisonError::into_inner) = true;
-        self.kick.notify_one();
-    }
-
-    /// Waits until [`wake`](Self::wake) was called since the last wait.
-    fn wait_kick(&self) {
-        let mut kicked = self.kicked.lock().unwrap_or_else(PoisonError::into_inner);
-        while !*kicked {
-            kicked = self
-                .kick
-                .wait(kicked)
-                .unwrap_or_else(PoisonError::into_inner);
-        }
-        *kicked = false;
+        lock(&self.driver)
     }
 }
 
@@ -149,11 +134,11 @@ impl DirectShard for ShardCell {
             Ok(d) => d,
             Err(TryLockError::Poisoned(e)) => e.into_inner(),
             // Another thread holds it: the thread takes what we left once it is free.
-            Err(TryLockError::WouldBlock) => return self.wake(),
+            Err(TryLockError::WouldBlock) => return self.kick.notify(),
         };
         if self.drain(&mut d) {
             drop(d);
-            self.wake(); // so that it ends
+            self.kick.notify(); // so that its thread ends
         }
     }
 }
@@ -174,11 +159,13 @@ pub(crate) fn spawn(
     let (cell, attached) = attached_cell(shard, inbox, transport);
     let staying = cell.staying.clone();
     let thread = crate::topology::bind::spawn_bound(name, pus, move || loop {
+        // Read before draining: a kick while it drains is not missed.
+        let seen = cell.kick.generation();
         if cell.drain(&mut cell.lock()) {
             return;
         }
         if attached {
-            cell.wait_kick();
+            cell.kick.wait(seen, KICK_SLICE);
         } else {
             // Only this thread drives it: wait for the next message.
             let mut ready = Select::new();
@@ -208,8 +195,7 @@ fn attached_cell(
         transport: transport.clone(),
         staying: staying.clone(),
         done: AtomicBool::new(false),
-        kicked: Mutex::new(false),
-        kick: Condvar::new(),
+        kick: Signal::new(false),
     });
     let direct: Arc<dyn DirectShard> = cell.clone();
     let attached = cell.transport.attach_shard(id, Arc::downgrade(&direct));
@@ -250,16 +236,18 @@ mod tests {
         assert_eq!(gathered(&clients[0]), Some(1));
         // Held elsewhere: the message waits and the thread is kicked, and it takes it.
         let held = cell.lock();
+        let seen = cell.kick.generation();
         t.send(Endpoint::Shard(0), gather(2)).unwrap();
         assert_eq!(gathered(&clients[0]), None);
         drop(held);
-        cell.wait_kick();
+        assert_ne!(cell.kick.generation(), seen, "the thread was kicked");
         assert!(!cell.drain(&mut cell.lock()));
         assert_eq!(gathered(&clients[0]), Some(2));
         // A local stop ends it, from the sender's thread, and kicks the thread to end.
+        let seen = cell.kick.generation();
         t.stop_local(Endpoint::Shard(0)).unwrap();
         assert!(cell.done.load(Ordering::Acquire));
-        cell.wait_kick();
+        assert_ne!(cell.kick.generation(), seen, "the thread was kicked to end");
         t.send(Endpoint::Shard(0), gather(3)).unwrap();
         assert_eq!(gathered(&clients[0]), None);
     }

@@ -1,7 +1,9 @@
-//! [`Signal`]: the process's wake-up signal. Whichever thread handles the process's
+//! [`Signal`]: a wake-up signal, a generation counter with a condition variable. The
+//! process's (`ClientShared::signal`) is bumped by whichever thread handles the process's
 //! messages (its communication thread, or in one OS process the thread that sent them)
-//! bumps it whenever something a waiting thread may be waiting for arrives (rows, arena chunks, a run
-//! barrier's answer, a table id, a failure); waiting threads yield for a moment (the
+//! whenever something a waiting thread may be waiting for arrives (rows, arena chunks, a
+//! run barrier's answer, a table id, a failure); an attached shard's is bumped by a sender
+//! that leaves it work (`server::ShardCell`). Waiting threads may yield for a moment (the
 //! usual wait, another worker's CLOCK, ends sooner than a sleeping thread is woken), then
 //! sleep on it in bounded slices and re-check their condition and the cluster's health.
 
