@@ -14,10 +14,10 @@
 //!
 //! It knows nothing of the parameter server; the math is [`crate::algo::mf`].
 
-use std::sync::{PoisonError, RwLock, RwLockReadGuard};
+use std::sync::RwLock;
 use std::time::Instant;
 
-use super::{add_parts, localize, par_map, IterStats, LimitConfig, Part, SpinBarrier};
+use super::{add_parts, localize, par_map, read, write, IterStats, LimitConfig, Part, SpinBarrier};
 use crate::algo::mf::{
     add_into, check_ratings, clocks, mini_batch, rmse_from, sgd_step, squared_error, width,
     MfConfig, MfModel,
@@ -145,16 +145,10 @@ impl<'a> Ranges<'a> {
     /// Adds `parts` (in order) into range `w`, if there is one.
     fn merge(&self, w: usize, parts: &[Part<'_, f32>]) {
         if let Some(lock) = self.ranges.get(w) {
-            let mut range = lock.write().unwrap_or_else(PoisonError::into_inner);
+            let mut range = write(lock);
             add_parts(w * self.per, &mut range, self.width, parts);
         }
     }
-}
-
-/// A read lock; a poisoned lock (a limit worker panicked, which the scope re-raises)
-/// still yields the value.
-fn read<T>(lock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
-    lock.read().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// RMSE of `model` on `ratings`, the squared errors summed per worker chunk in order.
@@ -177,10 +171,7 @@ fn iteration(cfg: &MfConfig, model: &mut MfModel, workers: &mut [Worker], clocks
     let run = |w: usize| {
         let _poison = barrier.guard();
         for b in 0..clocks {
-            states[w]
-                .write()
-                .unwrap_or_else(PoisonError::into_inner)
-                .sweep(cfg, mean, b, &users, &items);
+            write(&states[w]).sweep(cfg, mean, b, &users, &items);
             barrier.wait();
             let all: Vec<_> = states.iter().map(read).collect();
             let batches = all.iter().map(|st| &st.batches[b]);

@@ -24,6 +24,23 @@ pub mod pagerank;
 pub use crate::algo::IterStats;
 
 use std::ops::AddAssign;
+use std::sync::{Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+/// A read lock for the limits' threads; a poisoned lock (a worker panicked, which the
+/// thread scope re-raises) still yields the value.
+pub(crate) fn read<T>(lock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    lock.read().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A write lock, as [`read`].
+pub(crate) fn write<T>(lock: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    lock.write().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A mutex's guard, as [`read`].
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
 
 /// How a limit implementation runs.
 #[derive(Debug, Clone, PartialEq)]

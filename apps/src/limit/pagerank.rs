@@ -10,10 +10,12 @@
 //!
 //! It knows nothing of the parameter server; the math is [`crate::algo::pagerank`].
 
-use std::sync::{Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Mutex, PoisonError, RwLock};
 use std::time::Instant;
 
-use super::{add_parts, localize, par_map, IterStats, LimitConfig, Part, SpinBarrier};
+use super::{
+    add_parts, localize, lock, par_map, read, write, IterStats, LimitConfig, Part, SpinBarrier,
+};
 use crate::algo::in_edges::InEdges;
 use crate::algo::pagerank::{
     base, check_graph, finish, initial_rank, out_degrees, share, PageRankConfig,
@@ -164,22 +166,6 @@ pub fn run(
         ranks: ranks.into_inner().unwrap_or_else(PoisonError::into_inner),
         stats: stats.into_inner().unwrap_or_else(PoisonError::into_inner),
     })
-}
-
-/// A read lock; a poisoned lock (a worker panicked, which the scope re-raises) still
-/// yields the value.
-fn read<T>(lock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
-    lock.read().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// A write lock, as [`read`].
-fn write<T>(lock: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
-    lock.write().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// A mutex's guard, as [`read`].
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 #[cfg(test)]
