@@ -17,7 +17,10 @@
 use std::sync::RwLock;
 use std::time::Instant;
 
-use super::{add_parts, localize, par_map, read, write, IterStats, LimitConfig, Part, SpinBarrier};
+use super::{
+    add_parts, localize, par_map, read, rows_per_range, write, IterStats, LimitConfig, Part,
+    SpinBarrier,
+};
 use crate::algo::mf::{
     add_into, check_ratings, clocks, mini_batch, rmse_from, sgd_step, squared_error, width,
     MfConfig, MfModel,
@@ -114,7 +117,7 @@ struct Ranges<'a> {
 
 impl<'a> Ranges<'a> {
     fn new(table: &'a mut [f32], width: usize, threads: usize) -> Self {
-        let per = (table.len() / width).div_ceil(threads).max(1);
+        let per = rows_per_range(table.len() / width, threads);
         Self {
             width,
             per,

@@ -134,6 +134,13 @@ pub(crate) fn par_each<S: Send, R: Send>(
     })
 }
 
+/// Rows per range when `rows` rows are cut into at most `threads` contiguous ranges (the
+/// last may be shorter, later ones empty): how [`par_rows`] and the limits' own row
+/// ranges split a table, so that partial results add up in the same range order.
+pub(crate) fn rows_per_range(rows: usize, threads: usize) -> usize {
+    rows.div_ceil(threads.max(1)).max(1)
+}
+
 /// Splits a row-major table of `width`-wide rows into at most `threads` contiguous row
 /// ranges and runs `f(first_row, rows)` on each in parallel; results in range order.
 pub(crate) fn par_rows<T: Send, R: Send>(
@@ -143,7 +150,7 @@ pub(crate) fn par_rows<T: Send, R: Send>(
     f: impl Fn(usize, &mut [T]) -> R + Sync,
 ) -> Vec<R> {
     let rows = table.len() / width;
-    let per = rows.div_ceil(threads.max(1)).max(1);
+    let per = rows_per_range(rows, threads);
     if rows <= per {
         return vec![f(0, table)];
     }

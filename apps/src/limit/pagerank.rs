@@ -14,7 +14,8 @@ use std::sync::{Mutex, PoisonError, RwLock};
 use std::time::Instant;
 
 use super::{
-    add_parts, localize, lock, par_map, read, write, IterStats, LimitConfig, Part, SpinBarrier,
+    add_parts, localize, lock, par_map, read, rows_per_range, write, IterStats, LimitConfig, Part,
+    SpinBarrier,
 };
 use crate::algo::in_edges::InEdges;
 use crate::algo::pagerank::{
@@ -85,7 +86,7 @@ pub fn run(
     .map(RwLock::new)
     .collect();
     // Vertex ranges as `par_rows` cuts them (the partial sums add up in range order).
-    let per = n.div_ceil(threads).max(1);
+    let per = rows_per_range(n, threads);
     let range = |w: usize| (w * per).min(n)..((w + 1) * per).min(n);
     let ranks = RwLock::new(vec![initial_rank(n); n]);
     let shares = RwLock::new(vec![0.0; n]);
