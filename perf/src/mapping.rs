@@ -9,8 +9,10 @@
 //! Samples go to the copies of a layer round-robin (sample `s` to copy `s mod R`), so a copy
 //! `r1` of the upper layer finds its samples' activations in lower copy `r0` with
 //! probability `g / R0` when `r0 ≡ r1 (mod g)`, `g = gcd(R0, R1)`, and never otherwise.
-//! Stripes are uniform fractions of the rows; a [`Connectivity::Local`] layer's stripe reads
-//! the same stripe below plus its halo. Counts are expected values per sample.
+//! Stripes are uniform fractions of a layer's [`Shape::rows`] (neurons, kernels or channels);
+//! a [`Connectivity::Full`] layer's stripe reads all of the layer below, a
+//! [`Connectivity::Local`] one's the same stripe below plus its halo. Counts are expected
+//! values per sample.
 //!
 //! [`traffic`] evaluates a mapping: `A`, the remote activations the slowest upper copy
 //! receives (eq. 6), and `E`, the remote error terms the slowest lower copy receives (eq. 7).
@@ -493,6 +495,26 @@ mod tests {
         // One copy everywhere: everything on worker 0.
         let one = assign(&shapes, &[split(1, 1); 4]);
         assert!(one.iter().all(|l| l == &vec![0]));
+    }
+
+    #[test]
+    fn pooling_reads_its_own_channels_and_a_convolution_all_of_them() {
+        let s = crate::model::shapes(&crate::builtin::cnn());
+        let (conv1, pool1, conv2) = (&s[0], &s[1], &s[2]);
+        let pair = |lower, upper| Pair {
+            lower,
+            upper,
+            lower_split: split(2, 1),
+            upper_split: split(2, 1),
+        };
+        // Halves of conv1's 16 kernels under halves of pool1's 16 channels: all local.
+        let t = greedy(&pair(conv1, pool1)).traffic;
+        assert_eq!((t.activations, t.errors), (0.0, 0.0));
+        // conv2's kernels each read all 16 channels of pool1: the other half is remote,
+        // and each half of pool1 has its error terms from both halves of conv2.
+        let t = greedy(&pair(pool1, conv2)).traffic;
+        assert!((t.activations - pool1.neurons / 2.0).abs() < 1e-9);
+        assert!((t.errors - conv2.neurons / 2.0).abs() < 1e-9);
     }
 
     #[test]

@@ -19,9 +19,14 @@
 //!   ([`Model::estimate`]).
 //!
 //! Where the paper is silent, this model chooses (and the tests pin down):
-//! - the slowest segment decides a layer's time; segments are stripes of whole rows (neurons
-//!   for fully connected layers, output rows for convolution and pooling), so the slowest
-//!   holds `ceil(rows / P)` rows. `M_f` and `M_b` are each taken at their own slowest segment;
+//! - the slowest segment decides a layer's time; segments are stripes of whole [`Shape::rows`]
+//!   (neurons of a fully connected layer, kernels, i.e. output channels, of a convolution,
+//!   channels of a pooling layer), so the slowest holds `ceil(rows / P)` rows. `M_f` and
+//!   `M_b` are each taken at their own slowest segment;
+//! - a convolution's segment reads all of the layer below (every kernel reads every input
+//!   channel, [`Connectivity::Full`]); a pooling segment reads the same channels below and no
+//!   more (`Local` with no halo). The paper stripes by output rows for clarity and notes its
+//!   approach applies to any partitioning; this is the DNN app's (Krizhevsky's two-GPU split);
 //! - no remote value means no message: `M = 0`, not `C_ncost`;
 //! - the first layer reads its input locally (no `M_f`); the top layer computes its error
 //!   terms from the labels (no `M_b`, and no `W'` in `U_b`);
@@ -45,13 +50,15 @@ use serde::{Deserialize, Serialize};
 
 use crate::spec::{Layer, LayerKind, Network, Profile, Training};
 
-/// How a layer's neurons depend on the layer below.
+/// How a layer's segments depend on the layer below.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub enum Connectivity {
-    /// Every neuron reads every value below (fully connected, softmax).
+    /// Every segment reads every value below (fully connected, softmax, and convolution:
+    /// each kernel reads every input channel).
     Full,
-    /// A stripe of rows reads the same stripe below plus `halo` (a fraction of the rows
-    /// below: `(window − stride) / input width`), as convolution and pooling do.
+    /// A stripe reads the same stripe below (the same fraction of its rows) plus `halo`, a
+    /// further fraction of the rows below. Pooling, striped by channel, has `halo` 0 (a
+    /// stripe of output rows would need `(window − stride) / input width`).
     Local {
         /// The extra fraction of the rows below a stripe reads.
         halo: f64,
@@ -68,7 +75,9 @@ pub struct Shape {
     pub kind: LayerKind,
     /// Neurons (outputs) per sample.
     pub neurons: f64,
-    /// Rows a stripe partition divides: the most partitions the layer can have.
+    /// The whole units a partition divides, and so the most partitions the layer can have:
+    /// neurons (fully connected, softmax), kernels, i.e. output channels (convolution), or
+    /// channels (pooling).
     pub rows: u64,
     /// Connections into the layer, `Σ_p W(l, p)`: multiply-adds per sample.
     pub connections: f64,
@@ -82,10 +91,10 @@ pub struct Shape {
 
 /// The [`Shape`] of every layer of `network` (validated), bottom first.
 pub fn shapes(network: &Network) -> Vec<Shape> {
-    let (mut channels, mut size) = (network.input.channels as f64, network.input.size);
+    let (mut channels, mut size) = (network.input.channels, network.input.size);
     let mut out = Vec::with_capacity(network.layers.len());
     for layer in &network.layers {
-        let below = channels * (size * size) as f64;
+        let below = channels as f64 * (size * size) as f64;
         let kind = layer.kind();
         let shape = match layer {
             Layer::FullyConnected {
@@ -99,7 +108,7 @@ pub fn shapes(network: &Network) -> Vec<Shape> {
                 bits,
             } => {
                 let n = *neurons as f64;
-                (channels, size) = (n, 1);
+                (channels, size) = (*neurons, 1);
                 Shape {
                     name: name.clone(),
                     kind,
@@ -120,18 +129,18 @@ pub fn shapes(network: &Network) -> Vec<Shape> {
             } => {
                 let o = (size - kernel) / stride + 1;
                 let n = (*out_channels * o * o) as f64;
-                let taps = channels * (kernel * kernel) as f64;
-                let halo = kernel.saturating_sub(*stride) as f64 / size as f64;
-                (channels, size) = (*out_channels as f64, o);
+                let taps = channels as f64 * (kernel * kernel) as f64;
+                (channels, size) = (*out_channels, o);
+                // Segments of whole kernels: each output channel reads every channel below.
                 Shape {
                     name: name.clone(),
                     kind,
                     neurons: n,
-                    rows: o,
+                    rows: *out_channels,
                     connections: n * taps,
                     params: *out_channels as f64 * taps,
                     bits: f64::from(*bits),
-                    connectivity: Connectivity::Local { halo },
+                    connectivity: Connectivity::Full,
                 }
             }
             Layer::Pooling {
@@ -141,18 +150,18 @@ pub fn shapes(network: &Network) -> Vec<Shape> {
                 bits,
             } => {
                 let o = (size - window) / stride + 1;
-                let n = channels * (o * o) as f64;
-                let halo = window.saturating_sub(*stride) as f64 / size as f64;
+                let n = channels as f64 * (o * o) as f64;
                 size = o;
+                // Segments of whole channels, each reading the same channels below.
                 Shape {
                     name: name.clone(),
                     kind,
                     neurons: n,
-                    rows: o,
+                    rows: channels,
                     connections: n * (window * window) as f64,
                     params: 0.0,
                     bits: f64::from(*bits),
-                    connectivity: Connectivity::Local { halo },
+                    connectivity: Connectivity::Local { halo: 0.0 },
                 }
             }
         };

@@ -51,9 +51,9 @@ pub struct Input {
     pub size: u64,
 }
 
-/// One layer of a DNN. Convolution and pooling are "valid" (no padding), square, and
-/// striped by output rows when partitioned; fully connected and softmax layers are striped
-/// by neuron.
+/// One layer of a DNN. Convolution and pooling are "valid" (no padding) and square. When
+/// partitioned, a convolution is divided by kernel (output channel), pooling by channel,
+/// fully connected and softmax layers by neuron.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Layer {

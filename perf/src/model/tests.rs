@@ -19,7 +19,33 @@ fn shapes_follow_the_geometry() {
     assert_eq!(s[0].connections, 24.0 * 24.0 * 16.0 * 25.0);
     assert_eq!(s[0].params, 16.0 * 25.0);
     assert_eq!(s[1].params, 0.0);
-    assert_eq!(s[1].rows, 12);
+    // pool 2 on 24x24x16: 12x12x16 outputs of 4 window entries each.
+    assert_eq!(s[1].neurons, 12.0 * 12.0 * 16.0);
+    assert_eq!(s[1].connections, 12.0 * 12.0 * 16.0 * 4.0);
+    // conv 5x5, 32 kernels on 12x12x16: 8x8x32 outputs of 16 x 25 taps each.
+    assert_eq!(s[2].neurons, 8.0 * 8.0 * 32.0);
+    assert_eq!(s[2].connections, 8.0 * 8.0 * 32.0 * 400.0);
+    assert_eq!(s[2].params, 32.0 * 400.0);
+    // fc 128 on pool2's 4x4x32.
+    assert_eq!(s[4].connections, 128.0 * 512.0);
+}
+
+#[test]
+fn convolutions_divide_by_kernel_and_pooling_by_channel() {
+    let s = shapes(&builtin::cnn());
+    let local = Connectivity::Local { halo: 0.0 };
+    // conv1, pool1, conv2, pool2: a convolution's segment holds whole kernels and reads
+    // every channel below; a pooling segment holds whole channels and reads the same ones.
+    let expected = [
+        (16, Connectivity::Full),
+        (16, local),
+        (32, Connectivity::Full),
+        (32, local),
+        (128, Connectivity::Full),
+        (10, Connectivity::Full),
+    ];
+    let got: Vec<_> = s.iter().map(|s| (s.rows, s.connectivity)).collect();
+    assert_eq!(got, expected);
 }
 
 #[test]

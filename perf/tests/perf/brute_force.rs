@@ -7,7 +7,9 @@ use iterstore_perf::optimizer::brute_force;
 use iterstore_perf::{search, Cluster, KindCosts, LayerKind, Model, Profile, Training};
 use proptest::prelude::*;
 
-/// A random layer: full or local connectivity, a few neurons and rows.
+/// A random layer: full or local connectivity, a few neurons and rows. Kind and connectivity
+/// pair more freely than `model::shapes` pairs them (a weighted local layer is a
+/// "convolution"): the search is exact for any shapes.
 fn shape() -> impl Strategy<Value = Shape> {
     (
         1u64..=6,
