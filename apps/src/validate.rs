@@ -16,7 +16,7 @@ use iterstore_perf::optimizer::evaluate;
 use iterstore_perf::spec::FORMAT_VERSION;
 use iterstore_perf::{Estimate, LayerConfig, Model, Profile, Resources, Training};
 
-use crate::dnn::layout::mlp_network;
+use crate::dnn::stack::mlp_network;
 
 /// One configuration `plan --validate` runs.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,9 +1,10 @@
 //! A DNN (an MLP or a CNN with a softmax output, [`crate::dnn`]) trained by mini-batch SGD
 //! on the parameter server. [`run`] trains the MLP, [`run_cnn`] the CNN, over
 //! data-parallel workers, with one generic loop over a [`Network`] (described below);
-//! [`run_partitioned_in`] trains the MLP partitioned over model replicas as a plan says
-//! (`partitioned` module), [`run_cnn_partitioned_in`] the CNN on a plan's replicas of one
-//! worker. Every way shares the initialisation, evaluation, checkpoints and report.
+//! [`run_partitioned_in`] and [`run_cnn_partitioned_in`] train them partitioned over
+//! model replicas as a plan says (`partitioned` module: the network's stages split into
+//! segments over a replica's workers). Every way shares the initialisation, evaluation,
+//! checkpoints and report.
 //!
 //! **Tables.** One `f32` table per weight layer, `dnn.w<l>`: for a fully connected layer
 //! one row per output neuron of layer `l`, its input weights then its bias
@@ -58,6 +59,7 @@ use crate::dnn::mlp::{add_momentum, clocks, epoch_order, mini_batch};
 #[cfg(doc)]
 use crate::dnn::mlp::{gradient_step, init_row, reference};
 use crate::dnn::network::add_layers;
+use crate::dnn::stack::Stack;
 use crate::dnn::{
     Cnn, CnnSpec, DataParallel, DnnConfig, Layout, Mlp, MlpSpec, Network, Partitioning,
 };
@@ -398,9 +400,9 @@ pub fn run_cnn_in(
     run_cnn_partitioned_in(cluster, cfg, params, data, None, observer)
 }
 
-/// [`run_cnn_in`] as `partitioning` asks (a plan's): the CNN trains whole layers on
-/// replicas of one worker ([`DataParallel::new`]), with the plan's `N_mr`, `N_ps`,
-/// `N_read` and `N_write`; a plan that splits a layer is refused naming it.
+/// [`run_cnn_in`] partitioned as `partitioning` asks (a plan's, one value per layer of
+/// the performance model's description, pooling included: [`Stack::cnn`]); as
+/// [`run_partitioned_in`] for the MLP.
 pub fn run_cnn_partitioned_in(
     cluster: &mut Cluster,
     cfg: &AppConfig,
@@ -413,18 +415,17 @@ pub fn run_cnn_partitioned_in(
     let spec = CnnSpec::new(data.train.rows, data.train.cols, params, data.classes);
     spec.check()
         .map_err(|e| AppError::Invalid(format!("dnn --model cnn: {e}")))?;
-    let zeros = Cnn::zeros(&spec);
-    let workers = cluster.total_workers();
-    let dp = match partitioning {
-        None => DataParallel::every_worker(workers),
-        Some(asked) => DataParallel::new(asked, zeros.layer_count(), workers, params.batch)
-            .map_err(|e| AppError::Invalid(format!("dnn --model cnn ({asked}): {e}")))?,
-    };
-    let mut outcome = run_network_in(cluster, cfg, params, data, zeros, dp, observer)?;
-    if let Some(asked) = partitioning {
-        outcome.report.param("partitioning", asked.to_string());
-    }
-    Ok(outcome)
+    let stack = Stack::cnn(&spec);
+    run_split_in(
+        cluster,
+        cfg,
+        params,
+        data,
+        Cnn::zeros(&spec),
+        &stack,
+        partitioning,
+        observer,
+    )
 }
 
 /// [`run_cnn_partitioned_in`] on a cluster of its own.
@@ -480,7 +481,7 @@ pub fn run_in(
 
 /// [`run_in`] with the layers partitioned over model replicas as `partitioning` asks (a
 /// plan's, [`Partitioning::from_plan`]); `None`, or whole layers on one worker per
-/// replica synchronised every mini-batch, is the data-parallel run.
+/// replica, is the data-parallel run.
 pub fn run_partitioned_in(
     cluster: &mut Cluster,
     cfg: &AppConfig,
@@ -490,14 +491,44 @@ pub fn run_partitioned_in(
     observer: Observer<'_>,
 ) -> Result<DnnOutcome, AppError> {
     let spec = MlpSpec::new(data.train.pixels_per_image(), params, data.classes);
-    let zeros = Mlp::zeros(&spec);
+    let stack = Stack::mlp(&spec);
+    run_split_in(
+        cluster,
+        cfg,
+        params,
+        data,
+        Mlp::zeros(&spec),
+        &stack,
+        partitioning,
+        observer,
+    )
+}
+
+/// The network of `zeros`' shape (its stages `stack`) partitioned as `partitioning` asks:
+/// the data-parallel run without a partitioning or when the layout splits nothing, else
+/// the partitioned one (`partitioned` module).
+#[allow(clippy::too_many_arguments)]
+fn run_split_in<N: Network>(
+    cluster: &mut Cluster,
+    cfg: &AppConfig,
+    params: &DnnConfig,
+    data: &ImageSet,
+    zeros: N,
+    stack: &Stack,
+    partitioning: Option<&Partitioning>,
+    observer: Observer<'_>,
+) -> Result<DnnOutcome<N>, AppError> {
     let Some(asked) = partitioning else {
         let every = DataParallel::every_worker(cluster.total_workers());
         return run_network_in(cluster, cfg, params, data, zeros, every, observer);
     };
     params.validate()?;
-    let layout = Layout::new(asked, &spec, cluster.total_workers(), params.batch)
-        .map_err(|e| AppError::Invalid(format!("dnn partitioning ({asked}): {e}")))?;
+    let layout = Layout::new(asked, stack, cluster.total_workers(), params.batch).map_err(|e| {
+        AppError::Invalid(format!(
+            "dnn --model {} partitioning ({asked}): {e}",
+            zeros.kind()
+        ))
+    })?;
     if let Some(dp) = layout.data_parallel() {
         let mut outcome = run_network_in(cluster, cfg, params, data, zeros, dp, observer)?;
         outcome.report.param("partitioning", asked.to_string());
@@ -506,7 +537,7 @@ pub fn run_partitioned_in(
     let mut report = prepare(cluster, cfg, params, data, &zeros)?;
     report.param("partitioning", asked.to_string());
     report.param("replica_workers", layout.replica_workers);
-    report.param("layout", layout.describe().join("; "));
+    report.param("layout", layout.describe(stack).join("; "));
     let n = data.train.len();
     let clocks = clocks(n, params.batch);
     let shards = weight_shards(layout.parameter_servers, cluster, cfg, &mut report)?;
@@ -515,7 +546,7 @@ pub fn run_partitioned_in(
         let capacity = n.div_ceil(layout.replicas).div_ceil(clocks);
         let first = cluster.rank() * cfg.workers;
         let states: Vec<partitioned::State> = (first..first + cfg.workers)
-            .map(|w| partitioned::State::new(&spec, &layout, w, capacity))
+            .map(|w| partitioned::State::new(stack, &layout, w, capacity))
             .collect();
         Ok((tables, states))
     });
@@ -524,7 +555,7 @@ pub fn run_partitioned_in(
     let epoch = partitioned::Epoch {
         tables: &tables,
         params,
-        spec: &spec,
+        stack,
         layout: &layout,
         data,
         clocks,

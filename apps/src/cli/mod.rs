@@ -330,7 +330,8 @@ pub enum App {
     Lda,
     /// PageRank by power iteration (input: a directed graph).
     Pagerank,
-    /// A neural network (MLP) trained by mini-batch SGD (input: labeled images).
+    /// A neural network (an MLP or a CNN) trained by mini-batch SGD (input: labeled
+    /// images).
     Dnn,
 }
 
@@ -476,9 +477,10 @@ pub struct RunArgs {
     #[arg(long, value_name = "S", default_value_t = 120, help_heading = "DNN options",
           value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub message_timeout: u64,
-    /// dnn: train the MLP as the optimizer's plan FILE says (`iterstore plan --output`):
-    /// its model replicas, each layer's partitions and replications, N_read and N_write.
-    /// The cluster must have the plan's N_mr x N_wr workers (--processes x --workers).
+    /// dnn: train the network as the optimizer's plan FILE says (`iterstore plan --output`,
+    /// for the same --model): its model replicas, each layer's partitions and
+    /// replications, N_read and N_write. The cluster must have the plan's N_mr x N_wr
+    /// workers (--processes x --workers).
     #[arg(long, value_name = "FILE", help_heading = "DNN options",
           conflicts_with_all = ["replicas", "partitions", "replications", "n_read", "n_write",
                                 "replica_workers", "parameter_servers"])]
@@ -496,13 +498,16 @@ pub struct RunArgs {
     /// then be idle: see --replica-workers) [default: every shard].
     #[arg(long, value_name = "N", help_heading = "DNN options", value_parser = at_least_one)]
     pub parameter_servers: Option<usize>,
-    /// dnn: segments of each weight layer within a replica (P(l)), comma-separated, input
-    /// side first [default: 1 each].
+    /// dnn: segments of each layer within a replica (P(l)), comma-separated, input side
+    /// first: the MLP's weight layers; the CNN's convolutions (split by kernels), poolings
+    /// (by channels) and fully connected layers, e.g. 6 values for conv,pool,conv,pool,fc,out
+    /// [default: 1 each].
     #[arg(long, value_name = "P,..", value_delimiter = ',', help_heading = "DNN options",
           value_parser = at_least_one)]
     pub partitions: Option<Vec<usize>>,
-    /// dnn: copies of each weight layer's segments within a replica (R(l)), each on its
-    /// own worker and its own share of the mini-batch [default: 1 each].
+    /// dnn: copies of each layer's segments within a replica (R(l)), each on its own
+    /// worker and its own share of the mini-batch; the layers as --partitions counts them
+    /// [default: 1 each].
     #[arg(long, value_name = "R,..", value_delimiter = ',', help_heading = "DNN options",
           value_parser = at_least_one)]
     pub replications: Option<Vec<usize>>,

@@ -490,7 +490,7 @@ fn dnn_config(args: &RunArgs) -> Result<(bool, DnnConfig)> {
 }
 
 /// The partitioning `--plan` or `--replicas`/`--partitions`/`--replications`/`--n-read`/
-/// `--n-write` ask for, if any (the MLP's only).
+/// `--n-write` ask for, if any.
 fn dnn_partitioning(
     args: &RunArgs,
     cfg: &AppConfig,
@@ -504,50 +504,24 @@ fn dnn_partitioning(
         || args.replications.is_some()
         || args.n_read.is_some()
         || args.n_write.is_some();
-    if cnn && (args.partitions.is_some() || args.replications.is_some()) {
-        bail!("--partitions and --replications split the MLP's layers; the CNN trains whole layers on replicas of one worker (--replicas, --parameter-servers, --n-read, --n-write apply)");
-    }
-    let layers = if cnn {
-        // Convolutions and fully connected layers with weights (pooling has none).
-        params.channels.len() + params.hidden.len() + 1
+    // One value per layer of the performance model's description: the CNN's poolings
+    // count (they are split by channels like the convolution below them).
+    let names = if cnn {
+        iterstore_apps::dnn::stack::cnn_names(params.channels.len(), params.hidden.len())
     } else {
-        params.hidden.len() + 1
+        (0..=params.hidden.len()).map(|l| format!("l{l}")).collect()
     };
+    let layers = names.len();
     if let Some(path) = &args.plan {
         let plan = iterstore_perf::Plan::load(path).map_err(anyhow::Error::msg)?;
-        let mut asked = Partitioning::from_plan(&plan);
-        if cnn {
-            // The plan describes pooling layers too; they hold no weights and are never
-            // split by the CNN app.
-            let weighted: Vec<usize> = plan
-                .layers
-                .iter()
-                .enumerate()
-                .filter(|(_, l)| !l.name.starts_with("pool"))
-                .map(|(i, _)| i)
-                .collect();
-            if let Some(l) = plan
-                .layers
-                .iter()
-                .find(|l| l.partitions * l.replications != 1)
-            {
-                bail!(
-                    "--plan {}: it splits layer {} ({} partitions x {} replications), but the CNN trains whole layers on replicas of one worker",
-                    path.display(),
-                    l.name,
-                    l.partitions,
-                    l.replications
-                );
-            }
-            asked.partitions = weighted.iter().map(|&i| asked.partitions[i]).collect();
-            asked.replications = weighted.iter().map(|&i| asked.replications[i]).collect();
-        }
+        let asked = Partitioning::from_plan(&plan);
         if asked.partitions.len() != layers {
             bail!(
-                "--plan {}: planned for {} ({} layers), but this network has {layers} weight layers",
+                "--plan {}: planned for {} ({} layers), but this network has {layers} layers ({})",
                 path.display(),
                 plan.network,
                 plan.layers.len(),
+                names.join(","),
             );
         }
         if plan.layers.iter().any(|l| l.threads > 1) {
@@ -566,8 +540,9 @@ fn dnn_partitioning(
             None => Ok(vec![1; layers]),
             Some(v) if v.len() == layers => Ok(v.clone()),
             Some(v) => bail!(
-                "{flag}: {} values for the network's {layers} weight layers",
-                v.len()
+                "{flag}: {} values for the network's {layers} layers ({})",
+                v.len(),
+                names.join(",")
             ),
         }
     };

@@ -1,12 +1,13 @@
-//! How a partitioned MLP run is laid out over the cluster's workers: the configuration the
-//! optimizer's plan (or the command line) asks for ([`Partitioning`]), resolved against the
-//! network and the number of workers into a [`Layout`].
+//! How a partitioned run (an MLP or a CNN) is laid out over the cluster's workers: the
+//! configuration the optimizer's plan (or the command line) asks for ([`Partitioning`]),
+//! resolved against the network's stages ([`Stack`]) and the number of workers into a
+//! [`Layout`].
 //!
 //! - **Replicas.** The `W` workers form `N_mr` model replicas of `N_wr = W / N_mr`
 //!   consecutive global workers each; replica `m` trains on its share of the data
 //!   ([`crate::dnn::mlp::epoch_order`] keyed by the replica, as a data-parallel worker is).
-//! - **Segments and copies.** Weight layer `l` (its rows are its output neurons) is cut
-//!   into `P(l)` segments of whole canonical chunks ([`kernels::chunks`]: segment `p` holds
+//! - **Segments and copies.** Layer `l` (a stage: its units are neurons, kernels or
+//!   channels, [`crate::dnn::stack`]) is cut into `P(l)` segments of whole canonical chunks ([`kernels::chunks`]: segment `p` holds
 //!   chunks [`partition`]`(G, P, p)` of the `G`), and each segment has `R(l)` copies. Copy
 //!   `r` handles the samples of a mini-batch at positions `s ≡ r (mod R(l))` (the
 //!   optimizer's model routes samples to copies the same way, [`iterstore_perf::mapping`]).
@@ -22,11 +23,10 @@ use std::ops::Range;
 
 use iterstore_perf::mapping::{self, Split};
 use iterstore_perf::model::shapes;
-use iterstore_perf::spec::Input;
-use iterstore_perf::{Layer, Network};
 
+#[cfg(doc)]
 use super::kernels;
-use super::mlp::MlpSpec;
+use super::stack::Stack;
 use crate::algo::partition;
 
 /// A partitioning as asked for: by a plan file or on the command line.
@@ -157,7 +157,7 @@ fn every(samples: usize, batch: usize, replicas: usize) -> usize {
 }
 
 /// A data-parallel run: each replica one worker training the whole network on its share
-/// of the data (any network: the CNN's only way).
+/// of the data (what a layout that splits no layer runs, [`Layout::data_parallel`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DataParallel {
     /// `N_mr`: global workers `0..replicas` train; the others only CLOCK.
@@ -180,56 +180,6 @@ impl DataParallel {
             write_every: 1,
             parameter_servers: None,
         }
-    }
-
-    /// `asked` for a network of `layers` weight layers on `workers` workers with
-    /// mini-batches of `batch`, if it splits no layer and its replicas are one worker
-    /// each; else an error saying what it splits.
-    pub fn new(
-        asked: &Partitioning,
-        layers: usize,
-        workers: usize,
-        batch: usize,
-    ) -> Result<Self, String> {
-        if asked.partitions.len() != layers || asked.replications.len() != layers {
-            return Err(format!(
-                "{} partitions and {} replications for a network of {layers} weight layers",
-                asked.partitions.len(),
-                asked.replications.len()
-            ));
-        }
-        if let Some(l) = (0..layers).find(|&l| asked.partitions[l] * asked.replications[l] != 1) {
-            return Err(format!(
-                "layer {l} is split ({} partitions x {} replications): this network trains \
-                 whole layers on replicas of one worker",
-                asked.partitions[l], asked.replications[l]
-            ));
-        }
-        let per_replica = asked.replica_workers.unwrap_or(1);
-        if per_replica != 1 {
-            return Err(format!(
-                "replicas of {per_replica} workers: this network trains on replicas of one worker"
-            ));
-        }
-        if asked.replicas == 0 || asked.replicas > workers {
-            return Err(format!(
-                "{} replicas of one worker, the cluster has {workers} workers",
-                asked.replicas
-            ));
-        }
-        if asked.replica_workers.is_none() && asked.replicas != workers {
-            return Err(format!(
-                "{} replicas do not divide the cluster's {workers} workers into replicas of \
-                 one",
-                asked.replicas
-            ));
-        }
-        Ok(Self {
-            replicas: asked.replicas,
-            read_every: every(asked.n_read, batch, asked.replicas),
-            write_every: every(asked.n_write, batch, asked.replicas),
-            parameter_servers: asked.parameter_servers,
-        })
     }
 
     /// The global shards out of `total` that `parameter_servers` dedicated servers hold
@@ -265,53 +215,22 @@ pub struct Layout {
     pub write_every: usize,
 }
 
-/// The optimizer's description of an MLP of `sizes` (inputs, hidden layers, classes):
-/// fully connected layers under a softmax.
-pub fn mlp_network(sizes: &[usize]) -> Network {
-    let last = sizes.len() - 2;
-    Network {
-        version: iterstore_perf::spec::FORMAT_VERSION,
-        name: "mlp".into(),
-        input: Input {
-            channels: sizes[0] as u64,
-            size: 1,
-        },
-        layers: (0..=last)
-            .map(|l| {
-                let (name, neurons) = (format!("l{l}"), sizes[l + 1] as u64);
-                if l == last {
-                    Layer::Softmax {
-                        name,
-                        neurons,
-                        bits: 32,
-                    }
-                } else {
-                    Layer::FullyConnected {
-                        name,
-                        neurons,
-                        bits: 32,
-                    }
-                }
-            })
-            .collect(),
-    }
-}
-
 impl Layout {
-    /// Resolves `asked` for `spec` on `workers` workers training with mini-batches of
-    /// `batch` samples; an error names what does not fit.
+    /// Resolves `asked` for the network `stack` on `workers` workers training with
+    /// mini-batches of `batch` samples; an error names what does not fit.
     pub fn new(
         asked: &Partitioning,
-        spec: &MlpSpec,
+        stack: &Stack,
         workers: usize,
         batch: usize,
     ) -> Result<Self, String> {
-        let layers = spec.layers();
+        let layers = stack.len();
         if asked.partitions.len() != layers || asked.replications.len() != layers {
             return Err(format!(
-                "{} partitions and {} replications for a network of {layers} weight layers",
+                "{} partitions and {} replications for a network of {layers} layers ({})",
                 asked.partitions.len(),
-                asked.replications.len()
+                asked.replications.len(),
+                stack.names()
             ));
         }
         if asked.replicas == 0 {
@@ -340,23 +259,26 @@ impl Layout {
             return Err("at least one parameter server".into());
         }
         let mut splits = Vec::with_capacity(layers);
-        for l in 0..layers {
+        for (l, stage) in stack.stages.iter().enumerate() {
             let (p, r) = (asked.partitions[l], asked.replications[l]);
-            let chunks = kernels::chunks(spec.rows(l)).len();
+            let chunks = stage.chunks().len();
+            let name = &stage.name;
             if p == 0 || r == 0 {
-                return Err(format!("layer {l}: partitions and replications start at 1"));
+                return Err(format!(
+                    "layer {l} ({name}): partitions and replications start at 1"
+                ));
             }
             if p > chunks {
                 return Err(format!(
-                    "layer {l}: {p} partitions of {} neurons (at most {chunks}: segments \
-                     are made of whole chunks, see dnn::kernels::chunks)",
-                    spec.rows(l)
+                    "layer {l} ({name}): {p} partitions of {} units (at most {chunks}: \
+                     segments are made of whole chunks, see dnn::kernels::chunks)",
+                    stage.units
                 ));
             }
             if p * r > replica_workers {
                 return Err(format!(
-                    "layer {l}: {p} partitions x {r} replications need {} workers, a \
-                     replica has {replica_workers}",
+                    "layer {l} ({name}): {p} partitions x {r} replications need {} \
+                     workers, a replica has {replica_workers}",
                     p * r
                 ));
             }
@@ -365,7 +287,7 @@ impl Layout {
                 replications: r as u32,
             });
         }
-        let placed = mapping::assign(&shapes(&mlp_network(&spec.sizes)), &splits);
+        let placed = mapping::assign(&shapes(&stack.network), &splits);
         Ok(Self {
             replicas: asked.replicas,
             replica_workers,
@@ -374,7 +296,7 @@ impl Layout {
                 .map(|l| LayerLayout {
                     partitions: asked.partitions[l],
                     replications: asked.replications[l],
-                    chunks: kernels::chunks(spec.rows(l)),
+                    chunks: stack.stages[l].chunks(),
                     workers: placed[l].clone(),
                 })
                 .collect(),
@@ -419,15 +341,17 @@ impl Layout {
         m * self.replica_workers + k
     }
 
-    /// One line per layer: `layer l: P x R, copies on workers [..]`.
-    pub fn describe(&self) -> Vec<String> {
+    /// One line per layer of `stack`: `layer l (name): P segment(s) x R copy(ies) on
+    /// replica workers [..]`.
+    pub fn describe(&self, stack: &Stack) -> Vec<String> {
         self.layers
             .iter()
+            .zip(&stack.stages)
             .enumerate()
-            .map(|(l, x)| {
+            .map(|(l, (x, stage))| {
                 format!(
-                    "layer {l}: {} segment(s) x {} copy(ies) on replica workers {:?}",
-                    x.partitions, x.replications, x.workers
+                    "layer {l} ({}): {} segment(s) x {} copy(ies) on replica workers {:?}",
+                    stage.name, x.partitions, x.replications, x.workers
                 )
             })
             .collect()
@@ -439,11 +363,11 @@ mod tests {
     use super::*;
     use crate::dnn::Activation;
 
-    fn spec() -> MlpSpec {
-        MlpSpec {
+    fn spec() -> Stack {
+        Stack::mlp(&crate::dnn::MlpSpec {
             sizes: vec![20, 40, 12, 5],
             activation: Activation::Relu,
-        }
+        })
     }
 
     fn asked(replicas: usize, p: [usize; 3], r: [usize; 3]) -> Partitioning {
@@ -512,7 +436,7 @@ mod tests {
             .contains("2 parameter servers, the cluster has 1"));
         let mut short = asked(1, [1, 1, 1], [1, 1, 1]);
         short.partitions.pop();
-        assert!(e(short, 1).contains("3 weight layers"));
+        assert!(e(short, 1).contains("3 layers (l0,l1,l2)"));
     }
 
     #[test]
@@ -524,12 +448,8 @@ mod tests {
         assert_eq!((l.read_every, l.write_every), (3, 2));
         let dp = l.data_parallel().unwrap();
         assert_eq!((dp.replicas, dp.read_every), (2, 3));
-        let whole = DataParallel::new(&a, 3, 2, 64).unwrap();
-        assert_eq!(whole, dp);
-        let split = asked(1, [2, 1, 1], [1; 3]);
-        assert!(DataParallel::new(&split, 3, 2, 64)
-            .unwrap_err()
-            .contains("layer 0 is split (2 partitions x 1 replications)"));
+        let split = Layout::new(&asked(1, [2, 1, 1], [1; 3]), &spec(), 2, 64).unwrap();
+        assert_eq!(split.data_parallel(), None);
         assert_eq!(l.place(1), (1, 0));
     }
 }

@@ -15,7 +15,9 @@
 //! - [`cnn`]: the same for a CNN (convolutions with max pooling, then fully connected
 //!   layers), on [`conv`] and [`pool`].
 //! - [`network`]: [`Network`], what the app needs of either.
-//! - [`layout`]: how a partitioned MLP (model replicas, segments, copies) is laid out
+//! - [`stack`]: a network as a partitioned replica runs it: stages (fully connected,
+//!   convolution, pooling), what a segment of each reads and writes.
+//! - [`layout`]: how a partitioned network (model replicas, segments, copies) is laid out
 //!   over the workers, from a plan or the command line.
 //! - [`config`]: [`DnnConfig`], the hyper-parameters.
 
@@ -29,6 +31,7 @@ pub mod loss;
 pub mod mlp;
 pub mod network;
 pub mod pool;
+pub mod stack;
 
 pub use activation::Activation;
 pub use cnn::{Cnn, CnnSpec};

@@ -6,7 +6,7 @@
 //! of its edges into a private accumulator per target; the accumulators are added in worker
 //! order (per vertex, in parallel over vertex ranges) and finished into the new ranks with
 //! [`finish`]. The threads and buffers live for the whole run (the steps meet at a
-//! [`SpinBarrier`]); the hot loop does not allocate.
+//! `SpinBarrier`); the hot loop does not allocate.
 //!
 //! It knows nothing of the parameter server; the math is [`crate::algo::pagerank`].
 
@@ -63,7 +63,7 @@ impl Worker {
 /// Runs `limit.iterations` BSP power-iteration steps from `1/N` with `limit.threads`
 /// workers. Reports `‖r' − r‖₁` after each step.
 ///
-/// The threads start once and meet at a [`SpinBarrier`] between an iteration's steps
+/// The threads start once and meet at a `SpinBarrier` between an iteration's steps
 /// (an iteration on a real graph takes a few hundred microseconds, about what starting
 /// threads for each step cost): worker `w` computes the shares and dangling mass of its
 /// vertex range, sums its edges' shares, then finishes its range of the new ranks from

@@ -173,16 +173,16 @@ fn a_partitioning_that_does_not_fit_is_refused_naming_why() {
         ),
         (
             split(1, [1, 1, 11], [1; 3]),
-            "layer 2: 11 partitions of 10 neurons (at most 10",
+            "layer 2 (l2): 11 partitions of 10 units (at most 10",
         ),
         (
             split(1, [2, 1, 1], [2, 1, 1]),
-            "layer 0: 2 partitions x 2 replications need 4",
+            "layer 0 (l0): 2 partitions x 2 replications need 4",
         ),
     ] {
         let e = train(&cfg, &asked, &data).unwrap_err().to_string();
         assert!(e.contains(why), "{e}");
-        assert!(e.contains("dnn partitioning (replicas"), "{e}");
+        assert!(e.contains("dnn --model mlp partitioning (replicas"), "{e}");
     }
 }
 
@@ -438,11 +438,11 @@ fn partitioning_options_that_do_not_fit_are_refused_before_any_work() {
     for (extra, want) in [
         (
             &["--partitions", "2,2"][..],
-            "--partitions: 2 values for the network's 3 weight layers",
+            "--partitions: 2 values for the network's 3 layers (l0,l1,l2)",
         ),
         (
             &["--model", "cnn", "--partitions", "1,1,1,1"][..],
-            "the CNN trains whole layers on replicas of one worker",
+            "--partitions: 4 values for the network's 7 layers (conv1,pool1,conv2,pool2,fc1,fc2,out)",
         ),
         (
             &["--plan", "/nonexistent/plan.json"][..],

@@ -11,6 +11,7 @@ mod checkpoint;
 mod cli;
 mod cluster;
 mod cnn;
+mod cnn_partitioned;
 mod dnn;
 mod dnn_checks;
 mod dnn_partitioned;

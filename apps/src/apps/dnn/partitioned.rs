@@ -1,33 +1,38 @@
-//! The partitioned MLP: one epoch of one worker of a model replica that holds segment
-//! copies of the layers ([`Layout`]), exchanging activations forward and error terms
-//! backward with the replica's other workers (`Worker::send_to` / `recv_from`, so a
-//! replica may span processes).
+//! The partitioned network (an MLP or a CNN): one epoch of one worker of a model replica
+//! that holds segment copies of the network's stages ([`Stack`], [`Layout`]: fully
+//! connected layers, convolutions split by kernels, poolings split by channels),
+//! exchanging activations forward and error terms backward with the replica's other
+//! workers (`Worker::send_to` / `recv_from`, so a replica may span processes).
 //!
 //! Per mini-batch, every worker of a replica, in the same order:
 //!
-//! 1. **READ** the rows of every segment it holds (every `read_every` mini-batches).
-//! 2. **Forward**, layer by layer: copy `(p, r)` of layer `l` gathers its samples' inputs
-//!    (the images for layer 0; otherwise every lower copy's activations of the samples
-//!    they share, tag `(l − 1, FWD)`), computes its rows' outputs and sends them to every
-//!    upper copy sharing samples. The softmax needs a sample's every logit: when the
-//!    output layer is split, segment 0 of each copy gathers the logits (`LOGITS`),
-//!    computes the loss and the error terms, and hands every segment its columns back
-//!    (`SOFTMAX`).
-//! 3. **Backward**, top down: a copy's error terms (from the upper layer, `BACK`, through
-//!    its activation's derivative) give its weight step `−rate δᵀx`. The error terms of the
-//!    layer below are summed over this layer's output neurons in their canonical chunk
-//!    order ([`kernels::backward_chunks`]): segment 0 starts from zeros, each segment adds
-//!    its chunks and passes the sum on to the next (`CHAIN`), and the last segment sends
-//!    each lower copy its samples' and neurons' part (`BACK`). So the sums are the ones one
+//! 1. **READ** the rows of every segment it holds that has weights (every `read_every`
+//!    mini-batches).
+//! 2. **Forward**, stage by stage: copy `(p, r)` of stage `l` gathers its samples' inputs
+//!    (the images for stage 0; otherwise, from every lower copy sharing samples, the
+//!    columns of its output the segment reads, [`Stage::need`], tag `(l − 1, FWD)`),
+//!    computes its units' outputs (a GEMM, a convolution, a pooling) and sends every upper
+//!    copy sharing samples the columns it reads. The softmax needs a sample's every logit:
+//!    when the output layer is split, segment 0 of each copy gathers the logits
+//!    (`LOGITS`), computes the loss and the error terms, and hands every segment its
+//!    columns back (`SOFTMAX`).
+//! 3. **Backward**, top down: a copy's error terms at its outputs (from the upper stage,
+//!    `BACK`, then through its activation's derivative) give its weight step. The error
+//!    terms below a fully connected layer or a convolution are a sum over its units in
+//!    their canonical chunk order ([`kernels::backward_chunks`],
+//!    [`conv::backward_chunks`]): segment 0 starts from zeros, each segment adds its
+//!    chunks and passes the sum on to the next (`CHAIN`), and the last segment sends each
+//!    lower copy its samples' and columns' part (`BACK`). A pooling's segment routes its
+//!    channels' error terms alone and sends them itself. So the sums are the ones one
 //!    worker computes, bit for bit.
 //! 4. **UPDATE** every held row by its velocity (momentum; summed over `write_every`
 //!    mini-batches), then **CLOCK**. Between reads (`read_every > 1`) a replica adds its
 //!    own steps to the weights it holds, and after a read it adds back the steps it has
 //!    not written yet: it trains on the servers' weights plus its own progress.
 //!
-//! With one copy per layer (`R = 1`) every multiply-add happens in the same order as on
+//! With one copy per stage (`R = 1`) every multiply-add happens in the same order as on
 //! one worker, so a replica of 1, 2 or 4 workers trains bit-identical weights; copies of a
-//! layer split the mini-batch's gradient, which the servers sum (as data-parallel workers'
+//! stage split the mini-batch's gradient, which the servers sum (as data-parallel workers'
 //! steps are summed). The rows touched never depend on values, so a virtual iteration
 //! skips the arithmetic and the messages. A worker in no replica (a dedicated
 //! parameter-server process's) only CLOCKs.
@@ -37,14 +42,14 @@ use std::ops::Range;
 use iterstore::{Element, Table, Worker};
 
 use crate::apps::checkpoint::{self, Cursor};
-use crate::data::ImageSet;
-use crate::dnn::kernels;
-use crate::dnn::layout::{samples, Layout};
+use crate::data::{ImageSet, Images};
+use crate::dnn::layout::{samples, LayerLayout, Layout};
 use crate::dnn::loss::softmax_cross_entropy;
-use crate::dnn::mlp::{epoch_order, fill_inputs, mini_batch};
-use crate::dnn::{DnnConfig, MlpSpec};
+use crate::dnn::mlp::{epoch_order, mini_batch};
+use crate::dnn::stack::{Op, Stack, Stage};
+use crate::dnn::{conv, kernels, pool, DnnConfig};
 
-/// Message kinds (a tag is `layer × KINDS + kind`).
+/// Message kinds (a tag is `stage × KINDS + kind`).
 const FWD: u32 = 0;
 const LOGITS: u32 = 1;
 const SOFTMAX: u32 = 2;
@@ -59,32 +64,107 @@ fn tag(l: usize, kind: u32) -> u32 {
 /// A segment copy a worker holds, with its buffers.
 #[derive(Clone)]
 struct Held {
-    /// Layer, segment, copy.
+    /// Stage, segment, copy.
     l: usize,
     p: usize,
     r: usize,
-    /// The segment's rows.
+    /// What it computes, for the segment's units (a convolution's `out_channels` and a
+    /// pooling's `channels` are the segment's).
+    op: Op,
+    /// The segment's units (rows of its table, if it has one).
     rows: Range<usize>,
     /// Its chunks, relative to `rows.start`.
     chunks: Vec<Range<usize>>,
-    /// Floats per row (inputs and bias).
+    /// The columns of the stage below's output it reads, and its output columns.
+    need: Range<usize>,
+    out_cols: Range<usize>,
+    /// Floats per sample of `x` (and `back`) and of `out` (and `delta`).
+    x_width: usize,
+    out_width: usize,
+    /// Floats per table row (inputs and bias); 0 without weights.
     width: usize,
     weights: Vec<f32>,
     step: Vec<f32>,
     velocity: Vec<f32>,
     /// Velocities summed since the last UPDATE.
     pending: Vec<f32>,
-    /// Inputs of its samples (`samples × width`).
+    /// A convolution's kernels and biases unpacked from `weights`, and its step's.
+    kernels: Vec<f32>,
+    bias: Vec<f32>,
+    grad_kernels: Vec<f32>,
+    grad_bias: Vec<f32>,
+    /// A convolution's im2col scratch.
+    cols: Vec<f32>,
+    /// A pooling's argmax.
+    argmax: Vec<u32>,
+    /// Inputs of its samples (`samples × x_width`).
     x: Vec<f32>,
-    /// Outputs (activations, or logits in the last layer) (`samples × rows`).
+    /// Outputs (activations, pooled values, or logits in the last stage)
+    /// (`samples × out_width`).
     out: Vec<f32>,
-    /// Error terms (`samples × rows`).
+    /// Error terms at the outputs (`samples × out_width`).
     delta: Vec<f32>,
-    /// The running sum of the error terms below (`samples × width`).
+    /// Error terms at the inputs: the running sum below (`samples × x_width`).
     back: Vec<f32>,
 }
 
 impl Held {
+    fn new(stage: &Stage, x: &LayerLayout, (l, p, r): (usize, usize, usize), most: usize) -> Self {
+        let rows = x.segment(p);
+        let chunks = x.chunks[x.segment_chunks(p)]
+            .iter()
+            .map(|c| c.start - rows.start..c.end - rows.start)
+            .collect();
+        let n = rows.len();
+        let op = match stage.op {
+            Op::Conv(g) => Op::Conv(Stage::conv_of(g, n)),
+            Op::Pool(g) => Op::Pool(Stage::pool_of(g, n)),
+            dense => dense,
+        };
+        let (x_width, out_width) = (stage.x_width(&rows), n * stage.unit);
+        let weights = if stage.weights.is_some() {
+            n * stage.width
+        } else {
+            0
+        };
+        let (taps, kernels) = match op {
+            Op::Conv(g) => (g.taps(), n),
+            _ => (0, 0),
+        };
+        let argmax = if matches!(op, Op::Pool(_)) {
+            most * out_width
+        } else {
+            0
+        };
+        Self {
+            l,
+            p,
+            r,
+            op,
+            chunks,
+            need: stage.need(&rows),
+            out_cols: stage.out_cols(&rows),
+            x_width,
+            out_width,
+            width: stage.width,
+            weights: vec![0.0; weights],
+            step: vec![0.0; weights],
+            velocity: vec![0.0; weights],
+            pending: vec![0.0; weights],
+            kernels: vec![0.0; kernels * taps],
+            bias: vec![0.0; kernels],
+            grad_kernels: vec![0.0; kernels * taps],
+            grad_bias: vec![0.0; kernels],
+            cols: Vec::new(),
+            argmax: vec![0; argmax],
+            x: vec![0.0; most * x_width],
+            out: vec![0.0; most * out_width],
+            delta: vec![0.0; most * out_width],
+            back: vec![0.0; most * x_width],
+            rows,
+        }
+    }
+
     fn len(&self) -> usize {
         self.rows.len()
     }
@@ -93,7 +173,7 @@ impl Held {
 /// One worker's state across runs.
 #[derive(Clone)]
 pub(super) struct State {
-    /// The copies it holds, bottom layer first.
+    /// The copies it holds, bottom stage first.
     held: Vec<Held>,
     order: Vec<u32>,
     /// A message's values.
@@ -111,40 +191,20 @@ pub(super) struct State {
 }
 
 impl State {
-    /// The state of global worker `w` under `layout`, for mini-batch shares of at most
-    /// `capacity` samples.
-    pub(super) fn new(spec: &MlpSpec, layout: &Layout, w: usize, capacity: usize) -> Self {
+    /// The state of global worker `w` under `layout` for the network `stack`, for
+    /// mini-batch shares of at most `capacity` samples.
+    pub(super) fn new(stack: &Stack, layout: &Layout, w: usize, capacity: usize) -> Self {
         let (_, k) = layout.place(w);
         let held = layout
             .layers
             .iter()
+            .zip(&stack.stages)
             .enumerate()
             .filter(|_| !layout.is_idle(w))
-            .filter_map(|(l, x)| {
+            .filter_map(|(l, (x, stage))| {
                 let (p, r) = x.copy_of(k)?;
-                let rows = x.segment(p);
-                let chunks = x.chunks[x.segment_chunks(p)]
-                    .iter()
-                    .map(|c| c.start - rows.start..c.end - rows.start)
-                    .collect();
-                let (width, n) = (spec.width(l), rows.len());
                 let most = capacity.div_ceil(x.replications);
-                Some(Held {
-                    l,
-                    p,
-                    r,
-                    chunks,
-                    width,
-                    weights: vec![0.0; n * width],
-                    step: vec![0.0; n * width],
-                    velocity: vec![0.0; n * width],
-                    pending: vec![0.0; n * width],
-                    x: vec![0.0; most * width],
-                    out: vec![0.0; most * n],
-                    delta: vec![0.0; most * n],
-                    back: vec![0.0; most * width],
-                    rows,
-                })
+                Some(Held::new(stage, x, (l, p, r), most))
             })
             .collect();
         Self {
@@ -192,9 +252,10 @@ impl super::Saved for State {
 /// What an epoch needs besides the worker and its state.
 #[derive(Clone, Copy)]
 pub(super) struct Epoch<'a> {
+    /// One table per weight layer.
     pub(super) tables: &'a [Table<f32>],
     pub(super) params: &'a DnnConfig,
-    pub(super) spec: &'a MlpSpec,
+    pub(super) stack: &'a Stack,
     pub(super) layout: &'a Layout,
     pub(super) data: &'a ImageSet,
     pub(super) clocks: usize,
@@ -217,6 +278,16 @@ fn shared(
             .map(|(i, _)| i),
     );
     at
+}
+
+/// The columns two ranges share (empty if none).
+fn overlap(a: &Range<usize>, b: &Range<usize>) -> Range<usize> {
+    a.start.max(b.start)..a.end.min(b.end).max(a.start.max(b.start))
+}
+
+/// `r` shifted down by `by`.
+fn shift(r: &Range<usize>, by: usize) -> Range<usize> {
+    r.start - by..r.end - by
 }
 
 /// Copies rows `at` (of `cols` floats, columns `from`) of `src` into `buf`.
@@ -247,6 +318,37 @@ fn recv(
     w.recv_from(from, tag, buf)
 }
 
+/// Writes columns `need` of images `which` (pixels scaled to `[0, 1]`, as the one-worker
+/// networks scale them) into rows of `width` floats of `x`.
+fn fill_images(
+    images: &Images,
+    which: impl Iterator<Item = usize>,
+    need: &Range<usize>,
+    x: &mut [f32],
+    width: usize,
+) {
+    for (b, i) in which.enumerate() {
+        let row = &mut x[b * width..][..need.len()];
+        for (v, &p) in row.iter_mut().zip(&images.image(i)[need.clone()]) {
+            *v = f32::from(p) * (1.0 / 255.0);
+        }
+    }
+}
+
+/// Copies a convolution's rows (taps, then bias) into its kernels and biases.
+fn unpack(h: &mut Held) {
+    let taps = h.width - 1;
+    for ((row, kernel), b) in h
+        .weights
+        .chunks_exact(h.width)
+        .zip(h.kernels.chunks_exact_mut(taps))
+        .zip(h.bias.iter_mut())
+    {
+        kernel.copy_from_slice(&row[..taps]);
+        *b = row[taps];
+    }
+}
+
 /// One epoch of global worker `w.id()`: the iteration both the virtual iteration and the
 /// real ones run.
 pub(super) fn iteration(w: &mut Worker<'_>, e: Epoch<'_>, s: &mut State) -> iterstore::Result<()> {
@@ -274,10 +376,11 @@ pub(super) fn iteration(w: &mut Worker<'_>, e: Epoch<'_>, s: &mut State) -> iter
     let rate = e.params.rate(s.epoch);
     let real = !w.is_virtual();
     let order = std::mem::take(&mut s.order);
+    let weighted = |h: &Held| e.stack.stages[h.l].weights.map(|t| &e.tables[t]);
     for b in 0..e.clocks {
         if b % layout.read_every == 0 {
             for h in &mut s.held {
-                let table = &e.tables[h.l];
+                let Some(table) = weighted(h) else { continue };
                 for (i, row) in h.weights.chunks_exact_mut(h.width).enumerate() {
                     w.read(table, (h.rows.start + i) as u64, row)?;
                 }
@@ -294,6 +397,7 @@ pub(super) fn iteration(w: &mut Worker<'_>, e: Epoch<'_>, s: &mut State) -> iter
         }
         let write = (b + 1) % layout.write_every == 0 || b + 1 == e.clocks;
         for h in &mut s.held {
+            let Some(table) = weighted(h) else { continue };
             for (v, &d) in h.velocity.iter_mut().zip(&h.step) {
                 *v = e.params.momentum * *v + d;
             }
@@ -307,7 +411,6 @@ pub(super) fn iteration(w: &mut Worker<'_>, e: Epoch<'_>, s: &mut State) -> iter
                 f32::add_slice(&mut h.pending, &h.velocity);
             }
             if write {
-                let table = &e.tables[h.l];
                 for (i, row) in h.pending.chunks_exact(h.width).enumerate() {
                     w.update(table, (h.rows.start + i) as u64, row)?;
                 }
@@ -329,111 +432,162 @@ fn forward(
     m: usize,
     batch: &[u32],
 ) -> iterstore::Result<()> {
-    let (layout, spec) = (e.layout, e.spec);
+    let (layout, stack) = (e.layout, e.stack);
     let len = batch.len();
-    let last = spec.layers() - 1;
+    let last = stack.len() - 1;
     for hi in 0..s.held.len() {
         let h = &mut s.held[hi];
         let (l, x_layout) = (h.l, &layout.layers[h.l]);
         s.mine.clear();
         s.mine.extend(samples(len, x_layout.replications, h.r));
         let n = s.mine.len();
-        let width = h.width;
         let me = (x_layout.replications, h.r);
         if l == 0 {
-            fill_inputs(
-                spec,
-                &e.data.train,
-                s.mine.iter().map(|&i| batch[i] as usize),
-                &mut h.x,
-            );
+            let which = s.mine.iter().map(|&i| batch[i] as usize);
+            fill_images(&e.data.train, which, &h.need, &mut h.x, h.x_width);
         } else {
-            let below = &layout.layers[l - 1];
+            let (below, stage) = (&layout.layers[l - 1], &stack.stages[l - 1]);
             for r0 in 0..below.replications {
                 let at = shared(&mut s.at, len, me, (below.replications, r0));
                 if at.is_empty() {
                     continue;
                 }
                 for p0 in 0..below.partitions {
-                    let cols = below.segment(p0);
+                    let cols = overlap(&stage.out_cols(&below.segment(p0)), &h.need);
+                    if cols.is_empty() {
+                        continue;
+                    }
                     let from = layout.global(m, below.worker(p0, r0));
                     recv(w, from, tag(l - 1, FWD), at.len() * cols.len(), &mut s.buf)?;
-                    scatter(&s.buf, &mut h.x, width, at, cols);
+                    scatter(&s.buf, &mut h.x, h.x_width, at, shift(&cols, h.need.start));
                 }
             }
-            for row in h.x.chunks_exact_mut(width).take(n) {
-                row[width - 1] = 1.0;
-            }
         }
-        let rows = h.len();
-        kernels::linear(&h.weights, &h.x, &mut h.out, n, width, rows);
+        let activation = stack.activation;
+        match h.op {
+            Op::Dense { .. } => {
+                for row in h.x.chunks_exact_mut(h.x_width).take(n) {
+                    row[h.x_width - 1] = 1.0;
+                }
+                kernels::linear(&h.weights, &h.x, &mut h.out, n, h.x_width, h.rows.len());
+                if l < last {
+                    activation.apply(&mut h.out[..n * h.out_width]);
+                }
+            }
+            Op::Conv(g) => {
+                unpack(h);
+                let bias = Some(&h.bias[..]);
+                conv::forward(
+                    &g,
+                    &h.kernels,
+                    bias,
+                    &h.x,
+                    &mut h.out,
+                    n,
+                    activation,
+                    &mut h.cols,
+                );
+            }
+            Op::Pool(g) => pool::max_forward(&g, &h.x, &mut h.out, &mut h.argmax, n),
+        }
         if l < last {
-            spec.activation.apply(&mut h.out[..n * rows]);
-            let above = &layout.layers[l + 1];
+            let (above, stage) = (&layout.layers[l + 1], &stack.stages[l + 1]);
             for r1 in 0..above.replications {
                 let at = shared(&mut s.at, len, me, (above.replications, r1));
                 if at.is_empty() {
                     continue;
                 }
-                gather(&h.out, rows, at, 0..rows, &mut s.buf);
+                let mut gathered = None;
                 for p1 in 0..above.partitions {
+                    let cols = overlap(&h.out_cols, &stage.need(&above.segment(p1)));
+                    if cols.is_empty() {
+                        continue;
+                    }
+                    // Upper segments reading the same columns take the same message.
+                    if gathered.as_ref() != Some(&cols) {
+                        gather(
+                            &h.out,
+                            h.out_width,
+                            at,
+                            shift(&cols, h.out_cols.start),
+                            &mut s.buf,
+                        );
+                        gathered = Some(cols);
+                    }
                     let to = layout.global(m, above.worker(p1, r1));
                     w.send_to(to, tag(l, FWD), &s.buf)?;
                 }
             }
             continue;
         }
-        // The softmax over the whole output layer.
-        s.labels.clear();
-        s.labels.extend(
-            s.mine
-                .iter()
-                .map(|&i| e.data.train.labels[batch[i] as usize]),
-        );
-        if x_layout.partitions == 1 {
-            s.loss += softmax_cross_entropy(&mut h.out[..n * rows], &s.labels, &mut h.delta, rows);
-            s.samples += n as u64;
-            continue;
-        }
-        // Every sample of the copy, in order.
-        s.at.clear();
-        s.at.extend(0..n);
-        let all = &s.at;
-        let head = layout.global(m, x_layout.worker(0, h.r));
-        if h.p != 0 {
-            w.send_to(head, tag(l, LOGITS), &h.out[..n * rows])?;
-            recv(w, head, tag(l, SOFTMAX), n * rows, &mut s.buf)?;
-            h.delta[..n * rows].copy_from_slice(&s.buf);
-            continue;
-        }
-        let classes = spec.classes();
-        s.full.clear();
-        s.full.resize(n * classes, 0.0);
-        s.full_delta.clear();
-        s.full_delta.resize(n * classes, 0.0);
-        scatter(
-            &h.out[..n * rows],
-            &mut s.full,
-            classes,
-            all,
-            x_layout.segment(0),
-        );
-        for p in 1..x_layout.partitions {
-            let cols = x_layout.segment(p);
-            let from = layout.global(m, x_layout.worker(p, h.r));
-            recv(w, from, tag(l, LOGITS), n * cols.len(), &mut s.buf)?;
-            scatter(&s.buf, &mut s.full, classes, all, cols);
-        }
-        s.loss += softmax_cross_entropy(&mut s.full, &s.labels, &mut s.full_delta, classes);
-        s.samples += n as u64;
-        for p in 1..x_layout.partitions {
-            let to = layout.global(m, x_layout.worker(p, h.r));
-            gather(&s.full_delta, classes, all, x_layout.segment(p), &mut s.buf);
-            w.send_to(to, tag(l, SOFTMAX), &s.buf)?;
-        }
-        gather(&s.full_delta, classes, all, x_layout.segment(0), &mut s.buf);
-        h.delta[..n * rows].copy_from_slice(&s.buf);
+        softmax(w, e, s, hi, m, batch)?;
     }
+    Ok(())
+}
+
+/// The softmax over the whole output stage, held copy `hi` (the last stage's) of replica
+/// `m`: its loss and error terms, with the other segments of its copy if it is split.
+fn softmax(
+    w: &mut Worker<'_>,
+    e: Epoch<'_>,
+    s: &mut State,
+    hi: usize,
+    m: usize,
+    batch: &[u32],
+) -> iterstore::Result<()> {
+    let layout = e.layout;
+    let h = &mut s.held[hi];
+    let x_layout = &layout.layers[h.l];
+    let (n, rows) = (s.mine.len(), h.len());
+    s.labels.clear();
+    s.labels.extend(
+        s.mine
+            .iter()
+            .map(|&i| e.data.train.labels[batch[i] as usize]),
+    );
+    if x_layout.partitions == 1 {
+        s.loss += softmax_cross_entropy(&mut h.out[..n * rows], &s.labels, &mut h.delta, rows);
+        s.samples += n as u64;
+        return Ok(());
+    }
+    // Every sample of the copy, in order.
+    s.at.clear();
+    s.at.extend(0..n);
+    let all = &s.at;
+    let (l, classes) = (h.l, e.stack.classes);
+    let head = layout.global(m, x_layout.worker(0, h.r));
+    if h.p != 0 {
+        w.send_to(head, tag(l, LOGITS), &h.out[..n * rows])?;
+        recv(w, head, tag(l, SOFTMAX), n * rows, &mut s.buf)?;
+        h.delta[..n * rows].copy_from_slice(&s.buf);
+        return Ok(());
+    }
+    s.full.clear();
+    s.full.resize(n * classes, 0.0);
+    s.full_delta.clear();
+    s.full_delta.resize(n * classes, 0.0);
+    scatter(
+        &h.out[..n * rows],
+        &mut s.full,
+        classes,
+        all,
+        x_layout.segment(0),
+    );
+    for p in 1..x_layout.partitions {
+        let cols = x_layout.segment(p);
+        let from = layout.global(m, x_layout.worker(p, h.r));
+        recv(w, from, tag(l, LOGITS), n * cols.len(), &mut s.buf)?;
+        scatter(&s.buf, &mut s.full, classes, all, cols);
+    }
+    s.loss += softmax_cross_entropy(&mut s.full, &s.labels, &mut s.full_delta, classes);
+    s.samples += n as u64;
+    for p in 1..x_layout.partitions {
+        let to = layout.global(m, x_layout.worker(p, h.r));
+        gather(&s.full_delta, classes, all, x_layout.segment(p), &mut s.buf);
+        w.send_to(to, tag(l, SOFTMAX), &s.buf)?;
+    }
+    gather(&s.full_delta, classes, all, x_layout.segment(0), &mut s.buf);
+    h.delta[..n * rows].copy_from_slice(&s.buf);
     Ok(())
 }
 
@@ -446,59 +600,151 @@ fn backward(
     len: usize,
     rate: f32,
 ) -> iterstore::Result<()> {
-    let (layout, spec) = (e.layout, e.spec);
-    let last = spec.layers() - 1;
+    let (layout, stack) = (e.layout, e.stack);
+    let last = stack.len() - 1;
     for hi in (0..s.held.len()).rev() {
         let h = &mut s.held[hi];
         let (l, x_layout) = (h.l, &layout.layers[h.l]);
         let n = samples(len, x_layout.replications, h.r).count();
-        let (rows, width) = (h.len(), h.width);
         let me = (x_layout.replications, h.r);
         if l < last {
-            // This copy's error terms, summed by the last segment of each upper copy.
-            let above = &layout.layers[l + 1];
+            // This copy's error terms: from the last segment of each upper copy whose
+            // error terms below are a sum, else from every segment reading its columns.
+            let (above, stage) = (&layout.layers[l + 1], &stack.stages[l + 1]);
             for r1 in 0..above.replications {
                 let at = shared(&mut s.at, len, me, (above.replications, r1));
                 if at.is_empty() {
                     continue;
                 }
-                let from = layout.global(m, above.worker(above.partitions - 1, r1));
-                recv(w, from, tag(l + 1, BACK), at.len() * rows, &mut s.buf)?;
-                scatter(&s.buf, &mut h.delta, rows, at, 0..rows);
+                for p1 in 0..above.partitions {
+                    if stage.sums_below() && p1 + 1 != above.partitions {
+                        continue;
+                    }
+                    let cols = overlap(&h.out_cols, &stage.need(&above.segment(p1)));
+                    if cols.is_empty() {
+                        continue;
+                    }
+                    let from = layout.global(m, above.worker(p1, r1));
+                    recv(w, from, tag(l + 1, BACK), at.len() * cols.len(), &mut s.buf)?;
+                    let to = shift(&cols, h.out_cols.start);
+                    scatter(&s.buf, &mut h.delta, h.out_width, at, to);
+                }
             }
-            spec.activation
-                .derive(&mut h.delta[..n * rows], &h.out[..n * rows]);
+            if !matches!(h.op, Op::Pool(_)) {
+                stack
+                    .activation
+                    .derive(&mut h.delta[..n * h.out_width], &h.out[..n * h.out_width]);
+            }
         }
-        kernels::step_into(&mut h.step, &h.delta, &h.x, rate, n, width, rows);
+        step(h, n, rate);
         if l == 0 {
             continue;
         }
-        // The error terms below: this segment's chunks added to the running sum.
-        if h.p == 0 {
-            h.back[..n * width].fill(0.0);
-        } else {
-            let from = layout.global(m, x_layout.worker(h.p - 1, h.r));
-            recv(w, from, tag(l, CHAIN), n * width, &mut s.buf)?;
-            h.back[..n * width].copy_from_slice(&s.buf);
+        let stage = &stack.stages[l];
+        if stage.sums_below() {
+            // The error terms below: this segment's chunks added to the running sum.
+            if h.p == 0 {
+                h.back[..n * h.x_width].fill(0.0);
+            } else {
+                let from = layout.global(m, x_layout.worker(h.p - 1, h.r));
+                recv(w, from, tag(l, CHAIN), n * h.x_width, &mut s.buf)?;
+                h.back[..n * h.x_width].copy_from_slice(&s.buf);
+            }
+            match h.op {
+                Op::Dense { .. } => kernels::backward_chunks(
+                    &h.weights,
+                    &h.delta,
+                    &mut h.back,
+                    n,
+                    h.x_width,
+                    h.rows.len(),
+                    &h.chunks,
+                ),
+                Op::Conv(g) => conv::backward_chunks(
+                    &g,
+                    &h.kernels,
+                    &h.delta,
+                    &mut h.back,
+                    n,
+                    &h.chunks,
+                    &mut h.cols,
+                ),
+                Op::Pool(_) => unreachable!("a pooling's error terms below are not a sum"),
+            }
+            if h.p + 1 < x_layout.partitions {
+                let to = layout.global(m, x_layout.worker(h.p + 1, h.r));
+                w.send_to(to, tag(l, CHAIN), &h.back[..n * h.x_width])?;
+                continue;
+            }
+        } else if let Op::Pool(g) = h.op {
+            pool::max_backward(&g, &h.delta, &h.argmax, &mut h.back, n);
         }
-        kernels::backward_chunks(&h.weights, &h.delta, &mut h.back, n, width, rows, &h.chunks);
-        if h.p + 1 < x_layout.partitions {
-            let to = layout.global(m, x_layout.worker(h.p + 1, h.r));
-            w.send_to(to, tag(l, CHAIN), &h.back[..n * width])?;
-            continue;
-        }
-        let below = &layout.layers[l - 1];
+        let (below, stage) = (&layout.layers[l - 1], &stack.stages[l - 1]);
         for r0 in 0..below.replications {
             let at = shared(&mut s.at, len, me, (below.replications, r0));
             if at.is_empty() {
                 continue;
             }
             for p0 in 0..below.partitions {
-                gather(&h.back, width, at, below.segment(p0), &mut s.buf);
+                let cols = overlap(&stage.out_cols(&below.segment(p0)), &h.need);
+                if cols.is_empty() {
+                    continue;
+                }
+                gather(
+                    &h.back,
+                    h.x_width,
+                    at,
+                    shift(&cols, h.need.start),
+                    &mut s.buf,
+                );
                 let to = layout.global(m, below.worker(p0, r0));
                 w.send_to(to, tag(l, BACK), &s.buf)?;
             }
         }
     }
     Ok(())
+}
+
+/// Copy `h`'s weight step over its `n` samples: `−rate · Σ ∇`, computed as one worker
+/// computes it for these rows.
+fn step(h: &mut Held, n: usize, rate: f32) {
+    match h.op {
+        Op::Dense { .. } => {
+            kernels::step_into(
+                &mut h.step,
+                &h.delta,
+                &h.x,
+                rate,
+                n,
+                h.x_width,
+                h.rows.len(),
+            );
+        }
+        Op::Conv(g) => {
+            h.grad_kernels.fill(0.0);
+            h.grad_bias.fill(0.0);
+            let bias = Some(&mut h.grad_bias[..]);
+            conv::update(
+                &g,
+                &mut h.grad_kernels,
+                bias,
+                &h.delta,
+                &h.x,
+                rate,
+                n,
+                &mut h.cols,
+            );
+            let taps = h.width - 1;
+            for ((row, kernel), &b) in h
+                .step
+                .chunks_exact_mut(h.width)
+                .zip(h.grad_kernels.chunks_exact(taps))
+                .zip(&h.grad_bias)
+            {
+                row[..taps].copy_from_slice(kernel);
+                row[taps] = b;
+            }
+        }
+        Op::Pool(_) => {}
+    }
 }
