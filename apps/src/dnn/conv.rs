@@ -16,8 +16,7 @@
 //! - [`forward`]: `y = f(w · cols + b)` — `out_channels · taps · positions` multiply-adds
 //!   per image, then the activation ([`Activation`]).
 //! - [`backward`]: `δ_in = col2im(wᵀ · δ_out)` — the same multiply-adds, then the columns
-//!   summed back onto the pixels they came from ([`col2im`]), one chunk of kernels at a
-//!   time ([`backward_chunks`]: the order a split layer reproduces). As in
+//!   summed back onto the pixels they came from ([`col2im`]). As in
 //!   [`crate::dnn::kernels::backward`], `δ_out` already holds `f'` of this layer's outputs;
 //!   unlike it, the result is linear: the caller applies the derivative of the layer
 //!   below's activation ([`Activation::derive`]), because the layer below may be a
@@ -338,8 +337,7 @@ pub fn forward(
 /// `δ_in = col2im(wᵀ · δ_out)` for each of `batch` images: `delta_out` is
 /// `batch × output_len` (already times this layer's `f'`), `delta_in` is
 /// `batch × input_len` and is overwritten. Linear: the layer below's activation
-/// derivative is the caller's (module docs). Summed over the output channels' canonical
-/// chunks ([`backward_chunks`]).
+/// derivative is the caller's (module docs). One GEMM over the whole batch.
 pub fn backward(
     g: &ConvGeometry,
     w: &[f32],
@@ -348,60 +346,33 @@ pub fn backward(
     batch: usize,
     cols: &mut Vec<f32>,
 ) {
-    assert!(delta_in.len() >= batch * g.input_len());
-    delta_in[..batch * g.input_len()].fill(0.0);
-    let chunks = crate::dnn::kernels::chunks(g.out_channels);
-    backward_chunks(g, w, delta_out, delta_in, batch, &chunks, cols);
-}
-
-/// `δ_in += col2im(w[c]ᵀ · δ_out[c])` for each chunk `c` of output channels, in order: one
-/// GEMM over the whole batch per chunk, its columns added onto the pixels at once. This is
-/// the canonical order in which a convolution's error terms sum over its kernels, as
-/// [`crate::dnn::kernels::backward_chunks`] is a fully connected layer's: a segment holding
-/// some of the kernels adds its chunks to the running sum it is passed and gives the same
-/// bits as one worker holding them all. `w` holds the kernels `g.out_channels` counts
-/// (`delta_out` their outputs), chunks index them.
-pub fn backward_chunks(
-    g: &ConvGeometry,
-    w: &[f32],
-    delta_out: &[f32],
-    delta_in: &mut [f32],
-    batch: usize,
-    chunks: &[std::ops::Range<usize>],
-    cols: &mut Vec<f32>,
-) {
     g.check();
     assert!(delta_out.len() >= batch * g.output_len());
     assert!(delta_in.len() >= batch * g.input_len() && w.len() >= g.weights_len());
+    delta_in[..batch * g.input_len()].fill(0.0);
     if batch == 0 {
         return;
     }
     let (taps, n, p) = (g.taps(), batch * g.positions(), g.positions());
     let (cols, delta) = scratch(g, batch, cols);
     to_channels(g, delta_out, delta, batch);
-    for c in chunks {
-        assert!(c.end <= g.out_channels);
-        if c.is_empty() {
-            continue;
-        }
-        // w[c]ᵀ (taps × |c|): the chunk's kernels read with their strides swapped.
-        gemm(
-            (taps, c.len(), n),
-            1.0,
-            (&w[c.start * taps..], 1, taps),
-            (&delta[c.start * n..], n, 1),
-            0.0,
+    // wᵀ (taps × out_channels): w read with its strides swapped.
+    gemm(
+        (taps, g.out_channels, n),
+        1.0,
+        (w, 1, taps),
+        (delta, n, 1),
+        0.0,
+        cols,
+    );
+    for b in 0..batch {
+        col2im_block(
+            g,
             cols,
+            &mut delta_in[b * g.input_len()..][..g.input_len()],
+            n,
+            b * p,
         );
-        for b in 0..batch {
-            col2im_block(
-                g,
-                cols,
-                &mut delta_in[b * g.input_len()..][..g.input_len()],
-                n,
-                b * p,
-            );
-        }
     }
 }
 

@@ -12,9 +12,10 @@
 //! output reads every input channel), its own channels for a pooling.
 //!
 //! Segments hold whole canonical chunks of the units ([`kernels::chunks`]), the order in
-//! which fully connected layers and convolutions sum their error terms over their units
-//! ([`kernels::backward_chunks`], [`super::conv::backward_chunks`]), so a split replica computes
-//! what one worker computes, bit for bit.
+//! which fully connected layers sum their error terms over their neurons
+//! ([`kernels::backward_chunks`]), so a split replica computes what one worker computes,
+//! bit for bit (a split convolution's error terms below are computed whole by its last
+//! segment: `apps::dnn`'s partitioned epoch).
 
 use std::ops::Range;
 
@@ -86,9 +87,9 @@ impl Stage {
         self.need(units).len() + usize::from(matches!(self.op, Op::Dense { .. }))
     }
 
-    /// Whether its error terms below are a sum over its units (chained through the
-    /// segments, [`kernels::backward_chunks`]): a fully connected layer and a convolution.
-    /// A pooling's segment computes its channels' error terms alone.
+    /// Whether its error terms below are a sum over its units, which its last segment
+    /// sends: a fully connected layer and a convolution. A pooling's segment computes and
+    /// sends its channels' error terms alone.
     pub fn sums_below(&self) -> bool {
         !matches!(self.op, Op::Pool(_))
     }

@@ -18,13 +18,16 @@
 //!    columns back (`SOFTMAX`).
 //! 3. **Backward**, top down: a copy's error terms at its outputs (from the upper stage,
 //!    `BACK`, then through its activation's derivative) give its weight step. The error
-//!    terms below a fully connected layer or a convolution are a sum over its units in
-//!    their canonical chunk order ([`kernels::backward_chunks`],
-//!    [`conv::backward_chunks`]): segment 0 starts from zeros, each segment adds its
-//!    chunks and passes the sum on to the next (`CHAIN`), and the last segment sends each
-//!    lower copy its samples' and columns' part (`BACK`). A pooling's segment routes its
-//!    channels' error terms alone and sends them itself. So the sums are the ones one
-//!    worker computes, bit for bit.
+//!    terms below a fully connected layer are a sum over its neurons in their canonical
+//!    chunk order ([`kernels::backward_chunks`]): segment 0 starts from zeros, each
+//!    segment adds its chunks and passes the sum on to the next (`CHAIN`). A split
+//!    convolution's other segments send the last one their kernels and error terms
+//!    (`CHAIN`), and it computes the error terms below in one GEMM over every kernel, as
+//!    one worker does (summing per chunk of kernels instead would cost a pass of `col2im`
+//!    per chunk, 15 % of an epoch each). The last segment sends each lower copy its
+//!    samples' and columns' part (`BACK`); a pooling's segment routes its channels' error
+//!    terms alone and sends them itself. So the sums are the ones one worker computes,
+//!    bit for bit.
 //! 4. **UPDATE** every held row by its velocity (momentum; summed over `write_every`
 //!    mini-batches), then **CLOCK**. Between reads (`read_every > 1`) a replica adds its
 //!    own steps to the weights it holds, and after a read it adds back the steps it has
@@ -95,6 +98,10 @@ struct Held {
     grad_bias: Vec<f32>,
     /// A convolution's im2col scratch.
     cols: Vec<f32>,
+    /// The last segment of a split convolution (but the first): every segment's kernels
+    /// and error terms, to compute the error terms below as one worker does.
+    whole_kernels: Vec<f32>,
+    whole_delta: Vec<f32>,
     /// A pooling's argmax.
     argmax: Vec<u32>,
     /// Inputs of its samples (`samples × x_width`).
@@ -136,6 +143,11 @@ impl Held {
         } else {
             0
         };
+        let gathers = l > 0 && x.partitions > 1 && p + 1 == x.partitions;
+        let (whole_kernels, whole_delta) = match stage.op {
+            Op::Conv(g) if gathers => (g.weights_len(), most * stage.units * stage.unit),
+            _ => (0, 0),
+        };
         Self {
             l,
             p,
@@ -156,6 +168,8 @@ impl Held {
             grad_kernels: vec![0.0; kernels * taps],
             grad_bias: vec![0.0; kernels],
             cols: Vec::new(),
+            whole_kernels: vec![0.0; whole_kernels],
+            whole_delta: vec![0.0; whole_delta],
             argmax: vec![0; argmax],
             x: vec![0.0; most * x_width],
             out: vec![0.0; most * out_width],
@@ -641,17 +655,18 @@ fn backward(
             continue;
         }
         let stage = &stack.stages[l];
-        if stage.sums_below() {
-            // The error terms below: this segment's chunks added to the running sum.
-            if h.p == 0 {
-                h.back[..n * h.x_width].fill(0.0);
-            } else {
-                let from = layout.global(m, x_layout.worker(h.p - 1, h.r));
-                recv(w, from, tag(l, CHAIN), n * h.x_width, &mut s.buf)?;
-                h.back[..n * h.x_width].copy_from_slice(&s.buf);
-            }
-            match h.op {
-                Op::Dense { .. } => kernels::backward_chunks(
+        let parts = x_layout.partitions;
+        match (h.op, stage.op) {
+            (Op::Dense { .. }, _) => {
+                // The error terms below: this segment's chunks added to the running sum.
+                if h.p == 0 {
+                    h.back[..n * h.x_width].fill(0.0);
+                } else {
+                    let from = layout.global(m, x_layout.worker(h.p - 1, h.r));
+                    recv(w, from, tag(l, CHAIN), n * h.x_width, &mut s.buf)?;
+                    h.back[..n * h.x_width].copy_from_slice(&s.buf);
+                }
+                kernels::backward_chunks(
                     &h.weights,
                     &h.delta,
                     &mut h.back,
@@ -659,25 +674,50 @@ fn backward(
                     h.x_width,
                     h.rows.len(),
                     &h.chunks,
-                ),
-                Op::Conv(g) => conv::backward_chunks(
-                    &g,
-                    &h.kernels,
-                    &h.delta,
-                    &mut h.back,
-                    n,
-                    &h.chunks,
-                    &mut h.cols,
-                ),
-                Op::Pool(_) => unreachable!("a pooling's error terms below are not a sum"),
+                );
+                if h.p + 1 < parts {
+                    let to = layout.global(m, x_layout.worker(h.p + 1, h.r));
+                    w.send_to(to, tag(l, CHAIN), &h.back[..n * h.x_width])?;
+                    continue;
+                }
             }
-            if h.p + 1 < x_layout.partitions {
-                let to = layout.global(m, x_layout.worker(h.p + 1, h.r));
-                w.send_to(to, tag(l, CHAIN), &h.back[..n * h.x_width])?;
+            (Op::Conv(g), _) if parts == 1 => {
+                conv::backward(&g, &h.kernels, &h.delta, &mut h.back, n, &mut h.cols);
+            }
+            (Op::Conv(_), _) if h.p + 1 < parts => {
+                // The last segment computes the error terms below from every segment's
+                // kernels and error terms.
+                s.buf.clear();
+                s.buf.extend_from_slice(&h.kernels);
+                s.buf.extend_from_slice(&h.delta[..n * h.out_width]);
+                let to = layout.global(m, x_layout.worker(parts - 1, h.r));
+                w.send_to(to, tag(l, CHAIN), &s.buf)?;
                 continue;
             }
-        } else if let Op::Pool(g) = h.op {
-            pool::max_backward(&g, &h.delta, &h.argmax, &mut h.back, n);
+            (Op::Conv(_), Op::Conv(whole)) => {
+                let (taps, width) = (whole.taps(), stage.units * stage.unit);
+                s.mine.clear();
+                s.mine.extend(0..n);
+                for p in 0..parts {
+                    let units = x_layout.segment(p);
+                    let (k, cols) = (units.len() * taps, stage.out_cols(&units));
+                    if p == h.p {
+                        s.buf.clear();
+                        s.buf.extend_from_slice(&h.kernels);
+                        s.buf.extend_from_slice(&h.delta[..n * h.out_width]);
+                    } else {
+                        let from = layout.global(m, x_layout.worker(p, h.r));
+                        recv(w, from, tag(l, CHAIN), k + n * cols.len(), &mut s.buf)?;
+                    }
+                    h.whole_kernels[units.start * taps..units.end * taps]
+                        .copy_from_slice(&s.buf[..k]);
+                    scatter(&s.buf[k..], &mut h.whole_delta, width, &s.mine, cols);
+                }
+                let (kernels, delta) = (&h.whole_kernels, &h.whole_delta);
+                conv::backward(&whole, kernels, delta, &mut h.back, n, &mut h.cols);
+            }
+            (Op::Pool(g), _) => pool::max_backward(&g, &h.delta, &h.argmax, &mut h.back, n),
+            (Op::Conv(_), _) => unreachable!("a convolution's stage is a convolution"),
         }
         let (below, stage) = (&layout.layers[l - 1], &stack.stages[l - 1]);
         for r0 in 0..below.replications {
