@@ -24,8 +24,9 @@ const ITERS: &str = "20";
 /// workers)`: 1 process runs alone, more through the `--processes` launcher) plus
 /// `extra`.
 fn args<'a>(app: &'a str, out: &'a str, shape: &'a [String; 2], extra: &[&'a str]) -> Vec<&'a str> {
-    // `dnn-partitioned`: the DNN as one replica whose 2 workers hold half of each layer.
-    let command = if app == "dnn-partitioned" { "dnn" } else { app };
+    // `dnn-partitioned`: the DNN as one replica whose 2 workers hold half of each layer;
+    // `cnn-partitioned`: a small CNN split alike (its poolings and output layer too).
+    let command = if app.ends_with("-partitioned") { "dnn" } else { app };
     let mut a = vec![
         "run",
         command,
@@ -48,6 +49,10 @@ fn args<'a>(app: &'a str, out: &'a str, shape: &'a [String; 2], extra: &[&'a str
     }
     if app == "dnn-partitioned" {
         a.extend(["--replicas", "1", "--partitions", "2,2"]);
+    }
+    if app == "cnn-partitioned" {
+        a.extend(["--model", "cnn", "--channels", "4,4", "--kernel", "3"]);
+        a.extend(["--replicas", "1", "--partitions", "2,2,2,2,1,2"]);
     }
     a.extend(extra);
     a
@@ -188,6 +193,7 @@ fn dnn_killed_and_resumed_writes_the_same_bytes() {
     killed_and_resumed_writes_the_same_bytes("dnn", (1, 2), (1, 2), 10);
     killed_and_resumed_writes_the_same_bytes("dnn", (2, 1), (1, 2), 11);
     killed_and_resumed_writes_the_same_bytes("dnn-partitioned", (1, 2), (2, 1), 12);
+    killed_and_resumed_writes_the_same_bytes("cnn-partitioned", (2, 1), (1, 2), 13);
 }
 
 #[test]
