@@ -196,9 +196,11 @@ impl LdaPeerParams {
 /// and threads.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DnnPeerParams {
-    /// The network and SGD settings (hidden layers, activation, step and decay,
-    /// momentum, mini-batch, seed).
+    /// The network and SGD settings (hidden layers, the CNN's channels and kernel,
+    /// activation, step and decay, momentum, mini-batch, seed).
     pub config: DnnConfig,
+    /// Train the CNN (`iterstore run dnn --model cnn`) instead of the MLP.
+    pub cnn: bool,
     /// Passes over the training images.
     pub epochs: usize,
     /// PyTorch's intra-op threads (`torch.set_num_threads`).
@@ -357,7 +359,8 @@ impl PythonPeer {
             },
         };
         let c = &params.config;
-        let hidden: Vec<String> = c.hidden.iter().map(usize::to_string).collect();
+        let list = |v: &[usize]| v.iter().map(usize::to_string).collect::<Vec<_>>().join(",");
+        let model = if params.cnn { "cnn" } else { "mlp" };
         let [train_images, train_labels, test_images, test_labels] =
             files.map(|f| f.display().to_string());
         let args = [
@@ -365,7 +368,10 @@ impl PythonPeer {
             ("--train-labels", train_labels),
             ("--test-images", test_images),
             ("--test-labels", test_labels),
-            ("--hidden", hidden.join(",")),
+            ("--model", model.to_string()),
+            ("--channels", list(&c.channels)),
+            ("--kernel", c.kernel.to_string()),
+            ("--hidden", list(&c.hidden)),
             ("--activation", c.activation.name().to_string()),
             ("--lr", c.learning_rate.to_string()),
             ("--lr-decay", c.lr_decay.to_string()),
@@ -645,6 +651,7 @@ mod tests {
                 batch: 10,
                 ..DnnConfig::default()
             },
+            cnn: false,
             epochs: 3,
             threads: 1,
         };
@@ -661,7 +668,40 @@ mod tests {
             rate > 0.0 && (rate * r.per_iter_s - 300.0).abs() < 1e-6 * 300.0,
             "{r:?}"
         );
-        assert!(r.peer.contains("1 threads") && r.note.unwrap().contains("144-32-10"));
+        assert!(r.peer.contains("1 threads") && r.note.unwrap().contains("mlp 144-32-10"));
+    }
+
+    #[test]
+    fn pytorch_trains_the_same_cnn_or_skips() {
+        let dir = TempDir::new("cnn");
+        let data = crate::data::ImageSpec {
+            train: 300,
+            test: 100,
+            noise_std: 0.05,
+            ..crate::data::ImageSpec::preset("tiny").unwrap()
+        }
+        .generate();
+        let params = DnnPeerParams {
+            config: DnnConfig {
+                channels: vec![4, 4],
+                kernel: 3,
+                hidden: vec![32],
+                batch: 10,
+                ..DnnConfig::default()
+            },
+            cnn: true,
+            epochs: 2,
+            threads: 1,
+        };
+        let outcome = PythonPeer::from_env().dnn(&data, None, &params, &dir.0);
+        let Some(r) = ran_or_skipped(outcome) else {
+            return;
+        };
+        assert_eq!(r.iterations, 2);
+        // The same shape as the app's CNN describes itself.
+        let note = r.note.clone().unwrap();
+        assert!(note.contains("cnn 12x12-c3x4-p2-c3x4-p2-32-10"), "{r:?}");
+        assert!(r.metric.unwrap().1 > 0.0, "{note}");
     }
 
     #[test]

@@ -42,12 +42,14 @@ pub enum Workload {
         /// Hyper-parameters.
         params: PageRankParams,
     },
-    /// The DNN (an MLP) on labeled images.
+    /// The DNN (the MLP, or the CNN) on labeled images.
     Dnn {
         /// Training and test images.
         data: ImageSet,
         /// Hyper-parameters.
         params: DnnConfig,
+        /// Train the CNN (which has no limit implementation) instead of the MLP.
+        cnn: bool,
         /// The directory of IDX files `data` was read from, which the peer reads too;
         /// `None` for generated images, which the peer gets written into the work
         /// directory.
@@ -114,14 +116,24 @@ impl Workload {
             } => mf::run(cfg, params, train, &test.ratings)?.report,
             Workload::Lda { corpus, params } => lda::run(cfg, params, corpus)?.report,
             Workload::PageRank { graph, params } => pagerank::run(cfg, params, graph)?.report,
+            Workload::Dnn {
+                data,
+                params,
+                cnn: true,
+                ..
+            } => dnn::run_cnn(cfg, params, data)?.report,
             Workload::Dnn { data, params, .. } => dnn::run(cfg, params, data)?.report,
         })
     }
 
     /// Runs the limit implementation with `threads` threads; a non-finite objective (or MF
     /// test RMSE) is [`AppError::Diverged`], as in the store-backed apps. The DNN's
-    /// result carries its test accuracy.
-    pub fn run_limit(&self, threads: usize, iterations: usize) -> Result<LimitResult, AppError> {
+    /// result carries its test accuracy. `None` for the CNN, which has no limit.
+    pub fn run_limit(
+        &self,
+        threads: usize,
+        iterations: usize,
+    ) -> Result<Option<LimitResult>, AppError> {
         let cfg = LimitConfig {
             threads,
             iterations,
@@ -137,6 +149,7 @@ impl Workload {
             Workload::PageRank { graph, params } => {
                 limit::pagerank::run(&params.config, &cfg, graph)?.stats
             }
+            Workload::Dnn { cnn: true, .. } => return Ok(None),
             Workload::Dnn { data, params, .. } => {
                 let run = limit::dnn::run(params, &cfg, data)?;
                 test_accuracy = run.test_accuracy.last().copied();
@@ -155,12 +168,14 @@ impl Workload {
                 check_finite(self.app(), s.iter, iterations, "test RMSE", held_out)?;
             }
         }
-        Ok(LimitResult {
-            test_accuracy,
-            samples_per_s: None,
-            ..LimitResult::new(&stats)
-        }
-        .with_rate(self))
+        Ok(Some(
+            LimitResult {
+                test_accuracy,
+                samples_per_s: None,
+                ..LimitResult::new(&stats)
+            }
+            .with_rate(self),
+        ))
     }
 
     /// Runs this app's peers (LIBMF for MF; the Python `lda` package and tomotopy for
@@ -210,9 +225,11 @@ impl Workload {
                 data,
                 params,
                 idx_dir,
+                cnn,
             } => {
                 let p = DnnPeerParams {
                     config: params.clone(),
+                    cnn: *cnn,
                     epochs: iterations,
                     threads,
                 };
@@ -417,11 +434,14 @@ pub fn bench_app(
         let l = workload
             .run_limit(opts.workers, opts.iterations)
             .map_err(|e| e.context(format!("{app} on {dataset}, limit")))?;
-        progress(&format!(
-            "{app:<9}{:<32} {:>10.4} s per later iteration",
-            "limit", l.breakdown.rest_mean_s
-        ));
-        Some(l)
+        match &l {
+            Some(l) => progress(&format!(
+                "{app:<9}{:<32} {:>10.4} s per later iteration",
+                "limit", l.breakdown.rest_mean_s
+            )),
+            None => progress(&format!("{app} on {dataset}: no limit implementation")),
+        }
+        l
     } else {
         None
     };

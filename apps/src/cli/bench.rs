@@ -72,6 +72,9 @@ pub fn bench(args: &BenchArgs, command_line: String) -> Result<()> {
             }
         }
     }
+    if args.dnn_model.is_some() && !apps.contains(&App::Dnn) {
+        bail!("--dnn-model given but dnn is not benchmarked (--apps)");
+    }
     if let Some(dir) = &args.dnn_data {
         if !apps.contains(&App::Dnn) {
             bail!("--dnn-data given but dnn is not benchmarked (--apps)");
@@ -119,11 +122,13 @@ pub fn bench(args: &BenchArgs, command_line: String) -> Result<()> {
     let mut workloads = Vec::new();
     for &app in &apps {
         let (mut name, workload) = load(app, args)?;
-        // The default sampler keeps the plain name.
-        if let Workload::Lda { params, .. } = &workload {
-            if params.sampler != SamplerKind::default() {
+        // The default sampler keeps the plain name, and so does the default network.
+        match &workload {
+            Workload::Lda { params, .. } if params.sampler != SamplerKind::default() => {
                 name = format!("{name}, {} sampler", params.sampler.name());
             }
+            Workload::Dnn { cnn: true, .. } => name = format!("{name}, cnn"),
+            _ => {}
         }
         workloads.extend(per_block(name, workload, &blocks));
     }
@@ -322,8 +327,9 @@ fn load(app: App, args: &BenchArgs) -> Result<(String, Workload)> {
         },
         App::Dnn => Workload::Dnn {
             data: load_fashion_mnist(path)?,
-            params: dnn_params(),
+            params: dnn_params(args),
             idx_dir: Some(path.clone()),
+            cnn: is_cnn(args),
         },
     };
     step.done(&format!(
@@ -363,8 +369,9 @@ fn synthetic(app: App, size: &str, args: &BenchArgs) -> Result<Workload> {
             data: ImageSpec::preset(size)
                 .map_err(anyhow::Error::msg)?
                 .generate(),
-            params: dnn_params(),
+            params: dnn_params(args),
             idx_dir: None,
+            cnn: is_cnn(args),
         },
     };
     step.done(&format!(
@@ -392,12 +399,22 @@ fn mf_workload(ratings: iterstore_apps::data::Ratings) -> Workload {
     }
 }
 
-/// The DNN's settings in the benchmark: `iterstore run dnn`'s defaults, seeded like the
-/// rest of the benchmark.
-fn dnn_params() -> DnnConfig {
+/// Whether `--dnn-model cnn` asks for the CNN.
+fn is_cnn(args: &BenchArgs) -> bool {
+    args.dnn_model.as_deref() == Some("cnn")
+}
+
+/// The DNN's settings in the benchmark: `iterstore run dnn`'s defaults (for the network
+/// `--dnn-model` names), seeded like the rest of the benchmark.
+fn dnn_params(args: &BenchArgs) -> DnnConfig {
+    let defaults = if is_cnn(args) {
+        DnnConfig::cnn()
+    } else {
+        DnnConfig::default()
+    };
     DnnConfig {
         seed: SEED,
-        ..DnnConfig::default()
+        ..defaults
     }
 }
 

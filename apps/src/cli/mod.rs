@@ -266,6 +266,11 @@ pub struct BenchArgs {
     /// peer reads the same files.
     #[arg(long, value_name = "DIR")]
     pub dnn_data: Option<PathBuf>,
+    /// dnn: the network, `mlp` or `cnn` (`run dnn --model`'s defaults; the CNN needs
+    /// images of at least 28 x 28 for its default shape, so `--synthetic small` or larger,
+    /// and has no limit implementation) [default: mlp].
+    #[arg(long, value_name = "M", value_parser = ["mlp", "cnn"])]
+    pub dnn_model: Option<String>,
     /// pagerank: rank-table block sizes (vertices per row), comma-separated; each is
     /// benchmarked as its own workload, named `<input>, block <B>` [default: 256]. The
     /// scaling sweep always uses 256.

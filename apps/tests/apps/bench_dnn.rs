@@ -133,3 +133,69 @@ fn dnn_reports_samples_per_second_and_accuracy_against_its_peer() {
     assert!(row.contains(" | ≤ 2.0 | "), "{row}");
     assert!(out_dir.join("breakdown-dnn.svg").is_file());
 }
+
+#[test]
+fn the_cnn_is_benchmarked_without_a_limit_and_the_model_option_needs_dnn() {
+    let tmp = TempDir::new("cnn");
+    let out_dir = tmp.join("out");
+    let out = Command::new(env!("CARGO_BIN_EXE_iterstore"))
+        .arg("bench")
+        .args([
+            "--apps",
+            "dnn",
+            "--dnn-model",
+            "cnn",
+            "--synthetic",
+            "small",
+        ])
+        .args([
+            "--iters",
+            "2",
+            "--variants",
+            "virtual",
+            "--no-peers",
+            "--out",
+        ])
+        .arg(&out_dir)
+        .output()
+        .expect("the iterstore binary runs");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report = read_json(&out_dir.join("report.json"));
+    let app = &array(&report, "apps")[0];
+    assert_eq!(app["dataset"], "synthetic small, cnn");
+    assert_eq!(app["work"], 6000, "the small set's training images");
+    assert!(
+        app["limit"].is_null(),
+        "the CNN has no limit: {}",
+        app["limit"]
+    );
+    let virt = run(app, "virtual");
+    within(&virt["test_accuracy"], 0.1, 1.0, "accuracy");
+    within(
+        &virt["samples_per_s"],
+        0.0,
+        f64::INFINITY,
+        "samples per second",
+    );
+    let sizes = &virt["report"]["params"]["sizes"];
+    assert_eq!(
+        sizes, "28x28-c5x16-p2-c5x32-p2-128-10",
+        "run dnn --model cnn's network"
+    );
+    assert!(
+        stderr(&out).contains("no limit implementation"),
+        "{}",
+        stderr(&out)
+    );
+
+    let out = Command::new(env!("CARGO_BIN_EXE_iterstore"))
+        .args(["bench", "--apps", "mf", "--dnn-model", "cnn"])
+        .output()
+        .expect("the iterstore binary runs");
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("--dnn-model given but dnn is not benchmarked"),
+        "{}",
+        stderr(&out)
+    );
+}

@@ -26,7 +26,11 @@ const ITERS: &str = "20";
 fn args<'a>(app: &'a str, out: &'a str, shape: &'a [String; 2], extra: &[&'a str]) -> Vec<&'a str> {
     // `dnn-partitioned`: the DNN as one replica whose 2 workers hold half of each layer;
     // `cnn-partitioned`: a small CNN split alike (its poolings and output layer too).
-    let command = if app.ends_with("-partitioned") { "dnn" } else { app };
+    let command = if app.ends_with("-partitioned") {
+        "dnn"
+    } else {
+        app
+    };
     let mut a = vec![
         "run",
         command,
