@@ -4,7 +4,7 @@
 //! steps ahead. Each returns without side effects when it cannot serve the access, so the
 //! caller can take the general path.
 
-use super::{Special, AHEAD, HEADER_WORDS, NONE, SLOT_STEP, TOUCHED};
+use super::{view_clock, Special, AHEAD, HEADER_WORDS, NONE, SLOT_STEP, TOUCHED};
 use crate::consistency::Clock;
 use crate::prefetch::prefetch;
 use crate::slot::padded_words;
@@ -82,7 +82,7 @@ impl Special {
         required: Clock,
         dst: &mut [T],
     ) -> bool {
-        let Some(info) = self.slots.get(slot as usize) else {
+        let Some(info) = self.info_get(slot) else {
             return false;
         };
         if info.key != key || info.block != NONE {
@@ -166,7 +166,7 @@ impl Special {
         let b = step as usize;
         let row_words = padded_words(n * size_of::<T>());
         let block = self.words.get(b..b + HEADER_WORDS + 2 * row_words)?;
-        let clock = block[2];
+        let clock = view_clock(block[1]);
         if block[0] != key.row || block[1] as u32 != key.table || clock == Clock::MAX {
             return None;
         }
@@ -249,8 +249,8 @@ impl Special {
                         prefetch(w);
                     }
                 }
-            } else if let Some(info) = self.slots.get((ahead & !SLOT_STEP) as usize) {
-                self.arena.prefetch(info.word);
+            } else if let Some(planned) = self.arena.plan.slots.get((ahead & !SLOT_STEP) as usize) {
+                self.arena.prefetch((planned.offset / 8) as u32);
             }
         }
     }

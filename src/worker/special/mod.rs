@@ -27,10 +27,38 @@ const SLOT_STEP: u32 = 1 << 31;
 /// How many steps ahead of the cursor blocks are prefetched.
 const AHEAD: usize = 16;
 
-/// Words (8 bytes) of a block header: `row`, `table | touched << 32`, view data clock,
-/// `slot | len << 32` (`len`: the row's size in bytes).
-const HEADER_WORDS: usize = 4;
+/// Words (8 bytes) of a block header: the row, then its state word, `table | touched << 32
+/// | (view data clock + 1) << 33` (0: no view yet). The row's slot and size are not kept
+/// in the block: the slot is `updates[i]` of the plan for the worker's block `i`, the size
+/// is the table's.
+const HEADER_WORDS: usize = 2;
 const TOUCHED: u64 = 1 << 32;
+/// Where the view's data clock starts in the state word.
+const CLOCK_SHIFT: u32 = 33;
+/// The largest view data clock a state word holds (31 bits, 0 meaning no view): a view of
+/// a later clock is kept as none and so refilled on every read (correct, slower; 2^31
+/// clocks of a run are beyond any real one).
+const MAX_VIEW_CLOCK: Clock = (1 << 31) - 2;
+
+/// The data clock of a block's view from its state word; `Clock::MAX` without one.
+#[inline(always)]
+fn view_clock(state: u64) -> Clock {
+    match state >> CLOCK_SHIFT {
+        0 => Clock::MAX,
+        c => c - 1,
+    }
+}
+
+/// Sets the view's data clock in a block's state word.
+#[inline(always)]
+fn set_view_clock(state: &mut u64, clock: Clock) {
+    let field = if clock <= MAX_VIEW_CLOCK {
+        clock + 1
+    } else {
+        0
+    };
+    *state = (*state & ((1 << CLOCK_SHIFT) - 1)) | field << CLOCK_SHIFT;
+}
 
 /// Where a planned row lives, as the fast path finds it.
 #[derive(Debug, Clone, Copy)]
@@ -40,13 +68,24 @@ pub(crate) struct Place {
     block: u32,
 }
 
-/// What a plan slot resolves to, kept for the paths off the per-step fast path.
+/// What a plan slot resolves to for this worker ([`Special::info`]): the plan's row, chunk
+/// and arena word with this worker's copy and block.
 #[derive(Debug, Clone, Copy)]
 struct SlotInfo {
     key: RowKey,
     chunk: u32,
     /// Arena word (8 bytes) where the row starts.
     word: u32,
+    /// Row of this worker's private copies, or [`NONE`].
+    copy: u32,
+    /// This worker's block of the row, or [`NONE`].
+    block: u32,
+}
+
+/// This worker's part of a plan slot (8 bytes; the row, chunk and arena word are the
+/// plan's, shared by the process's workers).
+#[derive(Debug, Clone, Copy)]
+struct WorkerSlot {
     /// Row of this worker's private copies, or [`NONE`].
     copy: u32,
     /// This worker's block of the row, or [`NONE`].
@@ -77,8 +116,16 @@ pub(crate) struct Special {
     zone: u8,
     /// The blocks (see module docs), or empty when delta buffers are off.
     words: Vec<u64>,
+    /// Bytes per row of each table (by table id): a block's row size.
+    row_bytes: Vec<u32>,
+    /// This worker's id: its blocks are the plan's `updates[worker]`, in order.
+    worker: usize,
     /// First word of each block, in arena order.
     blocks: Vec<u32>,
+    /// Runs of consecutive blocks of one size, `(first word, first block, words per
+    /// block)`: a block's index from its first word in a search of the runs (a table's
+    /// blocks are one size, so there are few).
+    runs: Vec<(u32, u32, u32)>,
     /// Whether blocks hold a view (thread caches on) before the delta.
     views: bool,
     /// Per shard: its blocks (a range of `blocks`).
@@ -90,8 +137,8 @@ pub(crate) struct Special {
     /// Sent updates kept for read-my-writes under SSP: the blocks as they were sent.
     recent: Sent<Vec<u64>>,
     copies: Copies,
-    /// Per slot of the plan, resolved once.
-    slots: Vec<SlotInfo>,
+    /// Per slot of the plan, this worker's copy and block.
+    slots: Vec<WorkerSlot>,
     /// This worker's accesses of one iteration: a block's first word, or a slot with
     /// [`SLOT_STEP`] set. 4 bytes per access, so walking the sequence costs little memory
     /// bandwidth.
@@ -179,18 +226,15 @@ impl Special {
         let none: &[u32] = &[];
         let updates = plan.updates.get(worker).map_or(none, Vec::as_slice);
         let copied = plan.thread_cached.get(worker).map_or(none, Vec::as_slice);
-        let mut slots: Vec<SlotInfo> = plan
-            .slots
-            .iter()
-            .map(|s| SlotInfo {
-                key: s.key,
-                chunk: s.chunk,
-                word: (s.offset / 8) as u32,
+        let mut slots = vec![
+            WorkerSlot {
                 copy: NONE,
                 block: NONE,
-            })
-            .collect();
-        let (mut words, mut blocks) = (Vec::new(), Vec::new());
+            };
+            plan.slots.len()
+        ];
+        let (mut words, mut blocks, mut runs) =
+            (Vec::new(), Vec::new(), Vec::<(u32, u32, u32)>::new());
         let mut shard_blocks = vec![0..0; plan.shards.len()];
         let mut shard_bytes = vec![0; plan.shards.len()];
         let mut chunk_views = vec![Vec::new(); if views { plan.chunks.len() } else { 0 }];
@@ -213,6 +257,10 @@ impl Special {
                 } else {
                     range.start..r + 1
                 };
+                let size = block_words(s) as u32;
+                if runs.last().is_none_or(|&(_, _, last)| last != size) {
+                    runs.push((b as u32, r as u32, size));
+                }
                 blocks.push(b as u32);
                 slots[s as usize].block = b as u32;
                 if let Some(rows) = chunk_views.get_mut(slot.chunk as usize) {
@@ -224,12 +272,7 @@ impl Special {
                             .map_or(ElemType::F64, |t| t.elem),
                     });
                 }
-                words.extend_from_slice(&[
-                    slot.key.row,
-                    u64::from(slot.key.table),
-                    Clock::MAX,
-                    u64::from(s) | (slot.len as u64) << 32,
-                ]);
+                words.extend_from_slice(&[slot.key.row, u64::from(slot.key.table)]);
                 words.resize(b + block_words(s), 0);
                 shard_bytes[slot.shard as usize] += row_words * 8;
             }
@@ -252,9 +295,21 @@ impl Special {
                 b => b,
             };
         }
+        // A table's rows all have its size (the plan pads them alike).
+        let mut row_bytes = vec![0u32; tables.len()];
+        for slot in &plan.slots {
+            let t = slot.key.table as usize;
+            if t >= row_bytes.len() {
+                row_bytes.resize(t + 1, 0);
+            }
+            row_bytes[t] = slot.len as u32;
+        }
         Special {
             zone: arena.worker_zone(worker),
             words,
+            row_bytes,
+            worker,
+            runs,
             blocks,
             views,
             shard_bytes,
@@ -279,13 +334,13 @@ impl Special {
 
     /// This state's op tape as plan slots (the steps decoded), to rebuild the state from
     /// when it cannot be kept (a run failed with updates of this worker unsent).
-    pub(crate) fn into_tape(self) -> (Arc<ProcessArena>, Vec<u32>) {
-        let mut tape = self.steps;
+    pub(crate) fn into_tape(mut self) -> (Arc<ProcessArena>, Vec<u32>) {
+        let mut tape = std::mem::take(&mut self.steps);
         for step in &mut tape {
             *step = if *step & SLOT_STEP != 0 {
                 *step & !SLOT_STEP
             } else {
-                self.words[*step as usize + 3] as u32
+                self.block_slot(*step)
             };
         }
         (self.arena, tape)
@@ -314,7 +369,7 @@ impl Special {
                 + self.blocks.capacity() * 4
                 + self.chunk_views.iter().map(|v| v.capacity()).sum::<usize>()
                     * size_of::<ViewRow>(),
-            slots: self.slots.capacity() * size_of::<SlotInfo>(),
+            slots: self.slots.capacity() * size_of::<WorkerSlot>(),
             copies: self.copies.data.as_bytes().len()
                 + self.copies.offsets.capacity() * 8
                 + self.copies.clocks.capacity() * 8,
@@ -329,13 +384,13 @@ impl Special {
         if let Some(&step) = self.steps.get(self.cursor) {
             let hit = if step & SLOT_STEP == 0 {
                 let h = &self.words[step as usize..step as usize + HEADER_WORDS];
-                (h[0] == key.row && h[1] as u32 == key.table).then_some(Place {
-                    slot: h[3] as u32,
+                (h[0] == key.row && h[1] as u32 == key.table).then(|| Place {
+                    slot: self.block_slot(step),
                     block: step,
                 })
             } else {
                 let slot = step & !SLOT_STEP;
-                let info = &self.slots[slot as usize];
+                let info = self.info(slot);
                 (info.key == key).then_some(Place {
                     slot,
                     block: info.block,
@@ -372,16 +427,48 @@ impl Special {
         Some(Place { slot, block })
     }
 
+    /// What plan slot `slot` (below the plan's slots) resolves to for this worker.
+    #[inline(always)]
+    fn info(&self, slot: u32) -> SlotInfo {
+        self.info_get(slot).expect("a plan slot")
+    }
+
+    /// [`info`](Self::info), `None` for a slot beyond the plan's.
+    #[inline(always)]
+    fn info_get(&self, slot: u32) -> Option<SlotInfo> {
+        let (planned, mine) = (
+            self.arena.plan.slots.get(slot as usize)?,
+            self.slots.get(slot as usize)?,
+        );
+        Some(SlotInfo {
+            key: planned.key,
+            chunk: planned.chunk,
+            word: (planned.offset / 8) as u32,
+            copy: mine.copy,
+            block: mine.block,
+        })
+    }
+
     /// The size in bytes of the row in the block at word `b`.
     #[inline(always)]
     fn block_len(&self, b: usize) -> usize {
-        (self.words[b + 3] >> 32) as usize
+        block_len(&self.words, &self.row_bytes, b)
+    }
+
+    /// The plan slot of the block at word `b`: the worker's planned updates are its blocks
+    /// in order.
+    fn block_slot(&self, b: u32) -> u32 {
+        let run = self.runs.partition_point(|&(first, _, _)| first <= b) - 1;
+        let (first, index, size) = self.runs[run];
+        let i = (index + (b - first) / size) as usize;
+        debug_assert_eq!(self.blocks[i], b, "a step names the first word of a block");
+        self.arena.plan.updates[self.worker][i]
     }
 
     /// The words of the view and of the delta of the block at word `b`.
     #[inline(always)]
     fn block_parts(&self, b: usize) -> (Range<usize>, Range<usize>) {
-        block_parts(&self.words, self.views, b)
+        block_parts(&self.words, &self.row_bytes, self.views, b)
     }
 
     /// Copies the row at `place` (a snapshot with data clock `>= required`) into `dst`,
@@ -394,7 +481,7 @@ impl Special {
         required: Clock,
         dst: &mut [u8],
     ) -> Result<Clock> {
-        let info = self.slots[place.slot as usize];
+        let info = self.info(place.slot);
         if info.copy != NONE {
             return self.read_copy(shared, place.slot, required, dst);
         }
@@ -488,7 +575,7 @@ impl Special {
             return Ok(None);
         }
         let b = place.block as usize;
-        let clock = self.words[b + 2];
+        let clock = view_clock(self.words[b + 1]);
         if clock == Clock::MAX || clock < required {
             return self.refresh_views(shared, place, required).map(Some);
         }
@@ -505,12 +592,12 @@ impl Special {
         place: Place,
         required: Clock,
     ) -> Result<Clock> {
-        let info = self.slots[place.slot as usize];
+        let info = self.info(place.slot);
         let rows = &self.chunk_views[info.chunk as usize];
-        let (views, words) = (self.views, &mut self.words);
+        let (views, words, row_bytes) = (self.views, &mut self.words, &self.row_bytes);
         let copy = |arena: &crate::client::ArenaWords<'_>| {
             for row in rows {
-                let (view, _) = block_parts(words, views, row.block as usize);
+                let (view, _) = block_parts(words, row_bytes, views, row.block as usize);
                 arena.copy_row(row.word, &mut words[view]);
             }
         };
@@ -525,7 +612,7 @@ impl Special {
         for i in 0..self.chunk_views[info.chunk as usize].len() {
             let row = self.chunk_views[info.chunk as usize][i];
             let b = row.block as usize;
-            self.words[b + 2] = clock;
+            set_view_clock(&mut self.words[b + 1], clock);
             if row.elem.exact() {
                 self.add_own_to_view(b, clock, row.elem);
             }
@@ -560,7 +647,7 @@ impl Special {
         required: Clock,
         dst: &mut [u8],
     ) -> Result<Clock> {
-        let info = self.slots[slot as usize];
+        let info = self.info(slot);
         let r = info.copy as usize;
         let at = self.copies.offsets[r];
         let len = dst.len();
@@ -626,7 +713,7 @@ impl Special {
         let block = &mut self.words[b..b + HEADER_WORDS + view_words + row_words];
         let (header, rows) = block.split_at_mut(HEADER_WORDS);
         let (view, row) = rows.split_at_mut(view_words);
-        if T::TYPE.exact() && self.views && header[2] != Clock::MAX {
+        if T::TYPE.exact() && self.views && view_clock(header[1]) != Clock::MAX {
             T::add_slice(
                 &mut bytemuck::cast_slice_mut::<u64, T>(view)[cols.clone()],
                 delta,
@@ -681,7 +768,11 @@ impl Special {
             for (i, &b) in blocks.iter().enumerate() {
                 if self.words[b as usize + 1] & TOUCHED != 0 {
                     touched.push(i as u32);
-                    touched_bytes += block_parts(&self.words, self.views, b as usize).1.len() * 8;
+                    touched_bytes +=
+                        block_parts(&self.words, &self.row_bytes, self.views, b as usize)
+                            .1
+                            .len()
+                            * 8;
                 }
             }
             let sparse = touched_bytes + touched.len() * 4 < bytes;
@@ -697,7 +788,7 @@ impl Special {
             let mut at = 0;
             let mut next = touched.iter().peekable();
             for (i, &b) in blocks.iter().enumerate() {
-                let (_, delta) = block_parts(&self.words, self.views, b as usize);
+                let (_, delta) = block_parts(&self.words, &self.row_bytes, self.views, b as usize);
                 let len = delta.len() * 8;
                 let is_touched = next.peek() == Some(&&(i as u32));
                 if is_touched {
@@ -734,11 +825,23 @@ pub(crate) struct Slab {
     pub(crate) rows: Option<Vec<u32>>,
 }
 
+/// The size in bytes of the row in the block at word `b` of `words`, from its table's
+/// (`row_bytes`, by table id).
+#[inline(always)]
+fn block_len(words: &[u64], row_bytes: &[u32], b: usize) -> usize {
+    row_bytes[words[b + 1] as u32 as usize] as usize
+}
+
 /// The words of the view and of the delta of the block at word `b` of `words`, whose
 /// blocks hold views if `views`.
 #[inline(always)]
-fn block_parts(words: &[u64], views: bool, b: usize) -> (Range<usize>, Range<usize>) {
-    let row_words = padded_words((words[b + 3] >> 32) as usize);
+fn block_parts(
+    words: &[u64],
+    row_bytes: &[u32],
+    views: bool,
+    b: usize,
+) -> (Range<usize>, Range<usize>) {
+    let row_words = padded_words(block_len(words, row_bytes, b));
     let view = b + HEADER_WORDS;
     let delta = view + if views { row_words } else { 0 };
     (view..view + row_words, delta..delta + row_words)
@@ -797,5 +900,35 @@ fn wait_fresh(
         shared.check()?;
         arena.request(shared, required, phase, Some(slot))?;
         shared.signal.wait(generation, WAIT_SLICE);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_state_word_keeps_table_touched_flag_and_view_clock_apart() {
+        let mut state = 7 | TOUCHED;
+        assert_eq!(view_clock(state), Clock::MAX, "no view yet");
+        for clock in [0, 1, 12_345, MAX_VIEW_CLOCK] {
+            set_view_clock(&mut state, clock);
+            assert_eq!(view_clock(state), clock);
+            assert_eq!((state as u32, state & TOUCHED), (7, TOUCHED), "clock {clock}");
+        }
+        // A clock past the field is kept as no view: the view is refilled when read.
+        set_view_clock(&mut state, MAX_VIEW_CLOCK + 1);
+        assert_eq!(view_clock(state), Clock::MAX);
+        set_view_clock(&mut state, Clock::MAX);
+        assert_eq!(view_clock(state), Clock::MAX);
+        assert_eq!((state as u32, state & TOUCHED), (7, TOUCHED));
+    }
+
+    #[test]
+    fn a_row_of_one_f64_costs_a_two_word_header_and_an_eight_byte_slot() {
+        // Issue 17: bookkeeping no larger than the data of an 8-byte row's block (its
+        // view and delta) and, per plan slot, than the row.
+        assert_eq!(HEADER_WORDS * 8, 2 * 8);
+        assert_eq!(size_of::<WorkerSlot>(), 8);
     }
 }
