@@ -452,7 +452,10 @@ fn specialized_modes_use_the_arena_and_generic_mode_does_not() {
         "{m:?}"
     );
     assert!(m.pattern < m.gathered_pattern, "{m:?}");
-    assert!(m.plan > 0 && m.blocks > 0 && m.slot_tables > 0, "{m:?}");
+    assert!(m.plan > 0 && m.blocks > 0, "{m:?}");
+    // Each of the 2 workers keeps 8 bytes per plan slot (its copy and block; the row,
+    // chunk and arena word are the plan's, shared): no more than an 8-byte row.
+    assert_eq!(m.slot_tables, 2 * 8 * special.planned_rows, "{m:?}");
     assert!(
         m.thread_copies > 0 && m.process_arena > 0 && m.server_arenas > 0,
         "{m:?}"

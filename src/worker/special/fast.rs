@@ -4,7 +4,7 @@
 //! steps ahead. Each returns without side effects when it cannot serve the access, so the
 //! caller can take the general path.
 
-use super::{view_clock, Special, AHEAD, HEADER_WORDS, NONE, SLOT_STEP, TOUCHED};
+use super::{Special, AHEAD, HEADER_WORDS, NONE, SLOT_STEP, TOUCHED};
 use crate::consistency::Clock;
 use crate::prefetch::prefetch;
 use crate::slot::padded_words;
@@ -166,7 +166,7 @@ impl Special {
         let b = step as usize;
         let row_words = padded_words(n * size_of::<T>());
         let block = self.words.get(b..b + HEADER_WORDS + 2 * row_words)?;
-        let clock = view_clock(block[1]);
+        let clock = block[2];
         if block[0] != key.row || block[1] as u32 != key.table || clock == Clock::MAX {
             return None;
         }

@@ -27,38 +27,10 @@ const SLOT_STEP: u32 = 1 << 31;
 /// How many steps ahead of the cursor blocks are prefetched.
 const AHEAD: usize = 16;
 
-/// Words (8 bytes) of a block header: the row, then its state word, `table | touched << 32
-/// | (view data clock + 1) << 33` (0: no view yet). The row's slot and size are not kept
-/// in the block: the slot is `updates[i]` of the plan for the worker's block `i`, the size
-/// is the table's.
-const HEADER_WORDS: usize = 2;
+/// Words (8 bytes) of a block header: `row`, `table | touched << 32`, view data clock,
+/// `slot | len << 32` (`len`: the row's size in bytes).
+const HEADER_WORDS: usize = 4;
 const TOUCHED: u64 = 1 << 32;
-/// Where the view's data clock starts in the state word.
-const CLOCK_SHIFT: u32 = 33;
-/// The largest view data clock a state word holds (31 bits, 0 meaning no view): a view of
-/// a later clock is kept as none and so refilled on every read (correct, slower; 2^31
-/// clocks of a run are beyond any real one).
-const MAX_VIEW_CLOCK: Clock = (1 << 31) - 2;
-
-/// The data clock of a block's view from its state word; `Clock::MAX` without one.
-#[inline(always)]
-fn view_clock(state: u64) -> Clock {
-    match state >> CLOCK_SHIFT {
-        0 => Clock::MAX,
-        c => c - 1,
-    }
-}
-
-/// Sets the view's data clock in a block's state word.
-#[inline(always)]
-fn set_view_clock(state: &mut u64, clock: Clock) {
-    let field = if clock <= MAX_VIEW_CLOCK {
-        clock + 1
-    } else {
-        0
-    };
-    *state = (*state & ((1 << CLOCK_SHIFT) - 1)) | field << CLOCK_SHIFT;
-}
 
 /// Where a planned row lives, as the fast path finds it.
 #[derive(Debug, Clone, Copy)]
@@ -116,16 +88,8 @@ pub(crate) struct Special {
     zone: u8,
     /// The blocks (see module docs), or empty when delta buffers are off.
     words: Vec<u64>,
-    /// Bytes per row of each table (by table id): a block's row size.
-    row_bytes: Vec<u32>,
-    /// This worker's id: its blocks are the plan's `updates[worker]`, in order.
-    worker: usize,
     /// First word of each block, in arena order.
     blocks: Vec<u32>,
-    /// Runs of consecutive blocks of one size, `(first word, first block, words per
-    /// block)`: a block's index from its first word in a search of the runs (a table's
-    /// blocks are one size, so there are few).
-    runs: Vec<(u32, u32, u32)>,
     /// Whether blocks hold a view (thread caches on) before the delta.
     views: bool,
     /// Per shard: its blocks (a range of `blocks`).
@@ -233,8 +197,7 @@ impl Special {
             };
             plan.slots.len()
         ];
-        let (mut words, mut blocks, mut runs) =
-            (Vec::new(), Vec::new(), Vec::<(u32, u32, u32)>::new());
+        let (mut words, mut blocks) = (Vec::new(), Vec::new());
         let mut shard_blocks = vec![0..0; plan.shards.len()];
         let mut shard_bytes = vec![0; plan.shards.len()];
         let mut chunk_views = vec![Vec::new(); if views { plan.chunks.len() } else { 0 }];
@@ -257,10 +220,6 @@ impl Special {
                 } else {
                     range.start..r + 1
                 };
-                let size = block_words(s) as u32;
-                if runs.last().is_none_or(|&(_, _, last)| last != size) {
-                    runs.push((b as u32, r as u32, size));
-                }
                 blocks.push(b as u32);
                 slots[s as usize].block = b as u32;
                 if let Some(rows) = chunk_views.get_mut(slot.chunk as usize) {
@@ -272,7 +231,12 @@ impl Special {
                             .map_or(ElemType::F64, |t| t.elem),
                     });
                 }
-                words.extend_from_slice(&[slot.key.row, u64::from(slot.key.table)]);
+                words.extend_from_slice(&[
+                    slot.key.row,
+                    u64::from(slot.key.table),
+                    Clock::MAX,
+                    u64::from(s) | (slot.len as u64) << 32,
+                ]);
                 words.resize(b + block_words(s), 0);
                 shard_bytes[slot.shard as usize] += row_words * 8;
             }
@@ -295,21 +259,9 @@ impl Special {
                 b => b,
             };
         }
-        // A table's rows all have its size (the plan pads them alike).
-        let mut row_bytes = vec![0u32; tables.len()];
-        for slot in &plan.slots {
-            let t = slot.key.table as usize;
-            if t >= row_bytes.len() {
-                row_bytes.resize(t + 1, 0);
-            }
-            row_bytes[t] = slot.len as u32;
-        }
         Special {
             zone: arena.worker_zone(worker),
             words,
-            row_bytes,
-            worker,
-            runs,
             blocks,
             views,
             shard_bytes,
@@ -334,13 +286,13 @@ impl Special {
 
     /// This state's op tape as plan slots (the steps decoded), to rebuild the state from
     /// when it cannot be kept (a run failed with updates of this worker unsent).
-    pub(crate) fn into_tape(mut self) -> (Arc<ProcessArena>, Vec<u32>) {
-        let mut tape = std::mem::take(&mut self.steps);
+    pub(crate) fn into_tape(self) -> (Arc<ProcessArena>, Vec<u32>) {
+        let mut tape = self.steps;
         for step in &mut tape {
             *step = if *step & SLOT_STEP != 0 {
                 *step & !SLOT_STEP
             } else {
-                self.block_slot(*step)
+                self.words[*step as usize + 3] as u32
             };
         }
         (self.arena, tape)
@@ -384,8 +336,8 @@ impl Special {
         if let Some(&step) = self.steps.get(self.cursor) {
             let hit = if step & SLOT_STEP == 0 {
                 let h = &self.words[step as usize..step as usize + HEADER_WORDS];
-                (h[0] == key.row && h[1] as u32 == key.table).then(|| Place {
-                    slot: self.block_slot(step),
+                (h[0] == key.row && h[1] as u32 == key.table).then_some(Place {
+                    slot: h[3] as u32,
                     block: step,
                 })
             } else {
@@ -452,23 +404,13 @@ impl Special {
     /// The size in bytes of the row in the block at word `b`.
     #[inline(always)]
     fn block_len(&self, b: usize) -> usize {
-        block_len(&self.words, &self.row_bytes, b)
-    }
-
-    /// The plan slot of the block at word `b`: the worker's planned updates are its blocks
-    /// in order.
-    fn block_slot(&self, b: u32) -> u32 {
-        let run = self.runs.partition_point(|&(first, _, _)| first <= b) - 1;
-        let (first, index, size) = self.runs[run];
-        let i = (index + (b - first) / size) as usize;
-        debug_assert_eq!(self.blocks[i], b, "a step names the first word of a block");
-        self.arena.plan.updates[self.worker][i]
+        (self.words[b + 3] >> 32) as usize
     }
 
     /// The words of the view and of the delta of the block at word `b`.
     #[inline(always)]
     fn block_parts(&self, b: usize) -> (Range<usize>, Range<usize>) {
-        block_parts(&self.words, &self.row_bytes, self.views, b)
+        block_parts(&self.words, self.views, b)
     }
 
     /// Copies the row at `place` (a snapshot with data clock `>= required`) into `dst`,
@@ -575,7 +517,7 @@ impl Special {
             return Ok(None);
         }
         let b = place.block as usize;
-        let clock = view_clock(self.words[b + 1]);
+        let clock = self.words[b + 2];
         if clock == Clock::MAX || clock < required {
             return self.refresh_views(shared, place, required).map(Some);
         }
@@ -594,10 +536,10 @@ impl Special {
     ) -> Result<Clock> {
         let info = self.info(place.slot);
         let rows = &self.chunk_views[info.chunk as usize];
-        let (views, words, row_bytes) = (self.views, &mut self.words, &self.row_bytes);
+        let (views, words) = (self.views, &mut self.words);
         let copy = |arena: &crate::client::ArenaWords<'_>| {
             for row in rows {
-                let (view, _) = block_parts(words, row_bytes, views, row.block as usize);
+                let (view, _) = block_parts(words, views, row.block as usize);
                 arena.copy_row(row.word, &mut words[view]);
             }
         };
@@ -612,7 +554,7 @@ impl Special {
         for i in 0..self.chunk_views[info.chunk as usize].len() {
             let row = self.chunk_views[info.chunk as usize][i];
             let b = row.block as usize;
-            set_view_clock(&mut self.words[b + 1], clock);
+            self.words[b + 2] = clock;
             if row.elem.exact() {
                 self.add_own_to_view(b, clock, row.elem);
             }
@@ -713,7 +655,7 @@ impl Special {
         let block = &mut self.words[b..b + HEADER_WORDS + view_words + row_words];
         let (header, rows) = block.split_at_mut(HEADER_WORDS);
         let (view, row) = rows.split_at_mut(view_words);
-        if T::TYPE.exact() && self.views && view_clock(header[1]) != Clock::MAX {
+        if T::TYPE.exact() && self.views && header[2] != Clock::MAX {
             T::add_slice(
                 &mut bytemuck::cast_slice_mut::<u64, T>(view)[cols.clone()],
                 delta,
@@ -768,11 +710,7 @@ impl Special {
             for (i, &b) in blocks.iter().enumerate() {
                 if self.words[b as usize + 1] & TOUCHED != 0 {
                     touched.push(i as u32);
-                    touched_bytes +=
-                        block_parts(&self.words, &self.row_bytes, self.views, b as usize)
-                            .1
-                            .len()
-                            * 8;
+                    touched_bytes += block_parts(&self.words, self.views, b as usize).1.len() * 8;
                 }
             }
             let sparse = touched_bytes + touched.len() * 4 < bytes;
@@ -788,7 +726,7 @@ impl Special {
             let mut at = 0;
             let mut next = touched.iter().peekable();
             for (i, &b) in blocks.iter().enumerate() {
-                let (_, delta) = block_parts(&self.words, &self.row_bytes, self.views, b as usize);
+                let (_, delta) = block_parts(&self.words, self.views, b as usize);
                 let len = delta.len() * 8;
                 let is_touched = next.peek() == Some(&&(i as u32));
                 if is_touched {
@@ -825,23 +763,11 @@ pub(crate) struct Slab {
     pub(crate) rows: Option<Vec<u32>>,
 }
 
-/// The size in bytes of the row in the block at word `b` of `words`, from its table's
-/// (`row_bytes`, by table id).
-#[inline(always)]
-fn block_len(words: &[u64], row_bytes: &[u32], b: usize) -> usize {
-    row_bytes[words[b + 1] as u32 as usize] as usize
-}
-
 /// The words of the view and of the delta of the block at word `b` of `words`, whose
 /// blocks hold views if `views`.
 #[inline(always)]
-fn block_parts(
-    words: &[u64],
-    row_bytes: &[u32],
-    views: bool,
-    b: usize,
-) -> (Range<usize>, Range<usize>) {
-    let row_words = padded_words(block_len(words, row_bytes, b));
+fn block_parts(words: &[u64], views: bool, b: usize) -> (Range<usize>, Range<usize>) {
+    let row_words = padded_words((words[b + 3] >> 32) as usize);
     let view = b + HEADER_WORDS;
     let delta = view + if views { row_words } else { 0 };
     (view..view + row_words, delta..delta + row_words)
@@ -900,35 +826,5 @@ fn wait_fresh(
         shared.check()?;
         arena.request(shared, required, phase, Some(slot))?;
         shared.signal.wait(generation, WAIT_SLICE);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_state_word_keeps_table_touched_flag_and_view_clock_apart() {
-        let mut state = 7 | TOUCHED;
-        assert_eq!(view_clock(state), Clock::MAX, "no view yet");
-        for clock in [0, 1, 12_345, MAX_VIEW_CLOCK] {
-            set_view_clock(&mut state, clock);
-            assert_eq!(view_clock(state), clock);
-            assert_eq!((state as u32, state & TOUCHED), (7, TOUCHED), "clock {clock}");
-        }
-        // A clock past the field is kept as no view: the view is refilled when read.
-        set_view_clock(&mut state, MAX_VIEW_CLOCK + 1);
-        assert_eq!(view_clock(state), Clock::MAX);
-        set_view_clock(&mut state, Clock::MAX);
-        assert_eq!(view_clock(state), Clock::MAX);
-        assert_eq!((state as u32, state & TOUCHED), (7, TOUCHED));
-    }
-
-    #[test]
-    fn a_row_of_one_f64_costs_a_two_word_header_and_an_eight_byte_slot() {
-        // Issue 17: bookkeeping no larger than the data of an 8-byte row's block (its
-        // view and delta) and, per plan slot, than the row.
-        assert_eq!(HEADER_WORDS * 8, 2 * 8);
-        assert_eq!(size_of::<WorkerSlot>(), 8);
     }
 }
