@@ -208,20 +208,7 @@ impl Stack {
                 width: fc[f] + 1,
                 below: fc[f],
             });
-            let neurons = fc[f + 1] as u64;
-            layers.push(if last {
-                Layer::Softmax {
-                    name,
-                    neurons,
-                    bits: 32,
-                }
-            } else {
-                Layer::FullyConnected {
-                    name,
-                    neurons,
-                    bits: 32,
-                }
-            });
+            layers.push(dense_layer(name, fc[f + 1], last));
         }
         Self {
             stages,
@@ -278,23 +265,27 @@ pub fn mlp_network(sizes: &[usize]) -> Network {
             size: 1,
         },
         layers: (0..=last)
-            .map(|l| {
-                let (name, neurons) = (format!("l{l}"), sizes[l + 1] as u64);
-                if l == last {
-                    Layer::Softmax {
-                        name,
-                        neurons,
-                        bits: 32,
-                    }
-                } else {
-                    Layer::FullyConnected {
-                        name,
-                        neurons,
-                        bits: 32,
-                    }
-                }
-            })
+            .map(|l| dense_layer(format!("l{l}"), sizes[l + 1], l == last))
             .collect(),
+    }
+}
+
+/// The performance model's 32-bit fully connected layer of `neurons` neurons, the softmax
+/// output if `last`.
+fn dense_layer(name: String, neurons: usize, last: bool) -> Layer {
+    let neurons = neurons as u64;
+    if last {
+        Layer::Softmax {
+            name,
+            neurons,
+            bits: 32,
+        }
+    } else {
+        Layer::FullyConnected {
+            name,
+            neurons,
+            bits: 32,
+        }
     }
 }
 

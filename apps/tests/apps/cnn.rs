@@ -14,7 +14,7 @@ use crate::util::{bsp, iterstore, scratch, MODES};
 /// The tiny preset at pixel noise 0.05 (not 0.35): its class prototypes are white noise
 /// without spatial structure, which pooled convolution features cannot find under the
 /// preset's noise (chance accuracy), unlike the MLP's linear templates.
-fn tiny() -> ImageSet {
+pub(crate) fn tiny() -> ImageSet {
     ImageSpec {
         noise_std: 0.05,
         ..ImageSpec::preset("tiny").unwrap()
@@ -24,7 +24,7 @@ fn tiny() -> ImageSet {
 
 /// A small CNN for the 12 × 12 tiny images: 12 → conv 3 → 10 → pool → 5 → conv 3 → 3 →
 /// pool → 1, 12 channels into a hidden layer of 32.
-fn params() -> DnnConfig {
+pub(crate) fn params() -> DnnConfig {
     DnnConfig {
         channels: vec![6, 12],
         kernel: 3,

@@ -8,46 +8,15 @@
 use iterstore::{Cluster, Mode};
 use iterstore_apps::apps::dnn::{run_cnn, run_cnn_partitioned_in, DnnOutcome};
 use iterstore_apps::apps::{AppConfig, AppError};
-use iterstore_apps::data::{ImageSet, ImageSpec};
-use iterstore_apps::dnn::{Cnn, DnnConfig, Partitioning};
+use iterstore_apps::data::ImageSet;
+use iterstore_apps::dnn::{Cnn, Partitioning};
 
-use crate::dnn_checks::losses;
+use crate::cnn::{params, tiny};
+use crate::dnn_checks::{self, losses, same};
 use crate::util::{bsp, stderr, MODES};
 
-/// The tiny preset at the pixel noise a CNN can learn (as in the `cnn` tests).
-fn tiny() -> ImageSet {
-    ImageSpec {
-        noise_std: 0.05,
-        ..ImageSpec::preset("tiny").unwrap()
-    }
-    .generate()
-}
-
-/// 12 → conv 3 → 10 → pool → 5 → conv 3 → 3 → pool → 1, 12 channels into 32 hidden
-/// neurons: six stages (conv1, pool1, conv2, pool2, fc1, out).
-fn params() -> DnnConfig {
-    DnnConfig {
-        channels: vec![6, 12],
-        kernel: 3,
-        hidden: vec![32],
-        learning_rate: 0.05,
-        momentum: 0.9,
-        batch: 20,
-        seed: 7,
-        ..DnnConfig::default()
-    }
-}
-
 fn split(replicas: usize, partitions: [usize; 6], replications: [usize; 6]) -> Partitioning {
-    Partitioning {
-        replicas,
-        partitions: partitions.to_vec(),
-        replications: replications.to_vec(),
-        n_read: 0,
-        n_write: 0,
-        replica_workers: None,
-        parameter_servers: None,
-    }
+    dnn_checks::split(replicas, &partitions, &replications)
 }
 
 /// Trains on `processes` in-process processes of `cfg.workers` workers each, partitioned
@@ -63,13 +32,6 @@ fn train(
         run_cnn_partitioned_in(c, cfg, &params(), data, Some(asked), &mut |_| {}).map_err(lift)
     })
     .map_err(AppError::from)
-}
-
-fn same(a: &DnnOutcome<Cnn>, b: &DnnOutcome<Cnn>, what: &str) {
-    assert!(a.model == b.model, "{what}: the weights differ");
-    for (x, y) in losses(a).iter().zip(&losses(b)) {
-        assert!((x - y).abs() <= 1e-9 * y.abs(), "{what}: loss {x} vs {y}");
-    }
 }
 
 #[test]

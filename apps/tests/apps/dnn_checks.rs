@@ -83,3 +83,30 @@ pub(crate) fn processes_agree<N: PartialEq + Send>(
         }
     }
 }
+
+/// One replica count with each layer's partitions and replications, synchronised every
+/// mini-batch, on every worker and shard.
+pub(crate) fn split(
+    replicas: usize,
+    partitions: &[usize],
+    replications: &[usize],
+) -> iterstore_apps::dnn::Partitioning {
+    iterstore_apps::dnn::Partitioning {
+        replicas,
+        partitions: partitions.to_vec(),
+        replications: replications.to_vec(),
+        n_read: 0,
+        n_write: 0,
+        replica_workers: None,
+        parameter_servers: None,
+    }
+}
+
+/// Asserts bit-identical weights and each epoch's loss within 1e-9 (relative; the loss is
+/// summed over workers in another order).
+pub(crate) fn same<N: PartialEq>(a: &DnnOutcome<N>, b: &DnnOutcome<N>, what: &str) {
+    assert!(a.model == b.model, "{what}: the weights differ");
+    for (x, y) in losses(a).iter().zip(&losses(b)) {
+        assert!((x - y).abs() <= 1e-9 * y.abs(), "{what}: loss {x} vs {y}");
+    }
+}

@@ -10,7 +10,7 @@ use iterstore_apps::apps::{AppConfig, AppError};
 use iterstore_apps::data::{ImageSet, ImageSpec};
 use iterstore_apps::dnn::{DnnConfig, Mlp, Partitioning};
 
-use crate::dnn_checks::losses;
+use crate::dnn_checks::{self, losses, same};
 use crate::util::{bsp, dnn_tiny, stderr, MODES};
 
 fn tiny() -> ImageSet {
@@ -30,15 +30,7 @@ fn params() -> DnnConfig {
 }
 
 fn split(replicas: usize, partitions: [usize; 3], replications: [usize; 3]) -> Partitioning {
-    Partitioning {
-        replicas,
-        partitions: partitions.to_vec(),
-        replications: replications.to_vec(),
-        n_read: 0,
-        n_write: 0,
-        replica_workers: None,
-        parameter_servers: None,
-    }
+    dnn_checks::split(replicas, &partitions, &replications)
 }
 
 /// Trains on a fresh one-process cluster of `cfg.workers` workers, partitioned as asked.
@@ -53,13 +45,6 @@ fn train(
     })
     .map_err(AppError::from)?;
     Ok(got.remove(0))
-}
-
-fn same(a: &DnnOutcome<Mlp>, b: &DnnOutcome<Mlp>, what: &str) {
-    assert!(a.model == b.model, "{what}: the weights differ");
-    for (x, y) in losses(a).iter().zip(&losses(b)) {
-        assert!((x - y).abs() <= 1e-9 * y.abs(), "{what}: loss {x} vs {y}");
-    }
 }
 
 #[test]
