@@ -583,10 +583,14 @@ fn throughput(b: &AppBench) -> Option<String> {
         return None;
     }
     let mut line = format!(
-        "Training samples per second (later iterations; peers over all): virtual {}, limit {}",
-        rate(virt),
-        rate(limit)
+        "Training samples per second (later iterations; peers over all): virtual {}",
+        rate(virt)
     );
+    // A network without a limit implementation (the CNN) or a bench run without it
+    // (`--no-limit`) names none.
+    if let Some(l) = limit {
+        let _ = write!(line, ", limit {}", rate(Some(l)));
+    }
     for (name, r) in peers {
         let vs = virt.map_or(String::new(), |v| format!(" (virtual / peer {:.3})", v / r));
         let _ = write!(line, ", peer {name} {}{vs}", rate(Some(r)));
