@@ -187,6 +187,15 @@ fn the_cnn_is_benchmarked_without_a_limit_and_the_model_option_needs_dnn() {
         "{}",
         stderr(&out)
     );
+    let text = stdout(&out);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("Training samples per second"))
+        .unwrap_or_else(|| panic!("no samples per second: {text}"));
+    assert!(
+        line.contains(": virtual ") && !line.contains("limit"),
+        "{line}"
+    );
 
     let out = Command::new(env!("CARGO_BIN_EXE_iterstore"))
         .args(["bench", "--apps", "mf", "--dnn-model", "cnn"])
