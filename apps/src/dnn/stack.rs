@@ -32,12 +32,9 @@ use super::Activation;
 /// What a stage computes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Op {
-    /// A fully connected layer of `inputs` inputs (each input row carries a constant 1
-    /// after them, for the bias).
-    Dense {
-        /// Inputs per sample (the stage below's outputs).
-        inputs: usize,
-    },
+    /// A fully connected layer over the stage below's outputs (each input row carries a
+    /// constant 1 after them, for the bias).
+    Dense,
     /// A convolution with the stage's activation.
     Conv(ConvGeometry),
     /// A max pooling.
@@ -56,18 +53,39 @@ pub struct Stage {
     pub weights: Option<usize>,
     /// Units: neurons, kernels or channels.
     pub units: usize,
-    /// Output values per unit and sample.
-    pub unit: usize,
-    /// Floats per table row (weights, then bias); 0 without weights.
-    pub width: usize,
     /// Output values per sample of the stage below (pixels for the first stage).
     pub below: usize,
 }
 
 impl Stage {
+    /// Output values per unit and sample: 1 for a neuron, a kernel's output positions, a
+    /// channel's pooled positions.
+    pub fn unit(&self) -> usize {
+        match self.op {
+            Op::Dense => 1,
+            Op::Conv(g) => g.positions(),
+            Op::Pool(g) => g.out_height() * g.out_width(),
+        }
+    }
+
+    /// Output values per sample of every unit.
+    pub fn out_len(&self) -> usize {
+        self.units * self.unit()
+    }
+
+    /// Floats per table row (weights, then bias); 0 without weights (a pooling).
+    pub fn width(&self) -> usize {
+        match self.op {
+            Op::Dense => self.below + 1,
+            Op::Conv(g) => g.taps() + 1,
+            Op::Pool(_) => 0,
+        }
+    }
+
     /// The output columns (per sample) of units `units`.
     pub fn out_cols(&self, units: &Range<usize>) -> Range<usize> {
-        units.start * self.unit..units.end * self.unit
+        let unit = self.unit();
+        units.start * unit..units.end * unit
     }
 
     /// The columns of the stage below's output that a segment of units `units` reads.
@@ -77,14 +95,14 @@ impl Stage {
                 let plane = g.height * g.width;
                 units.start * plane..units.end * plane
             }
-            Op::Dense { .. } | Op::Conv(_) => 0..self.below,
+            Op::Dense | Op::Conv(_) => 0..self.below,
         }
     }
 
     /// Floats per sample of a segment's input buffer: what it reads, and for a fully
     /// connected layer the constant 1.
     pub fn x_width(&self, units: &Range<usize>) -> usize {
-        self.need(units).len() + usize::from(matches!(self.op, Op::Dense { .. }))
+        self.need(units).len() + usize::from(self.op == Op::Dense)
     }
 
     /// Whether its error terms below are a sum over its units, which its last segment
@@ -133,13 +151,9 @@ impl Stack {
         let stages = (0..spec.layers())
             .map(|l| Stage {
                 name: format!("l{l}"),
-                op: Op::Dense {
-                    inputs: spec.sizes[l],
-                },
+                op: Op::Dense,
                 weights: Some(l),
                 units: spec.sizes[l + 1],
-                unit: 1,
-                width: spec.width(l),
                 below: spec.sizes[l],
             })
             .collect();
@@ -167,8 +181,6 @@ impl Stack {
                 op: Op::Conv(g),
                 weights: Some(i),
                 units: g.out_channels,
-                unit: g.positions(),
-                width: spec.width(i),
                 below,
             });
             layers.push(Layer::Convolution {
@@ -183,8 +195,6 @@ impl Stack {
                 op: Op::Pool(p),
                 weights: None,
                 units: p.channels,
-                unit: p.out_height() * p.out_width(),
-                width: 0,
                 below: g.output_len(),
             });
             layers.push(Layer::Pooling {
@@ -201,11 +211,9 @@ impl Stack {
             let name = names.next().unwrap();
             stages.push(Stage {
                 name: name.clone(),
-                op: Op::Dense { inputs: fc[f] },
+                op: Op::Dense,
                 weights: Some(spec.stages() + f),
                 units: fc[f + 1],
-                unit: 1,
-                width: fc[f] + 1,
                 below: fc[f],
             });
             layers.push(dense_layer(name, fc[f + 1], last));
@@ -309,7 +317,7 @@ mod tests {
         assert_eq!(shape(&s.network), shape(&iterstore_perf::builtin::cnn()));
         for pair in s.stages.windows(2) {
             assert_eq!(
-                pair[0].units * pair[0].unit,
+                pair[0].units * pair[0].unit(),
                 pair[1].below,
                 "{}",
                 pair[1].name

@@ -128,9 +128,9 @@ impl Held {
             Op::Pool(g) => Op::Pool(Stage::pool_of(g, n)),
             dense => dense,
         };
-        let (x_width, out_width) = (stage.x_width(&rows), n * stage.unit);
+        let (x_width, out_width) = (stage.x_width(&rows), n * stage.unit());
         let weights = if stage.weights.is_some() {
-            n * stage.width
+            n * stage.width()
         } else {
             0
         };
@@ -145,7 +145,7 @@ impl Held {
         };
         let gathers = l > 0 && x.partitions > 1 && p + 1 == x.partitions;
         let (whole_kernels, whole_delta) = match stage.op {
-            Op::Conv(g) if gathers => (g.weights_len(), most * stage.units * stage.unit),
+            Op::Conv(g) if gathers => (g.weights_len(), most * stage.out_len()),
             _ => (0, 0),
         };
         Self {
@@ -158,7 +158,7 @@ impl Held {
             out_cols: stage.out_cols(&rows),
             x_width,
             out_width,
-            width: stage.width,
+            width: stage.width(),
             weights: vec![0.0; weights],
             step: vec![0.0; weights],
             velocity: vec![0.0; weights],
@@ -292,6 +292,39 @@ fn shared(
             .map(|(i, _)| i),
     );
     at
+}
+
+/// The copies `(r, p)` of the stage below (`x`, `stage`) whose outputs a copy reading
+/// columns `need` of them takes, each with the columns it takes: where its inputs come
+/// from going forward, and where its error terms below go back.
+fn below_links<'a>(
+    x: &'a LayerLayout,
+    stage: &'a Stage,
+    need: &'a Range<usize>,
+) -> impl Iterator<Item = (usize, usize, Range<usize>)> + 'a {
+    let cols = move |p| overlap(&stage.out_cols(&x.segment(p)), need);
+    copies(x)
+        .map(move |(r, p)| (r, p, cols(p)))
+        .filter(|l| !l.2.is_empty())
+}
+
+/// The copies `(r, p)` of the stage above (`x`, `stage`) that read columns of `out` (a
+/// copy's output columns), each with the columns it reads: where its outputs go forward,
+/// and where its error terms come from back.
+fn above_links<'a>(
+    x: &'a LayerLayout,
+    stage: &'a Stage,
+    out: &'a Range<usize>,
+) -> impl Iterator<Item = (usize, usize, Range<usize>)> + 'a {
+    let cols = move |p| overlap(out, &stage.need(&x.segment(p)));
+    copies(x)
+        .map(move |(r, p)| (r, p, cols(p)))
+        .filter(|l| !l.2.is_empty())
+}
+
+/// Every copy `(r, p)` of a stage laid out as `x`, copy by copy.
+fn copies(x: &LayerLayout) -> impl Iterator<Item = (usize, usize)> + '_ {
+    (0..x.replications).flat_map(move |r| (0..x.partitions).map(move |p| (r, p)))
 }
 
 /// The columns two ranges share (empty if none).
@@ -461,25 +494,19 @@ fn forward(
             fill_images(&e.data.train, which, &h.need, &mut h.x, h.x_width);
         } else {
             let (below, stage) = (&layout.layers[l - 1], &stack.stages[l - 1]);
-            for r0 in 0..below.replications {
+            for (r0, p0, cols) in below_links(below, stage, &h.need) {
                 let at = shared(&mut s.at, len, me, (below.replications, r0));
                 if at.is_empty() {
                     continue;
                 }
-                for p0 in 0..below.partitions {
-                    let cols = overlap(&stage.out_cols(&below.segment(p0)), &h.need);
-                    if cols.is_empty() {
-                        continue;
-                    }
-                    let from = layout.global(m, below.worker(p0, r0));
-                    recv(w, from, tag(l - 1, FWD), at.len() * cols.len(), &mut s.buf)?;
-                    scatter(&s.buf, &mut h.x, h.x_width, at, shift(&cols, h.need.start));
-                }
+                let from = layout.global(m, below.worker(p0, r0));
+                recv(w, from, tag(l - 1, FWD), at.len() * cols.len(), &mut s.buf)?;
+                scatter(&s.buf, &mut h.x, h.x_width, at, shift(&cols, h.need.start));
             }
         }
         let activation = stack.activation;
         match h.op {
-            Op::Dense { .. } => {
+            Op::Dense => {
                 for row in h.x.chunks_exact_mut(h.x_width).take(n) {
                     row[h.x_width - 1] = 1.0;
                 }
@@ -506,31 +533,20 @@ fn forward(
         }
         if l < last {
             let (above, stage) = (&layout.layers[l + 1], &stack.stages[l + 1]);
-            for r1 in 0..above.replications {
+            let mut gathered = None;
+            for (r1, p1, cols) in above_links(above, stage, &h.out_cols) {
                 let at = shared(&mut s.at, len, me, (above.replications, r1));
                 if at.is_empty() {
                     continue;
                 }
-                let mut gathered = None;
-                for p1 in 0..above.partitions {
-                    let cols = overlap(&h.out_cols, &stage.need(&above.segment(p1)));
-                    if cols.is_empty() {
-                        continue;
-                    }
-                    // Upper segments reading the same columns take the same message.
-                    if gathered.as_ref() != Some(&cols) {
-                        gather(
-                            &h.out,
-                            h.out_width,
-                            at,
-                            shift(&cols, h.out_cols.start),
-                            &mut s.buf,
-                        );
-                        gathered = Some(cols);
-                    }
-                    let to = layout.global(m, above.worker(p1, r1));
-                    w.send_to(to, tag(l, FWD), &s.buf)?;
+                // Upper segments of a copy reading the same columns take the same message.
+                if gathered.as_ref() != Some(&(r1, cols.clone())) {
+                    let from = shift(&cols, h.out_cols.start);
+                    gather(&h.out, h.out_width, at, from, &mut s.buf);
+                    gathered = Some((r1, cols));
                 }
+                let to = layout.global(m, above.worker(p1, r1));
+                w.send_to(to, tag(l, FWD), &s.buf)?;
             }
             continue;
         }
@@ -625,24 +641,18 @@ fn backward(
             // This copy's error terms: from the last segment of each upper copy whose
             // error terms below are a sum, else from every segment reading its columns.
             let (above, stage) = (&layout.layers[l + 1], &stack.stages[l + 1]);
-            for r1 in 0..above.replications {
+            for (r1, p1, cols) in above_links(above, stage, &h.out_cols) {
+                if stage.sums_below() && p1 + 1 != above.partitions {
+                    continue;
+                }
                 let at = shared(&mut s.at, len, me, (above.replications, r1));
                 if at.is_empty() {
                     continue;
                 }
-                for p1 in 0..above.partitions {
-                    if stage.sums_below() && p1 + 1 != above.partitions {
-                        continue;
-                    }
-                    let cols = overlap(&h.out_cols, &stage.need(&above.segment(p1)));
-                    if cols.is_empty() {
-                        continue;
-                    }
-                    let from = layout.global(m, above.worker(p1, r1));
-                    recv(w, from, tag(l + 1, BACK), at.len() * cols.len(), &mut s.buf)?;
-                    let to = shift(&cols, h.out_cols.start);
-                    scatter(&s.buf, &mut h.delta, h.out_width, at, to);
-                }
+                let from = layout.global(m, above.worker(p1, r1));
+                recv(w, from, tag(l + 1, BACK), at.len() * cols.len(), &mut s.buf)?;
+                let to = shift(&cols, h.out_cols.start);
+                scatter(&s.buf, &mut h.delta, h.out_width, at, to);
             }
             if !matches!(h.op, Op::Pool(_)) {
                 stack
@@ -657,7 +667,7 @@ fn backward(
         let stage = &stack.stages[l];
         let parts = x_layout.partitions;
         match (h.op, stage.op) {
-            (Op::Dense { .. }, _) => {
+            (Op::Dense, _) => {
                 // The error terms below: this segment's chunks added to the running sum.
                 if h.p == 0 {
                     h.back[..n * h.x_width].fill(0.0);
@@ -695,7 +705,7 @@ fn backward(
                 continue;
             }
             (Op::Conv(_), Op::Conv(whole)) => {
-                let (taps, width) = (whole.taps(), stage.units * stage.unit);
+                let (taps, width) = (whole.taps(), stage.out_len());
                 s.mine.clear();
                 s.mine.extend(0..n);
                 for p in 0..parts {
@@ -720,26 +730,20 @@ fn backward(
             (Op::Conv(_), _) => unreachable!("a convolution's stage is a convolution"),
         }
         let (below, stage) = (&layout.layers[l - 1], &stack.stages[l - 1]);
-        for r0 in 0..below.replications {
+        for (r0, p0, cols) in below_links(below, stage, &h.need) {
             let at = shared(&mut s.at, len, me, (below.replications, r0));
             if at.is_empty() {
                 continue;
             }
-            for p0 in 0..below.partitions {
-                let cols = overlap(&stage.out_cols(&below.segment(p0)), &h.need);
-                if cols.is_empty() {
-                    continue;
-                }
-                gather(
-                    &h.back,
-                    h.x_width,
-                    at,
-                    shift(&cols, h.need.start),
-                    &mut s.buf,
-                );
-                let to = layout.global(m, below.worker(p0, r0));
-                w.send_to(to, tag(l, BACK), &s.buf)?;
-            }
+            gather(
+                &h.back,
+                h.x_width,
+                at,
+                shift(&cols, h.need.start),
+                &mut s.buf,
+            );
+            let to = layout.global(m, below.worker(p0, r0));
+            w.send_to(to, tag(l, BACK), &s.buf)?;
         }
     }
     Ok(())
@@ -749,7 +753,7 @@ fn backward(
 /// computes it for these rows.
 fn step(h: &mut Held, n: usize, rate: f32) {
     match h.op {
-        Op::Dense { .. } => {
+        Op::Dense => {
             kernels::step_into(
                 &mut h.step,
                 &h.delta,
