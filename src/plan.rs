@@ -41,6 +41,14 @@ pub struct Slot {
     pub chunk: u32,
 }
 
+impl Slot {
+    /// The arena word (8 bytes) where the row starts.
+    #[inline(always)]
+    pub fn word(&self) -> u32 {
+        (self.offset / 8) as u32
+    }
+}
+
 /// A contiguous part of the arena: one shard's rows, or one chunk of them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Span {

@@ -255,7 +255,7 @@ impl ProcessArena {
     #[cfg(test)]
     pub(crate) fn read_fresh(&self, slot: u32, required: Clock, dst: &mut [u8]) -> Option<Clock> {
         let s = &self.plan.slots[slot as usize];
-        self.read_at(s.chunk, (s.offset / 8) as u32, required, dst)
+        self.read_at(s.chunk, s.word(), required, dst)
     }
 
     /// [`read_fresh`](Self::read_fresh) of the row at arena word `word` of chunk `chunk`,
@@ -679,7 +679,7 @@ mod tests {
         a.write_chunk(0, 1, 3, None, &bytes).unwrap();
         for zone in [0, 1] {
             let mut dst = [0u8; 12];
-            let word = (s.offset / 8) as u32;
+            let word = s.word();
             assert_eq!(a.read_at_in(zone, 1, word, 3, &mut dst), Some(3));
             assert_eq!(
                 bytemuck::cast_slice::<u8, i32>(&dst),

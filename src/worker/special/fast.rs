@@ -250,7 +250,7 @@ impl Special {
                     }
                 }
             } else if let Some(planned) = self.arena.plan.slots.get((ahead & !SLOT_STEP) as usize) {
-                self.arena.prefetch((planned.offset / 8) as u32);
+                self.arena.prefetch(planned.word());
             }
         }
     }

@@ -225,7 +225,7 @@ impl Special {
                 if let Some(rows) = chunk_views.get_mut(slot.chunk as usize) {
                     rows.push(ViewRow {
                         block: b as u32,
-                        word: (slot.offset / 8) as u32,
+                        word: slot.word(),
                         elem: tables
                             .get(slot.key.table as usize)
                             .map_or(ElemType::F64, |t| t.elem),
@@ -395,7 +395,7 @@ impl Special {
         Some(SlotInfo {
             key: planned.key,
             chunk: planned.chunk,
-            word: (planned.offset / 8) as u32,
+            word: planned.word(),
             copy: mine.copy,
             block: mine.block,
         })
