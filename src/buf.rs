@@ -27,9 +27,44 @@ impl AlignedBuf {
 
     /// A buffer holding a copy of `bytes`.
     pub fn from_bytes(bytes: &[u8]) -> Self {
-        let mut buf = Self::zeroed(bytes.len());
-        buf.as_bytes_mut().copy_from_slice(bytes);
-        buf
+        // Copied into fresh capacity rather than over zeros: no pass writes it twice.
+        let whole = bytes.len() / 8 * 8;
+        let (head, tail) = bytes.split_at(whole);
+        let mut words = Vec::with_capacity(bytes.len().div_ceil(8));
+        match bytemuck::try_cast_slice::<u8, u64>(head) {
+            Ok(aligned) => words.extend_from_slice(aligned),
+            Err(_) => words.extend(
+                head.chunks_exact(8)
+                    .map(bytemuck::pod_read_unaligned::<u64>),
+            ),
+        }
+        if !tail.is_empty() {
+            let mut last = [0u8; 8];
+            last[..tail.len()].copy_from_slice(tail);
+            words.push(u64::from_ne_bytes(last));
+        }
+        AlignedBuf {
+            words,
+            len: bytes.len(),
+        }
+    }
+
+    /// A buffer of `words`, its length their bytes.
+    pub(crate) fn from_word_vec(words: Vec<u64>) -> Self {
+        AlignedBuf {
+            len: words.len() * 8,
+            words,
+        }
+    }
+
+    /// A buffer holding `parts` one after another (`words` of them in all), its length
+    /// their bytes; built in fresh capacity, without zeroing it first.
+    pub(crate) fn from_words<'a>(words: usize, parts: impl IntoIterator<Item = &'a [u64]>) -> Self {
+        let mut out = Vec::with_capacity(words);
+        for part in parts {
+            out.extend_from_slice(part);
+        }
+        Self::from_word_vec(out)
     }
 
     /// A buffer holding a copy of `values`.
@@ -133,5 +168,23 @@ mod tests {
         assert_eq!(odd.cast::<i32>(), &[1, 2, 3]);
         b.clear();
         assert_eq!(b.cast::<f64>(), &[0.0, 0.0]);
+    }
+
+    #[test]
+    fn copies_are_whole_from_aligned_unaligned_and_word_sources() {
+        let bytes: Vec<u8> = (1..=21).collect();
+        for start in [0, 1, 3] {
+            let src = &bytes[start..];
+            let buf = AlignedBuf::from_bytes(src);
+            assert_eq!(buf.as_bytes(), src);
+            assert_eq!(buf, {
+                let mut z = AlignedBuf::zeroed(src.len());
+                z.as_bytes_mut().copy_from_slice(src);
+                z
+            });
+        }
+        let buf = AlignedBuf::from_words(3, [&[1u64, 2][..], &[3]]);
+        assert_eq!(buf.cast::<i64>(), &[1, 2, 3]);
+        assert_eq!(buf.len(), 24);
     }
 }

@@ -350,16 +350,13 @@ impl ArenaShard {
         if len + changed.len() * 4 >= whole {
             return None;
         }
-        let bytes = self.bytes();
-        let mut out = AlignedBuf::zeroed(len);
-        let dst = out.as_bytes_mut();
-        let mut at = 0;
-        for &i in &changed {
-            let r = row(i);
-            let n = padded(r.len);
-            dst[at..at + n].copy_from_slice(&bytes[r.offset..r.offset + n]);
-            at += n;
-        }
+        let out = AlignedBuf::from_words(
+            len / 8,
+            changed.iter().map(|&i| {
+                let r = row(i);
+                &self.arena[r.offset / 8..(r.offset + padded(r.len)) / 8]
+            }),
+        );
         Some(Refresh {
             bytes: out,
             rows: Some(changed),
@@ -373,15 +370,10 @@ impl ArenaShard {
         if let [one] = ranges.as_slice() {
             return Some(AlignedBuf::from_bytes(&bytes[one.clone()]));
         }
-        let len = ranges.iter().map(|r| r.len()).sum();
-        let mut out = AlignedBuf::zeroed(len);
-        let dst = out.as_bytes_mut();
-        let mut at = 0;
-        for r in ranges {
-            dst[at..at + r.len()].copy_from_slice(&bytes[r.clone()]);
-            at += r.len();
-        }
-        Some(out)
+        let len: usize = ranges.iter().map(|r| r.len()).sum();
+        // Ranges are of whole padded rows: whole words.
+        let words = ranges.iter().map(|r| &self.arena[r.start / 8..r.end / 8]);
+        Some(AlignedBuf::from_words(len / 8, words))
     }
 
     /// Every row in the arena with its value.

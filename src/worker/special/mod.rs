@@ -27,10 +27,12 @@ const SLOT_STEP: u32 = 1 << 31;
 /// How many steps ahead of the cursor blocks are prefetched.
 const AHEAD: usize = 16;
 
-/// Words (8 bytes) of a block header: `row`, `table | touched << 32`, view data clock,
-/// `slot | len << 32` (`len`: the row's size in bytes).
+/// Words (8 bytes) of a block header: `row`, `table | touched << 32 | index << 33`, view
+/// data clock, `slot | len << 32` (`len`: the row's size in bytes; `index`: the block's
+/// position in arena order, its bit in [`Special::touched`]).
 const HEADER_WORDS: usize = 4;
 const TOUCHED: u64 = 1 << 32;
+const INDEX_SHIFT: u32 = 33;
 
 /// Where a planned row lives, as the fast path finds it.
 #[derive(Debug, Clone, Copy)]
@@ -111,6 +113,9 @@ pub(crate) struct Special {
     cursor: usize,
     /// Blocks touched in this clock.
     dirty: usize,
+    /// The same as a bit per block (by index in arena order), so a CLOCK visits only the
+    /// touched blocks.
+    touched: Vec<u64>,
     /// How accesses found their rows (observability: a specialization that silently
     /// falls back shows here). `tape` is filled in when the counters are taken.
     counters: AccessCounters,
@@ -233,7 +238,7 @@ impl Special {
                 }
                 words.extend_from_slice(&[
                     slot.key.row,
-                    u64::from(slot.key.table),
+                    u64::from(slot.key.table) | (r as u64) << INDEX_SHIFT,
                     Clock::MAX,
                     u64::from(s) | (slot.len as u64) << 32,
                 ]);
@@ -259,6 +264,7 @@ impl Special {
                 b => b,
             };
         }
+        let touched_words = blocks.len().div_ceil(64);
         Special {
             zone: arena.worker_zone(worker),
             words,
@@ -277,6 +283,7 @@ impl Special {
             steps,
             cursor: 0,
             dirty: 0,
+            touched: vec![0; touched_words],
             counters: AccessCounters::default(),
             tape_hits: 0,
             phase: 0,
@@ -664,6 +671,8 @@ impl Special {
         let row = &mut bytemuck::cast_slice_mut::<u64, T>(row)[..width];
         if header[1] & TOUCHED == 0 {
             header[1] |= TOUCHED;
+            let r = (header[1] >> INDEX_SHIFT) as usize;
+            self.touched[r / 64] |= 1 << (r % 64);
             self.dirty += 1;
             if delta.len() == width {
                 row.copy_from_slice(delta);
@@ -700,20 +709,17 @@ impl Special {
         if keep_recent {
             self.recent.push(clock, self.words.clone());
         }
-        // One pass over the blocks per shard: find the touched ones, copy their deltas,
-        // clear the flags.
+        // Per shard, only the touched blocks are visited (their bits), unless the slab
+        // is sent whole: then every block of the shard takes its place in it.
         let mut slabs = Vec::with_capacity(self.shard_blocks.len());
         for (range, &bytes) in self.shard_blocks.iter().zip(&self.shard_bytes) {
-            let blocks = &self.blocks[range.clone()];
-            let mut touched: Vec<u32> = Vec::new();
-            let mut touched_bytes = 0;
-            for (i, &b) in blocks.iter().enumerate() {
-                if self.words[b as usize + 1] & TOUCHED != 0 {
-                    touched.push(i as u32);
-                    touched_bytes += block_parts(&self.words, self.views, b as usize).1.len() * 8;
-                }
+            let (mut count, mut touched_bytes) = (0, 0);
+            for r in set_bits(&self.touched, range.clone()) {
+                let b = self.blocks[r] as usize;
+                count += 1;
+                touched_bytes += block_parts(&self.words, self.views, b).1.len() * 8;
             }
-            let sparse = touched_bytes + touched.len() * 4 < bytes;
+            let sparse = touched_bytes + count * 4 < bytes;
             if bytes > 0 {
                 if sparse {
                     self.counters.partial_slabs += 1;
@@ -721,28 +727,42 @@ impl Special {
                     self.counters.whole_slabs += 1;
                 }
             }
-            let mut slab = AlignedBuf::zeroed(if sparse { touched_bytes } else { bytes });
-            let out = slab.as_bytes_mut();
-            let mut at = 0;
-            let mut next = touched.iter().peekable();
-            for (i, &b) in blocks.iter().enumerate() {
-                let (_, delta) = block_parts(&self.words, self.views, b as usize);
-                let len = delta.len() * 8;
-                let is_touched = next.peek() == Some(&&(i as u32));
-                if is_touched {
-                    next.next();
-                    self.words[b as usize + 1] &= !TOUCHED;
-                    out[at..at + len].copy_from_slice(bytemuck::cast_slice(&self.words[delta]));
+            let slab = if sparse {
+                let mut rows = Vec::with_capacity(count);
+                let mut out = Vec::with_capacity(touched_bytes / 8);
+                for r in set_bits(&self.touched, range.clone()) {
+                    let b = self.blocks[r] as usize;
+                    let (_, delta) = block_parts(&self.words, self.views, b);
+                    self.words[b + 1] &= !TOUCHED;
+                    out.extend_from_slice(&self.words[delta]);
+                    rows.push((r - range.start) as u32);
                 }
-                if is_touched || !sparse {
+                Slab {
+                    bytes: AlignedBuf::from_word_vec(out),
+                    rows: Some(rows),
+                }
+            } else {
+                let mut slab = AlignedBuf::zeroed(bytes);
+                let out = slab.as_bytes_mut();
+                let mut at = 0;
+                for &b in &self.blocks[range.clone()] {
+                    let b = b as usize;
+                    let (_, delta) = block_parts(&self.words, self.views, b);
+                    let len = delta.len() * 8;
+                    if self.words[b + 1] & TOUCHED != 0 {
+                        self.words[b + 1] &= !TOUCHED;
+                        out[at..at + len].copy_from_slice(bytemuck::cast_slice(&self.words[delta]));
+                    }
                     at += len;
                 }
-            }
-            slabs.push(Slab {
-                bytes: slab,
-                rows: sparse.then_some(touched),
-            });
+                Slab {
+                    bytes: slab,
+                    rows: None,
+                }
+            };
+            slabs.push(slab);
         }
+        self.touched.fill(0);
         self.dirty = 0;
         slabs
     }
@@ -761,6 +781,23 @@ pub(crate) struct Slab {
     /// `None`: every row of the worker's layout for the shard; else the positions in that
     /// layout of the rows `bytes` holds.
     pub(crate) rows: Option<Vec<u32>>,
+}
+
+/// The positions in `range` of the bits set in `bits`, in order.
+fn set_bits(bits: &[u64], range: Range<usize>) -> impl Iterator<Item = usize> + '_ {
+    let words = range.start / 64..range.end.div_ceil(64);
+    words
+        .flat_map(move |w| {
+            let mut word = bits[w];
+            std::iter::from_fn(move || {
+                (word != 0).then(|| {
+                    let bit = word.trailing_zeros() as usize;
+                    word &= word - 1;
+                    w * 64 + bit
+                })
+            })
+        })
+        .filter(move |r| range.contains(r))
 }
 
 /// The words of the view and of the delta of the block at word `b` of `words`, whose
