@@ -17,9 +17,11 @@ const SPIN: Duration = Duration::from_micros(200);
 /// A generation counter with a condition variable (see the module docs).
 #[derive(Debug, Default)]
 pub(crate) struct Signal {
-    /// Bumped (under `lock`) on every notification; read without locking.
+    /// Bumped (under `sleepers`) on every notification; read without locking.
     generation: AtomicU64,
-    lock: Mutex<()>,
+    /// Threads asleep on `arrived`, counted under this lock: a notification with
+    /// none makes no system call.
+    sleepers: Mutex<usize>,
     arrived: Condvar,
     /// How long a wait yields before it sleeps ([`SPIN`], or zero).
     spin: Duration,
@@ -41,12 +43,16 @@ impl Signal {
         self.generation.load(Ordering::Acquire)
     }
 
-    /// Wakes every waiting thread.
+    /// Wakes every waiting thread. Only a thread asleep needs the condition variable
+    /// (a system call); one yielding sees the generation change.
     pub(crate) fn notify(&self) {
-        let guard = self.lock.lock().unwrap_or_else(PoisonError::into_inner);
+        let sleepers = self.sleepers.lock().unwrap_or_else(PoisonError::into_inner);
         self.generation.fetch_add(1, Ordering::AcqRel);
-        drop(guard);
-        self.arrived.notify_all();
+        let wake = *sleepers > 0;
+        drop(sleepers);
+        if wake {
+            self.arrived.notify_all();
+        }
     }
 
     /// Waits until something arrived after `generation` was read, or `timeout` passed.
@@ -64,9 +70,16 @@ impl Signal {
             }
             std::thread::yield_now();
         }
-        let guard = self.lock.lock().unwrap_or_else(PoisonError::into_inner);
+        // Counted as asleep under the lock the generation is bumped under: a notifier
+        // either bumped it before (seen here, no sleep) or sees the count.
+        let mut sleepers = self.sleepers.lock().unwrap_or_else(PoisonError::into_inner);
         if self.generation.load(Ordering::Acquire) == generation {
-            let _ = self.arrived.wait_timeout(guard, timeout);
+            *sleepers += 1;
+            sleepers = match self.arrived.wait_timeout(sleepers, timeout) {
+                Ok((guard, _)) => guard,
+                Err(poisoned) => poisoned.into_inner().0,
+            };
+            *sleepers -= 1;
         }
     }
 }
