@@ -72,6 +72,12 @@ impl AlignedBuf {
         Self::from_bytes(bytemuck::cast_slice(values))
     }
 
+    /// The buffer as words (its last one zero-padded).
+    #[inline]
+    pub(crate) fn words(&self) -> &[u64] {
+        &self.words
+    }
+
     /// Length in bytes.
     #[inline]
     pub fn len(&self) -> usize {

@@ -451,13 +451,23 @@ impl ProcessArena {
             .enumerate()
             .filter(|(z, _)| mask & (1u64 << z) != 0)
             .filter_map(|(_, c)| c.as_deref());
+        // Refreshes arrive in aligned buffers: word by word then (a plain copy loop).
+        let aligned = bytemuck::try_cast_slice::<u8, u64>(bytes).ok();
         for words in std::iter::once(&*self.words).chain(zone_copies) {
             for &(word, at, n) in spans {
+                let dst = &words[word..word + n];
+                if let Some(src) = aligned {
+                    for (w, &x) in dst.iter().zip(&src[at..at + n]) {
+                        w.store(u64::from_le(x), Ordering::Relaxed);
+                    }
+                    continue;
+                }
                 let src = &bytes[at * 8..(at + n) * 8];
-                for (w, b) in words[word..word + n].iter().zip(src.chunks_exact(8)) {
-                    let mut x = [0u8; 8];
-                    x.copy_from_slice(b);
-                    w.store(u64::from_le_bytes(x), Ordering::Relaxed);
+                for (w, b) in dst.iter().zip(src.chunks_exact(8)) {
+                    w.store(
+                        u64::from_le(bytemuck::pod_read_unaligned(b)),
+                        Ordering::Relaxed,
+                    );
                 }
             }
         }

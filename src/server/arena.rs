@@ -290,18 +290,21 @@ impl ArenaShard {
                 slab.len()
             ));
         }
-        let arena = bytemuck::cast_slice_mut::<u64, u8>(&mut self.arena);
-        let src = slab.as_bytes();
+        // Word by word: rows are whole padded words in the arena and in the slab, and
+        // the padding is zero in both, so adding it as elements changes nothing.
+        let src = slab.words();
         let mut at = 0;
         for &r in layout {
             let row = self.rows[r as usize];
-            let delta = &src[at..at + row.len];
-            if !all_zero(delta) {
-                row.elem
-                    .add(&mut arena[row.offset..row.offset + row.len], delta);
-                self.changed[r as usize] = now;
+            let words = padded(row.len) / 8;
+            let delta = &src[at..at + words];
+            at += words;
+            if delta.iter().fold(0, |acc, &w| acc | w) == 0 {
+                continue;
             }
-            at += padded(row.len);
+            let start = row.offset / 8;
+            add_words(row.elem, &mut self.arena[start..start + words], delta);
+            self.changed[r as usize] = now;
         }
         Ok(())
     }
@@ -386,15 +389,19 @@ impl ArenaShard {
     }
 }
 
-/// Whether every byte of `bytes` is zero: read as 8-byte words with no early exit, so
-/// that it vectorizes (most deltas are not zero, and then every byte is read anyway).
-fn all_zero(bytes: &[u8]) -> bool {
-    let words = bytes.chunks_exact(8);
-    let tail = words.remainder();
-    let words = words.fold(0, |acc, w| {
-        acc | u64::from_ne_bytes(w.try_into().expect("8 bytes"))
-    });
-    words == 0 && tail.iter().all(|&b| b == 0)
+/// Adds the words `src` into `dst` as elements of `elem` (same number of words).
+#[inline]
+fn add_words(elem: ElemType, dst: &mut [u64], src: &[u64]) {
+    use crate::Element;
+    fn add<T: Element>(dst: &mut [u64], src: &[u64]) {
+        T::add_slice(bytemuck::cast_slice_mut(dst), bytemuck::cast_slice(src));
+    }
+    match elem {
+        ElemType::F32 => add::<f32>(dst, src),
+        ElemType::F64 => add::<f64>(dst, src),
+        ElemType::I32 => add::<i32>(dst, src),
+        ElemType::I64 => add::<i64>(dst, src),
+    }
 }
 
 #[cfg(test)]
