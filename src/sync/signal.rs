@@ -83,3 +83,46 @@ impl Signal {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    /// A long bound: a wake-up that was lost would show as a wait of this length.
+    const LONG: Duration = Duration::from_secs(20);
+
+    #[test]
+    fn a_sleeping_waiter_is_woken_and_a_past_notification_is_not_missed() {
+        for yield_waits in [false, true] {
+            let signal = Arc::new(Signal::new(yield_waits));
+            let seen = signal.generation();
+            let waiter = {
+                let signal = signal.clone();
+                std::thread::spawn(move || {
+                    let start = Instant::now();
+                    signal.wait(seen, LONG);
+                    start.elapsed()
+                })
+            };
+            // Past the yielding phase: the waiter sleeps on the condition variable.
+            std::thread::sleep(Duration::from_millis(50));
+            signal.notify();
+            let waited = waiter.join().unwrap();
+            assert!(waited < LONG / 2, "woken after {waited:?}");
+            // Notified before it waits: returns at once.
+            let start = Instant::now();
+            signal.wait(seen, LONG);
+            assert!(start.elapsed() < LONG / 2);
+            assert_eq!(*signal.sleepers.lock().unwrap(), 0);
+        }
+    }
+
+    #[test]
+    fn a_wait_with_nothing_arriving_ends_at_its_bound() {
+        let signal = Signal::new(true);
+        let start = Instant::now();
+        signal.wait(signal.generation(), Duration::from_millis(30));
+        assert!(start.elapsed() >= Duration::from_millis(30));
+    }
+}

@@ -865,3 +865,22 @@ fn wait_fresh(
         shared.signal.wait(generation, WAIT_SLICE);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::set_bits;
+
+    #[test]
+    fn set_bits_are_the_range_s_in_order() {
+        let mut bits = vec![0u64; 3];
+        for r in [0, 5, 63, 64, 70, 128, 191] {
+            bits[r / 64] |= 1 << (r % 64);
+        }
+        let got = |range: std::ops::Range<usize>| set_bits(&bits, range).collect::<Vec<_>>();
+        assert_eq!(got(0..192), [0, 5, 63, 64, 70, 128, 191]);
+        assert_eq!(got(5..65), [5, 63, 64]);
+        assert_eq!(got(64..64), Vec::<usize>::new());
+        assert_eq!(got(71..128), Vec::<usize>::new());
+        assert_eq!(got(128..192), [128, 191]);
+    }
+}
