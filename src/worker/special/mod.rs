@@ -672,13 +672,9 @@ impl Special {
         if header[1] & TOUCHED == 0 {
             header[1] |= TOUCHED;
             let r = (header[1] >> INDEX_SHIFT) as usize;
-            self.touched[r / 64] |= 1 << (r % 64);
-            self.dirty += 1;
-            if delta.len() == width {
-                row.copy_from_slice(delta);
+            if first_touch(&mut self.touched, &mut self.dirty, r, row, delta) {
                 return;
             }
-            row.fill(T::default());
         }
         T::add_slice(&mut row[cols], delta);
     }
@@ -781,6 +777,29 @@ pub(crate) struct Slab {
     /// `None`: every row of the worker's layout for the shard; else the positions in that
     /// layout of the rows `bytes` holds.
     pub(crate) rows: Option<Vec<u32>>,
+}
+
+/// A block's first touch in a clock: its bit `r` set in `touched`, `dirty` counted, and
+/// its delta `row` started: `delta` itself when it is the whole row (then `true`: nothing
+/// is left to add), else zeros. Out of line: once a row per clock, kept out of the
+/// callers' loops.
+#[cold]
+#[inline(never)]
+fn first_touch<T: Element>(
+    touched: &mut [u64],
+    dirty: &mut usize,
+    r: usize,
+    row: &mut [T],
+    delta: &[T],
+) -> bool {
+    touched[r / 64] |= 1 << (r % 64);
+    *dirty += 1;
+    if delta.len() == row.len() {
+        row.copy_from_slice(delta);
+        return true;
+    }
+    row.fill(T::default());
+    false
 }
 
 /// The positions in `range` of the bits set in `bits`, in order.
