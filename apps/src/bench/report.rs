@@ -54,13 +54,30 @@ impl Target {
 
     /// Whether every bar is measured (`Some`) and met.
     fn met(&self, vs_generic: Option<f64>, vs_limit: Option<f64>, vs_peer: Option<f64>) -> bool {
+        self.bars(vs_generic, vs_limit, vs_peer)
+            .all(|(bar, got)| got.is_some_and(|r| r <= bar))
+    }
+
+    /// Whether a bar was measured and missed.
+    fn missed(&self, vs_generic: Option<f64>, vs_limit: Option<f64>, vs_peer: Option<f64>) -> bool {
+        self.bars(vs_generic, vs_limit, vs_peer)
+            .any(|(bar, got)| got.is_some_and(|r| r > bar))
+    }
+
+    /// Each bar this target sets, with the ratio measured against it (if any).
+    fn bars(
+        &self,
+        vs_generic: Option<f64>,
+        vs_limit: Option<f64>,
+        vs_peer: Option<f64>,
+    ) -> impl Iterator<Item = (f64, Option<f64>)> {
         [
             (self.max_vs_generic, vs_generic),
             (self.max_vs_limit, vs_limit),
             (self.max_vs_peer, vs_peer),
         ]
-        .iter()
-        .all(|&(bar, got)| bar.is_none_or(|bar| got.is_some_and(|r| r <= bar)))
+        .into_iter()
+        .filter_map(|(bar, got)| bar.map(|bar| (bar, got)))
     }
 }
 
@@ -101,6 +118,9 @@ pub struct Verdict {
     pub virtual_vs_peer: Option<f64>,
     /// Every ratio the target bounds measured and within it.
     pub met: bool,
+    /// Some ratio the target bounds measured and past it (`!met && !missed`: a ratio was
+    /// not measured, e.g. the generic variant did not run).
+    pub missed: bool,
     /// The virtual mode's or the limit's mean later-iteration time is below
     /// [`MEASURABLE_S`], so the ratios are mostly noise.
     pub below_measurable: bool,
@@ -131,6 +151,7 @@ impl Verdict {
             virtual_vs_limit: vl,
             virtual_vs_peer: vp,
             met: target.met(vg, vl, vp),
+            missed: target.missed(vg, vl, vp),
             below_measurable: bench
                 .run("virtual")
                 .map(|r| r.breakdown.rest_mean_s)
@@ -299,11 +320,13 @@ impl BenchReport {
                     bar(v.target.max_vs_limit, 1),
                     ratio(v.virtual_vs_peer),
                     bar(v.target.max_vs_peer, 1),
-                    match (v.met, v.below_measurable) {
-                        (true, false) => "yes",
-                        (false, false) => "**no**",
-                        (true, true) => "yes (too small to measure)",
-                        (false, true) => "no (too small to measure)",
+                    match (v.met, v.missed, v.below_measurable) {
+                        (true, _, false) => "yes",
+                        (false, true, false) => "**no**",
+                        (false, false, false) => "not all measured",
+                        (true, _, true) => "yes (too small to measure)",
+                        (false, true, true) => "no (too small to measure)",
+                        (false, false, true) => "not all measured (too small to measure)",
                     }
                 );
             }
@@ -715,6 +738,15 @@ mod tests {
         assert!(mf.met(Some(0.5), Some(1.9), None) && mf.met(Some(0.5), Some(1.9), Some(50.0)));
         assert!(!mf.met(Some(0.5), None, Some(0.1)) && !mf.met(Some(0.7), Some(1.0), None));
         assert_eq!(Target::of("pagerank").max_vs_generic, Some(0.1));
+    }
+
+    #[test]
+    fn a_bar_not_measured_is_not_called_missed() {
+        let mf = Target::of("mf");
+        // Only virtual ran: no generic ratio, the limit's within its bar.
+        assert!(!mf.met(None, Some(1.5), None) && !mf.missed(None, Some(1.5), None));
+        assert!(mf.missed(None, Some(2.5), None) && mf.missed(Some(0.9), Some(1.5), None));
+        assert!(!mf.missed(Some(0.5), Some(1.9), None));
     }
 
     #[test]
