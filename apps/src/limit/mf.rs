@@ -9,21 +9,23 @@
 //! (read-my-writes) and adding it to a per-row delta accumulator (what a parameter
 //! server's update log holds; stored next to the view); after a barrier each worker adds
 //! every worker's accumulators, in worker order, into its own range of table rows, and a
-//! second barrier ends the clock. One thread per worker runs the whole iteration; buffers
-//! live for the whole run and the hot loop does not allocate.
+//! second barrier ends the clock. One thread per worker runs the whole run (started once,
+//! as a parameter server's workers are), and after each iteration, untimed, the RMSEs
+//! over its part of the ratings; buffers live for the whole run and the hot loop does not
+//! allocate.
 //!
 //! It knows nothing of the parameter server; the math is [`crate::algo::mf`].
 
-use std::sync::RwLock;
+use std::sync::{Mutex, PoisonError, RwLock, RwLockReadGuard};
 use std::time::Instant;
 
 use super::{
-    add_parts, localize, par_map, read, rows_per_range, write, IterStats, LimitConfig, Part,
+    add_parts, localize, lock, par_map, read, rows_per_range, write, IterStats, LimitConfig, Part,
     SpinBarrier,
 };
 use crate::algo::mf::{
-    add_into, check_ratings, clocks, mini_batch, rmse_from, sgd_step, squared_error, width,
-    MfConfig, MfModel,
+    add_into, check_ratings, clocks, mini_batch, predict, rmse_from, sgd_step, squared_error_with,
+    width, MfConfig, MfModel,
 };
 use crate::algo::partition;
 use crate::data::{Rating, Ratings};
@@ -145,61 +147,32 @@ impl<'a> Ranges<'a> {
         }
     }
 
+    /// `Σ (x − prediction)²` over `ratings` (as [`squared_error`]), the users' rows read
+    /// from `self` and the items' from `items`.
+    fn squared_error(&self, items: &Ranges<'_>, ratings: &[Rating], mean: f32) -> f64 {
+        let (users, items_rows) = (self.read_all(), items.read_all());
+        squared_error_with(ratings, |u, i| {
+            predict(mean, self.row(&users, u), items.row(&items_rows, i))
+        })
+    }
+
+    /// Row `r` of the table, from its ranges locked for reading ([`read_all`](Self::read_all)).
+    fn row<'g>(&self, guards: &'g [RwLockReadGuard<'_, &'a mut [f32]>], r: u32) -> &'g [f32] {
+        let r = r as usize;
+        &guards[r / self.per][(r % self.per) * self.width..][..self.width]
+    }
+
+    /// Every range, locked for reading.
+    fn read_all(&self) -> Vec<RwLockReadGuard<'_, &'a mut [f32]>> {
+        self.ranges.iter().map(read).collect()
+    }
+
     /// Adds `parts` (in order) into range `w`, if there is one.
     fn merge(&self, w: usize, parts: &[Part<'_, f32>]) {
         if let Some(lock) = self.ranges.get(w) {
             let mut range = write(lock);
             add_parts(w * self.per, &mut range, self.width, parts);
         }
-    }
-}
-
-/// RMSE of `model` on `ratings`, the squared errors summed per worker chunk in order.
-fn parallel_rmse(model: &MfModel, ratings: &[Rating], threads: usize) -> f64 {
-    let parts = par_map(threads, |w| {
-        let mine = &ratings[partition(ratings.len(), threads, w)];
-        squared_error(mine, model.mean, &model.users, &model.items, model.rank)
-    });
-    rmse_from(parts.iter().sum(), ratings.len())
-}
-
-/// One BSP iteration: every worker's mini-batches, a merge after each.
-fn iteration(cfg: &MfConfig, model: &mut MfModel, workers: &mut [Worker], clocks: usize) {
-    let threads = workers.len();
-    let (mean, n) = (model.mean, model.width());
-    let users = Ranges::new(&mut model.users, n, threads);
-    let items = Ranges::new(&mut model.items, n, threads);
-    let states: Vec<RwLock<&mut Worker>> = workers.iter_mut().map(RwLock::new).collect();
-    let barrier = SpinBarrier::new(threads);
-    let run = |w: usize| {
-        let _poison = barrier.guard();
-        for b in 0..clocks {
-            write(&states[w]).sweep(cfg, mean, b, &users, &items);
-            barrier.wait();
-            let all: Vec<_> = states.iter().map(read).collect();
-            let batches = all.iter().map(|st| &st.batches[b]);
-            let parts: Vec<_> = batches
-                .clone()
-                .map(|x| Batch::deltas(&x.users, &x.user_rows, n))
-                .collect();
-            users.merge(w, &parts);
-            let parts: Vec<_> = batches
-                .map(|x| Batch::deltas(&x.items, &x.item_rows, n))
-                .collect();
-            items.merge(w, &parts);
-            drop(all);
-            barrier.wait();
-        }
-    };
-    if threads == 1 {
-        run(0);
-    } else {
-        std::thread::scope(|s| {
-            let run = &run;
-            for w in 0..threads {
-                s.spawn(move || run(w));
-            }
-        });
     }
 }
 
@@ -233,18 +206,70 @@ pub fn run(
             dr: vec![0.0; n],
         }
     });
-    let mut stats = Vec::with_capacity(limit.iterations.min(1024));
-    for iter in 0..limit.iterations {
-        let start = Instant::now();
-        iteration(cfg, &mut model, &mut workers, clocks);
-        let seconds = start.elapsed().as_secs_f64();
-        stats.push(IterStats {
-            iter,
-            seconds,
-            objective: parallel_rmse(&model, &train.ratings, threads),
-            held_out: test.map(|t| parallel_rmse(&model, t, threads)),
-        });
+    let stats = Mutex::new(Vec::with_capacity(limit.iterations.min(1024)));
+    let mean = model.mean;
+    {
+        let users = Ranges::new(&mut model.users, n, threads);
+        let items = Ranges::new(&mut model.items, n, threads);
+        let states: Vec<RwLock<&mut Worker>> = workers.iter_mut().map(RwLock::new).collect();
+        // Per thread: its squared errors over its part of the training and test ratings.
+        let errors: Vec<Mutex<(f64, f64)>> = (0..threads).map(|_| Mutex::new((0.0, 0.0))).collect();
+        let barrier = SpinBarrier::new(threads);
+        let work = |w: usize| {
+            let _poison = barrier.guard();
+            for iter in 0..limit.iterations {
+                let start = Instant::now();
+                for b in 0..clocks {
+                    write(&states[w]).sweep(cfg, mean, b, &users, &items);
+                    barrier.wait();
+                    let all: Vec<_> = states.iter().map(read).collect();
+                    let batches = all.iter().map(|st| &st.batches[b]);
+                    let parts: Vec<_> = batches
+                        .clone()
+                        .map(|x| Batch::deltas(&x.users, &x.user_rows, n))
+                        .collect();
+                    users.merge(w, &parts);
+                    let parts: Vec<_> = batches
+                        .map(|x| Batch::deltas(&x.items, &x.item_rows, n))
+                        .collect();
+                    items.merge(w, &parts);
+                    drop(all);
+                    barrier.wait();
+                }
+                // Every merge is done (the barrier above): the iteration's time.
+                let seconds = start.elapsed().as_secs_f64();
+                let error_of = |r: &[Rating]| {
+                    users.squared_error(&items, &r[partition(r.len(), threads, w)], mean)
+                };
+                let train_sq = error_of(&train.ratings);
+                let test_sq = test.map_or(0.0, error_of);
+                *lock(&errors[w]) = (train_sq, test_sq);
+                barrier.wait();
+                if w == 0 {
+                    // Summed in worker order; the others write theirs again only after
+                    // the next iteration's barriers, which wait for this thread.
+                    let all: Vec<(f64, f64)> = errors.iter().map(|e| *lock(e)).collect();
+                    lock(&stats).push(IterStats {
+                        iter,
+                        seconds,
+                        objective: rmse_from(all.iter().map(|e| e.0).sum(), total),
+                        held_out: test.map(|t| rmse_from(all.iter().map(|e| e.1).sum(), t.len())),
+                    });
+                }
+            }
+        };
+        if threads == 1 {
+            work(0);
+        } else {
+            std::thread::scope(|s| {
+                let work = &work;
+                for w in 0..threads {
+                    s.spawn(move || work(w));
+                }
+            });
+        }
     }
+    let stats = stats.into_inner().unwrap_or_else(PoisonError::into_inner);
     Ok(MfRun { model, stats })
 }
 
