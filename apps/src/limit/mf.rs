@@ -258,16 +258,7 @@ pub fn run(
                 }
             }
         };
-        if threads == 1 {
-            work(0);
-        } else {
-            std::thread::scope(|s| {
-                let work = &work;
-                for w in 0..threads {
-                    s.spawn(move || work(w));
-                }
-            });
-        }
+        par_map(threads, work);
     }
     let stats = stats.into_inner().unwrap_or_else(PoisonError::into_inner);
     Ok(MfRun { model, stats })

@@ -153,16 +153,7 @@ pub fn run(
             }
         }
     };
-    if threads == 1 {
-        iterate(0);
-    } else {
-        std::thread::scope(|s| {
-            let iterate = &iterate;
-            for w in 0..threads {
-                s.spawn(move || iterate(w));
-            }
-        });
-    }
+    par_map(threads, iterate);
     Ok(PageRankRun {
         ranks: ranks.into_inner().unwrap_or_else(PoisonError::into_inner),
         stats: stats.into_inner().unwrap_or_else(PoisonError::into_inner),
