@@ -326,6 +326,7 @@ impl Special {
             tape: self.steps.capacity() * 4,
             blocks: self.words.capacity() * 8
                 + self.blocks.capacity() * 4
+                + self.touched.capacity() * 8
                 + self.chunk_views.iter().map(|v| v.capacity()).sum::<usize>()
                     * size_of::<ViewRow>(),
             slots: self.slots.capacity() * size_of::<WorkerSlot>(),
