@@ -303,7 +303,10 @@ impl ArenaShard {
                 continue;
             }
             let start = row.offset / 8;
-            add_words(row.elem, &mut self.arena[start..start + words], delta);
+            row.elem.add(
+                bytemuck::cast_slice_mut(&mut self.arena[start..start + words]),
+                bytemuck::cast_slice(delta),
+            );
             self.changed[r as usize] = now;
         }
         Ok(())
@@ -386,21 +389,6 @@ impl ArenaShard {
             .iter()
             .zip(&self.rows)
             .map(move |(k, r)| (*k, &bytes[r.offset..r.offset + r.len]))
-    }
-}
-
-/// Adds the words `src` into `dst` as elements of `elem` (same number of words).
-#[inline]
-fn add_words(elem: ElemType, dst: &mut [u64], src: &[u64]) {
-    use crate::Element;
-    fn add<T: Element>(dst: &mut [u64], src: &[u64]) {
-        T::add_slice(bytemuck::cast_slice_mut(dst), bytemuck::cast_slice(src));
-    }
-    match elem {
-        ElemType::F32 => add::<f32>(dst, src),
-        ElemType::F64 => add::<f64>(dst, src),
-        ElemType::I32 => add::<i32>(dst, src),
-        ElemType::I64 => add::<i64>(dst, src),
     }
 }
 

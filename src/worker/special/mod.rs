@@ -111,10 +111,8 @@ pub(crate) struct Special {
     steps: Vec<u32>,
     /// Position in `steps`.
     cursor: usize,
-    /// Blocks touched in this clock.
-    dirty: usize,
-    /// The same as a bit per block (by index in arena order), so a CLOCK visits only the
-    /// touched blocks.
+    /// The blocks touched in this clock, a bit per block (by index in arena order), so a
+    /// CLOCK visits only those.
     touched: Vec<u64>,
     /// How accesses found their rows (observability: a specialization that silently
     /// falls back shows here). `tape` is filled in when the counters are taken.
@@ -282,7 +280,6 @@ impl Special {
             slots,
             steps,
             cursor: 0,
-            dirty: 0,
             touched: vec![0; touched_words],
             counters: AccessCounters::default(),
             tape_hits: 0,
@@ -673,7 +670,7 @@ impl Special {
         if header[1] & TOUCHED == 0 {
             header[1] |= TOUCHED;
             let r = (header[1] >> INDEX_SHIFT) as usize;
-            if first_touch(&mut self.touched, &mut self.dirty, r, row, delta) {
+            if first_touch(&mut self.touched, r, row, delta) {
                 return;
             }
         }
@@ -696,7 +693,7 @@ impl Special {
 
     /// Whether updates of the current clock are waiting to be sent.
     pub(crate) fn has_updates(&self) -> bool {
-        self.dirty > 0
+        self.touched.iter().any(|&bits| bits != 0)
     }
 
     /// Takes this clock's delta slabs, one per shard, and starts a new clock. A slab is
@@ -760,7 +757,6 @@ impl Special {
             slabs.push(slab);
         }
         self.touched.fill(0);
-        self.dirty = 0;
         slabs
     }
 
@@ -780,21 +776,14 @@ pub(crate) struct Slab {
     pub(crate) rows: Option<Vec<u32>>,
 }
 
-/// A block's first touch in a clock: its bit `r` set in `touched`, `dirty` counted, and
-/// its delta `row` started: `delta` itself when it is the whole row (then `true`: nothing
+/// A block's first touch in a clock: its bit `r` set in `touched`, and its delta `row`
+/// started: `delta` itself when it is the whole row (then `true`: nothing
 /// is left to add), else zeros. Out of line: once a row per clock, kept out of the
 /// callers' loops.
 #[cold]
 #[inline(never)]
-fn first_touch<T: Element>(
-    touched: &mut [u64],
-    dirty: &mut usize,
-    r: usize,
-    row: &mut [T],
-    delta: &[T],
-) -> bool {
+fn first_touch<T: Element>(touched: &mut [u64], r: usize, row: &mut [T], delta: &[T]) -> bool {
     touched[r / 64] |= 1 << (r % 64);
-    *dirty += 1;
     if delta.len() == row.len() {
         row.copy_from_slice(delta);
         return true;
