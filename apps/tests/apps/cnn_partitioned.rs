@@ -166,22 +166,7 @@ fn a_plan_that_splits_the_convolutions_runs_as_it_says_over_processes() {
     // replica of 2 workers, every convolution and pooling in 2 segments, a dedicated
     // parameter server.
     let plan = dir.join("plan.json");
-    let out = crate::util::iterstore(&[
-        "plan",
-        "--model",
-        "cnn",
-        "--profile",
-        "example",
-        "--machines",
-        "3",
-        "--cores",
-        "1",
-        "-q",
-        "--output",
-        plan.to_str().unwrap(),
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let mut planned: serde_json::Value = crate::util::json_file(&plan);
+    let mut planned = crate::util::example_plan("cnn", "3", "1", &plan);
     planned["resources"]["replicas"] = 1.into();
     planned["resources"]["workers"] = 2.into();
     planned["resources"]["parameter_servers"] = 1.into();

@@ -210,22 +210,7 @@ fn a_replica_over_two_processes_writes_one_workers_model_and_a_plan_runs() {
 
     // A plan from the optimizer, run as it says (its triple needs 2 workers here).
     let plan = dir.join("plan.json");
-    let out = crate::util::iterstore(&[
-        "plan",
-        "--model",
-        "mlp",
-        "--profile",
-        "example",
-        "--machines",
-        "3",
-        "--cores",
-        "2",
-        "-q",
-        "--output",
-        plan.to_str().unwrap(),
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let planned: serde_json::Value = crate::util::json_file(&plan);
+    let planned = crate::util::example_plan("mlp", "3", "2", &plan);
     let res = &planned["resources"];
     let workers = res["replicas"].as_u64().unwrap() * res["workers"].as_u64().unwrap();
     // The plan is for the app's default network.
@@ -353,21 +338,7 @@ fn replicas_with_a_dedicated_server_train_what_data_parallel_workers_train_mlp_a
     }
     // The optimizer's CNN plan for 3 machines: 1 server and 2 replicas of one worker.
     let plan = dir.join("cnn-plan.json");
-    let out = crate::util::iterstore(&[
-        "plan",
-        "--model",
-        "cnn",
-        "--profile",
-        "example",
-        "--machines",
-        "3",
-        "--cores",
-        "1",
-        "-q",
-        "--output",
-        plan.to_str().unwrap(),
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    crate::util::example_plan("cnn", "3", "1", &plan);
     let out = crate::util::iterstore(&[
         "run",
         "dnn",

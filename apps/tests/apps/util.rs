@@ -1,7 +1,7 @@
 //! Shared helpers: configurations for every store mode, the fixture paths, and running
 //! the `iterstore` binary in a scratch directory.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use iterstore::{Mode, Staleness};
@@ -47,7 +47,7 @@ pub fn iterstore(args: &[&str]) -> Output {
 }
 
 /// The JSON file at `path`.
-pub fn json_file(path: &std::path::Path) -> serde_json::Value {
+pub fn json_file(path: &Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
@@ -72,6 +72,27 @@ pub fn dnn_tiny(hidden: &str, extra: &[&str]) -> Output {
     ];
     args.extend(extra);
     iterstore(&args)
+}
+
+/// `iterstore plan` of `model` on the example profile for `machines` machines of `cores`
+/// cores, written to `out`; its JSON. The plan must succeed.
+pub fn example_plan(model: &str, machines: &str, cores: &str, out: &Path) -> serde_json::Value {
+    let o = iterstore(&[
+        "plan",
+        "--model",
+        model,
+        "--profile",
+        "example",
+        "--machines",
+        machines,
+        "--cores",
+        cores,
+        "-q",
+        "--output",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    json_file(out)
 }
 
 /// A fresh scratch directory `name` for one test.
