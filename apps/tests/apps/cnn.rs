@@ -92,25 +92,10 @@ fn two_processes_of_one_worker_compute_what_one_of_two_computes() {
 fn the_cli_trains_the_cnn_and_writes_its_model() {
     let dir = scratch("cnn-cli");
     let model = dir.join("model.tsv");
-    let out = iterstore(&[
-        "run",
-        "dnn",
-        "--model",
-        "cnn",
-        "--synthetic",
-        "tiny",
-        "--iters",
-        "1",
-        "--channels",
+    let out = crate::util::cnn_tiny(
         "4,8",
-        "--kernel",
-        "3",
-        "--hidden",
-        "16",
-        "-q",
-        "--output",
-        model.to_str().unwrap(),
-    ]);
+        &["--hidden", "16", "--output", model.to_str().unwrap()],
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     let text = std::fs::read_to_string(&model).unwrap();

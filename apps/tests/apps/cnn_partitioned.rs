@@ -137,23 +137,7 @@ fn a_partitioning_that_does_not_fit_is_refused_naming_the_layer() {
 
 /// `iterstore run dnn --model cnn` on the tiny images with a 4,4-channel CNN, plus `extra`.
 fn cli(extra: &[&str]) -> std::process::Output {
-    let mut args = vec![
-        "run",
-        "dnn",
-        "--model",
-        "cnn",
-        "--synthetic",
-        "tiny",
-        "--iters",
-        "1",
-        "--channels",
-        "4,4",
-        "--kernel",
-        "3",
-        "-q",
-    ];
-    args.extend(extra);
-    crate::util::iterstore(&args)
+    crate::util::cnn_tiny("4,4", extra)
 }
 
 #[test]

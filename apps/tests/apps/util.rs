@@ -95,6 +95,28 @@ pub fn example_plan(model: &str, machines: &str, cores: &str, out: &Path) -> ser
     json_file(out)
 }
 
+/// `iterstore run dnn --model cnn` on the tiny synthetic images (1 epoch, 3x3 kernels,
+/// quiet) with `channels` per convolution (e.g. `4,4`), plus `extra`.
+pub fn cnn_tiny(channels: &str, extra: &[&str]) -> Output {
+    let mut args = vec![
+        "run",
+        "dnn",
+        "--model",
+        "cnn",
+        "--synthetic",
+        "tiny",
+        "--iters",
+        "1",
+        "--channels",
+        channels,
+        "--kernel",
+        "3",
+        "-q",
+    ];
+    args.extend(extra);
+    iterstore(&args)
+}
+
 /// A fresh scratch directory `name` for one test.
 pub fn scratch(name: &str) -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
