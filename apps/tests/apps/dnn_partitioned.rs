@@ -339,27 +339,17 @@ fn replicas_with_a_dedicated_server_train_what_data_parallel_workers_train_mlp_a
     // The optimizer's CNN plan for 3 machines: 1 server and 2 replicas of one worker.
     let plan = dir.join("cnn-plan.json");
     crate::util::example_plan("cnn", "3", "1", &plan);
-    let out = crate::util::iterstore(&[
-        "run",
-        "dnn",
-        "--model",
-        "cnn",
-        "--synthetic",
-        "tiny",
-        "--iters",
-        "1",
-        "--channels",
+    let out = crate::util::cnn_tiny(
         "4,4",
-        "--kernel",
-        "3",
-        "-q",
-        "--workers",
-        "1",
-        "--processes",
-        "3",
-        "--plan",
-        plan.to_str().unwrap(),
-    ]);
+        &[
+            "--workers",
+            "1",
+            "--processes",
+            "3",
+            "--plan",
+            plan.to_str().unwrap(),
+        ],
+    );
     assert!(out.status.success(), "{}", stderr(&out));
 }
 
