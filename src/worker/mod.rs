@@ -201,18 +201,32 @@ impl<'a> Worker<'a> {
     /// at most `s` clocks stale, plus every update this worker has made.
     #[inline(always)]
     pub fn read<T: Element>(&mut self, table: &Table<T>, row: u64, out: &mut [T]) -> Result<()> {
-        self.check(table, row, out.len())?;
-        let key = table.key(row);
-        if self.log.is_none() {
-            if self.special.is_none() {
-                return self.read_generic(key, out);
-            }
+        // The specialized fast path needs only the handle's cluster and width checked:
+        // the row's block names its table.
+        let checked = table.cluster == self.cluster && out.len() == table.width;
+        if checked && self.log.is_none() && self.special.is_some() {
             let (required, no_generic_updates) = self.fast_read_context();
             if let Some(sp) = &mut self.special {
-                if sp.read_fast(key, required, no_generic_updates, out) {
+                if sp.read_fast(table.key(row), required, no_generic_updates, out) {
                     return Ok(());
                 }
             }
+        }
+        self.read_checked(table, row, out)
+    }
+
+    /// [`read`](Self::read) with every check, off the fast path.
+    #[inline(always)]
+    fn read_checked<T: Element>(
+        &mut self,
+        table: &Table<T>,
+        row: u64,
+        out: &mut [T],
+    ) -> Result<()> {
+        self.check(table, row, out.len())?;
+        let key = table.key(row);
+        if self.log.is_none() && self.special.is_none() {
+            return self.read_generic(key, out);
         }
         self.read_slow(key, out)
     }
@@ -310,16 +324,30 @@ impl<'a> Worker<'a> {
     /// once, to the others after this worker's next [`clock`](Self::clock) as SSP allows.
     #[inline(always)]
     pub fn update<T: Element>(&mut self, table: &Table<T>, row: u64, delta: &[T]) -> Result<()> {
+        // As in `read`: the fast path needs only the cluster and width checked.
+        if table.cluster == self.cluster && delta.len() == table.width && self.log.is_none() {
+            if let Some(sp) = &mut self.special {
+                if sp.update_fast(table.key(row), delta.len(), 0, delta) {
+                    return Ok(());
+                }
+            }
+        }
+        self.update_checked(table, row, delta)
+    }
+
+    /// [`update`](Self::update) with every check, off the fast path.
+    #[inline(always)]
+    fn update_checked<T: Element>(
+        &mut self,
+        table: &Table<T>,
+        row: u64,
+        delta: &[T],
+    ) -> Result<()> {
         self.check(table, row, delta.len())?;
         let key = table.key(row);
-        if self.log.is_none() {
-            let Some(sp) = &mut self.special else {
-                self.update_generic(key, delta);
-                return Ok(());
-            };
-            if sp.update_fast(key, delta.len(), 0, delta) {
-                return Ok(());
-            }
+        if self.log.is_none() && self.special.is_none() {
+            self.update_generic(key, delta);
+            return Ok(());
         }
         self.update_slow(key, delta)
     }

@@ -2,7 +2,7 @@
 //! shutdown, repeated runs — each a clear error or a defined outcome, never a hang.
 
 use crate::util::within;
-use iterstore::{Cluster, Config, Error, Staleness};
+use iterstore::{Cluster, Config, Error, Mode, Staleness};
 
 #[test]
 fn rejects_invalid_configuration_before_starting() {
@@ -67,6 +67,61 @@ fn bad_tables_widths_and_columns_are_clear_errors() {
             Error::ColumnOutOfRange { column: 3, .. }
         ));
         assert!(matches!(errors[0][3], Error::UnknownTable(_)));
+    });
+}
+
+/// The specialized fast path checks handles and widths itself (it skips the table
+/// look-up): a wrong width or another cluster's handle at a step of the op tape is the same
+/// error as in generic mode, and the worker is still on its tape afterwards.
+#[test]
+fn bad_widths_and_foreign_handles_are_errors_on_the_specialized_path() {
+    within(30, || {
+        let mut cluster = Cluster::start(Config::new(1).with_mode(Mode::Virtual)).unwrap();
+        let t = cluster.create_table::<f32>("t", 3).unwrap();
+        let mut other = Cluster::start(Config::new(1)).unwrap();
+        let foreign = other.create_table::<f32>("t", 3).unwrap();
+        let body = |w: &mut iterstore::Worker<'_>| {
+            let mut row = [0.0f32; 3];
+            w.read(&t, 0, &mut row)?;
+            w.update(&t, 0, &[1.0; 3])?;
+            w.clock()
+        };
+        cluster.virtual_iteration(body).unwrap();
+        cluster.run(body).unwrap();
+        let before = cluster.stats().tape_accesses;
+        let errors = cluster
+            .run(|w| {
+                let mut short = [0.0f32; 2];
+                let width = w.read(&t, 0, &mut short).unwrap_err();
+                let foreign_read = w.read(&foreign, 0, &mut [0.0; 3]).unwrap_err();
+                let delta = w.update(&t, 0, &[1.0; 4]).unwrap_err();
+                let foreign_update = w.update(&foreign, 0, &[1.0; 3]).unwrap_err();
+                // The pattern, as the tape has it.
+                let mut row = [0.0f32; 3];
+                w.read(&t, 0, &mut row)?;
+                w.update(&t, 0, &[1.0; 3])?;
+                w.clock()?;
+                Ok((vec![width, foreign_read, delta, foreign_update], row))
+            })
+            .unwrap();
+        let (errors, row) = &errors[0];
+        assert!(matches!(
+            errors[0],
+            Error::WidthMismatch {
+                expected: 3,
+                actual: 2,
+                ..
+            }
+        ));
+        assert!(matches!(errors[1], Error::UnknownTable(_)), "{}", errors[1]);
+        assert!(matches!(errors[2], Error::WidthMismatch { actual: 4, .. }));
+        assert!(matches!(errors[3], Error::UnknownTable(_)), "{}", errors[3]);
+        assert_eq!(row, &[1.0; 3], "the update of the run before is read back");
+        assert_eq!(
+            cluster.stats().tape_accesses - before,
+            2,
+            "both on the tape"
+        );
     });
 }
 

@@ -6,7 +6,7 @@
 
 use super::{Special, AHEAD, HEADER_WORDS, NONE, SLOT_STEP, TOUCHED};
 use crate::consistency::Clock;
-use crate::prefetch::prefetch;
+use crate::prefetch::prefetch_at;
 use crate::slot::padded_words;
 use crate::{Element, RowKey};
 
@@ -245,9 +245,7 @@ impl Special {
             if ahead & SLOT_STEP == 0 {
                 let b = ahead as usize;
                 for line in [b, b + 8, b + 16] {
-                    if let Some(w) = self.words.get(line) {
-                        prefetch(w);
-                    }
+                    prefetch_at(&self.words, line);
                 }
             } else if let Some(planned) = self.arena.plan.slots.get((ahead & !SLOT_STEP) as usize) {
                 self.arena.prefetch(planned.word());
