@@ -53,6 +53,18 @@ impl ElemType {
         }
     }
 
+    /// Adds `src` into `dst` element-wise, both whole 8-byte words of elements of this
+    /// type (padding included, which must be zero in `src` or hold elements).
+    #[inline]
+    pub(crate) fn add_words(self, dst: &mut [u64], src: &[u64]) {
+        match self {
+            ElemType::F32 => add_words_as::<f32>(dst, src),
+            ElemType::F64 => add_words_as::<f64>(dst, src),
+            ElemType::I32 => add_words_as::<i32>(dst, src),
+            ElemType::I64 => add_words_as::<i64>(dst, src),
+        }
+    }
+
     /// Adds `src` into `dst` element-wise. Both must hold the same whole number of
     /// elements of this type.
     #[inline]
@@ -70,6 +82,11 @@ impl fmt::Display for ElemType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
     }
+}
+
+fn add_words_as<T: Element>(dst: &mut [u64], src: &[u64]) {
+    // Words are aligned for every element type and hold a whole number of them.
+    T::add_slice(bytemuck::cast_slice_mut(dst), bytemuck::cast_slice(src));
 }
 
 fn add_as<T: Element>(dst: &mut [u8], src: &[u8]) {

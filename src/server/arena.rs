@@ -272,17 +272,35 @@ impl ArenaShard {
         }
     }
 
-    /// Adds a slab laid out as `layout`, visible from data clock `now`. A slab of the
-    /// wrong size is refused whole. All-zero deltas change nothing and are skipped.
+    /// Adds a slab laid out as `layout`, visible from data clock `now`: every row of the
+    /// layout, or with `positions` (a sparse slab's, each below `layout.len()`) only the
+    /// rows at those positions. A slab of the wrong size is refused whole. All-zero deltas
+    /// change nothing and are skipped.
     pub(crate) fn apply_slab(
         &mut self,
         layout: &[u32],
+        positions: Option<&[u32]>,
         slab: &AlignedBuf,
         now: Clock,
     ) -> Result<(), String> {
-        let expected: usize = layout
-            .iter()
-            .map(|&r| padded(self.rows[r as usize].len))
+        match positions {
+            None => self.apply_rows(layout.iter().copied(), slab, now),
+            Some(positions) => {
+                self.apply_rows(positions.iter().map(|&p| layout[p as usize]), slab, now)
+            }
+        }
+    }
+
+    /// [`apply_slab`](Self::apply_slab) of the arena rows `rows`, in slab order.
+    fn apply_rows(
+        &mut self,
+        rows: impl Iterator<Item = u32> + Clone,
+        slab: &AlignedBuf,
+        now: Clock,
+    ) -> Result<(), String> {
+        let expected: usize = rows
+            .clone()
+            .map(|r| padded(self.rows[r as usize].len))
             .sum();
         if expected != slab.len() {
             return Err(format!(
@@ -294,7 +312,7 @@ impl ArenaShard {
         // the padding is zero in both, so adding it as elements changes nothing.
         let src = slab.words();
         let mut at = 0;
-        for &r in layout {
+        for r in rows {
             let row = self.rows[r as usize];
             let words = padded(row.len) / 8;
             let delta = &src[at..at + words];
@@ -303,10 +321,8 @@ impl ArenaShard {
                 continue;
             }
             let start = row.offset / 8;
-            row.elem.add(
-                bytemuck::cast_slice_mut(&mut self.arena[start..start + words]),
-                bytemuck::cast_slice(delta),
-            );
+            row.elem
+                .add_words(&mut self.arena[start..start + words], delta);
             self.changed[r as usize] = now;
         }
         Ok(())
@@ -344,27 +360,26 @@ impl ArenaShard {
     }
 
     /// The rows of `sub`'s chunk `chunk` changed after data clock `last`, if sending them
-    /// with their positions takes fewer bytes than the whole chunk.
+    /// with their positions takes fewer bytes than the whole chunk. One pass, which stops
+    /// as soon as the changed rows reach the chunk's size.
     fn changed_rows(&self, sub: &Subscription, chunk: usize, last: Clock) -> Option<Refresh> {
         let rows = &sub.chunk_rows[chunk];
         let whole: usize = sub.chunks[chunk].iter().map(|r| r.len()).sum();
-        let changed: Vec<u32> = (0..rows.len() as u32)
-            .filter(|&i| self.changed[rows[i as usize] as usize] > last)
-            .collect();
-        let row = |i: u32| self.rows[rows[i as usize] as usize];
-        let len: usize = changed.iter().map(|&i| padded(row(i).len)).sum();
-        if len + changed.len() * 4 >= whole {
-            return None;
+        let (mut changed, mut out) = (Vec::new(), Vec::with_capacity(whole / 8));
+        for (i, &r) in rows.iter().enumerate() {
+            if self.changed[r as usize] <= last {
+                continue;
+            }
+            let row = self.rows[r as usize];
+            let start = row.offset / 8;
+            out.extend_from_slice(&self.arena[start..start + padded(row.len) / 8]);
+            changed.push(i as u32);
+            if out.len() * 8 + changed.len() * 4 >= whole {
+                return None;
+            }
         }
-        let out = AlignedBuf::from_words(
-            len / 8,
-            changed.iter().map(|&i| {
-                let r = row(i);
-                &self.arena[r.offset / 8..(r.offset + padded(r.len)) / 8]
-            }),
-        );
         Some(Refresh {
-            bytes: out,
+            bytes: AlignedBuf::from_word_vec(out),
             rows: Some(changed),
         })
     }
@@ -441,10 +456,10 @@ mod tests {
         })
         .unwrap();
         let l0 = a.layout(0, 1, 0).unwrap();
-        a.apply_slab(&l0, &AlignedBuf::from_slice(&[5i32, 0, 7, 0]), 1)
+        a.apply_slab(&l0, None, &AlignedBuf::from_slice(&[5i32, 0, 7, 0]), 1)
             .unwrap();
         let l1 = a.layout(1, 1, 1).unwrap();
-        a.apply_slab(&l1, &AlignedBuf::from_slice(&[1i32, 0]), 1)
+        a.apply_slab(&l1, None, &AlignedBuf::from_slice(&[1i32, 0]), 1)
             .unwrap();
         // Process 0's one chunk is one contiguous range: rows 1, 2, 3.
         let c = a.chunk_bytes(0, 0).unwrap();
@@ -475,6 +490,7 @@ mod tests {
         assert!(a
             .apply_slab(
                 &a.layout(0, 2, 0).unwrap(),
+                None,
                 &AlignedBuf::from_slice(&[1i32]),
                 1
             )
@@ -487,7 +503,7 @@ mod tests {
             |_| None,
         )
         .unwrap();
-        a.apply_slab(&old, &AlignedBuf::from_slice(&[3i32, 0]), 1)
+        a.apply_slab(&old, None, &AlignedBuf::from_slice(&[3i32, 0]), 1)
             .unwrap();
         assert_eq!(a.row(RowKey::new(0, 1)), Some(&3i32.to_le_bytes()[..]));
         assert!(a
@@ -507,7 +523,7 @@ mod tests {
         let first = a.refresh(0, 0, 0).unwrap();
         assert_eq!((first.rows, first.bytes.len()), (None, 64));
         // Row 6 changes at data clock 1; row 1's delta is zero (untouched): not a change.
-        a.apply_slab(&layout, &AlignedBuf::from_slice(&[0i32, 0, 9, 0]), 1)
+        a.apply_slab(&layout, None, &AlignedBuf::from_slice(&[0i32, 0, 9, 0]), 1)
             .unwrap();
         let second = a.refresh(0, 0, 1).unwrap();
         assert_eq!(second.rows, Some(vec![6]));

@@ -34,7 +34,13 @@ use std::path::Path;
 
 /// Updates of one worker for one clock, waiting to become visible: rows sent the generic
 /// way, and a slab with the layout it was resolved to when it arrived.
-type Pending = (WorkerId, RowBatch, Option<(Layout, AlignedBuf)>);
+/// A worker's CLOCK waiting for its clock to complete: its generic rows and its slab (the
+/// layout, the positions in it of a sparse slab's rows, the deltas).
+type Pending = (
+    WorkerId,
+    RowBatch,
+    Option<(Layout, Option<Vec<u32>>, AlignedBuf)>,
+);
 
 /// One server shard: visible rows, pending updates, worker clocks, deferred reads, the
 /// run barrier and who has left.
@@ -310,11 +316,11 @@ impl Shard {
             } else {
                 self.arena
                     .layout(process, epoch, worker)
-                    .and_then(|layout| match slab_rows {
+                    .and_then(|layout| match &slab_rows {
                         None => Ok(layout),
-                        Some(positions) => sub_layout(&layout, &positions, worker),
+                        Some(positions) => check_positions(layout, positions, worker),
                     })
-                    .map(|layout| Some((layout, slab)))
+                    .map(|layout| Some((layout, slab_rows, slab)))
             };
             match (self.validate(&rows), slab) {
                 (Ok(()), Ok(slab)) => self
@@ -423,8 +429,11 @@ impl Shard {
             batches.sort_by_key(|(worker, _, _)| *worker);
             for (_worker, batch, slab) in batches {
                 self.apply(batch, min);
-                if let Some((layout, slab)) = slab {
-                    if let Err(reason) = self.arena.apply_slab(&layout, &slab, min) {
+                if let Some((layout, positions, slab)) = slab {
+                    let applied = self
+                        .arena
+                        .apply_slab(&layout, positions.as_deref(), &slab, min);
+                    if let Err(reason) = applied {
                         self.reject_all(reason, out);
                     }
                 }
@@ -868,19 +877,15 @@ impl Shard {
     }
 }
 
-/// The rows at `positions` of `layout` (a sparse slab's layout).
-fn sub_layout(layout: &Layout, positions: &[u32], worker: WorkerId) -> Result<Layout, String> {
-    positions
-        .iter()
-        .map(|&p| {
-            layout.get(p as usize).copied().ok_or_else(|| {
-                format!(
-                    "update slab of worker {worker} names row {p} of a layout of {}",
-                    layout.len()
-                )
-            })
-        })
-        .collect()
+/// `layout` if every position of a sparse slab's rows is in it.
+fn check_positions(layout: Layout, positions: &[u32], worker: WorkerId) -> Result<Layout, String> {
+    match positions.iter().find(|&&p| p as usize >= layout.len()) {
+        None => Ok(layout),
+        Some(p) => Err(format!(
+            "update slab of worker {worker} names row {p} of a layout of {}",
+            layout.len()
+        )),
+    }
 }
 
 #[cfg(test)]
@@ -1435,6 +1440,80 @@ mod tests {
         assert!(
             matches!(&out[0].1, Msg::Rejected { reason, .. } if reason.contains("worker 0 sent clock 1 after clock 1")),
             "{out:?}"
+        );
+    }
+
+    /// A sparse slab (the touched rows and their positions in the worker's layout) adds
+    /// to those rows only; a position beyond the layout is a protocol error that changes
+    /// nothing but still counts the clock.
+    #[test]
+    fn sparse_slabs_add_to_their_rows_and_bad_positions_are_rejected() {
+        let mut s = shard_with_table(1);
+        let mut out = Vec::new();
+        let key = |r: u64| RowKey::new(0, r);
+        s.handle(Msg::CreateTable { meta: table_t() }, &mut out);
+        s.handle(
+            Msg::Specialize {
+                from: 0,
+                epoch: 1,
+                keys: vec![key(1), key(2), key(3)],
+                chunk_ends: vec![3],
+                chunk_phases: vec![u64::MAX],
+                updaters: vec![(0, vec![0, 1, 2])],
+            },
+            &mut out,
+        );
+        let sparse = |clock, positions: Vec<u32>, values: &[i64]| Msg::Clock {
+            worker: 0,
+            clock,
+            epoch: 1,
+            rows: Vec::new(),
+            slab: AlignedBuf::from_slice(values),
+            slab_rows: Some(positions),
+        };
+        out.clear();
+        s.handle(sparse(1, vec![0, 2], &[1, 2, 5, 6]), &mut out);
+        assert!(
+            !out.iter().any(|(_, m)| matches!(m, Msg::Rejected { .. })),
+            "{out:?}"
+        );
+        s.handle(sparse(2, vec![1, 3], &[7, 7, 9, 9]), &mut out);
+        let rejected: Vec<&String> = out
+            .iter()
+            .filter_map(|(_, m)| match m {
+                Msg::Rejected { reason, .. } => Some(reason),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(rejected.len(), 1, "{out:?}");
+        assert!(
+            rejected[0].contains("names row 3 of a layout of 3"),
+            "{}",
+            rejected[0]
+        );
+        out.clear();
+        s.handle(
+            Msg::SlabFetch {
+                from: 0,
+                epoch: 1,
+                required: 2,
+                want: Want::All,
+            },
+            &mut out,
+        );
+        let whole: Vec<i64> = out
+            .iter()
+            .find_map(|(_, m)| match m {
+                Msg::SlabRows {
+                    bytes, rows: None, ..
+                } => Some(bytes.cast::<i64>().to_vec()),
+                _ => None,
+            })
+            .expect("the chunk");
+        assert_eq!(
+            whole,
+            [1, 2, 0, 0, 5, 6],
+            "clock 2's bad slab added nothing"
         );
     }
 
