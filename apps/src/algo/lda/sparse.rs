@@ -160,7 +160,7 @@ impl SparseSampler {
         // mispredict.
         let mut q = 0.0;
         for (cumulative, chunk) in self.block_mass.iter_mut().zip(mass.chunks(8)) {
-            q += chunk.iter().sum::<f64>();
+            q += block_sum(chunk);
             *cumulative = q;
         }
         let (s, r) = (self.s.max(0.0), self.r.max(0.0));
@@ -269,11 +269,45 @@ impl SparseSampler {
     }
 }
 
+/// The sum of one block of (at most 8) `q` terms: for a whole block the last of its
+/// [`prefix8`] sums, so a draw within the block ends exactly where the block does.
+/// Summed in topic order, the `K` additions of a token were one chain of dependent
+/// additions, which bounded the sampler's speed; as a tree, the blocks' sums overlap and
+/// only the running sum over blocks is a chain.
+#[inline(always)]
+fn block_sum(chunk: &[f64]) -> f64 {
+    match <&[f64; 8]>::try_from(chunk) {
+        Ok(c) => prefix8(c)[7],
+        Err(_) => chunk.iter().sum(),
+    }
+}
+
+/// The running sums of a block of 8 non-negative terms, added as a tree four additions
+/// deep (instead of a chain of eight) such that each sum is a rounded addition of a
+/// non-negative term to an earlier one: they never decrease, and a zero term leaves the
+/// running sum unchanged (so a topic without mass is never drawn).
+#[inline(always)]
+fn prefix8(c: &[f64; 8]) -> [f64; 8] {
+    let (s01, s23, s45, s67) = (c[0] + c[1], c[2] + c[3], c[4] + c[5], c[6] + c[7]);
+    let p3 = s01 + s23;
+    let p5 = p3 + s45;
+    [
+        c[0],
+        s01,
+        s01 + c[2],
+        p3,
+        p3 + c[4],
+        p5,
+        p5 + c[6],
+        p5 + s67,
+    ]
+}
+
 /// The topic of `mass` (each topic's `q` term) where the running sum first exceeds `u`,
 /// given `cumulative`, the running sum at the end of every block of 8 topics (`u` below
 /// the last). The block is the number of block sums at most `u`, the topic the number of
-/// running sums within the block at most what is left of `u`; both count over a few
-/// values without branching. A topic without mass is never taken: its running sum equals
+/// running sums within the block ([`prefix8`] for a whole block) at most what is left of
+/// `u`; both count over a few values without branching. A topic without mass is never taken: its running sum equals
 /// the one before it. Where rounding leaves `u` at or past the block's own sum, the
 /// block's last topic with mass is taken.
 #[inline(always)]
@@ -291,11 +325,17 @@ fn draw_in_q(mass: &[f64], cumulative: &[f64], u: f64) -> u32 {
     };
     let start = block * 8;
     let chunk = &mass[start..(start + 8).min(mass.len())];
-    let mut running = 0.0;
     let mut at = 0;
-    for &m in chunk {
-        running += m;
-        at += usize::from(running <= left);
+    if let Ok(whole) = <&[f64; 8]>::try_from(chunk) {
+        for p in prefix8(whole) {
+            at += usize::from(p <= left);
+        }
+    } else {
+        let mut running = 0.0;
+        for &m in chunk {
+            running += m;
+            at += usize::from(running <= left);
+        }
     }
     if at < chunk.len() {
         return (start + at) as u32;
@@ -469,6 +509,34 @@ mod tests {
                     let got = draw_in_q(&mass, &cumulative, u) as usize;
                     assert_eq!(got, want, "K {k}, u {u}, {mass:?}");
                     assert!(mass[got] > 0.0);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_blocks_running_sums_never_decrease_and_skip_topics_without_mass() {
+        let mut rng = Rng64::from_key(&[6]);
+        for _ in 0..2000 {
+            let c: [f64; 8] = std::array::from_fn(|_| match rng.below(3) {
+                0 => 0.0,
+                _ => rng.next_f64() * 10f64.powi(rng.below(9) as i32 - 4),
+            });
+            let p = prefix8(&c);
+            assert_eq!(p[7], block_sum(&c), "{c:?}");
+            for i in 1..8 {
+                assert!(p[i] >= p[i - 1], "{c:?} -> {p:?}");
+                if c[i] == 0.0 {
+                    assert_eq!(p[i], p[i - 1], "{c:?} -> {p:?}");
+                }
+            }
+            // Any u within the block draws a topic with mass.
+            let cumulative = [p[7]];
+            for j in 0..50 {
+                let u = p[7] * f64::from(j) / 50.0;
+                if p[7] > 0.0 {
+                    let got = draw_in_q(&c, &cumulative, u) as usize;
+                    assert!(c[got] > 0.0, "u {u} drew {got} of {c:?}");
                 }
             }
         }
