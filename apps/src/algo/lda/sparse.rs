@@ -45,6 +45,8 @@ pub struct SparseSampler {
     vbeta: f64,
     /// `1/(n_k + Vβ)` per topic.
     inverse: Vec<f64>,
+    /// `n_k` (clamped at 0) per topic, as `inverse` was computed from.
+    total: Vec<i32>,
     /// `(n_dk + α)/(n_k + Vβ)` per topic.
     coefficient: Vec<f64>,
     /// The same in single precision, what `q`'s terms are computed from.
@@ -76,6 +78,7 @@ impl SparseSampler {
             beta: cfg.beta,
             vbeta: f64::from(vocab_size) * cfg.beta,
             inverse: vec![0.0; k],
+            total: vec![0; k],
             coefficient: vec![0.0; k],
             coefficient32: vec![0.0; k],
             doc: vec![0; k],
@@ -100,6 +103,7 @@ impl SparseSampler {
         self.r = 0.0;
         for (t, &n) in topic_totals[..k].iter().enumerate() {
             let inverse = 1.0 / (f64::from(n.max(0)) + self.vbeta);
+            self.total[t] = n.max(0);
             self.inverse[t] = inverse;
             self.coefficient[t] = self.alpha * inverse;
             self.coefficient32[t] = self.coefficient[t] as f32;
@@ -218,7 +222,18 @@ impl SparseSampler {
     /// Sets topic `t`'s total and document count in the caches and running sums.
     fn set(&mut self, t: usize, total: i32, doc: i32) {
         let (total, doc) = (total.max(0), doc.max(0));
-        let inverse = 1.0 / (f64::from(total) + self.vbeta);
+        // Unchanged counts change nothing (a topic re-read after being excluded, or read
+        // twice): skip them, and the division when only the document's count moved.
+        let same_total = total == self.total[t];
+        if same_total && doc == self.doc[t] {
+            return;
+        }
+        let inverse = if same_total {
+            self.inverse[t]
+        } else {
+            1.0 / (f64::from(total) + self.vbeta)
+        };
+        self.total[t] = total;
         let was = (self.inverse[t], self.doc[t]);
         self.s += self.alpha * self.beta * (inverse - was.0);
         self.r += self.beta * (f64::from(doc) * inverse - f64::from(was.1) * was.0);
