@@ -157,18 +157,16 @@ impl SparseSampler {
             self.stale[0] = old;
         }
         // q's term of every topic (0 for the word's absent topics), computed without
-        // branches so the loop vectorizes, and summed in 4 lanes.
+        // branches so the loop vectorizes.
         let (coefficient, mass) = (&self.coefficient32[..k], &mut self.word_topics[..k]);
-        for ((m, &n), &c) in mass.iter_mut().zip(&word_topic[..k]).zip(coefficient) {
-            *m = c * n.max(0) as f32;
-        }
+        q_terms(mass, &word_topic[..k], coefficient);
         if (old as usize) < k {
             let o = old as usize;
             mass[o] = coefficient[o] * (word_topic[o] - 1).max(0) as f32;
         }
-        // Per block of 8 topics the q mass up to and including it (each block summed in
-        // topic order), so that a draw finds its block and then its topic by counting the
-        // running sums at most `u`: no walk of dependent subtractions, no branch to
+        // Per block of 8 topics the q mass up to and including it (each block summed as
+        // `block_sum` does), so that a draw finds its block and then its topic by counting
+        // the running sums at most `u`: no walk of dependent subtractions, no branch to
         // mispredict.
         let mut q = 0.0;
         for (cumulative, chunk) in self.block_mass.iter_mut().zip(mass.chunks(8)) {
@@ -290,6 +288,16 @@ impl SparseSampler {
             self.stale[0] = old;
         }
         (masses, total)
+    }
+}
+
+/// Each topic's `q` term, `coefficient · max(n_wk, 0)`, into `mass` (all three of one
+/// length). Compiled for AVX2 too, chosen at run time: each term is the one scalar
+/// multiplication, so the terms do not depend on the CPU.
+#[multiversion::multiversion(targets("x86_64+avx2"))]
+fn q_terms(mass: &mut [f32], word_topic: &[i32], coefficient: &[f32]) {
+    for ((m, &n), &c) in mass.iter_mut().zip(word_topic).zip(coefficient) {
+        *m = c * n.max(0) as f32;
     }
 }
 
