@@ -575,4 +575,20 @@ mod tests {
             }
         }
     }
+
+    #[test]
+    fn q_terms_are_the_scalar_products_on_any_cpu() {
+        // On a CPU with AVX2 this runs the vector clone: it must give the scalar bits.
+        let mut rng = Rng64::from_key(&[7]);
+        for k in [1usize, 7, 8, 9, 100, 1000] {
+            let n: Vec<i32> = (0..k).map(|_| rng.below(40) as i32 - 5).collect();
+            let c: Vec<f32> = (0..k).map(|_| rng.next_f64() as f32 * 3.0).collect();
+            let mut got = vec![f32::NAN; k];
+            q_terms(&mut got, &n, &c);
+            for t in 0..k {
+                let want = c[t] * n[t].max(0) as f32;
+                assert_eq!(got[t].to_bits(), want.to_bits(), "K {k}, topic {t}");
+            }
+        }
+    }
 }
