@@ -168,11 +168,7 @@ impl SparseSampler {
         // `block_sum` does), so that a draw finds its block and then its topic by counting
         // the running sums at most `u`: no walk of dependent subtractions, no branch to
         // mispredict.
-        let mut q = 0.0;
-        for (cumulative, chunk) in self.block_mass.iter_mut().zip(mass.chunks(8)) {
-            q += f64::from(block_sum(chunk));
-            *cumulative = q;
-        }
+        let q = cumulate(mass, &mut self.block_mass);
         let (s, r) = (self.s.max(0.0), self.r.max(0.0));
         let u = rng.next_f64() * (q + r + s);
         let new = if u < q {
@@ -299,6 +295,18 @@ fn q_terms(mass: &mut [f32], word_topic: &[i32], coefficient: &[f32]) {
     for ((m, &n), &c) in mass.iter_mut().zip(word_topic).zip(coefficient) {
         *m = c * n.max(0) as f32;
     }
+}
+
+/// Writes into `cumulative` the running sum of `mass` at the end of each block of 8 terms
+/// (each block summed by [`block_sum`]) and returns the total. Compiled for AVX2 too.
+#[multiversion::multiversion(targets("x86_64+avx2"))]
+fn cumulate(mass: &[f32], cumulative: &mut [f64]) -> f64 {
+    let mut q = 0.0;
+    for (c, chunk) in cumulative.iter_mut().zip(mass.chunks(8)) {
+        q += f64::from(block_sum(chunk));
+        *c = q;
+    }
+    q
 }
 
 /// The sum of one block of (at most 8) `q` terms: for a whole block the last of its
