@@ -158,17 +158,13 @@ impl SparseSampler {
         }
         // q's term of every topic (0 for the word's absent topics), computed without
         // branches so the loop vectorizes.
-        let (coefficient, mass) = (&self.coefficient32[..k], &mut self.word_topics[..k]);
-        q_terms(mass, &word_topic[..k], coefficient);
-        if (old as usize) < k {
-            let o = old as usize;
-            mass[o] = coefficient[o] * (word_topic[o] - 1).max(0) as f32;
-        }
-        // Per block of 8 topics the q mass up to and including it (each block summed as
-        // `block_sum` does), so that a draw finds its block and then its topic by counting
-        // the running sums at most `u`: no walk of dependent subtractions, no branch to
-        // mispredict.
-        let q = cumulate(mass, &mut self.block_mass);
+        // Then per block of 8 topics the q mass up to and including it (each block summed
+        // as `block_sum` does), so that a draw finds its block and then its topic by
+        // counting the running sums at most `u`: no walk of dependent subtractions, no
+        // branch to mispredict.
+        let mass = &mut self.word_topics[..k];
+        let terms = (&word_topic[..k], &self.coefficient32[..k]);
+        let q = q_mass(mass, terms, old as usize, &mut self.block_mass);
         let (s, r) = (self.s.max(0.0), self.r.max(0.0));
         let u = rng.next_f64() * (q + r + s);
         let new = if u < q {
@@ -287,20 +283,26 @@ impl SparseSampler {
     }
 }
 
-/// Each topic's `q` term, `coefficient · max(n_wk, 0)`, into `mass` (all three of one
-/// length). Compiled for AVX2 too, chosen at run time: each term is the one scalar
-/// multiplication, so the terms do not depend on the CPU.
+/// Each topic's `q` term, `coefficient · max(n_wk, 0)` (`n_wk` one less for the token's
+/// current topic `old`, if below `K`), into `mass`; then into `cumulative` the running sum
+/// at the end of each block of 8 terms (each block summed by [`block_sum`]); returns the
+/// total. Compiled for AVX2 too, chosen at run time: each term is the one scalar
+/// multiplication and the sums add in one order, so nothing depends on the CPU.
 #[multiversion::multiversion(targets("x86_64+avx2"))]
-fn q_terms(mass: &mut [f32], word_topic: &[i32], coefficient: &[f32]) {
+fn q_mass(
+    mass: &mut [f32],
+    (word_topic, coefficient): (&[i32], &[f32]),
+    old: usize,
+    cumulative: &mut [f64],
+) -> f64 {
     for ((m, &n), &c) in mass.iter_mut().zip(word_topic).zip(coefficient) {
         *m = c * n.max(0) as f32;
     }
-}
-
-/// Writes into `cumulative` the running sum of `mass` at the end of each block of 8 terms
-/// (each block summed by [`block_sum`]) and returns the total. Compiled for AVX2 too.
-#[multiversion::multiversion(targets("x86_64+avx2"))]
-fn cumulate(mass: &[f32], cumulative: &mut [f64]) -> f64 {
+    if let (Some(m), Some(&n), Some(&c)) =
+        (mass.get_mut(old), word_topic.get(old), coefficient.get(old))
+    {
+        *m = c * (n - 1).max(0) as f32;
+    }
     let mut q = 0.0;
     for (c, chunk) in cumulative.iter_mut().zip(mass.chunks(8)) {
         q += f64::from(block_sum(chunk));
@@ -585,18 +587,31 @@ mod tests {
     }
 
     #[test]
-    fn q_terms_are_the_scalar_products_on_any_cpu() {
+    fn q_masses_are_the_scalar_products_and_sums_on_any_cpu() {
         // On a CPU with AVX2 this runs the vector clone: it must give the scalar bits.
         let mut rng = Rng64::from_key(&[7]);
         for k in [1usize, 7, 8, 9, 100, 1000] {
             let n: Vec<i32> = (0..k).map(|_| rng.below(40) as i32 - 5).collect();
             let c: Vec<f32> = (0..k).map(|_| rng.next_f64() as f32 * 3.0).collect();
+            let old = rng.below(k as u32 + 1) as usize;
             let mut got = vec![f32::NAN; k];
-            q_terms(&mut got, &n, &c);
+            let mut cumulative = vec![0.0; k.div_ceil(8)];
+            let q = q_mass(&mut got, (&n, &c), old, &mut cumulative);
+            let mut want_q = 0.0;
             for t in 0..k {
-                let want = c[t] * n[t].max(0) as f32;
+                let count = if t == old { n[t] - 1 } else { n[t] };
+                let want = c[t] * count.max(0) as f32;
                 assert_eq!(got[t].to_bits(), want.to_bits(), "K {k}, topic {t}");
             }
+            for (b, chunk) in got.chunks(8).enumerate() {
+                want_q += f64::from(block_sum(chunk));
+                assert_eq!(
+                    cumulative[b].to_bits(),
+                    want_q.to_bits(),
+                    "K {k}, block {b}"
+                );
+            }
+            assert_eq!(q.to_bits(), want_q.to_bits());
         }
     }
 }
