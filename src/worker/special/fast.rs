@@ -214,8 +214,8 @@ impl Special {
         let Some(b) = self.next_block(key) else {
             return false;
         };
-        for &(column, delta) in cols {
-            self.add_to_block(b, width, column, std::slice::from_ref(&delta));
+        if !cols.is_empty() {
+            self.add_cols_to_block(b, width, cols);
         }
         self.advance();
         true
