@@ -258,20 +258,23 @@ impl<'a> Worker<'a> {
         row: u64,
         f: impl FnOnce(&[T]) -> R,
     ) -> Result<R> {
+        // As in `read`: the fast path needs only the handle's cluster checked (the row's
+        // block names its table), and builds a scratch row only when it needs one.
+        let mut f = f;
+        if table.cluster == self.cluster && self.log.is_none() && self.special.is_some() {
+            let (required, no_generic_updates) = self.fast_read_context();
+            if let Some(sp) = &mut self.special {
+                let scratch = (&mut self.scratch, table.width);
+                match sp.read_with_fast(table.key(row), required, no_generic_updates, scratch, f) {
+                    Ok(r) => return Ok(r),
+                    Err(back) => f = back,
+                }
+            }
+        }
         let meta = self.check(table, row, table.width)?;
         let key = table.key(row);
-        if self.log.is_none() {
-            if self.special.is_none() {
-                return self.read_with_generic(key, meta, f);
-            }
-            let (required, no_generic_updates) = self.fast_read_context();
-            let scratch = scratch_row(&mut self.scratch, meta);
-            if let Some(sp) = &mut self.special {
-                return match sp.read_with_fast(key, required, no_generic_updates, scratch, f) {
-                    Ok(r) => Ok(r),
-                    Err(f) => self.read_with_slow(key, meta, f),
-                };
-            }
+        if self.log.is_none() && self.special.is_none() {
+            return self.read_with_generic(key, meta, f);
         }
         self.read_with_slow(key, meta, f)
     }
@@ -523,9 +526,15 @@ impl<'a> Worker<'a> {
 /// `words` as one row of `meta`'s elements, grown to fit first.
 #[inline(always)]
 fn scratch_row<'w, T: Element>(words: &'w mut Vec<u64>, meta: &TableMeta) -> &'w mut [T] {
-    let n = meta.row_bytes().div_ceil(8);
+    scratch_of(words, meta.width)
+}
+
+/// [`scratch_row`] for a row of `width` elements of `T`.
+#[inline]
+pub(crate) fn scratch_of<T: Element>(words: &mut Vec<u64>, width: usize) -> &mut [T] {
+    let n = (width * size_of::<T>()).div_ceil(8);
     if words.len() < n {
         words.resize(n, 0);
     }
-    &mut bytemuck::cast_slice_mut::<u64, T>(&mut words[..n])[..meta.width]
+    &mut bytemuck::cast_slice_mut::<u64, T>(&mut words[..n])[..width]
 }

@@ -96,12 +96,16 @@ fn bad_widths_and_foreign_handles_are_errors_on_the_specialized_path() {
                 let foreign_read = w.read(&foreign, 0, &mut [0.0; 3]).unwrap_err();
                 let delta = w.update(&t, 0, &[1.0; 4]).unwrap_err();
                 let foreign_update = w.update(&foreign, 0, &[1.0; 3]).unwrap_err();
+                let foreign_lent = w.read_with(&foreign, 0, |_| ()).unwrap_err();
                 // The pattern, as the tape has it.
                 let mut row = [0.0f32; 3];
                 w.read(&t, 0, &mut row)?;
                 w.update(&t, 0, &[1.0; 3])?;
                 w.clock()?;
-                Ok((vec![width, foreign_read, delta, foreign_update], row))
+                Ok((
+                    vec![width, foreign_read, delta, foreign_update, foreign_lent],
+                    row,
+                ))
             })
             .unwrap();
         let (errors, row) = &errors[0];
@@ -116,6 +120,7 @@ fn bad_widths_and_foreign_handles_are_errors_on_the_specialized_path() {
         assert!(matches!(errors[1], Error::UnknownTable(_)), "{}", errors[1]);
         assert!(matches!(errors[2], Error::WidthMismatch { actual: 4, .. }));
         assert!(matches!(errors[3], Error::UnknownTable(_)), "{}", errors[3]);
+        assert!(matches!(errors[4], Error::UnknownTable(_)), "{}", errors[4]);
         assert_eq!(row, &[1.0; 3], "the update of the run before is read back");
         assert_eq!(
             cluster.stats().tape_accesses - before,

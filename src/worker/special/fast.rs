@@ -8,6 +8,7 @@ use super::{Special, AHEAD, HEADER_WORDS, NONE, SLOT_STEP, TOUCHED};
 use crate::consistency::Clock;
 use crate::prefetch::prefetch_at;
 use crate::slot::padded_words;
+use crate::worker::scratch_of;
 use crate::{Element, RowKey};
 
 /// A block [`Special::fresh_block`] found: where its view and delta rows are.
@@ -113,7 +114,8 @@ impl Special {
     /// [`read_fast`](Self::read_fast), calling `f` with the row instead of copying it out.
     /// A view is lent as it is when it already is the row as this worker sees it (integer
     /// rows, and float rows not updated in this clock); otherwise the row is built in
-    /// `scratch` (the table's width). Gives `f` back if it could not take the fast path.
+    /// `scratch` (words, grown to a row of `width` elements only then). Gives `f` back if
+    /// it could not take the fast path.
     ///
     /// [`Worker::read_with`]: super::Worker::read_with
     #[inline(always)]
@@ -122,27 +124,28 @@ impl Special {
         key: RowKey,
         required: Clock,
         no_generic_updates: bool,
-        scratch: &mut [T],
+        (scratch, width): (&mut Vec<u64>, usize),
         f: F,
     ) -> std::result::Result<R, F> {
         let Some(&step) = self.steps.get(self.cursor) else {
             return Err(f);
         };
         if step & SLOT_STEP != 0 {
-            if no_generic_updates && self.read_slot_fast(step & !SLOT_STEP, key, required, scratch)
-            {
-                return Ok(f(scratch));
+            let row = scratch_of(scratch, width);
+            if no_generic_updates && self.read_slot_fast(step & !SLOT_STEP, key, required, row) {
+                return Ok(f(row));
             }
             return Err(f);
         }
-        let Some(fresh) = self.fresh_block::<T>(step, key, required, scratch.len()) else {
+        let Some(fresh) = self.fresh_block::<T>(step, key, required, width) else {
             return Err(f);
         };
         self.advance();
         let (view, delta) = fresh.rows(&self.words);
         if fresh.add_delta {
-            T::sum_into(scratch, view, delta);
-            Ok(f(scratch))
+            let row = scratch_of(scratch, width);
+            T::sum_into(row, view, delta);
+            Ok(f(row))
         } else {
             Ok(f(view))
         }
