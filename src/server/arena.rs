@@ -360,26 +360,31 @@ impl ArenaShard {
     }
 
     /// The rows of `sub`'s chunk `chunk` changed after data clock `last`, if sending them
-    /// with their positions takes fewer bytes than the whole chunk. One pass, which stops
-    /// as soon as the changed rows reach the chunk's size.
+    /// with their positions takes fewer bytes than the whole chunk. The first pass finds
+    /// them and stops as soon as they reach the chunk's size; the second copies them into
+    /// a buffer of their exact size.
     fn changed_rows(&self, sub: &Subscription, chunk: usize, last: Clock) -> Option<Refresh> {
         let rows = &sub.chunk_rows[chunk];
         let whole: usize = sub.chunks[chunk].iter().map(|r| r.len()).sum();
-        let (mut changed, mut out) = (Vec::new(), Vec::with_capacity(whole / 8));
+        let (mut changed, mut bytes) = (Vec::new(), 0);
         for (i, &r) in rows.iter().enumerate() {
-            if self.changed[r as usize] <= last {
-                continue;
-            }
-            let row = self.rows[r as usize];
-            let start = row.offset / 8;
-            out.extend_from_slice(&self.arena[start..start + padded(row.len) / 8]);
-            changed.push(i as u32);
-            if out.len() * 8 + changed.len() * 4 >= whole {
-                return None;
+            if self.changed[r as usize] > last {
+                changed.push(i as u32);
+                bytes += padded(self.rows[r as usize].len);
+                if bytes + changed.len() * 4 >= whole {
+                    return None;
+                }
             }
         }
+        let out = AlignedBuf::from_words(
+            bytes / 8,
+            changed.iter().map(|&i| {
+                let row = self.rows[rows[i as usize] as usize];
+                &self.arena[row.offset / 8..(row.offset + padded(row.len)) / 8]
+            }),
+        );
         Some(Refresh {
-            bytes: AlignedBuf::from_word_vec(out),
+            bytes: out,
             rows: Some(changed),
         })
     }
