@@ -657,6 +657,11 @@ mod tests {
         let (name, l1) = r.metric.clone().unwrap();
         assert_eq!((name.as_str(), r.iterations), ("l1_vs_reference", 25));
         assert!(l1 < 1e-6, "{r:?}");
+        assert!(
+            r.peer.contains("1 thread"),
+            "the thread count is stated: {}",
+            r.peer
+        );
     }
 
     #[test]
