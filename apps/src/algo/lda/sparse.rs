@@ -47,10 +47,9 @@ pub struct SparseSampler {
     inverse: Vec<f64>,
     /// `n_k` (clamped at 0) per topic, as `inverse` was computed from.
     total: Vec<i32>,
-    /// `(n_dk + α)/(n_k + Vβ)` per topic.
-    coefficient: Vec<f64>,
-    /// The same in single precision, what `q`'s terms are computed from.
-    coefficient32: Vec<f32>,
+    /// `(n_dk + α)/(n_k + Vβ)` per topic, computed in double and kept in single
+    /// precision, what `q`'s terms are computed from.
+    coefficient: Vec<f32>,
     /// `n_dk` (clamped at 0) per topic, as the caches were computed from.
     doc: Vec<i32>,
     /// `Σ_k αβ/(n_k + Vβ)`.
@@ -80,7 +79,6 @@ impl SparseSampler {
             inverse: vec![0.0; k],
             total: vec![0; k],
             coefficient: vec![0.0; k],
-            coefficient32: vec![0.0; k],
             doc: vec![0; k],
             s: 0.0,
             r: 0.0,
@@ -105,8 +103,7 @@ impl SparseSampler {
             let inverse = 1.0 / (f64::from(n.max(0)) + self.vbeta);
             self.total[t] = n.max(0);
             self.inverse[t] = inverse;
-            self.coefficient[t] = self.alpha * inverse;
-            self.coefficient32[t] = self.coefficient[t] as f32;
+            self.coefficient[t] = (self.alpha * inverse) as f32;
             self.s += self.alpha * self.beta * inverse;
         }
     }
@@ -123,8 +120,7 @@ impl SparseSampler {
         for (t, &n) in doc_topic[..self.inverse.len()].iter().enumerate() {
             let n = n.max(0);
             self.doc[t] = n;
-            self.coefficient[t] = (f64::from(n) + self.alpha) * self.inverse[t];
-            self.coefficient32[t] = self.coefficient[t] as f32;
+            self.coefficient[t] = ((f64::from(n) + self.alpha) * self.inverse[t]) as f32;
             if n > 0 {
                 self.position[t] = self.doc_topics.len() as u32;
                 self.doc_topics.push(t as u32);
@@ -157,13 +153,12 @@ impl SparseSampler {
             self.stale[0] = old;
         }
         // q's term of every topic (0 for the word's absent topics), computed without
-        // branches so the loop vectorizes.
-        // Then per block of 8 topics the q mass up to and including it (each block summed
+        // branches so the loop vectorizes; then per block of 8 topics the q mass up to and including it (each block summed
         // as `block_sum` does), so that a draw finds its block and then its topic by
         // counting the running sums at most `u`: no walk of dependent subtractions, no
         // branch to mispredict.
         let mass = &mut self.word_topics[..k];
-        let terms = (&word_topic[..k], &self.coefficient32[..k]);
+        let terms = (&word_topic[..k], &self.coefficient[..k]);
         let q = q_mass(mass, terms, old as usize, &mut self.block_mass);
         let (s, r) = (self.s.max(0.0), self.r.max(0.0));
         let u = rng.next_f64() * (q + r + s);
@@ -229,8 +224,7 @@ impl SparseSampler {
         self.r += self.beta * (f64::from(doc) * inverse - f64::from(was.1) * was.0);
         self.inverse[t] = inverse;
         self.doc[t] = doc;
-        self.coefficient[t] = (f64::from(doc) + self.alpha) * inverse;
-        self.coefficient32[t] = self.coefficient[t] as f32;
+        self.coefficient[t] = ((f64::from(doc) + self.alpha) * inverse) as f32;
         match (doc > 0, self.position[t]) {
             (true, ABSENT) => {
                 self.position[t] = self.doc_topics.len() as u32;
@@ -270,7 +264,7 @@ impl SparseSampler {
                 let n = (word_topic[t] - i32::from(t == o)).max(0);
                 let (inverse, doc) = (self.inverse[t], f64::from(self.doc[t]));
                 // q's term in single precision, as `sample` computes it.
-                let term = f64::from(self.coefficient32[t] * n as f32);
+                let term = f64::from(self.coefficient[t] * n as f32);
                 q += term;
                 self.alpha * self.beta * inverse + doc * self.beta * inverse + term
             })
@@ -349,8 +343,8 @@ fn prefix8(c: &[f32; 8]) -> [f32; 8] {
 /// given `cumulative`, the running sum at the end of every block of 8 topics (`u` below
 /// the last). The block is the number of block sums at most `u`, the topic the number of
 /// running sums within the block ([`prefix8`] for a whole block) at most what is left of
-/// `u`; both count over a few values without branching. A topic without mass is never taken: its running sum equals
-/// the one before it. Where rounding leaves `u` at or past the block's own sum, the
+/// `u`; both count over a few values without branching. A topic without mass is never
+/// taken: its running sum equals the one before it. Where rounding leaves `u` at or past the block's own sum, the
 /// block's last topic with mass is taken.
 #[inline(always)]
 fn draw_in_q(mass: &[f32], cumulative: &[f64], u: f64) -> u32 {
