@@ -33,9 +33,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 /// Updates of one worker for one clock, waiting to become visible: rows sent the generic
-/// way, and a slab with the layout it was resolved to when it arrived.
-/// A worker's CLOCK waiting for its clock to complete: its generic rows and its slab (the
-/// layout, the positions in it of a sparse slab's rows, the deltas).
+/// way, and a slab with the layout it was resolved to when it arrived (and, for a sparse
+/// slab, the positions in that layout of its rows).
 type Pending = (
     WorkerId,
     RowBatch,

@@ -45,7 +45,7 @@ pub struct Worker<'a> {
     /// This worker's sent updates of recent clocks, for read-my-writes under SSP `s > 0`.
     recent: Sent<Oplog>,
     /// A row's worth of words for `read_with` when it cannot lend the row (grown, never
-    /// shrunk; see [`scratch_row`]).
+    /// shrunk; see [`scratch_of`]).
     scratch: Vec<u64>,
     /// Where accesses are logged while the pattern is being gathered.
     log: Option<AccessLog>,
@@ -314,7 +314,7 @@ impl<'a> Worker<'a> {
         f: impl FnOnce(&[T]) -> R,
     ) -> Result<R> {
         let mut words = std::mem::take(&mut self.scratch);
-        let row = scratch_row(&mut words, meta);
+        let row = scratch_of(&mut words, meta.width);
         let result = fill(self, row).map(|data_clock| {
             self.add_own(key, data_clock, row);
             f(row)
@@ -523,14 +523,8 @@ impl<'a> Worker<'a> {
     }
 }
 
-/// `words` as one row of `meta`'s elements, grown to fit first.
+/// `words` as one row of `width` elements of `T`, grown to fit first.
 #[inline(always)]
-fn scratch_row<'w, T: Element>(words: &'w mut Vec<u64>, meta: &TableMeta) -> &'w mut [T] {
-    scratch_of(words, meta.width)
-}
-
-/// [`scratch_row`] for a row of `width` elements of `T`.
-#[inline]
 pub(crate) fn scratch_of<T: Element>(words: &mut Vec<u64>, width: usize) -> &mut [T] {
     let n = (width * size_of::<T>()).div_ceil(8);
     if words.len() < n {

@@ -655,24 +655,13 @@ impl Special {
     #[inline(always)]
     fn add_to_block<T: Element>(&mut self, b: usize, width: usize, column: usize, delta: &[T]) {
         let cols = column..column + delta.len();
-        let row_words = padded_words(width * size_of::<T>());
-        let view_words = if self.views { row_words } else { 0 };
-        let block = &mut self.words[b..b + HEADER_WORDS + view_words + row_words];
-        let (header, rows) = block.split_at_mut(HEADER_WORDS);
-        let (view, row) = rows.split_at_mut(view_words);
+        let (header, view, row) = block_mut::<T>(&mut self.words, self.views, b, width);
         if T::TYPE.exact() && self.views && header[2] != Clock::MAX {
-            T::add_slice(
-                &mut bytemuck::cast_slice_mut::<u64, T>(view)[cols.clone()],
-                delta,
-            );
+            let view = bytemuck::cast_slice_mut::<u64, T>(view);
+            T::add_slice(&mut view[cols.clone()], delta);
         }
-        let row = &mut bytemuck::cast_slice_mut::<u64, T>(row)[..width];
-        if header[1] & TOUCHED == 0 {
-            header[1] |= TOUCHED;
-            let r = (header[1] >> INDEX_SHIFT) as usize;
-            if first_touch(&mut self.touched, r, row, delta) {
-                return;
-            }
+        if touch(header, &mut self.touched, row, delta) {
+            return;
         }
         T::add_slice(&mut row[cols], delta);
     }
@@ -682,23 +671,14 @@ impl Special {
     /// (LDA's two per token) costs little more than one.
     #[inline(always)]
     fn add_cols_to_block<T: Element>(&mut self, b: usize, width: usize, cols: &[(usize, T)]) {
-        let row_words = padded_words(width * size_of::<T>());
-        let view_words = if self.views { row_words } else { 0 };
-        let block = &mut self.words[b..b + HEADER_WORDS + view_words + row_words];
-        let (header, rows) = block.split_at_mut(HEADER_WORDS);
-        let (view, row) = rows.split_at_mut(view_words);
-        let row = &mut bytemuck::cast_slice_mut::<u64, T>(row)[..width];
-        if header[1] & TOUCHED == 0 {
-            header[1] |= TOUCHED;
-            let r = (header[1] >> INDEX_SHIFT) as usize;
-            first_touch(&mut self.touched, r, row, &[]);
-        }
+        let (header, view, row) = block_mut::<T>(&mut self.words, self.views, b, width);
         if T::TYPE.exact() && self.views && header[2] != Clock::MAX {
-            let view = &mut bytemuck::cast_slice_mut::<u64, T>(view)[..width];
+            let view = bytemuck::cast_slice_mut::<u64, T>(view);
             for &(column, delta) in cols {
                 view[column] = view[column].add(delta);
             }
         }
+        touch(header, &mut self.touched, row, &[]);
         for &(column, delta) in cols {
             row[column] = row[column].add(delta);
         }
@@ -801,6 +781,39 @@ pub(crate) struct Slab {
     /// `None`: every row of the worker's layout for the shard; else the positions in that
     /// layout of the rows `bytes` holds.
     pub(crate) rows: Option<Vec<u32>>,
+}
+
+/// The header, the view's words (none without views) and the delta of the block at word
+/// `b` of `words`, a row of `width` elements.
+#[inline(always)]
+fn block_mut<T: Element>(
+    words: &mut [u64],
+    views: bool,
+    b: usize,
+    width: usize,
+) -> (&mut [u64], &mut [u64], &mut [T]) {
+    let row_words = padded_words(width * size_of::<T>());
+    let view_words = if views { row_words } else { 0 };
+    let block = &mut words[b..b + HEADER_WORDS + view_words + row_words];
+    let (header, rows) = block.split_at_mut(HEADER_WORDS);
+    let (view, row) = rows.split_at_mut(view_words);
+    (
+        header,
+        view,
+        &mut bytemuck::cast_slice_mut::<u64, T>(row)[..width],
+    )
+}
+
+/// An update of the block with `header` and delta `row`: on its first in the clock, marks
+/// the block touched (flag and bit) and starts the delta ([`first_touch`]; `true` when
+/// `delta` is the whole row and is in place). Afterwards nothing, `false`.
+#[inline(always)]
+fn touch<T: Element>(header: &mut [u64], touched: &mut [u64], row: &mut [T], delta: &[T]) -> bool {
+    if header[1] & TOUCHED != 0 {
+        return false;
+    }
+    header[1] |= TOUCHED;
+    first_touch(touched, (header[1] >> INDEX_SHIFT) as usize, row, delta)
 }
 
 /// A block's first touch in a clock: its bit `r` set in `touched`, and its delta `row`
