@@ -16,11 +16,13 @@
 //! from the store dense (one READ of its `K` counts per token, the access pattern the
 //! dense sampler has), so `q` is computed over all `K` topics, but as one multiplication
 //! per topic with no branch and no division, in single precision (the loop vectorizes,
-//! four topics an instruction; `s`, `r` and the running sums over blocks stay double),
-//! summed per block of 8 topics as a tree of independent additions ([`prefix8`]); a draw
-//! in `q` counts the blocks' running sums below it, then the topics' within one block (no
-//! chain of subtractions, no mispredicted exit). `s`'s draw walks all topics, in
-//! the rare case a draw falls there (`αβ` is small). Counts that a stale view makes
+//! eight topics an instruction under AVX2; `s`, `r` and the running sums over lanes stay
+//! double). The terms are summed in [`LANES`] interleaved lanes (lane `j` holds topics
+//! `j, j + 8, j + 16, …`), so summing them is one vector addition per 8 topics and the
+//! running sum within every lane comes out of the same additions; a draw in `q` counts the
+//! lanes' running sums below it, then the running sums within one lane (no chain of
+//! subtractions, no mispredicted exit). `s`'s draw walks all topics, in the rare case a
+//! draw falls there (`αβ` is small). Counts that a stale view makes
 //! negative are read as 0, as the dense sampler does. On NYT with 2 workers it ran an
 //! iteration in 0.6x the dense sampler's time at 100 topics and 0.45x at 1000
 //! (BENCHMARKS.md); a sparse row format would make `q` proportional to the word's topics.
@@ -36,6 +38,10 @@ use super::LdaConfig;
 
 /// Marks a topic absent from the document's non-zero list.
 const ABSENT: u32 = u32::MAX;
+
+/// Interleaved lanes `q`'s terms are summed in: lane `j` holds topics `j, j + LANES, …`
+/// (8: one AVX2 vector of single-precision terms).
+pub(crate) const LANES: usize = 8;
 
 /// The sparse sampler (see the module docs).
 #[derive(Debug, Clone)]
@@ -61,11 +67,13 @@ pub struct SparseSampler {
     position: Vec<u32>,
     /// Topics whose counts the caller changed since the caches were computed.
     stale: [u32; 2],
-    /// Scratch, `K` entries: each topic's `q` term for the token (single precision: twice
-    /// the terms per vector instruction).
-    word_topics: Vec<f32>,
-    /// Scratch: the `q` mass of the topics up to the end of each block of 8.
-    block_mass: Vec<f64>,
+    /// Scratch, `K` rounded up to [`LANES`] entries: for each topic `t`, the running sum
+    /// of the `q` terms of its lane (`t mod LANES`) up to and including it, for the
+    /// token (single precision: twice the terms per vector instruction; the padding
+    /// topics have no mass).
+    running: Vec<f32>,
+    /// Scratch: the `q` mass of the lanes up to and including each.
+    lane_mass: [f64; LANES],
 }
 
 impl SparseSampler {
@@ -85,8 +93,8 @@ impl SparseSampler {
             doc_topics: Vec::with_capacity(k),
             position: vec![ABSENT; k],
             stale: [ABSENT; 2],
-            word_topics: vec![0.0; k],
-            block_mass: vec![0.0; k.div_ceil(8)],
+            running: vec![0.0; k.div_ceil(LANES) * LANES],
+            lane_mass: [0.0; LANES],
         }
     }
 
@@ -153,17 +161,16 @@ impl SparseSampler {
             self.stale[0] = old;
         }
         // q's term of every topic (0 for the word's absent topics), computed without
-        // branches so the loop vectorizes; then per block of 8 topics the q mass up to and including it (each block summed
-        // as `block_sum` does), so that a draw finds its block and then its topic by
-        // counting the running sums at most `u`: no walk of dependent subtractions, no
-        // branch to mispredict.
-        let mass = &mut self.word_topics[..k];
+        // branches so the loop vectorizes, summed in lanes: each lane's running sums and
+        // the q mass up to the end of each lane, so that a draw finds its lane and then
+        // its topic by counting the running sums at most `u`: no walk of dependent
+        // subtractions, no branch to mispredict.
         let terms = (&word_topic[..k], &self.coefficient[..k]);
-        let q = q_mass(mass, terms, old as usize, &mut self.block_mass);
+        let q = q_mass(&mut self.running, terms, old as usize, &mut self.lane_mass);
         let (s, r) = (self.s.max(0.0), self.r.max(0.0));
         let u = rng.next_f64() * (q + r + s);
         let new = if u < q {
-            draw_in_q(mass, &self.block_mass, u)
+            draw_in_q(&self.running, &self.lane_mass, u)
         } else if u < q + r && !self.doc_topics.is_empty() {
             let mut left = u - q;
             let mut pick = *self.doc_topics.last().expect("not empty");
@@ -278,110 +285,161 @@ impl SparseSampler {
 }
 
 /// Each topic's `q` term, `coefficient · max(n_wk, 0)` (`n_wk` one less for the token's
-/// current topic `old`, if below `K`), into `mass`; then into `cumulative` the running sum
-/// at the end of each block of 8 terms (each block summed by [`block_sum`]); returns the
-/// total. Compiled for AVX2 too, chosen at run time: each term is the one scalar
-/// multiplication and the sums add in one order, so nothing depends on the CPU.
-#[multiversion::multiversion(targets("x86_64+avx2"))]
+/// current topic `old`, if below `K`), summed per lane ([`LANES`]): into `running`
+/// (`K` rounded up to `LANES` entries) each topic's running sum within its lane, and into
+/// `cumulative` the `q` mass up to the end of each lane; returns the total. Under AVX2 a
+/// group of `LANES` topics is one vector ([`q_mass_avx2`]); each term is the one
+/// multiplication and each sum adds in one order, so the bits are [`q_mass_scalar`]'s on
+/// any CPU.
+///
+/// # Panics
+/// If `running` is shorter than `K` rounded up to `LANES`.
+#[inline(always)]
 fn q_mass(
-    mass: &mut [f32],
+    running: &mut [f32],
     (word_topic, coefficient): (&[i32], &[f32]),
     old: usize,
-    cumulative: &mut [f64],
+    cumulative: &mut [f64; LANES],
 ) -> f64 {
-    for ((m, &n), &c) in mass.iter_mut().zip(word_topic).zip(coefficient) {
-        *m = c * n.max(0) as f32;
+    let k = word_topic.len().min(coefficient.len());
+    let running = &mut running[..k.div_ceil(LANES) * LANES];
+    let terms = (&word_topic[..k], &coefficient[..k]);
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2; `running` is `K` rounded up to LANES long, both
+        // rows `K`.
+        return unsafe { q_mass_avx2(running, terms, old, cumulative) };
     }
-    if let (Some(m), Some(&n), Some(&c)) =
-        (mass.get_mut(old), word_topic.get(old), coefficient.get(old))
-    {
-        *m = c * (n - 1).max(0) as f32;
+    q_mass_scalar(running, terms, old, cumulative)
+}
+
+/// [`q_mass`] one topic at a time (any CPU; the reference of [`q_mass_avx2`]): `running`
+/// is `K` rounded up to [`LANES`] long, both rows `K`.
+fn q_mass_scalar(
+    running: &mut [f32],
+    (word_topic, coefficient): (&[i32], &[f32]),
+    old: usize,
+    cumulative: &mut [f64; LANES],
+) -> f64 {
+    let k = word_topic.len();
+    let mut lanes = [0.0f32; LANES];
+    for (g, out) in running.chunks_exact_mut(LANES).enumerate() {
+        // The padding topics of the last group add no mass.
+        for (j, t) in (g * LANES..k.min((g + 1) * LANES)).enumerate() {
+            let n = word_topic[t] - i32::from(t == old);
+            lanes[j] += coefficient[t] * n.max(0) as f32;
+        }
+        out.copy_from_slice(&lanes);
     }
+    running_over_lanes(&lanes, cumulative)
+}
+
+/// The lanes' masses added up lane after lane into `cumulative`; returns the total.
+#[inline(always)]
+fn running_over_lanes(lanes: &[f32; LANES], cumulative: &mut [f64; LANES]) -> f64 {
     let mut q = 0.0;
-    for (c, chunk) in cumulative.iter_mut().zip(mass.chunks(8)) {
-        q += f64::from(block_sum(chunk));
+    for (c, &lane) in cumulative.iter_mut().zip(lanes) {
+        q += f64::from(lane);
         *c = q;
     }
     q
 }
 
-/// The sum of one block of (at most 8) `q` terms: for a whole block the last of its
-/// [`prefix8`] sums, so a draw within the block ends exactly where the block does.
-/// Summed in topic order, the `K` additions of a token were one chain of dependent
-/// additions, which bounded the sampler's speed; as a tree, the blocks' sums overlap and
-/// only the running sum over blocks is a chain.
-#[inline(always)]
-fn block_sum(chunk: &[f32]) -> f32 {
-    match <&[f32; 8]>::try_from(chunk) {
-        Ok(c) => prefix8(c)[7],
-        Err(_) => chunk.iter().sum(),
+/// [`q_mass_scalar`] a group of eight topics an instruction: the counts clamped and
+/// converted, multiplied and added as vectors; the old topic's count made one less by a
+/// one-hot vector in its group, the last group's padding read as zeros.
+///
+/// # Safety
+/// The CPU must have AVX2; `running` must be `K` rounded up to [`LANES`] long, both rows
+/// `K`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn q_mass_avx2(
+    running: &mut [f32],
+    (word_topic, coefficient): (&[i32], &[f32]),
+    old: usize,
+    cumulative: &mut [f64; LANES],
+) -> f64 {
+    use std::arch::x86_64::*;
+    let k = word_topic.len();
+    debug_assert!(coefficient.len() == k && running.len() == k.div_ceil(LANES) * LANES);
+    let (old_group, old_lane) = (old / LANES, (old % LANES) as i32);
+    let lane_ids = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    // -1 in the old topic's lane, 0 elsewhere.
+    let minus_old = _mm256_cmpeq_epi32(lane_ids, _mm256_set1_epi32(old_lane));
+    let zero = _mm256_setzero_si256();
+    let (n_ptr, c_ptr, out) = (
+        word_topic.as_ptr(),
+        coefficient.as_ptr(),
+        running.as_mut_ptr(),
+    );
+    let mut sum = _mm256_setzero_ps();
+    let add = |g: usize, n: __m256i, c: __m256, sum: __m256| {
+        let n = if g == old_group {
+            _mm256_add_epi32(n, minus_old)
+        } else {
+            n
+        };
+        let n = _mm256_cvtepi32_ps(_mm256_max_epi32(n, zero));
+        _mm256_add_ps(sum, _mm256_mul_ps(c, n))
+    };
+    let whole = k / LANES;
+    for g in 0..whole {
+        let at = g * LANES;
+        let n = _mm256_loadu_si256(n_ptr.add(at).cast());
+        sum = add(g, n, _mm256_loadu_ps(c_ptr.add(at)), sum);
+        _mm256_storeu_ps(out.add(at), sum);
     }
+    if whole * LANES < k {
+        // The last, partial group, the lanes past `K` masked (read as zeros).
+        let at = whole * LANES;
+        let mask = _mm256_cmpgt_epi32(_mm256_set1_epi32((k - at) as i32), lane_ids);
+        let n = _mm256_maskload_epi32(n_ptr.add(at), mask);
+        let c = _mm256_maskload_ps(c_ptr.add(at), mask);
+        sum = add(whole, n, c, sum);
+        _mm256_storeu_ps(out.add(at), sum);
+    }
+    let mut lanes = [0.0f32; LANES];
+    _mm256_storeu_ps(lanes.as_mut_ptr(), sum);
+    running_over_lanes(&lanes, cumulative)
 }
 
-/// The running sums of a block of 8 non-negative terms, added as a tree four additions
-/// deep (instead of a chain of eight) such that each sum is a rounded addition of a
-/// non-negative term to an earlier one: they never decrease, and a zero term leaves the
-/// running sum unchanged (so a topic without mass is never drawn).
+/// The topic where the running sum of `q`'s terms, taken lane after lane ([`LANES`]),
+/// first exceeds `u`, given `running` and `cumulative` as [`q_mass`] leaves them (`u`
+/// below the last lane's mass). The lane is the number of lanes' masses at most `u`, the
+/// topic the number of running sums within the lane at most what is left of `u`; both
+/// count over a few values without branching. Running sums never decrease (each adds a
+/// non-negative term), so a topic without mass is never taken: its running sum equals the
+/// one before it. Where rounding leaves `u` at or past the lane's own sum, the lane's last
+/// topic with mass is taken.
 #[inline(always)]
-fn prefix8(c: &[f32; 8]) -> [f32; 8] {
-    let (s01, s23, s45, s67) = (c[0] + c[1], c[2] + c[3], c[4] + c[5], c[6] + c[7]);
-    let p3 = s01 + s23;
-    let p5 = p3 + s45;
-    [
-        c[0],
-        s01,
-        s01 + c[2],
-        p3,
-        p3 + c[4],
-        p5,
-        p5 + c[6],
-        p5 + s67,
-    ]
-}
-
-/// The topic of `mass` (each topic's `q` term) where the running sum first exceeds `u`,
-/// given `cumulative`, the running sum at the end of every block of 8 topics (`u` below
-/// the last). The block is the number of block sums at most `u`, the topic the number of
-/// running sums within the block ([`prefix8`] for a whole block) at most what is left of
-/// `u`; both count over a few values without branching. A topic without mass is never
-/// taken: its running sum equals the one before it. Where rounding leaves `u` at or past the block's own sum, the
-/// block's last topic with mass is taken.
-#[inline(always)]
-fn draw_in_q(mass: &[f32], cumulative: &[f64], u: f64) -> u32 {
-    let blocks = cumulative.len();
-    let block = cumulative
+fn draw_in_q(running: &[f32], cumulative: &[f64; LANES], u: f64) -> u32 {
+    let lane = cumulative
         .iter()
         .map(|&c| usize::from(c <= u))
         .sum::<usize>()
-        .min(blocks - 1);
-    let left = u - if block > 0 {
-        cumulative[block - 1]
-    } else {
-        0.0
-    };
-    let start = block * 8;
-    let chunk = &mass[start..(start + 8).min(mass.len())];
+        .min(LANES - 1);
+    let left = u - if lane > 0 { cumulative[lane - 1] } else { 0.0 };
+    let groups = running.len() / LANES;
     let mut at = 0;
-    if let Ok(whole) = <&[f32; 8]>::try_from(chunk) {
-        for p in prefix8(whole) {
-            at += usize::from(f64::from(p) <= left);
-        }
-    } else {
-        let mut running = 0.0f32;
-        for &m in chunk {
-            running += m;
-            at += usize::from(f64::from(running) <= left);
-        }
+    for group in running.chunks_exact(LANES) {
+        at += usize::from(f64::from(group[lane]) <= left);
     }
-    if at < chunk.len() {
-        return (start + at) as u32;
+    if at < groups {
+        return (lane + at * LANES) as u32;
     }
-    chunk
-        .iter()
-        .rposition(|&m| m > 0.0)
-        .map(|t| start + t)
-        .or_else(|| mass.iter().rposition(|&m| m > 0.0))
-        .unwrap_or(mass.len() - 1) as u32
+    last_with_mass(running, lane)
+        .or_else(|| (0..LANES).rev().find_map(|l| last_with_mass(running, l)))
+        .unwrap_or(0) as u32
+}
+
+/// The last topic of `lane` whose term is positive (its running sum grows there).
+fn last_with_mass(running: &[f32], lane: usize) -> Option<usize> {
+    let sum = |group: usize| running[group * LANES + lane];
+    (0..running.len() / LANES)
+        .rev()
+        .find(|&g| sum(g) > if g > 0 { sum(g - 1) } else { 0.0 })
+        .map(|g| lane + g * LANES)
 }
 
 #[cfg(test)]
@@ -513,68 +571,83 @@ mod tests {
             }
         }
     }
+    /// `q_mass` of unit coefficients: the terms are the counts (clamped at 0).
+    fn lanes_of(counts: &[i32]) -> (Vec<f32>, [f64; LANES], f64) {
+        let k = counts.len();
+        let mut running = vec![f32::NAN; k.div_ceil(LANES) * LANES];
+        let mut cumulative = [0.0; LANES];
+        let ones = vec![1.0; k];
+        let q = q_mass(&mut running, (counts, &ones), usize::MAX, &mut cumulative);
+        (running, cumulative, q)
+    }
+
+    /// The topics in the order a draw in `q` walks them: lane after lane.
+    fn lane_order(k: usize) -> impl Iterator<Item = usize> {
+        (0..LANES).flat_map(move |lane| (lane..k).step_by(LANES))
+    }
+
     #[test]
     fn a_draw_in_q_takes_the_topic_whose_running_sum_first_exceeds_u() {
         // Integer masses, so every running sum is exact and the pick is determined.
         let mut rng = Rng64::from_key(&[5]);
         for k in [1usize, 3, 8, 9, 17, 100] {
             for _ in 0..200 {
-                let mass: Vec<f32> = (0..k)
+                let counts: Vec<i32> = (0..k)
                     .map(|_| match rng.below(3) {
-                        0 => 0.0,
-                        _ => rng.below(20) as f32,
+                        0 => 0,
+                        _ => rng.below(20) as i32,
                     })
                     .collect();
-                let total: f64 = mass.iter().map(|&m| f64::from(m)).sum();
+                let (running, cumulative, total) = lanes_of(&counts);
                 if total == 0.0 {
                     continue;
                 }
-                let mut cumulative = Vec::new();
-                let mut q = 0.0;
-                for chunk in mass.chunks(8) {
-                    q += f64::from(block_sum(chunk));
-                    cumulative.push(q);
-                }
                 for u in (0..total as u32).map(f64::from).chain([total - 0.5]) {
-                    let mut running = 0.0;
-                    let want = mass
-                        .iter()
-                        .position(|&m| {
-                            running += f64::from(m);
-                            running > u
+                    let mut sum = 0.0;
+                    let want = lane_order(k)
+                        .find(|&t| {
+                            sum += f64::from(counts[t]);
+                            sum > u
                         })
                         .unwrap();
-                    let got = draw_in_q(&mass, &cumulative, u) as usize;
-                    assert_eq!(got, want, "K {k}, u {u}, {mass:?}");
-                    assert!(mass[got] > 0.0);
+                    let got = draw_in_q(&running, &cumulative, u) as usize;
+                    assert_eq!(got, want, "K {k}, u {u}, {counts:?}");
+                    assert!(counts[got] > 0);
                 }
             }
         }
     }
 
     #[test]
-    fn a_blocks_running_sums_never_decrease_and_skip_topics_without_mass() {
+    fn a_lanes_running_sums_never_decrease_and_skip_topics_without_mass() {
         let mut rng = Rng64::from_key(&[6]);
-        for _ in 0..2000 {
-            let c: [f32; 8] = std::array::from_fn(|_| match rng.below(3) {
-                0 => 0.0,
-                _ => (rng.next_f64() * 10f64.powi(rng.below(9) as i32 - 4)) as f32,
-            });
-            let p = prefix8(&c);
-            assert_eq!(p[7], block_sum(&c), "{c:?}");
-            for i in 1..8 {
-                assert!(p[i] >= p[i - 1], "{c:?} -> {p:?}");
-                if c[i] == 0.0 {
-                    assert_eq!(p[i], p[i - 1], "{c:?} -> {p:?}");
+        for k in [5usize, 8, 21, 64] {
+            for _ in 0..300 {
+                let n: Vec<i32> = (0..k).map(|_| rng.below(3) as i32 - 1).collect();
+                let c: Vec<f32> = (0..k)
+                    .map(|_| (rng.next_f64() * 10f64.powi(rng.below(9) as i32 - 4)) as f32)
+                    .collect();
+                let mut running = vec![0.0; k.div_ceil(LANES) * LANES];
+                let mut cumulative = [0.0; LANES];
+                let q = q_mass(&mut running, (&n, &c), usize::MAX, &mut cumulative);
+                for lane in 0..LANES {
+                    let mut before = 0.0f32;
+                    for (g, group) in running.chunks_exact(LANES).enumerate() {
+                        let t = lane + g * LANES;
+                        assert!(group[lane] >= before, "K {k}, topic {t}");
+                        if t >= k || n[t] <= 0 {
+                            assert_eq!(group[lane], before, "K {k}, topic {t} has no mass");
+                        }
+                        before = group[lane];
+                    }
                 }
-            }
-            // Any u within the block draws a topic with mass.
-            let cumulative = [f64::from(p[7])];
-            for j in 0..50 {
-                let u = f64::from(p[7]) * f64::from(j) / 50.0;
-                if p[7] > 0.0 {
-                    let got = draw_in_q(&c, &cumulative, u) as usize;
-                    assert!(c[got] > 0.0, "u {u} drew {got} of {c:?}");
+                // Any u below q draws a topic with mass.
+                for j in 0..50 {
+                    let u = q * f64::from(j) / 50.0;
+                    if q > 0.0 {
+                        let got = draw_in_q(&running, &cumulative, u) as usize;
+                        assert!(got < k && n[got] > 0, "K {k}, u {u} drew {got}");
+                    }
                 }
             }
         }
@@ -588,21 +661,28 @@ mod tests {
             let n: Vec<i32> = (0..k).map(|_| rng.below(40) as i32 - 5).collect();
             let c: Vec<f32> = (0..k).map(|_| rng.next_f64() as f32 * 3.0).collect();
             let old = rng.below(k as u32 + 1) as usize;
-            let mut got = vec![f32::NAN; k];
-            let mut cumulative = vec![0.0; k.div_ceil(8)];
+            let mut got = vec![f32::NAN; k.div_ceil(LANES) * LANES];
+            let mut cumulative = [0.0; LANES];
             let q = q_mass(&mut got, (&n, &c), old, &mut cumulative);
-            let mut want_q = 0.0;
-            for t in 0..k {
-                let count = if t == old { n[t] - 1 } else { n[t] };
-                let want = c[t] * count.max(0) as f32;
-                assert_eq!(got[t].to_bits(), want.to_bits(), "K {k}, topic {t}");
-            }
-            for (b, chunk) in got.chunks(8).enumerate() {
-                want_q += f64::from(block_sum(chunk));
+            let mut lanes = [0.0f32; LANES];
+            for (t, got) in got.iter().enumerate() {
+                if t < k {
+                    let count = if t == old { n[t] - 1 } else { n[t] };
+                    lanes[t % LANES] += c[t] * count.max(0) as f32;
+                }
                 assert_eq!(
-                    cumulative[b].to_bits(),
+                    got.to_bits(),
+                    lanes[t % LANES].to_bits(),
+                    "K {k}, topic {t}"
+                );
+            }
+            let mut want_q = 0.0;
+            for (lane, &sum) in lanes.iter().enumerate() {
+                want_q += f64::from(sum);
+                assert_eq!(
+                    cumulative[lane].to_bits(),
                     want_q.to_bits(),
-                    "K {k}, block {b}"
+                    "K {k}, lane {lane}"
                 );
             }
             assert_eq!(q.to_bits(), want_q.to_bits());
