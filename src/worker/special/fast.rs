@@ -5,6 +5,11 @@
 //! caller can take the general path.
 
 use super::{Special, AHEAD, HEADER_WORDS, NONE, SLOT_STEP, TOUCHED};
+
+/// Words of a block [`Special::advance`] prefetches: three cache lines.
+const PREFETCH_WORDS: usize = 24;
+/// The most words of a block a read's advance prefetches (16 cache lines).
+const MAX_PREFETCH_WORDS: usize = 128;
 use crate::consistency::Clock;
 use crate::prefetch::prefetch_at;
 use crate::slot::padded_words;
@@ -60,7 +65,7 @@ impl Special {
         let Some(fresh) = self.fresh_block::<T>(step, key, required, dst.len()) else {
             return false;
         };
-        self.advance();
+        self.advance_read(fresh.row_words);
         let (view, delta) = fresh.rows(&self.words);
         if fresh.add_delta {
             // Floats: the snapshot plus this clock's delta, in one pass (integer views
@@ -140,7 +145,7 @@ impl Special {
         let Some(fresh) = self.fresh_block::<T>(step, key, required, width) else {
             return Err(f);
         };
-        self.advance();
+        self.advance_read(fresh.row_words);
         let (view, delta) = fresh.rows(&self.words);
         if fresh.add_delta {
             let row = scratch_of(scratch, width);
@@ -237,9 +242,25 @@ impl Special {
         (h[0] == key.row && h[1] as u32 == key.table).then_some(b)
     }
 
-    /// Moves to the next step and prefetches what a step [`AHEAD`] will touch.
+    /// Moves to the next step and prefetches what a step [`AHEAD`] will touch: a block's
+    /// first three lines (the header, and a narrow row's view and delta).
     #[inline(always)]
     pub(super) fn advance(&mut self) {
+        self.advance_over(PREFETCH_WORDS);
+    }
+
+    /// [`advance`](Self::advance) after a read of a row of `row_words` words: the block
+    /// ahead is prefetched through its view (a wide row's view is read whole; at most
+    /// [`MAX_PREFETCH_WORDS`]), as the next reads are likely of rows as wide.
+    #[inline(always)]
+    fn advance_read(&mut self, row_words: usize) {
+        self.advance_over((HEADER_WORDS + row_words).clamp(PREFETCH_WORDS, MAX_PREFETCH_WORDS));
+    }
+
+    /// [`advance`](Self::advance), prefetching `words` words from the header of a block
+    /// ahead.
+    #[inline(always)]
+    fn advance_over(&mut self, words: usize) {
         self.cursor += 1;
         if self.cursor == self.steps.len() {
             self.move_cursor(0); // the next iteration starts over
@@ -247,8 +268,10 @@ impl Special {
         if let Some(&ahead) = self.steps.get(self.cursor + AHEAD) {
             if ahead & SLOT_STEP == 0 {
                 let b = ahead as usize;
-                for line in [b, b + 8, b + 16] {
-                    prefetch_at(&self.words, line);
+                let mut line = 0;
+                while line < words {
+                    prefetch_at(&self.words, b + line);
+                    line += 8;
                 }
             } else if let Some(planned) = self.arena.plan.slots.get((ahead & !SLOT_STEP) as usize) {
                 self.arena.prefetch(planned.word());
