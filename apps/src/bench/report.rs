@@ -403,8 +403,12 @@ impl BenchReport {
                 bars.push(whole_run("limit".into(), &limit.breakdown));
             }
             let title = format!(
-                "{} on {}, {} workers, {} iterations: run time by phase",
-                bench.app, bench.dataset, bench.workers, bench.iterations
+                "{} on {}, {} workers, {} iterations{}: run time by phase",
+                bench.app,
+                bench.dataset,
+                bench.workers,
+                bench.iterations,
+                rounds_note(bench.rounds)
             );
             let later = format!("later iterations ({})", bench.iterations.saturating_sub(1));
             let phases = [PHASES[0], PHASES[1], PHASES[2], later.as_str()];
@@ -527,12 +531,21 @@ pub fn breakdown_chart_names(benches: &[AppBench]) -> Vec<String> {
         .collect()
 }
 
+/// How a table's or chart's numbers were chosen when there were several rounds.
+fn rounds_note(rounds: usize) -> String {
+    if rounds > 1 {
+        format!(", each run the median of {rounds} rounds")
+    } else {
+        String::new()
+    }
+}
+
 /// One workload's table: a row per variant, then the limit and the peer.
 fn app_table(out: &mut String, b: &AppBench) {
     let _ = writeln!(
         out,
-        "{}: {} ({} {}), {} workers, {} iterations\n\n| run | preprocess | init | first iteration | later iterations (mean) | / generic | / limit | objective |\n|---|---:|---:|---:|---:|---:|---:|---|",
-        b.app, b.dataset, b.work, b.work_unit, b.workers, b.iterations
+        "{}: {} ({} {}), {} workers, {} iterations{}\n\n| run | preprocess | init | first iteration | later iterations (mean) | / generic | / limit | objective |\n|---|---:|---:|---:|---:|---:|---:|---|",
+        b.app, b.dataset, b.work, b.work_unit, b.workers, b.iterations, rounds_note(b.rounds)
     );
     for r in &b.runs {
         let d = &r.breakdown;
@@ -694,6 +707,7 @@ mod tests {
             work_unit: "edges",
             workers: 1,
             iterations: 2,
+            rounds: 1,
             runs: Vec::new(),
             limit: None,
             peers: Vec::new(),

@@ -264,6 +264,11 @@ pub struct BenchOptions {
     pub limit: bool,
     /// Run the peer.
     pub peers: bool,
+    /// Rounds (at least 1): every variant, the limit and the peers are run this many
+    /// times, one after the other in each round, and each reports its median round
+    /// ([`median_round`]), so a slow spell of a shared machine lands in one round of each
+    /// instead of in one run of the comparison.
+    pub rounds: usize,
     /// Scratch directory for the peers' input files.
     pub workdir: PathBuf,
 }
@@ -283,6 +288,9 @@ impl BenchOptions {
         }
         if self.variants.is_empty() {
             return Err("no variant to run".into());
+        }
+        if self.rounds == 0 {
+            return Err("rounds must be at least 1".into());
         }
         Ok(())
     }
@@ -365,6 +373,8 @@ pub struct AppBench {
     pub workers: usize,
     /// Iterations per run.
     pub iterations: usize,
+    /// Rounds each result is the median of ([`BenchOptions::rounds`]).
+    pub rounds: usize,
     /// One result per variant, in the order run.
     pub runs: Vec<RunResult>,
     /// The limit implementation, if run.
@@ -390,8 +400,9 @@ impl AppBench {
     }
 }
 
-/// Runs `workload` in every variant of `opts`, then the limit and the peer; `progress`
-/// hears one line per finished run.
+/// Runs `workload` in every variant of `opts`, then the limit and the peers, and again
+/// for each of `opts.rounds` rounds; each reports its median round. `progress` hears one
+/// line per finished run.
 pub fn bench_app(
     workload: &Workload,
     dataset: &str,
@@ -400,66 +411,57 @@ pub fn bench_app(
 ) -> Result<AppBench, AppError> {
     opts.validate()?;
     let app = workload.app();
-    let mut runs = Vec::with_capacity(opts.variants.len());
-    for variant in &opts.variants {
-        let cfg = AppConfig {
-            workers: opts.workers,
-            shards: opts.shards,
-            staleness: Staleness::BSP,
-            mode: variant.mode,
-            iterations: opts.iterations,
-            specializations: variant.specializations,
-            ..AppConfig::default()
+    let mut runs = vec![Vec::with_capacity(opts.rounds); opts.variants.len()];
+    let mut limits = Vec::with_capacity(opts.rounds);
+    let mut peer_rounds = Vec::with_capacity(opts.rounds);
+    for round in 0..opts.rounds {
+        let tag = if opts.rounds > 1 {
+            format!(" (round {} of {})", round + 1, opts.rounds)
+        } else {
+            String::new()
         };
-        let report = workload
-            .run(&cfg)
-            .map_err(|e| e.context(format!("{app} on {dataset}, variant {}", variant.name)))?;
-        let breakdown = Breakdown::of_report(&report);
-        progress(&format!(
-            "{app:<9}{:<32} {:>10.4} s per later iteration",
-            variant.name, breakdown.rest_mean_s
-        ));
-        let last = report.iterations.last();
-        runs.push(RunResult {
-            variant: variant.clone(),
-            breakdown,
-            objective: last.map_or(f64::NAN, |r| r.objective),
-            test_rmse: last.and_then(|r| r.test_rmse),
-            test_accuracy: report.test_accuracy,
-            samples_per_s: workload.samples_per_s(breakdown.rest_mean_s),
-            report,
-        });
-    }
-    let limit = if opts.limit {
-        let l = workload
-            .run_limit(opts.workers, opts.iterations)
-            .map_err(|e| e.context(format!("{app} on {dataset}, limit")))?;
-        match &l {
-            Some(l) => progress(&format!(
-                "{app:<9}{:<32} {:>10.4} s per later iteration",
-                "limit", l.breakdown.rest_mean_s
-            )),
-            None => progress(&format!("{app} on {dataset}: no limit implementation")),
+        for (variant, results) in opts.variants.iter().zip(&mut runs) {
+            let run = run_variant(workload, dataset, opts, variant)?;
+            progress(&format!(
+                "{app:<9}{:<32} {:>10.4} s per later iteration{tag}",
+                variant.name, run.breakdown.rest_mean_s
+            ));
+            results.push(run);
         }
-        l
-    } else {
-        None
-    };
-    let peers = if opts.peers {
-        workload.run_peers(opts.workers, opts.iterations, &opts.workdir)
-    } else {
-        Vec::new()
-    };
-    for outcome in &peers {
-        progress(&match outcome {
-            PeerOutcome::Ran(r) => format!(
-                "{app:<9}{:<32} {:>10.4} s per iteration",
-                r.peer, r.per_iter_s
-            ),
-            PeerOutcome::Skipped(why) => format!("{app} peer skipped: {why}"),
-            PeerOutcome::Failed(why) => format!("{app} peer failed: {why}"),
-        });
+        if opts.limit {
+            let l = workload
+                .run_limit(opts.workers, opts.iterations)
+                .map_err(|e| e.context(format!("{app} on {dataset}, limit")))?;
+            match &l {
+                Some(l) => progress(&format!(
+                    "{app:<9}{:<32} {:>10.4} s per later iteration{tag}",
+                    "limit", l.breakdown.rest_mean_s
+                )),
+                None => progress(&format!("{app} on {dataset}: no limit implementation")),
+            }
+            limits.extend(l);
+        }
+        if opts.peers {
+            let peers = workload.run_peers(opts.workers, opts.iterations, &opts.workdir);
+            for outcome in &peers {
+                progress(&match outcome {
+                    PeerOutcome::Ran(r) => format!(
+                        "{app:<9}{:<32} {:>10.4} s per iteration{tag}",
+                        r.peer, r.per_iter_s
+                    ),
+                    PeerOutcome::Skipped(why) => format!("{app} peer skipped: {why}"),
+                    PeerOutcome::Failed(why) => format!("{app} peer failed: {why}"),
+                });
+            }
+            peer_rounds.push(peers);
+        }
     }
+    let runs = runs
+        .into_iter()
+        .filter_map(|r| median_round(r, |r| r.breakdown.rest_mean_s))
+        .collect();
+    let limit = median_round(limits, |l| l.breakdown.rest_mean_s);
+    let peers = median_peers(peer_rounds);
     Ok(AppBench {
         app,
         dataset: dataset.to_string(),
@@ -468,8 +470,112 @@ pub fn bench_app(
         work_unit: workload.work_unit(),
         workers: opts.workers,
         iterations: opts.iterations,
+        rounds: opts.rounds,
         runs,
         limit,
         peers,
     })
+}
+
+/// One run of `workload` in `variant`.
+fn run_variant(
+    workload: &Workload,
+    dataset: &str,
+    opts: &BenchOptions,
+    variant: &Variant,
+) -> Result<RunResult, AppError> {
+    let app = workload.app();
+    let cfg = AppConfig {
+        workers: opts.workers,
+        shards: opts.shards,
+        staleness: Staleness::BSP,
+        mode: variant.mode,
+        iterations: opts.iterations,
+        specializations: variant.specializations,
+        ..AppConfig::default()
+    };
+    let report = workload
+        .run(&cfg)
+        .map_err(|e| e.context(format!("{app} on {dataset}, variant {}", variant.name)))?;
+    let breakdown = Breakdown::of_report(&report);
+    let last = report.iterations.last();
+    Ok(RunResult {
+        variant: variant.clone(),
+        breakdown,
+        objective: last.map_or(f64::NAN, |r| r.objective),
+        test_rmse: last.and_then(|r| r.test_rmse),
+        test_accuracy: report.test_accuracy,
+        samples_per_s: workload.samples_per_s(breakdown.rest_mean_s),
+        report,
+    })
+}
+
+/// The median of `rounds` by `seconds` (for an even count, the slower of the middle two,
+/// so a comparison is never flattered by the choice); `None` if there is none.
+pub fn median_round<R>(mut rounds: Vec<R>, seconds: impl Fn(&R) -> f64) -> Option<R> {
+    rounds.sort_by(|a, b| seconds(a).total_cmp(&seconds(b)));
+    let middle = rounds.len() / 2;
+    rounds.into_iter().nth(middle)
+}
+
+/// Per peer (the same peers in every round, in order), its median round; a peer that
+/// was skipped or failed in any round reports the first such outcome.
+fn median_peers(rounds: Vec<Vec<PeerOutcome>>) -> Vec<PeerOutcome> {
+    let peers = rounds.iter().map(Vec::len).max().unwrap_or(0);
+    let mut by_peer: Vec<Vec<PeerOutcome>> = vec![Vec::new(); peers];
+    for round in rounds {
+        for (i, outcome) in round.into_iter().enumerate() {
+            by_peer[i].push(outcome);
+        }
+    }
+    by_peer
+        .into_iter()
+        .filter_map(|outcomes| {
+            if let Some(bad) = outcomes.iter().find(|o| o.result().is_none()) {
+                return Some(bad.clone());
+            }
+            median_round(outcomes, |o| o.result().map_or(f64::NAN, |r| r.per_iter_s))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::peers::PeerResult;
+
+    fn ran(per_iter_s: f64) -> PeerOutcome {
+        PeerOutcome::Ran(PeerResult {
+            peer: "p".into(),
+            iterations: 2,
+            total_s: 2.0 * per_iter_s,
+            per_iter_s,
+            metric: None,
+            samples_per_s: None,
+            note: None,
+        })
+    }
+
+    #[test]
+    fn a_median_round_is_the_middle_one_and_the_slower_middle_one_of_an_even_count() {
+        let id = |x: &f64| *x;
+        assert_eq!(median_round(vec![3.0, 1.0, 2.0], id), Some(2.0));
+        assert_eq!(median_round(vec![5.0, 1.0, 4.0, 2.0], id), Some(4.0));
+        assert_eq!(median_round(vec![1.0, 2.0], id), Some(2.0));
+        assert_eq!(median_round(vec![7.0], id), Some(7.0));
+        assert_eq!(median_round(Vec::<f64>::new(), id), None);
+    }
+
+    #[test]
+    fn each_peer_reports_its_median_round_or_its_first_failure() {
+        let skipped = PeerOutcome::Skipped("not installed".into());
+        let failed = PeerOutcome::Failed("crashed".into());
+        let rounds = vec![
+            vec![ran(5.0), ran(1.0), skipped.clone()],
+            vec![ran(1.0), failed.clone(), skipped.clone()],
+            vec![ran(3.0), ran(2.0), skipped.clone()],
+        ];
+        assert_eq!(median_peers(rounds), vec![ran(3.0), failed, skipped]);
+        assert!(median_peers(Vec::new()).is_empty());
+    }
 }

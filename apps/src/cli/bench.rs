@@ -103,11 +103,14 @@ pub fn bench(args: &BenchArgs, command_line: String) -> Result<()> {
         variants,
         limit: !args.no_limit,
         peers: !args.no_peers,
+        rounds: args.rounds,
         workdir: workdir.clone(),
     };
     opts.validate().map_err(anyhow::Error::msg)?;
+    // The sweep is a trend over sizes, one round each.
     let scaling_opts = BenchOptions {
         iterations: args.scaling_iters,
+        rounds: 1,
         ..opts.clone()
     };
     if args.scaling {

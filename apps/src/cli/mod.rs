@@ -292,6 +292,11 @@ pub struct BenchArgs {
     /// Iterations per run (at least 2).
     #[arg(long, default_value_t = 10, value_name = "N")]
     pub iters: usize,
+    /// Rounds: each variant, the limit and the peers run N times, one after the other in
+    /// each round, and each reports its median round (for an even N, the slower middle
+    /// one), so that a slow spell of a shared machine does not decide a comparison.
+    #[arg(long, default_value_t = 1, value_name = "N", value_parser = at_least_one)]
+    pub rounds: usize,
     /// Variants to run, comma-separated [default: all: generic, first-iter, virtual,
     /// virtual-no-static-cache, virtual-no-thread-caches, virtual-no-contiguous-index,
     /// virtual-no-prefetch-batching, virtual-no-numa].

@@ -406,6 +406,40 @@ fn chosen_variants_without_the_limit_report_only_those() {
 }
 
 #[test]
+fn rounds_run_every_variant_and_the_limit_again_and_are_named() {
+    let tmp = TempDir::new("rounds");
+    let out_dir = tmp.join("out");
+    let args = [
+        "--apps",
+        "pagerank",
+        "--variants",
+        "virtual",
+        "--no-peers",
+        "--iters",
+        "2",
+        "--rounds",
+        "3",
+    ];
+    let out = bench(&args, &out_dir);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let log = stderr(&out);
+    for run in ["virtual", "limit"] {
+        for round in 1..=3 {
+            let line = log.lines().find(|l| {
+                l.contains(&format!(" {run} "))
+                    && l.ends_with(&format!("s per later iteration (round {round} of 3)"))
+            });
+            assert!(line.is_some(), "no {run} line of round {round}:\n{log}");
+        }
+    }
+    let report = read_json(&out_dir.join("report.json"));
+    let app = &array(&report, "apps")[0];
+    assert_eq!(app["rounds"], 3, "{app}");
+    assert_eq!(run_names(app), ["virtual"], "one result per variant");
+    assert!(stdout(&out).contains("2 iterations, each run the median of 3 rounds"));
+}
+
+#[test]
 fn the_pagerank_partition_is_applied_and_named() {
     let tmp = TempDir::new("partition");
     let out_dir = tmp.join("out");
@@ -590,7 +624,7 @@ fn invalid_options_fail_with_a_clear_message_and_write_nothing() {
     let ratings = ratings.to_str().unwrap();
     let mut valid_names = VARIANTS.to_vec();
     valid_names.push("'fast'");
-    let cases: [(&[&str], &[&str]); 17] = [
+    let cases: [(&[&str], &[&str]); 18] = [
         (
             &["--apps", "dnn", "--dnn-data", "/nonexistent/dir"],
             &["--dnn-data /nonexistent/dir: not a directory"],
@@ -600,6 +634,7 @@ fn invalid_options_fail_with_a_clear_message_and_write_nothing() {
             &["--dnn-data", "dnn is not benchmarked"],
         ),
         (&["--iters", "1"], &["at least 2", "got 1"]),
+        (&["--rounds", "0"], &["--rounds", "at least 1"]),
         (&["--variants", "fast"], &valid_names),
         (&["--mf-data", "/nonexistent/file"], &["/nonexistent/file"]),
         (
