@@ -21,13 +21,15 @@ enum Op {
 type Program = Vec<Vec<Vec<Op>>>;
 
 const ROWS: u64 = 6;
+/// Tables: three wide ones and two of 8-byte rows (kept in runs, several rows a block).
+const TABLES: u8 = 5;
 const ITERATIONS: u64 = 3;
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        ((0u8..3), (0..ROWS)).prop_map(|(t, r)| Op::Read(t, r)),
-        ((0u8..3), (0..ROWS)).prop_map(|(t, r)| Op::Update(t, r)),
-        ((0u8..3), (0..ROWS), (0usize..4)).prop_map(|(t, r, c)| Op::UpdateCol(t, r, c)),
+        ((0u8..TABLES), (0..ROWS)).prop_map(|(t, r)| Op::Read(t, r)),
+        ((0u8..TABLES), (0..ROWS)).prop_map(|(t, r)| Op::Update(t, r)),
+        ((0u8..TABLES), (0..ROWS), (0usize..4)).prop_map(|(t, r, c)| Op::UpdateCol(t, r, c)),
     ]
 }
 
@@ -120,6 +122,21 @@ struct Tables {
     f: Table<f64>,
     g: Table<f32>,
     i: Table<i64>,
+    /// 8-byte rows: one float, two 32-bit integers.
+    n: Table<f64>,
+    m: Table<i32>,
+}
+
+impl Tables {
+    fn create(cluster: &mut Cluster) -> iterstore::Result<Self> {
+        Ok(Tables {
+            f: cluster.create_table("f", 3)?,
+            g: cluster.create_table("g", 5)?,
+            i: cluster.create_table("i", 2)?,
+            n: cluster.create_table("n", 1)?,
+            m: cluster.create_table("m", 2)?,
+        })
+    }
 }
 
 /// A value that depends on everything about the op, with float rounding to exercise order.
@@ -151,22 +168,46 @@ fn iteration(
                         b.iter().map(|x| x.to_bits() as u64).collect::<Vec<_>>()
                     })?);
                 }
-                Op::Read(_, r) if r % 2 == 0 => {
+                Op::Read(2, r) if r % 2 == 0 => {
                     let mut b = [0i64; 2];
                     w.read(&t.i, r, &mut b)?;
                     seen.extend(b.iter().map(|x| *x as u64));
                 }
-                Op::Read(_, r) => {
+                Op::Read(2, r) => {
                     seen.extend(
                         w.read_with(&t.i, r, |b| b.iter().map(|x| *x as u64).collect::<Vec<_>>())?,
                     );
                 }
+                Op::Read(3, r) if r % 2 == 0 => {
+                    let mut b = [0.0f64];
+                    w.read(&t.n, r, &mut b)?;
+                    seen.push(b[0].to_bits());
+                }
+                Op::Read(3, r) => seen.push(w.read_with(&t.n, r, |b| b[0].to_bits())?),
+                Op::Read(_, r) if r % 2 == 1 => {
+                    let mut b = [0i32; 2];
+                    w.read(&t.m, r, &mut b)?;
+                    seen.extend(b.iter().map(|x| *x as u64));
+                }
+                Op::Read(_, r) => {
+                    seen.extend(
+                        w.read_with(&t.m, r, |b| b.iter().map(|x| *x as u64).collect::<Vec<_>>())?,
+                    );
+                }
                 Op::Update(0, r) => w.update(&t.f, r, &[v, -v * 0.5, 1e-3 * v])?,
                 Op::Update(1, r) => w.update(&t.g, r, &[v as f32; 5])?,
-                Op::Update(_, r) => w.update(&t.i, r, &[v as i64, 1])?,
+                Op::Update(2, r) => w.update(&t.i, r, &[v as i64, 1])?,
+                Op::Update(3, r) => w.update(&t.n, r, &[v * 1e-2])?,
+                Op::Update(_, r) => w.update(&t.m, r, &[v as i32, -1])?,
                 Op::UpdateCol(0, r, c) => update_cols(w, &t.f, r, c, v)?,
                 Op::UpdateCol(1, r, c) => update_cols(w, &t.g, r, c, v as f32)?,
-                Op::UpdateCol(_, r, c) => update_cols(w, &t.i, r, c, v as i64)?,
+                Op::UpdateCol(2, r, c) => update_cols(w, &t.i, r, c, v as i64)?,
+                Op::UpdateCol(3, r, c) => match c {
+                    0 | 1 => w.update_col(&t.n, r, 0, v)?,
+                    2 => w.update_cols(&t.n, r, &[])?,
+                    _ => w.update_cols(&t.n, r, &[(0, v), (0, -v * 0.25)])?,
+                },
+                Op::UpdateCol(_, r, c) => update_cols(w, &t.m, r, c, v as i32)?,
             }
         }
         w.clock()?;
@@ -278,11 +319,7 @@ fn process(
     real: &Program,
     gathered: &Program,
 ) -> iterstore::Result<Outcome> {
-    let t = Tables {
-        f: cluster.create_table("f", 3)?,
-        g: cluster.create_table("g", 5)?,
-        i: cluster.create_table("i", 2)?,
-    };
+    let t = Tables::create(cluster)?;
     if variant.mode == Mode::Virtual {
         cluster.virtual_iteration(|w| iteration(w, &t, gathered, 0))?;
     }
@@ -305,6 +342,12 @@ fn process(
     }
     for (row, v) in cluster.snapshot(&t.i)? {
         keep(row + 200, v.iter().map(|x| *x as u64).collect());
+    }
+    for (row, v) in cluster.snapshot(&t.n)? {
+        keep(row + 300, vec![v[0].to_bits()]);
+    }
+    for (row, v) in cluster.snapshot(&t.m)? {
+        keep(row + 400, v.iter().map(|x| *x as u64).collect());
     }
     Ok((reads, tables))
 }
@@ -382,7 +425,7 @@ proptest! {
 /// bits than one that adds the summed updates to the snapshot.
 #[test]
 fn reads_after_repeated_updates_are_bit_identical() {
-    let clock: Vec<Op> = (0u8..3)
+    let clock: Vec<Op> = (0u8..TABLES)
         .flat_map(|t| {
             [
                 Op::Update(t, 1),
@@ -467,6 +510,37 @@ fn specialized_modes_use_the_arena_and_generic_mode_does_not() {
         fallback.row_fetches > 0 && fallback.planned_rows == 0,
         "{fallback:?}"
     );
+}
+
+/// 8-byte rows a worker updates share blocks (runs), so their bookkeeping (headers and
+/// the per-row table) is no larger than the rows: the blocks hold each such row's view
+/// and delta (16 bytes) and at most 8 bytes more. Rows of a wide table keep a 32-byte
+/// header each.
+#[test]
+fn eight_byte_rows_cost_no_more_bookkeeping_than_their_data() {
+    const N: u64 = 300;
+    let per_worker = |t: u8| -> Program {
+        (0..2u64)
+            .map(|w| {
+                vec![(0..N)
+                    .flat_map(|r| [Op::Read(t, w * N + r), Op::Update(t, w * N + r)])
+                    .collect()]
+            })
+            .collect()
+    };
+    let narrow = per_worker(3);
+    let s = stats_of(&narrow, &narrow, Mode::Virtual, Specializations::ALL, None);
+    assert_eq!(s.tape_accesses, 3 * 2 * 2 * N, "{s:?}");
+    let rows = 2 * N as usize;
+    assert!(
+        s.memory.blocks <= rows * (16 + 8),
+        "{} bytes of blocks for {rows} rows of 8 bytes: {s:?}",
+        s.memory.blocks
+    );
+    // The same accesses on a table of 24-byte rows: a header of 32 bytes a row.
+    let wide = per_worker(0);
+    let w = stats_of(&wide, &wide, Mode::Virtual, Specializations::ALL, None);
+    assert!(w.memory.blocks >= rows * (32 + 48), "{w:?}");
 }
 
 /// Accesses off the op tape are counted by how they were served: a real iteration that
@@ -579,11 +653,7 @@ fn stats_of(
         config.contention_threshold = 0.5;
         config.tape_budget = tape_budget;
         let mut cluster = Cluster::start(config).unwrap();
-        let t = Tables {
-            f: cluster.create_table("f", 3).unwrap(),
-            g: cluster.create_table("g", 5).unwrap(),
-            i: cluster.create_table("i", 2).unwrap(),
-        };
+        let t = Tables::create(&mut cluster).unwrap();
         if mode == Mode::Virtual {
             cluster
                 .virtual_iteration(|w| iteration(w, &t, &gathered, 0))

@@ -3,8 +3,15 @@
 //! checks the key there and does its work in that block, prefetching the blocks a few
 //! steps ahead. Each returns without side effects when it cannot serve the access, so the
 //! caller can take the general path.
+//!
+//! A step naming a run's row ([`RUN_STEP`]) leaves these paths at once for their run
+//! versions (`*_run`), out of line, so that a block's path has one more test and nothing
+//! else.
 
-use super::{Special, AHEAD, HEADER_WORDS, NONE, SLOT_STEP, TOUCHED};
+use super::{
+    row_at, run_step, RowAt, Special, AHEAD, COUNT_SHIFT, HEADER_WORDS, INDEX_SHIFT, NONE, RUN_ROW,
+    RUN_STEP, SLOT_STEP, TOUCHED,
+};
 
 /// Words of a block [`Special::advance`] prefetches: three cache lines.
 const PREFETCH_WORDS: usize = 24;
@@ -61,6 +68,9 @@ impl Special {
         if step & SLOT_STEP != 0 {
             return no_generic_updates
                 && self.read_slot_fast(step & !SLOT_STEP, key, required, dst);
+        }
+        if step & RUN_STEP != 0 {
+            return self.read_run(step, key, required, dst);
         }
         let Some(fresh) = self.fresh_block::<T>(step, key, required, dst.len()) else {
             return false;
@@ -142,6 +152,9 @@ impl Special {
             }
             return Err(f);
         }
+        if step & RUN_STEP != 0 {
+            return self.read_with_run(step, key, required, (scratch, width), f);
+        }
         let Some(fresh) = self.fresh_block::<T>(step, key, required, width) else {
             return Err(f);
         };
@@ -199,7 +212,7 @@ impl Special {
         delta: &[T],
     ) -> bool {
         let Some(b) = self.next_block(key) else {
-            return false;
+            return self.update_run(key, width, column, delta);
         };
         self.add_to_block(b, width, column, delta);
         self.advance();
@@ -220,7 +233,7 @@ impl Special {
         cols: &[(usize, T)],
     ) -> bool {
         let Some(b) = self.next_block(key) else {
-            return false;
+            return self.update_cols_run(key, cols);
         };
         if !cols.is_empty() {
             self.add_cols_to_block(b, width, cols);
@@ -234,7 +247,7 @@ impl Special {
     #[inline(always)]
     fn next_block(&self, key: RowKey) -> Option<usize> {
         let step = *self.steps.get(self.cursor)?;
-        if step & SLOT_STEP != 0 {
+        if step & (SLOT_STEP | RUN_STEP) != 0 {
             return None;
         }
         let b = step as usize;
@@ -266,15 +279,189 @@ impl Special {
             self.move_cursor(0); // the next iteration starts over
         }
         if let Some(&ahead) = self.steps.get(self.cursor + AHEAD) {
-            if ahead & SLOT_STEP == 0 {
+            // A run's row ahead is prefetched by `advance_run` (the next access is
+            // likely of the same kind as this one).
+            if ahead & (SLOT_STEP | RUN_STEP) == 0 {
                 let b = ahead as usize;
                 let mut line = 0;
                 while line < words {
                     prefetch_at(&self.words, b + line);
                     line += 8;
                 }
-            } else if let Some(planned) = self.arena.plan.slots.get((ahead & !SLOT_STEP) as usize) {
-                self.arena.prefetch(planned.word());
+            } else if ahead & SLOT_STEP != 0 {
+                if let Some(planned) = self.arena.plan.slots.get((ahead & !SLOT_STEP) as usize) {
+                    self.arena.prefetch(planned.word());
+                }
+            }
+        }
+    }
+
+    /// [`read_fast`](Self::read_fast) of a run's row (a [`RUN_STEP`] step), out of line.
+    #[inline(never)]
+    fn read_run<T: Element>(
+        &mut self,
+        step: u32,
+        key: RowKey,
+        required: Clock,
+        dst: &mut [T],
+    ) -> bool {
+        let exact = T::TYPE.exact();
+        if !self.views || (!exact && !self.recent.is_empty()) {
+            return false;
+        }
+        let Some(at) = self.run_row(step, key) else {
+            return false;
+        };
+        let clock = self.words[at.block + 2];
+        if clock == Clock::MAX || clock < required || at.delta >= self.words.len() {
+            return false;
+        }
+        let n = dst.len();
+        let view = &bytemuck::cast_slice::<u64, T>(&self.words[at.view..=at.view])[..n];
+        if !exact && self.run_row_touched(at) {
+            let delta = &bytemuck::cast_slice::<u64, T>(&self.words[at.delta..=at.delta])[..n];
+            T::sum_into(dst, view, delta);
+        } else {
+            dst.copy_from_slice(view);
+        }
+        self.advance_run();
+        true
+    }
+
+    /// [`read_with_fast`](Self::read_with_fast) of a run's row, out of line: its view is
+    /// lent when it is the row as this worker sees it.
+    #[inline(never)]
+    fn read_with_run<T: Element, R, F: FnOnce(&[T]) -> R>(
+        &mut self,
+        step: u32,
+        key: RowKey,
+        required: Clock,
+        (scratch, width): (&mut Vec<u64>, usize),
+        f: F,
+    ) -> std::result::Result<R, F> {
+        let exact = T::TYPE.exact();
+        if !self.views || (!exact && !self.recent.is_empty()) {
+            return Err(f);
+        }
+        let Some(at) = self.run_row(step, key) else {
+            return Err(f);
+        };
+        let clock = self.words[at.block + 2];
+        if clock == Clock::MAX || clock < required || at.delta >= self.words.len() {
+            return Err(f);
+        }
+        self.advance_run();
+        let view = &bytemuck::cast_slice::<u64, T>(&self.words[at.view..=at.view])[..width];
+        if exact || !self.run_row_touched(at) {
+            return Ok(f(view));
+        }
+        let delta = &bytemuck::cast_slice::<u64, T>(&self.words[at.delta..=at.delta])[..width];
+        let row = scratch_of(scratch, width);
+        T::sum_into(row, view, delta);
+        Ok(f(row))
+    }
+
+    /// [`update_fast`](Self::update_fast) when the next step is not a block: a run's row,
+    /// out of line.
+    #[inline(never)]
+    fn update_run<T: Element>(
+        &mut self,
+        key: RowKey,
+        width: usize,
+        column: usize,
+        delta: &[T],
+    ) -> bool {
+        let Some(at) = self.next_run_row(key) else {
+            return false;
+        };
+        self.add_to_run(at, width, column, delta);
+        self.advance_run();
+        true
+    }
+
+    /// [`update_cols_fast`](Self::update_cols_fast) when the next step is not a block: a
+    /// run's row, out of line.
+    #[inline(never)]
+    fn update_cols_run<T: Element>(&mut self, key: RowKey, cols: &[(usize, T)]) -> bool {
+        let Some(at) = self.next_run_row(key) else {
+            return false;
+        };
+        if !cols.is_empty() {
+            self.add_cols_to_run(at, cols);
+        }
+        self.advance_run();
+        true
+    }
+
+    /// `key`'s row if the next step is that run's row.
+    #[inline(always)]
+    fn next_run_row(&self, key: RowKey) -> Option<RowAt> {
+        let step = *self.steps.get(self.cursor)?;
+        if step & (SLOT_STEP | RUN_STEP) != RUN_STEP {
+            return None;
+        }
+        self.run_row(step, key)
+    }
+
+    /// The row a step names, if it is `key`'s: a block's first word, its header naming the
+    /// row; or with [`RUN_STEP`] a run's row by the run's number and its offset, its id
+    /// the header's plus its entry in `blocks`.
+    pub(super) fn step_row(&self, step: u32, key: RowKey) -> Option<RowAt> {
+        if step & RUN_STEP == 0 {
+            let b = step as usize;
+            let h = self.words.get(b..b + HEADER_WORDS)?;
+            return (h[0] == key.row && h[1] as u32 == key.table)
+                .then(|| row_at(&self.words, self.views, b, 0));
+        }
+        self.run_row(step, key)
+    }
+
+    /// [`step_row`](Self::step_row) of a [`RUN_STEP`] step.
+    #[inline(always)]
+    fn run_row(&self, step: u32, key: RowKey) -> Option<RowAt> {
+        let (run, offset) = run_step(step);
+        let b = *self.runs.get(run)? as usize;
+        let h = self.words.get(b..b + HEADER_WORDS)?;
+        let (index, count) = (
+            (h[1] >> INDEX_SHIFT) as usize + offset,
+            (h[3] >> COUNT_SHIFT) as usize,
+        );
+        let id = *self.blocks.get(index)? & !RUN_ROW;
+        if h[0].wrapping_add(u64::from(id)) != key.row
+            || h[1] as u32 != key.table
+            || offset >= count
+        {
+            return None;
+        }
+        // A run's rows are one word each: its views, then its deltas.
+        let view = b + HEADER_WORDS + offset;
+        Some(RowAt {
+            block: b,
+            index,
+            offset,
+            view,
+            delta: view + if self.views { count } else { 0 },
+        })
+    }
+
+    /// Whether a run's row at `at` was updated in this clock (its bit).
+    #[inline(always)]
+    fn run_row_touched(&self, at: RowAt) -> bool {
+        self.touched[at.index / 64] & (1 << (at.index % 64)) != 0
+    }
+
+    /// [`advance`](Self::advance) from a run's row: a run's row ahead is prefetched
+    /// through its run's first lines (its header and views).
+    #[inline(always)]
+    fn advance_run(&mut self) {
+        self.advance();
+        if let Some(&ahead) = self.steps.get(self.cursor + AHEAD) {
+            if ahead & (SLOT_STEP | RUN_STEP) == RUN_STEP {
+                if let Some(&b) = self.runs.get(run_step(ahead).0) {
+                    for line in [0, 8] {
+                        prefetch_at(&self.words, b as usize + line);
+                    }
+                }
             }
         }
     }

@@ -3,6 +3,16 @@
 //! clock, a touched flag) followed by the row's view and this clock's delta; per-thread
 //! copies of contended rows; and the read path through the [`ProcessArena`].
 //!
+//! Rows of 8 bytes or less (PageRank's ranks one vertex a row) share a block: a **run**
+//! of up to [`MAX_RUN`] such rows of one table that follow each other in the worker's
+//! arena order within one refresh chunk and shard, under one header (naming the run's
+//! first row), their views then their deltas. A step names a run's row by the run's
+//! number ([`Special::runs`]) and the row's offset in it; the row's key is checked as the
+//! header's row plus the row's 4-byte id offset, its entry in [`Special::blocks`]; its
+//! touched flag is its bit in [`Special::touched`], and its arena word for a refresh is
+//! the plan's. So the per-row bookkeeping of such rows (those 4 bytes, and a 32-byte
+//! header over up to 64 rows) is no larger than the row.
+//!
 //! A worker following its pattern finds each access's block straight from its pre-resolved
 //! access sequence, so a READ or UPDATE of a row it updates touches one block (two or
 //! three adjacent cache lines) and nothing else, and the blocks a few steps ahead are
@@ -24,15 +34,30 @@ use std::sync::Arc;
 const NONE: u32 = u32::MAX;
 /// Marks a step that names a plan slot (a row without a block) instead of a block.
 const SLOT_STEP: u32 = 1 << 31;
+/// Marks a step that names a row of a run, as `run << RUN_SHIFT | offset` ([`Special::runs`]),
+/// instead of a block's first word.
+const RUN_STEP: u32 = 1 << 30;
+/// Bits of a run step's offset.
+const RUN_SHIFT: u32 = 6;
+/// The most rows one run holds.
+const MAX_RUN: usize = 1 << RUN_SHIFT;
+/// Marks an entry of [`Special::blocks`] that is a run's row: its row id's offset from
+/// the run's first row's, below `RUN_ROW`.
+const RUN_ROW: u32 = 1 << 31;
 /// How many steps ahead of the cursor blocks are prefetched.
 const AHEAD: usize = 16;
 
-/// Words (8 bytes) of a block header: `row`, `table | touched << 32 | index << 33`, view
-/// data clock, `slot | len << 32` (`len`: the row's size in bytes; `index`: the block's
-/// position in arena order, its bit in [`Special::touched`]).
+/// Words (8 bytes) of a block header: `row`, `table | touched << 32 | run << 33 | index <<
+/// 34`, view data clock, `slot | len << 32` (`len`: the row's size in bytes; `index`: the
+/// row's position in arena order, its bit in [`Special::touched`]). A run's header names
+/// its first row, its `slot` is the run's number, and `len` is 16 bits followed by the
+/// run's number of rows; its touched flag says that some row of it is.
 const HEADER_WORDS: usize = 4;
 const TOUCHED: u64 = 1 << 32;
-const INDEX_SHIFT: u32 = 33;
+const RUN: u64 = 1 << 33;
+const INDEX_SHIFT: u32 = 34;
+/// Where a run's number of rows starts in its header's last word.
+const COUNT_SHIFT: u32 = 48;
 
 /// Where a planned row lives, as the fast path finds it.
 #[derive(Debug, Clone, Copy)]
@@ -40,6 +65,8 @@ pub(crate) struct Place {
     slot: u32,
     /// First word of this worker's block of the row, or [`NONE`].
     block: u32,
+    /// The row's position in its block: 0, or its offset in a run.
+    offset: u32,
 }
 
 /// What a plan slot resolves to for this worker ([`Special::info`]): the plan's row, chunk
@@ -66,14 +93,27 @@ struct WorkerSlot {
     block: u32,
 }
 
-/// A row with a view, as the chunk refresh finds it.
+/// A block with a view, as the chunk refresh finds it.
 #[derive(Debug, Clone, Copy)]
 struct ViewRow {
-    /// First word of its block.
+    /// First word of the block.
     block: u32,
-    /// Arena word where the row starts.
+    /// Arena word where its (first) row starts; a run's rows follow it.
     word: u32,
     elem: ElemType,
+}
+
+/// Where one row of a block is: the block, the row's index in arena order and the first
+/// words of its view and of its delta.
+#[derive(Debug, Clone, Copy)]
+struct RowAt {
+    block: usize,
+    /// The row's index in arena order.
+    index: usize,
+    /// The row's offset in its block (0 but in a run).
+    offset: usize,
+    view: usize,
+    delta: usize,
 }
 
 /// A worker's private copies of contended rows, contiguous.
@@ -86,12 +126,17 @@ struct Copies {
 /// Per-worker specialized state (see module docs).
 pub(crate) struct Special {
     pub(crate) arena: Arc<ProcessArena>,
+    /// This worker's index in the plan's per-worker layouts.
+    worker: usize,
     /// This worker's NUMA zone: which of the arena's zone copies it reads.
     zone: u8,
     /// The blocks (see module docs), or empty when delta buffers are off.
     words: Vec<u64>,
-    /// First word of each block, in arena order.
+    /// Per row with a block, in arena order: the block's first word, or for a run's row
+    /// [`RUN_ROW`] and the row id's offset from the run's first row's.
     blocks: Vec<u32>,
+    /// Per run, its block's first word.
+    runs: Vec<u32>,
     /// Whether blocks hold a view (thread caches on) before the delta.
     views: bool,
     /// Per shard: its blocks (a range of `blocks`).
@@ -204,29 +249,46 @@ impl Special {
         let mut shard_blocks = vec![0..0; plan.shards.len()];
         let mut shard_bytes = vec![0; plan.shards.len()];
         let mut chunk_views = vec![Vec::new(); if views { plan.chunks.len() } else { 0 }];
-        let block_words = |s: u32| {
-            HEADER_WORDS + padded_words(plan.slots[s as usize].len) * (1 + usize::from(views))
+        let groups = group_runs(plan, updates);
+        let views_per = 1 + usize::from(views);
+        let block_words = |&(first, count): &(usize, usize)| {
+            HEADER_WORDS + padded_words(plan.slots[updates[first] as usize].len) * views_per * count
         };
-        // Steps address blocks with 31 bits of words: beyond 16 GiB of blocks, none are
-        // built and every update takes the generic path (a partial layout would not match
-        // the one the servers expect slabs in).
-        let fits = updates.iter().map(|&s| block_words(s)).sum::<usize>() < SLOT_STEP as usize;
+        // Steps address blocks with 30 bits of words, runs with 24 bits: beyond 8 GiB of
+        // blocks or 16 M runs, none are built and every update takes the generic path (a
+        // partial layout would not match the one the servers expect slabs in).
+        let fits = groups.iter().map(block_words).sum::<usize>() < RUN_STEP as usize
+            && groups.len() < (RUN_STEP >> RUN_SHIFT) as usize;
+        // Per updated row, the step that names it.
+        let mut step_of = vec![0u32; if deltas && fits { updates.len() } else { 0 }];
+        let mut runs = Vec::new();
         if deltas && fits {
-            for &s in updates {
-                let slot = &plan.slots[s as usize];
-                let row_words = padded_words(slot.len);
+            for &(first, count) in &groups {
+                let rows = &updates[first..first + count];
+                let slot = &plan.slots[rows[0] as usize];
                 let b = words.len();
-                let r = blocks.len();
                 let range = &mut shard_blocks[slot.shard as usize];
                 *range = if range.start == range.end {
-                    r..r + 1
+                    first..first + count
                 } else {
-                    range.start..r + 1
+                    range.start..first + count
                 };
-                blocks.push(b as u32);
-                slots[s as usize].block = b as u32;
-                if let Some(rows) = chunk_views.get_mut(slot.chunk as usize) {
-                    rows.push(ViewRow {
+                let run = is_narrow(slot.len).then_some(runs.len());
+                for (offset, &s) in rows.iter().enumerate() {
+                    let planned = &plan.slots[s as usize];
+                    slots[s as usize].block = b as u32;
+                    shard_bytes[slot.shard as usize] += padded(planned.len);
+                    if let Some(run) = run {
+                        let id = planned.key.row.wrapping_sub(slot.key.row) as u32;
+                        blocks.push(RUN_ROW | id);
+                        step_of[first + offset] = RUN_STEP | (run << RUN_SHIFT | offset) as u32;
+                    } else {
+                        blocks.push(b as u32);
+                        step_of[first + offset] = b as u32;
+                    }
+                }
+                if let Some(views) = chunk_views.get_mut(slot.chunk as usize) {
+                    views.push(ViewRow {
                         block: b as u32,
                         word: slot.word(),
                         elem: tables
@@ -234,16 +296,26 @@ impl Special {
                             .map_or(ElemType::F64, |t| t.elem),
                     });
                 }
+                let (flag, last) = match run {
+                    Some(run) => {
+                        runs.push(b as u32);
+                        (RUN, run as u64 | (count as u64) << COUNT_SHIFT)
+                    }
+                    None => (0, u64::from(rows[0])),
+                };
                 words.extend_from_slice(&[
                     slot.key.row,
-                    u64::from(slot.key.table) | (r as u64) << INDEX_SHIFT,
+                    u64::from(slot.key.table) | flag | (first as u64) << INDEX_SHIFT,
                     Clock::MAX,
-                    u64::from(s) | (slot.len as u64) << 32,
+                    last | (slot.len as u64) << 32,
                 ]);
-                words.resize(b + block_words(s), 0);
-                shard_bytes[slot.shard as usize] += row_words * 8;
+                words.resize(b + block_words(&(first, count)), 0);
             }
         }
+        words.shrink_to_fit();
+        blocks.shrink_to_fit();
+        runs.shrink_to_fit();
+        chunk_views.iter_mut().for_each(Vec::shrink_to_fit);
         let mut offsets = Vec::with_capacity(copied.len());
         let mut at = 0;
         for (i, &s) in copied.iter().enumerate() {
@@ -251,22 +323,29 @@ impl Special {
             offsets.push(at);
             at += padded(plan.slots[s as usize].len);
         }
-        // The tape becomes the steps in place: a block's first word, or a slot marked as one.
+        // The tape becomes the steps in place: a block's first word, a run's row, or a
+        // slot marked as one.
         let mut steps = tape;
         if plan.slots.len() >= SLOT_STEP as usize {
             steps = Vec::new(); // slots beyond 31 bits: every access takes the indexed path
         }
         for step in &mut steps {
-            *step = match slots[*step as usize].block {
-                NONE => *step | SLOT_STEP,
+            let slot = *step;
+            *step = match slots[slot as usize].block {
+                NONE => slot | SLOT_STEP,
+                b if words[b as usize + 1] & RUN != 0 => {
+                    step_of[updates.binary_search(&slot).expect("an updated row")]
+                }
                 b => b,
             };
         }
         let touched_words = blocks.len().div_ceil(64);
         Special {
+            worker,
             zone: arena.worker_zone(worker),
             words,
             blocks,
+            runs,
             views,
             shard_bytes,
             shard_blocks,
@@ -292,9 +371,20 @@ impl Special {
     /// when it cannot be kept (a run failed with updates of this worker unsent).
     pub(crate) fn into_tape(self) -> (Arc<ProcessArena>, Vec<u32>) {
         let mut tape = self.steps;
+        let none: &[u32] = &[];
+        let updates = self
+            .arena
+            .plan
+            .updates
+            .get(self.worker)
+            .map_or(none, Vec::as_slice);
         for step in &mut tape {
             *step = if *step & SLOT_STEP != 0 {
                 *step & !SLOT_STEP
+            } else if *step & RUN_STEP != 0 {
+                let (run, offset) = run_step(*step);
+                let b = self.runs[run] as usize;
+                updates[(self.words[b + 1] >> INDEX_SHIFT) as usize + offset]
             } else {
                 self.words[*step as usize + 3] as u32
             };
@@ -323,6 +413,7 @@ impl Special {
             tape: self.steps.capacity() * 4,
             blocks: self.words.capacity() * 8
                 + self.blocks.capacity() * 4
+                + self.runs.capacity() * 4
                 + self.touched.capacity() * 8
                 + self.chunk_views.iter().map(|v| v.capacity()).sum::<usize>()
                     * size_of::<ViewRow>(),
@@ -340,10 +431,10 @@ impl Special {
     pub(crate) fn place(&mut self, key: RowKey) -> Option<Place> {
         if let Some(&step) = self.steps.get(self.cursor) {
             let hit = if step & SLOT_STEP == 0 {
-                let h = &self.words[step as usize..step as usize + HEADER_WORDS];
-                (h[0] == key.row && h[1] as u32 == key.table).then_some(Place {
-                    slot: h[3] as u32,
-                    block: step,
+                self.step_row(step, key).map(|at| Place {
+                    slot: self.slot_of(at),
+                    block: at.block as u32,
+                    offset: at.offset as u32,
                 })
             } else {
                 let slot = step & !SLOT_STEP;
@@ -351,6 +442,7 @@ impl Special {
                 (info.key == key).then_some(Place {
                     slot,
                     block: info.block,
+                    offset: 0,
                 })
             };
             if let Some(place) = hit {
@@ -370,18 +462,33 @@ impl Special {
         };
         self.counters.indexed += 1;
         let block = self.slots[slot as usize].block;
+        let b = block as usize;
+        // A run's row: its offset from its index in arena order.
+        let run_row = match self.words.get(b..b + HEADER_WORDS) {
+            Some(h) if block != NONE && h[1] & RUN != 0 => {
+                let updates = &self.arena.plan.updates[self.worker];
+                let index = updates.binary_search(&slot).expect("an updated row");
+                Some((h[3] as u32, index - (h[1] >> INDEX_SHIFT) as usize))
+            }
+            _ => None,
+        };
+        let offset = run_row.map_or(0, |(_, offset)| offset);
         // Resynchronise if this is where an iteration starts.
-        let step = if block == NONE {
-            slot | SLOT_STEP
-        } else {
-            block
+        let step = match run_row {
+            _ if block == NONE => slot | SLOT_STEP,
+            Some((run, offset)) => RUN_STEP | run << RUN_SHIFT | offset as u32,
+            None => block,
         };
         if self.steps.first() == Some(&step) {
             self.move_cursor(1 % self.steps.len());
             // The step just matched was a deviation, not a hit.
             self.tape_hits = self.tape_hits.wrapping_sub(self.cursor as u64);
         }
-        Some(Place { slot, block })
+        Some(Place {
+            slot,
+            block,
+            offset: offset as u32,
+        })
     }
 
     /// What plan slot `slot` (below the plan's slots) resolves to for this worker.
@@ -406,16 +513,43 @@ impl Special {
         })
     }
 
-    /// The size in bytes of the row in the block at word `b`.
+    /// The size in bytes of a row in the block at word `b`.
     #[inline(always)]
     fn block_len(&self, b: usize) -> usize {
-        (self.words[b + 3] >> 32) as usize
+        block_shape(&self.words, b).0
     }
 
-    /// The words of the view and of the delta of the block at word `b`.
+    /// Where the row at `place` (which has a block) is.
     #[inline(always)]
-    fn block_parts(&self, b: usize) -> (Range<usize>, Range<usize>) {
-        block_parts(&self.words, self.views, b)
+    fn row_of(&self, place: Place) -> RowAt {
+        row_at(
+            &self.words,
+            self.views,
+            place.block as usize,
+            place.offset as usize,
+        )
+    }
+
+    /// The plan slot of the row at `at`.
+    fn slot_of(&self, at: RowAt) -> u32 {
+        if self.words[at.block + 1] & RUN == 0 {
+            return self.words[at.block + 3] as u32;
+        }
+        self.arena.plan.updates[self.worker][at.index]
+    }
+
+    /// Whether the row at `at` was updated in this clock: its block's flag, or in a run
+    /// its bit.
+    #[inline(always)]
+    fn row_touched(&self, at: RowAt) -> bool {
+        row_touched(&self.words, &self.touched, at)
+    }
+
+    /// [`row_touched`](Self::row_touched) in `sent`, blocks as
+    /// [`take_slabs`](Self::take_slabs) kept them (the touched bits after the words).
+    fn sent_touched(&self, sent: &[u64], at: RowAt) -> bool {
+        let (words, bits) = sent.split_at(self.words.len());
+        row_touched(words, bits, at)
     }
 
     /// Copies the row at `place` (a snapshot with data clock `>= required`) into `dst`,
@@ -467,10 +601,10 @@ impl Special {
         let Some(clock) = self.fresh_view(shared, place, required)? else {
             return Ok(None);
         };
-        let b = place.block as usize;
-        let (view, _) = self.block_parts(b);
-        let n = self.block_len(b) / size_of::<T>();
-        let row = &bytemuck::cast_slice::<u64, T>(&self.words[view])[..n];
+        let at = self.row_of(place);
+        let len = self.block_len(at.block);
+        let view = &self.words[at.view..at.view + padded_words(len)];
+        let row = &bytemuck::cast_slice::<u64, T>(view)[..len / size_of::<T>()];
         Ok(Some((row, clock)))
     }
 
@@ -490,15 +624,17 @@ impl Special {
         let Some(clock) = self.fresh_view(shared, place, required)? else {
             return Ok(None);
         };
-        let b = place.block as usize;
-        let (view, delta) = self.block_parts(b);
+        let at = self.row_of(place);
         let n = dst.len();
-        let view_row = &bytemuck::cast_slice::<u64, T>(&self.words[view])[..n];
-        let touched = self.words[b + 1] & TOUCHED != 0;
+        let row_words = padded_words(size_of_val(dst));
+        let view = &self.words[at.view..at.view + row_words];
+        let view_row = &bytemuck::cast_slice::<u64, T>(view)[..n];
+        let touched = self.row_touched(at);
         if !T::TYPE.exact() && touched && self.recent.is_empty() {
             // The common float case in one pass: the snapshot plus this clock's delta (the
             // same additions as copying, then adding the delta).
-            let delta_row = &bytemuck::cast_slice::<u64, T>(&self.words[delta])[..n];
+            let delta = &self.words[at.delta..at.delta + row_words];
+            let delta_row = &bytemuck::cast_slice::<u64, T>(delta)[..n];
             T::sum_into(dst, view_row, delta_row);
         } else {
             dst.copy_from_slice(view_row);
@@ -542,10 +678,21 @@ impl Special {
         let info = self.info(place.slot);
         let rows = &self.chunk_views[info.chunk as usize];
         let (views, words) = (self.views, &mut self.words);
+        let plan = &self.arena.plan;
+        let updates = plan.updates.get(self.worker).map_or(&[][..], Vec::as_slice);
         let copy = |arena: &crate::client::ArenaWords<'_>| {
             for row in rows {
-                let (view, _) = block_parts(words, views, row.block as usize);
-                arena.copy_row(row.word, &mut words[view]);
+                let b = row.block as usize;
+                let (view, _) = block_parts(words, views, b);
+                if words[b + 1] & RUN == 0 {
+                    arena.copy_row(row.word, &mut words[view]);
+                    continue;
+                }
+                // A run's rows (one word each) from their own arena words.
+                let first = (words[b + 1] >> INDEX_SHIFT) as usize;
+                for (v, &slot) in view.zip(&updates[first..]) {
+                    arena.copy_row(plan.slots[slot as usize].word(), &mut words[v..v + 1]);
+                }
             }
         };
         let clock = wait_chunk(
@@ -567,22 +714,29 @@ impl Special {
         Ok(clock)
     }
 
-    /// Adds to the view of the block at word `b` (a snapshot at `data_clock` of a row of
-    /// `elem`s) this worker's updates it lacks.
+    /// Adds to the views of the block at word `b` (snapshots at `data_clock` of rows of
+    /// `elem`s) this worker's updates they lack.
     fn add_own_to_view(&mut self, b: usize, data_clock: Clock, elem: ElemType) {
-        let len = self.block_len(b);
-        let (view, delta) = self.block_parts(b);
-        let touched = self.words[b + 1] & TOUCHED != 0;
-        let (head, tail) = self.words.split_at_mut(delta.start);
-        let view: &mut [u8] = &mut bytemuck::cast_slice_mut(&mut head[view])[..len];
-        for sent in self.recent.missing_from(data_clock) {
-            if sent[b + 1] & TOUCHED != 0 {
-                elem.add(view, &bytemuck::cast_slice(&sent[delta.clone()])[..len]);
+        let (len, count) = block_shape(&self.words, b);
+        let row_words = padded_words(len);
+        for offset in 0..count {
+            let at = row_at(&self.words, self.views, b, offset);
+            let touched = self.row_touched(at);
+            let words_len = self.words.len();
+            let (head, tail) = self.words.split_at_mut(at.delta);
+            let view: &mut [u8] =
+                &mut bytemuck::cast_slice_mut(&mut head[at.view..at.view + row_words])[..len];
+            for sent in self.recent.missing_from(data_clock) {
+                let (words, bits) = sent.split_at(words_len);
+                if row_touched(words, bits, at) {
+                    let sent_delta = &sent[at.delta..at.delta + row_words];
+                    elem.add(view, &bytemuck::cast_slice(sent_delta)[..len]);
+                }
             }
-        }
-        if touched {
-            let delta_row: &[u8] = bytemuck::cast_slice(&tail[..delta.len()]);
-            elem.add(view, &delta_row[..len]);
+            if touched {
+                let delta_row: &[u8] = bytemuck::cast_slice(&tail[..row_words]);
+                elem.add(view, &delta_row[..len]);
+            }
         }
     }
 
@@ -621,16 +775,16 @@ impl Special {
         if place.block == NONE {
             return;
         }
-        let b = place.block as usize;
-        let (_, delta) = self.block_parts(b);
+        let at = self.row_of(place);
         let n = dst.len();
+        let delta = at.delta..at.delta + padded_words(size_of_val(dst));
         for words in self.recent.missing_from(data_clock) {
-            if words[b + 1] & TOUCHED != 0 {
+            if self.sent_touched(words, at) {
                 let sent = &bytemuck::cast_slice::<u64, T>(&words[delta.clone()])[..n];
                 T::add_slice(dst, sent);
             }
         }
-        if self.words[b + 1] & TOUCHED != 0 {
+        if self.row_touched(at) {
             T::add_slice(dst, &bytemuck::cast_slice(&self.words[delta])[..n]);
         }
     }
@@ -643,9 +797,13 @@ impl Special {
         if place.block == NONE {
             return false;
         }
-        let b = place.block as usize;
-        let width = self.block_len(b) / size_of::<T>();
-        self.add_to_block(b, width, column, delta);
+        let at = self.row_of(place);
+        let width = self.block_len(at.block) / size_of::<T>();
+        if self.words[at.block + 1] & RUN == 0 {
+            self.add_to_block(at.block, width, column, delta);
+        } else {
+            self.add_to_run(at, width, column, delta);
+        }
         true
     }
 
@@ -684,6 +842,60 @@ impl Special {
         }
     }
 
+    /// [`add_to_block`](Self::add_to_block) of a run's row at `at` (one word), touched by
+    /// its bit.
+    #[inline(always)]
+    fn add_to_run<T: Element>(&mut self, at: RowAt, width: usize, column: usize, delta: &[T]) {
+        let cols = column..column + delta.len();
+        if T::TYPE.exact() && self.views && self.words[at.block + 2] != Clock::MAX {
+            let view = std::slice::from_mut(&mut self.words[at.view]);
+            T::add_slice(
+                &mut bytemuck::cast_slice_mut::<u64, T>(view)[cols.clone()],
+                delta,
+            );
+        }
+        if self.start_run_row(at) && delta.len() == width {
+            // The row's first update in the clock, whole: it is the delta.
+            let row = std::slice::from_mut(&mut self.words[at.delta]);
+            bytemuck::cast_slice_mut::<u64, T>(row)[..width].copy_from_slice(delta);
+            return;
+        }
+        let row = std::slice::from_mut(&mut self.words[at.delta]);
+        T::add_slice(&mut bytemuck::cast_slice_mut::<u64, T>(row)[cols], delta);
+    }
+
+    /// [`add_cols_to_block`](Self::add_cols_to_block) of a run's row at `at` (one word).
+    #[inline(always)]
+    fn add_cols_to_run<T: Element>(&mut self, at: RowAt, cols: &[(usize, T)]) {
+        if T::TYPE.exact() && self.views && self.words[at.block + 2] != Clock::MAX {
+            let view = std::slice::from_mut(&mut self.words[at.view]);
+            let view = bytemuck::cast_slice_mut::<u64, T>(view);
+            for &(column, delta) in cols {
+                view[column] = view[column].add(delta);
+            }
+        }
+        self.start_run_row(at);
+        let row =
+            bytemuck::cast_slice_mut::<u64, T>(std::slice::from_mut(&mut self.words[at.delta]));
+        for &(column, delta) in cols {
+            row[column] = row[column].add(delta);
+        }
+    }
+
+    /// Marks a run's row at `at` touched; on its first update in the clock (returns
+    /// `true`) also its run, and its delta starts at zero.
+    #[inline(always)]
+    fn start_run_row(&mut self, at: RowAt) -> bool {
+        let (word, bit) = (at.index / 64, 1 << (at.index % 64));
+        if self.touched[word] & bit != 0 {
+            return false;
+        }
+        self.touched[word] |= bit;
+        self.words[at.block + 1] |= TOUCHED;
+        self.words[at.delta] = 0;
+        true
+    }
+
     /// Readies state kept from an earlier run for a new one: the run starts at the top of
     /// the access sequence, and sent updates of earlier runs are no longer tracked for
     /// read-my-writes (as for a freshly built state). The views stay: a run requires data
@@ -708,17 +920,23 @@ impl Special {
     /// or, when that is smaller, only the touched rows with their positions.
     pub(crate) fn take_slabs(&mut self, clock: Clock, keep_recent: bool) -> Vec<Slab> {
         if keep_recent {
-            self.recent.push(clock, self.words.clone());
+            // The touched bits go with the blocks: a run's rows are flagged only there.
+            let mut sent = Vec::with_capacity(self.words.len() + self.touched.len());
+            sent.extend_from_slice(&self.words);
+            sent.extend_from_slice(&self.touched);
+            self.recent.push(clock, sent);
         }
-        // Per shard, only the touched blocks are visited (their bits), unless the slab
-        // is sent whole: then every block of the shard takes its place in it.
+        // Per shard, only the touched rows are visited (their bits), unless the slab is
+        // sent whole: then every row of the shard takes its place in it.
         let mut slabs = Vec::with_capacity(self.shard_blocks.len());
         for (range, &bytes) in self.shard_blocks.iter().zip(&self.shard_bytes) {
             let (mut count, mut touched_bytes) = (0, 0);
             for r in set_bits(&self.touched, range.clone()) {
-                let b = self.blocks[r] as usize;
                 count += 1;
-                touched_bytes += block_parts(&self.words, self.views, b).1.len() * 8;
+                touched_bytes += match self.blocks[r] {
+                    e if e & RUN_ROW != 0 => 8,
+                    b => block_parts(&self.words, self.views, b as usize).1.len() * 8,
+                };
             }
             let sparse = touched_bytes + count * 4 < bytes;
             if bytes > 0 {
@@ -728,12 +946,21 @@ impl Special {
                     self.counters.whole_slabs += 1;
                 }
             }
+            let mut runs = RunCursor::new(self, range.start);
             let slab = if sparse {
                 let mut rows = Vec::with_capacity(count);
                 let mut out = Vec::with_capacity(touched_bytes / 8);
                 for r in set_bits(&self.touched, range.clone()) {
-                    let b = self.blocks[r] as usize;
-                    let (_, delta) = block_parts(&self.words, self.views, b);
+                    let (b, delta) = match self.blocks[r] {
+                        e if e & RUN_ROW != 0 => {
+                            let (b, first, deltas) = runs.run_of(self, r);
+                            (b, deltas + r - first..deltas + r - first + 1)
+                        }
+                        b => (
+                            b as usize,
+                            block_parts(&self.words, self.views, b as usize).1,
+                        ),
+                    };
                     self.words[b + 1] &= !TOUCHED;
                     out.extend_from_slice(&self.words[delta]);
                     rows.push((r - range.start) as u32);
@@ -743,21 +970,38 @@ impl Special {
                     rows: Some(rows),
                 }
             } else {
-                let mut slab = AlignedBuf::zeroed(bytes);
-                let out = slab.as_bytes_mut();
-                let mut at = 0;
-                for &b in &self.blocks[range.clone()] {
-                    let b = b as usize;
-                    let (_, delta) = block_parts(&self.words, self.views, b);
-                    let len = delta.len() * 8;
-                    if self.words[b + 1] & TOUCHED != 0 {
+                let mut out = Vec::with_capacity(bytes / 8);
+                let mut r = range.start;
+                while r < range.end {
+                    let touched = |r: usize| self.touched[r / 64] & (1 << (r % 64)) != 0;
+                    let entry = self.blocks[r];
+                    if entry & RUN_ROW == 0 {
+                        let b = entry as usize;
+                        let delta = block_parts(&self.words, self.views, b).1;
+                        if touched(r) {
+                            out.extend_from_slice(&self.words[delta]);
+                        } else {
+                            out.resize(out.len() + delta.len(), 0);
+                        }
                         self.words[b + 1] &= !TOUCHED;
-                        out[at..at + len].copy_from_slice(bytemuck::cast_slice(&self.words[delta]));
+                        r += 1;
+                        continue;
                     }
-                    at += len;
+                    // The rest of the run holding `r`, a word a row.
+                    let (b, first, deltas) = runs.run_of(self, r);
+                    let end = (first + block_shape(&self.words, b).1).min(range.end);
+                    for i in r..end {
+                        out.push(if touched(i) {
+                            self.words[deltas + i - first]
+                        } else {
+                            0
+                        });
+                    }
+                    self.words[b + 1] &= !TOUCHED;
+                    r = end;
                 }
                 Slab {
-                    bytes: slab,
+                    bytes: AlignedBuf::from_word_vec(out),
                     rows: None,
                 }
             };
@@ -771,6 +1015,52 @@ impl Special {
     pub(crate) fn prune(&mut self, floor: Clock) {
         self.recent.prune(floor);
     }
+}
+
+/// Finds the runs of rows in ascending arena order (a CLOCK's walk over a shard's rows),
+/// moving over the runs as the rows do.
+struct RunCursor {
+    /// The run the last row asked for was in (or the first that may hold the next).
+    run: usize,
+}
+
+impl RunCursor {
+    /// A cursor for rows from index `start` on.
+    fn new(sp: &Special, start: usize) -> Self {
+        let end = |&b: &u32| {
+            let b = b as usize;
+            (sp.words[b + 1] >> INDEX_SHIFT) as usize + block_shape(&sp.words, b).1
+        };
+        RunCursor {
+            run: sp.runs.partition_point(|b| end(b) <= start),
+        }
+    }
+
+    /// The run holding row `r` (a run's row at or after the last asked for): its block,
+    /// its first row's index and the word of its first delta.
+    #[inline(always)]
+    fn run_of(&mut self, sp: &Special, r: usize) -> (usize, usize, usize) {
+        loop {
+            let b = sp.runs[self.run] as usize;
+            let first = (sp.words[b + 1] >> INDEX_SHIFT) as usize;
+            let count = block_shape(&sp.words, b).1;
+            if r < first + count {
+                let deltas = b + HEADER_WORDS + if sp.views { count } else { 0 };
+                return (b, first, deltas);
+            }
+            self.run += 1;
+        }
+    }
+}
+
+/// A run step's run and the row's offset in it.
+#[inline(always)]
+fn run_step(step: u32) -> (usize, usize) {
+    let step = step & !RUN_STEP;
+    (
+        (step >> RUN_SHIFT) as usize,
+        (step as usize) & (MAX_RUN - 1),
+    )
 }
 
 /// One shard's part of a CLOCK in specialized mode.
@@ -849,14 +1139,90 @@ fn set_bits(bits: &[u64], range: Range<usize>) -> impl Iterator<Item = usize> + 
         .filter(move |r| range.contains(r))
 }
 
-/// The words of the view and of the delta of the block at word `b` of `words`, whose
-/// blocks hold views if `views`.
+/// The size in bytes of a row of the block at word `b` of `words`, and its rows (more
+/// than one in a run).
+#[inline(always)]
+fn block_shape(words: &[u64], b: usize) -> (usize, usize) {
+    let last = words[b + 3];
+    if words[b + 1] & RUN == 0 {
+        ((last >> 32) as usize, 1)
+    } else {
+        (
+            ((last >> 32) & 0xffff) as usize,
+            (last >> COUNT_SHIFT) as usize,
+        )
+    }
+}
+
+/// The words of the views and of the deltas of the block at word `b` of `words` (all its
+/// rows'), whose blocks hold views if `views`.
 #[inline(always)]
 fn block_parts(words: &[u64], views: bool, b: usize) -> (Range<usize>, Range<usize>) {
-    let row_words = padded_words((words[b + 3] >> 32) as usize);
+    let (len, count) = block_shape(words, b);
+    let n = padded_words(len) * count;
     let view = b + HEADER_WORDS;
-    let delta = view + if views { row_words } else { 0 };
-    (view..view + row_words, delta..delta + row_words)
+    let delta = view + if views { n } else { 0 };
+    (view..view + n, delta..delta + n)
+}
+
+/// Row `offset` of the block at word `b` of `words` (0 but in a run).
+#[inline(always)]
+fn row_at(words: &[u64], views: bool, b: usize, offset: usize) -> RowAt {
+    let (len, count) = block_shape(words, b);
+    let row_words = padded_words(len);
+    let view = b + HEADER_WORDS + offset * row_words;
+    RowAt {
+        block: b,
+        index: (words[b + 1] >> INDEX_SHIFT) as usize + offset,
+        offset,
+        view,
+        delta: view + if views { count * row_words } else { 0 },
+    }
+}
+
+/// Whether the row at `at` of `words` is touched, `bits` being the touched bits of its
+/// rows.
+#[inline(always)]
+fn row_touched(words: &[u64], bits: &[u64], at: RowAt) -> bool {
+    if words[at.block + 1] & RUN == 0 {
+        words[at.block + 1] & TOUCHED != 0
+    } else {
+        bits[at.index / 64] & (1 << (at.index % 64)) != 0
+    }
+}
+
+/// Whether a row of `len` bytes goes in a run: it takes one word.
+fn is_narrow(len: usize) -> bool {
+    padded_words(len) == 1
+}
+
+/// The worker's updated rows `updates` (plan slots, arena order) cut into blocks, as
+/// `(first, rows)` positions in `updates`: a run of up to [`MAX_RUN`] narrow rows of one
+/// table and size that follow each other in one chunk and shard, their ids at most
+/// [`RUN_ROW`] past the first's; every other row alone.
+fn group_runs(plan: &crate::plan::Plan, updates: &[u32]) -> Vec<(usize, usize)> {
+    let mut runs: Vec<(usize, usize)> = Vec::new();
+    for (i, &s) in updates.iter().enumerate() {
+        let slot = &plan.slots[s as usize];
+        if let Some((first, count)) = runs.last_mut() {
+            let last = &plan.slots[updates[*first + *count - 1] as usize];
+            let head = &plan.slots[updates[*first] as usize];
+            let joins = *count < MAX_RUN
+                && slot.key.row.wrapping_sub(head.key.row) < u64::from(RUN_ROW)
+                && is_narrow(slot.len)
+                && is_narrow(last.len)
+                && slot.len == last.len
+                && slot.key.table == last.key.table
+                && slot.shard == last.shard
+                && slot.chunk == last.chunk;
+            if joins {
+                *count += 1;
+                continue;
+            }
+        }
+        runs.push((i, 1));
+    }
+    runs
 }
 
 /// Runs `copy` on a snapshot `>= required` of arena chunk `chunk` (see
