@@ -612,16 +612,22 @@ fn sparse_updates_of_any_columns_follow_the_tape() {
     assert!(err.contains("column 4"), "{err}");
 }
 
-/// A run that fails keeps the op tapes: the next run still follows them.
+/// A run that fails keeps the op tapes: the next run still follows them, with rows of
+/// their own blocks and with 8-byte rows in runs.
 #[test]
 fn a_failed_run_keeps_the_op_tapes() {
+    failed_run_keeps_the_op_tapes::<2>();
+    failed_run_keeps_the_op_tapes::<1>();
+}
+
+fn failed_run_keeps_the_op_tapes<const W: usize>() {
     let mut cluster = Cluster::start(Config::new(2).with_mode(Mode::Virtual)).unwrap();
-    let t = cluster.create_table::<f64>("t", 2).unwrap();
+    let t = cluster.create_table::<f64>("t", W).unwrap();
     let body = |w: &mut Worker<'_>, fail: bool| {
         for r in 0..4 {
-            let mut row = [0.0; 2];
+            let mut row = [0.0; W];
             w.read(&t, r, &mut row)?;
-            w.update(&t, r, &[1.0, 2.0])?;
+            w.update(&t, r, &[1.5; W])?;
             if fail && r == 1 && w.id() == 1 {
                 return Err(iterstore::Error::app(1, "stop"));
             }
