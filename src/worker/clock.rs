@@ -40,6 +40,11 @@ impl Worker<'_> {
         };
         slabs.resize_with(shards, Slab::default);
         self.clock += 1;
+        self.floor = self
+            .shared
+            .config
+            .staleness
+            .required_in_run(self.clock, self.run_start);
         for (shard, (rows, slab)) in per_shard.into_iter().zip(slabs).enumerate() {
             let msg = Msg::Clock {
                 worker: self.global,

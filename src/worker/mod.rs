@@ -41,6 +41,10 @@ pub struct Worker<'a> {
     clock: Clock,
     /// The clock this run started at (see [`Staleness::required_in_run`]).
     run_start: Clock,
+    /// The data clock a read requires at `clock` in this run
+    /// ([`Staleness::required_in_run`]), kept as `clock` moves; under unbounded
+    /// staleness a read also requires the known minimum clock.
+    floor: Clock,
     oplog: Oplog,
     /// This worker's sent updates of recent clocks, for read-my-writes under SSP `s > 0`.
     recent: Sent<Oplog>,
@@ -99,6 +103,7 @@ impl<'a> Worker<'a> {
             workers: shared.world.total_workers(),
             clock,
             run_start: clock,
+            floor: shared.config.staleness.required_in_run(clock, clock),
             oplog: Oplog::default(),
             recent: Sent::default(),
             scratch: Vec::new(),
@@ -205,9 +210,13 @@ impl<'a> Worker<'a> {
         // the row's block names its table.
         let checked = table.cluster == self.cluster && out.len() == table.width;
         if checked && self.log.is_none() && self.special.is_some() {
-            let (required, no_generic_updates) = self.fast_read_context();
+            let required = self.required();
+            // Asked only for a row without a block: whether the generic op log holds no
+            // updates (of this clock or recent ones) such a read would have to add.
+            let (oplog, recent) = (&self.oplog, &self.recent);
+            let generic = || oplog.is_empty() && recent.is_empty();
             if let Some(sp) = &mut self.special {
-                if sp.read_fast(table.key(row), required, no_generic_updates, out) {
+                if sp.read_fast(table.key(row), required, generic, out) {
                     return Ok(());
                 }
             }
@@ -262,10 +271,12 @@ impl<'a> Worker<'a> {
         // block names its table), and builds a scratch row only when it needs one.
         let mut f = f;
         if table.cluster == self.cluster && self.log.is_none() && self.special.is_some() {
-            let (required, no_generic_updates) = self.fast_read_context();
+            let required = self.required();
+            let (oplog, recent) = (&self.oplog, &self.recent);
+            let generic = || oplog.is_empty() && recent.is_empty();
             if let Some(sp) = &mut self.special {
                 let scratch = (&mut self.scratch, table.width);
-                match sp.read_with_fast(table.key(row), required, no_generic_updates, scratch, f) {
+                match sp.read_with_fast(table.key(row), required, generic, scratch, f) {
                     Ok(r) => return Ok(r),
                     Err(back) => f = back,
                 }
@@ -463,23 +474,12 @@ impl<'a> Worker<'a> {
     /// The smallest data clock this worker may read now.
     #[inline]
     fn required(&self) -> Clock {
-        let staleness = self.shared.config.staleness;
-        let floor = staleness.required_in_run(self.clock, self.run_start);
-        match staleness {
-            Staleness::Unbounded => floor.max(self.shared.known_min.load(Ordering::Acquire)),
-            Staleness::Bounded(_) => floor,
+        match self.shared.config.staleness {
+            Staleness::Unbounded => self
+                .floor
+                .max(self.shared.known_min.load(Ordering::Acquire)),
+            Staleness::Bounded(_) => self.floor,
         }
-    }
-
-    /// What the specialized fast paths need to know of this worker: the data clock a read
-    /// requires, and whether the generic op log holds no updates (of this clock or recent
-    /// ones) that a read of a row without a block would have to add.
-    #[inline(always)]
-    fn fast_read_context(&self) -> (Clock, bool) {
-        (
-            self.required(),
-            self.oplog.is_empty() && self.recent.is_empty(),
-        )
     }
 
     #[inline]

@@ -51,22 +51,22 @@ impl Special {
     /// The fast path of a READ that follows the pattern: if the next step is `key`'s block
     /// and its view is fresh enough for `required`, copies the row as this worker sees it
     /// into `dst` (the table's width) and returns `true`. Otherwise changes nothing and
-    /// returns `false`: the caller takes the general path. `no_generic_updates`: the
-    /// worker's generic log holds no updates (of this clock or of recent ones) that a row
-    /// without a block might need added.
+    /// returns `false`: the caller takes the general path. `no_generic_updates`, asked
+    /// only for a row without a block: whether the worker's generic log holds no updates
+    /// (of this clock or of recent ones) that such a row might need added.
     #[inline(always)]
     pub(crate) fn read_fast<T: Element>(
         &mut self,
         key: RowKey,
         required: Clock,
-        no_generic_updates: bool,
+        no_generic_updates: impl FnOnce() -> bool,
         dst: &mut [T],
     ) -> bool {
         let Some(&step) = self.steps.get(self.cursor) else {
             return false;
         };
         if step & SLOT_STEP != 0 {
-            return no_generic_updates
+            return no_generic_updates()
                 && self.read_slot_fast(step & !SLOT_STEP, key, required, dst);
         }
         if step & RUN_STEP != 0 {
@@ -138,7 +138,7 @@ impl Special {
         &mut self,
         key: RowKey,
         required: Clock,
-        no_generic_updates: bool,
+        no_generic_updates: impl FnOnce() -> bool,
         (scratch, width): (&mut Vec<u64>, usize),
         f: F,
     ) -> std::result::Result<R, F> {
@@ -147,7 +147,7 @@ impl Special {
         };
         if step & SLOT_STEP != 0 {
             let row = scratch_of(scratch, width);
-            if no_generic_updates && self.read_slot_fast(step & !SLOT_STEP, key, required, row) {
+            if no_generic_updates() && self.read_slot_fast(step & !SLOT_STEP, key, required, row) {
                 return Ok(f(row));
             }
             return Err(f);
@@ -282,8 +282,13 @@ impl Special {
             // A run's row ahead is prefetched by `advance_run` (the next access is
             // likely of the same kind as this one).
             if ahead & (SLOT_STEP | RUN_STEP) == 0 {
+                // The first three lines unrolled (all a narrow row's block needs), then
+                // the rest of a wide row's view.
                 let b = ahead as usize;
-                let mut line = 0;
+                for line in [b, b + 8, b + 16] {
+                    prefetch_at(&self.words, line);
+                }
+                let mut line = PREFETCH_WORDS;
                 while line < words {
                     prefetch_at(&self.words, b + line);
                     line += 8;
