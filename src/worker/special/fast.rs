@@ -310,27 +310,43 @@ impl Special {
         required: Clock,
         dst: &mut [T],
     ) -> bool {
-        let exact = T::TYPE.exact();
-        if !self.views || (!exact && !self.recent.is_empty()) {
-            return false;
-        }
-        let Some(at) = self.run_row(step, key) else {
+        let Some((view, delta)) = self.fresh_run_row::<T>(step, key, required, dst.len()) else {
             return false;
         };
-        let clock = self.words[at.block + 2];
-        if clock == Clock::MAX || clock < required || at.delta >= self.words.len() {
-            return false;
-        }
-        let n = dst.len();
-        let view = &bytemuck::cast_slice::<u64, T>(&self.words[at.view..=at.view])[..n];
-        if !exact && self.run_row_touched(at) {
-            let delta = &bytemuck::cast_slice::<u64, T>(&self.words[at.delta..=at.delta])[..n];
-            T::sum_into(dst, view, delta);
-        } else {
-            dst.copy_from_slice(view);
+        match delta {
+            Some(delta) => T::sum_into(dst, view, delta),
+            None => dst.copy_from_slice(view),
         }
         self.advance_run();
         true
+    }
+
+    /// The view of the run's row `step` names, if it is `key`'s and its view is fresh
+    /// enough for `required` and serves a read alone (as [`fresh_block`]), as `n`
+    /// elements; with the row's delta if a read must add it (a float row touched in this
+    /// clock).
+    ///
+    /// [`fresh_block`]: Self::fresh_block
+    #[inline(always)]
+    fn fresh_run_row<T: Element>(
+        &self,
+        step: u32,
+        key: RowKey,
+        required: Clock,
+        n: usize,
+    ) -> Option<(&[T], Option<&[T]>)> {
+        let exact = T::TYPE.exact();
+        if !self.views || (!exact && !self.recent.is_empty()) {
+            return None;
+        }
+        let at = self.run_row(step, key)?;
+        let clock = self.words[at.block + 2];
+        if clock == Clock::MAX || clock < required || at.delta >= self.words.len() {
+            return None;
+        }
+        let word = |w: usize| &bytemuck::cast_slice::<u64, T>(&self.words[w..=w])[..n];
+        let delta = (!exact && self.run_row_touched(at)).then(|| word(at.delta));
+        Some((word(at.view), delta))
     }
 
     /// [`read_with_fast`](Self::read_with_fast) of a run's row, out of line: its view is
@@ -344,26 +360,19 @@ impl Special {
         (scratch, width): (&mut Vec<u64>, usize),
         f: F,
     ) -> std::result::Result<R, F> {
-        let exact = T::TYPE.exact();
-        if !self.views || (!exact && !self.recent.is_empty()) {
-            return Err(f);
-        }
-        let Some(at) = self.run_row(step, key) else {
+        let Some((view, delta)) = self.fresh_run_row::<T>(step, key, required, width) else {
             return Err(f);
         };
-        let clock = self.words[at.block + 2];
-        if clock == Clock::MAX || clock < required || at.delta >= self.words.len() {
-            return Err(f);
-        }
+        let r = match delta {
+            None => f(view),
+            Some(delta) => {
+                let row = scratch_of(scratch, width);
+                T::sum_into(row, view, delta);
+                f(row)
+            }
+        };
         self.advance_run();
-        let view = &bytemuck::cast_slice::<u64, T>(&self.words[at.view..=at.view])[..width];
-        if exact || !self.run_row_touched(at) {
-            return Ok(f(view));
-        }
-        let delta = &bytemuck::cast_slice::<u64, T>(&self.words[at.delta..=at.delta])[..width];
-        let row = scratch_of(scratch, width);
-        T::sum_into(row, view, delta);
-        Ok(f(row))
+        Ok(r)
     }
 
     /// [`update_fast`](Self::update_fast) when the next step is not a block: a run's row,
