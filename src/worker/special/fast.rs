@@ -9,8 +9,8 @@
 //! else.
 
 use super::{
-    row_at, run_step, RowAt, Special, AHEAD, COUNT_SHIFT, HEADER_WORDS, INDEX_SHIFT, NONE, RUN_ROW,
-    RUN_STEP, SLOT_STEP, TOUCHED,
+    bit, row_at, rows_at, run_step, RowAt, Special, AHEAD, COUNT_SHIFT, HEADER_WORDS, INDEX_SHIFT,
+    NONE, RUN_ROW, RUN_STEP, SLOT_STEP, TOUCHED,
 };
 
 /// Words of a block [`Special::advance`] prefetches: three cache lines.
@@ -448,20 +448,20 @@ impl Special {
             return None;
         }
         // A run's rows are one word each: its views, then its deltas.
-        let view = b + HEADER_WORDS + offset;
+        let (views, deltas) = rows_at(b, count, self.views);
         Some(RowAt {
             block: b,
             index,
             offset,
-            view,
-            delta: view + if self.views { count } else { 0 },
+            view: views + offset,
+            delta: deltas + offset,
         })
     }
 
     /// Whether a run's row at `at` was updated in this clock (its bit).
     #[inline(always)]
     fn run_row_touched(&self, at: RowAt) -> bool {
-        self.touched[at.index / 64] & (1 << (at.index % 64)) != 0
+        bit(&self.touched, at.index)
     }
 
     /// [`advance`](Self::advance) from a run's row: a run's row ahead is prefetched

@@ -98,7 +98,7 @@ struct WorkerSlot {
 struct ViewRow {
     /// First word of the block.
     block: u32,
-    /// Arena word where its (first) row starts; a run's rows follow it.
+    /// Arena word where its row starts (a run's first row; the others' are the plan's).
     word: u32,
     elem: ElemType,
 }
@@ -259,8 +259,6 @@ impl Special {
         // partial layout would not match the one the servers expect slabs in).
         let fits = groups.iter().map(block_words).sum::<usize>() < RUN_STEP as usize
             && groups.len() < (RUN_STEP >> RUN_SHIFT) as usize;
-        // Per updated row, the step that names it.
-        let mut step_of = vec![0u32; if deltas && fits { updates.len() } else { 0 }];
         let mut runs = Vec::new();
         if deltas && fits {
             for &(first, count) in &groups {
@@ -274,18 +272,14 @@ impl Special {
                     range.start..first + count
                 };
                 let run = is_narrow(slot.len).then_some(runs.len());
-                for (offset, &s) in rows.iter().enumerate() {
+                for &s in rows {
                     let planned = &plan.slots[s as usize];
                     slots[s as usize].block = b as u32;
                     shard_bytes[slot.shard as usize] += padded(planned.len);
-                    if let Some(run) = run {
-                        let id = planned.key.row.wrapping_sub(slot.key.row) as u32;
-                        blocks.push(RUN_ROW | id);
-                        step_of[first + offset] = RUN_STEP | (run << RUN_SHIFT | offset) as u32;
-                    } else {
-                        blocks.push(b as u32);
-                        step_of[first + offset] = b as u32;
-                    }
+                    blocks.push(match run {
+                        Some(_) => RUN_ROW | planned.key.row.wrapping_sub(slot.key.row) as u32,
+                        None => b as u32,
+                    });
                 }
                 if let Some(views) = chunk_views.get_mut(slot.chunk as usize) {
                     views.push(ViewRow {
@@ -334,7 +328,8 @@ impl Special {
             *step = match slots[slot as usize].block {
                 NONE => slot | SLOT_STEP,
                 b if words[b as usize + 1] & RUN != 0 => {
-                    step_of[updates.binary_search(&slot).expect("an updated row")]
+                    let index = updates.binary_search(&slot).expect("an updated row");
+                    run_step_of(&words, b as usize, index)
                 }
                 b => b,
             };
@@ -463,20 +458,20 @@ impl Special {
         self.counters.indexed += 1;
         let block = self.slots[slot as usize].block;
         let b = block as usize;
-        // A run's row: its offset from its index in arena order.
+        // A run's row: its step, from its index in arena order.
         let run_row = match self.words.get(b..b + HEADER_WORDS) {
             Some(h) if block != NONE && h[1] & RUN != 0 => {
                 let updates = &self.arena.plan.updates[self.worker];
                 let index = updates.binary_search(&slot).expect("an updated row");
-                Some((h[3] as u32, index - (h[1] >> INDEX_SHIFT) as usize))
+                Some(run_step_of(&self.words, b, index))
             }
             _ => None,
         };
-        let offset = run_row.map_or(0, |(_, offset)| offset);
+        let offset = run_row.map_or(0, |step| run_step(step).1);
         // Resynchronise if this is where an iteration starts.
         let step = match run_row {
             _ if block == NONE => slot | SLOT_STEP,
-            Some((run, offset)) => RUN_STEP | run << RUN_SHIFT | offset as u32,
+            Some(step) => step,
             None => block,
         };
         if self.steps.first() == Some(&step) {
@@ -886,11 +881,10 @@ impl Special {
     /// `true`) also its run, and its delta starts at zero.
     #[inline(always)]
     fn start_run_row(&mut self, at: RowAt) -> bool {
-        let (word, bit) = (at.index / 64, 1 << (at.index % 64));
-        if self.touched[word] & bit != 0 {
+        if bit(&self.touched, at.index) {
             return false;
         }
-        self.touched[word] |= bit;
+        self.touched[at.index / 64] |= 1 << (at.index % 64);
         self.words[at.block + 1] |= TOUCHED;
         self.words[at.delta] = 0;
         true
@@ -973,7 +967,7 @@ impl Special {
                 let mut out = Vec::with_capacity(bytes / 8);
                 let mut r = range.start;
                 while r < range.end {
-                    let touched = |r: usize| self.touched[r / 64] & (1 << (r % 64)) != 0;
+                    let touched = |r: usize| bit(&self.touched, r);
                     let entry = self.blocks[r];
                     if entry & RUN_ROW == 0 {
                         let b = entry as usize;
@@ -1045,8 +1039,7 @@ impl RunCursor {
             let first = (sp.words[b + 1] >> INDEX_SHIFT) as usize;
             let count = block_shape(&sp.words, b).1;
             if r < first + count {
-                let deltas = b + HEADER_WORDS + if sp.views { count } else { 0 };
-                return (b, first, deltas);
+                return (b, first, rows_at(b, count, sp.views).1);
             }
             self.run += 1;
         }
@@ -1160,8 +1153,7 @@ fn block_shape(words: &[u64], b: usize) -> (usize, usize) {
 fn block_parts(words: &[u64], views: bool, b: usize) -> (Range<usize>, Range<usize>) {
     let (len, count) = block_shape(words, b);
     let n = padded_words(len) * count;
-    let view = b + HEADER_WORDS;
-    let delta = view + if views { n } else { 0 };
+    let (view, delta) = rows_at(b, n, views);
     (view..view + n, delta..delta + n)
 }
 
@@ -1170,14 +1162,29 @@ fn block_parts(words: &[u64], views: bool, b: usize) -> (Range<usize>, Range<usi
 fn row_at(words: &[u64], views: bool, b: usize, offset: usize) -> RowAt {
     let (len, count) = block_shape(words, b);
     let row_words = padded_words(len);
-    let view = b + HEADER_WORDS + offset * row_words;
+    let (views_at, deltas_at) = rows_at(b, count * row_words, views);
     RowAt {
         block: b,
         index: (words[b + 1] >> INDEX_SHIFT) as usize + offset,
         offset,
-        view,
-        delta: view + if views { count * row_words } else { 0 },
+        view: views_at + offset * row_words,
+        delta: deltas_at + offset * row_words,
     }
+}
+
+/// The first words of the views and of the deltas of the block at word `b` whose rows
+/// take `words` words (a run's rows one after the other, then their deltas).
+#[inline(always)]
+fn rows_at(b: usize, words: usize, views: bool) -> (usize, usize) {
+    let view = b + HEADER_WORDS;
+    (view, view + if views { words } else { 0 })
+}
+
+/// The step naming row `index` (in arena order) of the run at word `b` of `words`: its
+/// run's number and its offset.
+fn run_step_of(words: &[u64], b: usize, index: usize) -> u32 {
+    let (run, first) = (words[b + 3] as u32, (words[b + 1] >> INDEX_SHIFT) as u32);
+    RUN_STEP | run << RUN_SHIFT | (index as u32 - first)
 }
 
 /// Whether the row at `at` of `words` is touched, `bits` being the touched bits of its
@@ -1187,8 +1194,14 @@ fn row_touched(words: &[u64], bits: &[u64], at: RowAt) -> bool {
     if words[at.block + 1] & RUN == 0 {
         words[at.block + 1] & TOUCHED != 0
     } else {
-        bits[at.index / 64] & (1 << (at.index % 64)) != 0
+        bit(bits, at.index)
     }
+}
+
+/// Bit `r` of `bits`.
+#[inline(always)]
+fn bit(bits: &[u64], r: usize) -> bool {
+    bits[r / 64] & (1 << (r % 64)) != 0
 }
 
 /// Whether a row of `len` bytes goes in a run: it takes one word.
