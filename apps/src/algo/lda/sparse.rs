@@ -41,7 +41,7 @@ const ABSENT: u32 = u32::MAX;
 
 /// Interleaved lanes `q`'s terms are summed in: lane `j` holds topics `j, j + LANES, …`
 /// (8: one AVX2 vector of single-precision terms).
-pub(crate) const LANES: usize = 8;
+const LANES: usize = 8;
 
 /// The sparse sampler (see the module docs).
 #[derive(Debug, Clone)]
