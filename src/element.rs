@@ -136,16 +136,33 @@ pub trait Element:
     #[inline]
     fn sum_into(dst: &mut [Self], a: &[Self], b: &[Self]) {
         debug_assert!(dst.len() == a.len() && a.len() == b.len());
-        let mut d = dst.chunks_exact_mut(LANES);
-        let (mut x, mut y) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
-        for ((d, x), y) in (&mut d).zip(&mut x).zip(&mut y) {
+        let n = dst.len().min(a.len()).min(b.len());
+        if n < LANES {
+            for ((d, x), y) in dst.iter_mut().zip(a).zip(b) {
+                *d = x.add(*y);
+            }
+            return;
+        }
+        // Whole lanes, then the last `LANES` elements again (overlapping the previous
+        // lanes: each element is written from `a` and `b` alone, so writing one twice
+        // gives the same value), instead of an element-by-element tail.
+        let lanes = |at: usize, dst: &mut [Self]| {
+            let (d, x, y) = (
+                &mut dst[at..at + LANES],
+                &a[at..at + LANES],
+                &b[at..at + LANES],
+            );
             for k in 0..LANES {
                 d[k] = x[k].add(y[k]);
             }
+        };
+        let mut at = 0;
+        while at + LANES <= n {
+            lanes(at, dst);
+            at += LANES;
         }
-        let rest = d.into_remainder().iter_mut();
-        for ((d, x), y) in rest.zip(x.remainder()).zip(y.remainder()) {
-            *d = x.add(*y);
+        if at < n {
+            lanes(n - LANES, dst);
         }
     }
 }
@@ -189,6 +206,24 @@ impl Element for i64 {
 mod tests {
     use super::*;
     use crate::AlignedBuf;
+
+    /// `sum_into` of every length around the lanes' (whole lanes, an overlapped tail, and
+    /// rows shorter than a lane) writes each element's own sum and nothing else.
+    #[test]
+    fn sum_into_writes_every_element_once_at_every_length() {
+        for n in 0..=3 * LANES + 1 {
+            let a: Vec<f32> = (0..n).map(|i| i as f32 * 0.5).collect();
+            let b: Vec<f32> = (0..n).map(|i| 100.0 - i as f32).collect();
+            let mut dst = vec![f32::NAN; n];
+            f32::sum_into(&mut dst, &a, &b);
+            let want: Vec<f32> = a.iter().zip(&b).map(|(x, y)| x + y).collect();
+            assert_eq!(dst, want, "length {n}");
+            let (x, y): (Vec<i64>, Vec<i64>) = (0..n as i64).map(|i| (i, i64::MAX - i)).unzip();
+            let mut d = vec![0i64; n];
+            i64::sum_into(&mut d, &x, &y);
+            assert!(d.iter().all(|&v| v == i64::MAX), "length {n}");
+        }
+    }
 
     #[test]
     fn add_bytes_aligned_and_unaligned() {

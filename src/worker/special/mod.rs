@@ -143,6 +143,8 @@ pub(crate) struct Special {
     shard_blocks: Vec<Range<usize>>,
     /// Per shard: the size of its slab (its blocks' padded rows).
     shard_bytes: Vec<usize>,
+    /// Per shard: the bytes of its narrowest padded row (a bound a CLOCK decides by).
+    shard_min_row: Vec<usize>,
     /// Per refresh chunk of the arena: the rows in it this worker keeps a view of.
     chunk_views: Vec<Vec<ViewRow>>,
     /// Sent updates kept for read-my-writes under SSP: the blocks as they were sent.
@@ -248,6 +250,7 @@ impl Special {
         let (mut words, mut blocks) = (Vec::new(), Vec::new());
         let mut shard_blocks = vec![0..0; plan.shards.len()];
         let mut shard_bytes = vec![0; plan.shards.len()];
+        let mut shard_min_row = vec![usize::MAX; plan.shards.len()];
         let mut chunk_views = vec![Vec::new(); if views { plan.chunks.len() } else { 0 }];
         let groups = group_runs(plan, updates);
         let views_per = 1 + usize::from(views);
@@ -276,6 +279,8 @@ impl Special {
                     let planned = &plan.slots[s as usize];
                     slots[s as usize].block = b as u32;
                     shard_bytes[slot.shard as usize] += padded(planned.len);
+                    let min = &mut shard_min_row[slot.shard as usize];
+                    *min = (*min).min(padded(planned.len));
                     blocks.push(match run {
                         Some(_) => RUN_ROW | planned.key.row.wrapping_sub(slot.key.row) as u32,
                         None => b as u32,
@@ -304,6 +309,11 @@ impl Special {
                     last | (slot.len as u64) << 32,
                 ]);
                 words.resize(b + block_words(&(first, count)), 0);
+            }
+        }
+        for (min, &bytes) in shard_min_row.iter_mut().zip(&shard_bytes) {
+            if bytes == 0 {
+                *min = 0; // a shard this worker updates no row of
             }
         }
         words.shrink_to_fit();
@@ -343,6 +353,7 @@ impl Special {
             runs,
             views,
             shard_bytes,
+            shard_min_row,
             shard_blocks,
             chunk_views,
             recent: Sent::default(),
@@ -923,86 +934,98 @@ impl Special {
         // Per shard, only the touched rows are visited (their bits), unless the slab is
         // sent whole: then every row of the shard takes its place in it.
         let mut slabs = Vec::with_capacity(self.shard_blocks.len());
-        for (range, &bytes) in self.shard_blocks.iter().zip(&self.shard_bytes) {
-            let (mut count, mut touched_bytes) = (0, 0);
-            for r in set_bits(&self.touched, range.clone()) {
-                count += 1;
-                touched_bytes += match self.blocks[r] {
-                    e if e & RUN_ROW != 0 => 8,
-                    b => block_parts(&self.words, self.views, b as usize).1.len() * 8,
-                };
-            }
-            let sparse = touched_bytes + count * 4 < bytes;
+        for shard in 0..self.shard_blocks.len() {
+            let bytes = self.shard_bytes[shard];
+            // Sparse unless even the narrowest rows with their positions would not be
+            // smaller than the whole slab; if the touched rows turn out to be larger, the
+            // slab is built whole after all (their deltas are still in the blocks).
+            let count = count_bits(&self.touched, self.shard_blocks[shard].clone());
+            let slab = (count * (4 + self.shard_min_row[shard]) < bytes)
+                .then(|| self.sparse_slab(shard, count))
+                .flatten();
             if bytes > 0 {
-                if sparse {
+                if slab.is_some() {
                     self.counters.partial_slabs += 1;
                 } else {
                     self.counters.whole_slabs += 1;
                 }
             }
-            let mut runs = RunCursor::new(self, range.start);
-            let slab = if sparse {
-                let mut rows = Vec::with_capacity(count);
-                let mut out = Vec::with_capacity(touched_bytes / 8);
-                for r in set_bits(&self.touched, range.clone()) {
-                    let (b, delta) = match self.blocks[r] {
-                        e if e & RUN_ROW != 0 => {
-                            let (b, first, deltas) = runs.run_of(self, r);
-                            (b, deltas + r - first..deltas + r - first + 1)
-                        }
-                        b => (
-                            b as usize,
-                            block_parts(&self.words, self.views, b as usize).1,
-                        ),
-                    };
-                    self.words[b + 1] &= !TOUCHED;
-                    out.extend_from_slice(&self.words[delta]);
-                    rows.push((r - range.start) as u32);
-                }
-                Slab {
-                    bytes: AlignedBuf::from_word_vec(out),
-                    rows: Some(rows),
-                }
-            } else {
-                let mut out = Vec::with_capacity(bytes / 8);
-                let mut r = range.start;
-                while r < range.end {
-                    let touched = |r: usize| bit(&self.touched, r);
-                    let entry = self.blocks[r];
-                    if entry & RUN_ROW == 0 {
-                        let b = entry as usize;
-                        let delta = block_parts(&self.words, self.views, b).1;
-                        if touched(r) {
-                            out.extend_from_slice(&self.words[delta]);
-                        } else {
-                            out.resize(out.len() + delta.len(), 0);
-                        }
-                        self.words[b + 1] &= !TOUCHED;
-                        r += 1;
-                        continue;
-                    }
-                    // The rest of the run holding `r`, a word a row.
-                    let (b, first, deltas) = runs.run_of(self, r);
-                    let end = (first + block_shape(&self.words, b).1).min(range.end);
-                    for i in r..end {
-                        out.push(if touched(i) {
-                            self.words[deltas + i - first]
-                        } else {
-                            0
-                        });
-                    }
-                    self.words[b + 1] &= !TOUCHED;
-                    r = end;
-                }
-                Slab {
-                    bytes: AlignedBuf::from_word_vec(out),
-                    rows: None,
-                }
-            };
-            slabs.push(slab);
+            slabs.push(slab.unwrap_or_else(|| self.whole_slab(shard)));
         }
         self.touched.fill(0);
         slabs
+    }
+
+    /// The slab of `shard`'s `count` touched rows with their positions; `None` as soon as
+    /// it would be as large as the whole slab. Clears the flags of the blocks it takes.
+    fn sparse_slab(&mut self, shard: usize, count: usize) -> Option<Slab> {
+        let (range, bytes) = (self.shard_blocks[shard].clone(), self.shard_bytes[shard]);
+        let mut rows = Vec::with_capacity(count);
+        let mut out = Vec::with_capacity(count * self.shard_min_row[shard] / 8);
+        let mut runs = RunCursor::new(self, range.start);
+        for r in set_bits(&self.touched, range.clone()) {
+            let (b, delta) = match self.blocks[r] {
+                e if e & RUN_ROW != 0 => {
+                    let (b, first, deltas) = runs.run_of(self, r);
+                    (b, deltas + r - first..deltas + r - first + 1)
+                }
+                b => (
+                    b as usize,
+                    block_parts(&self.words, self.views, b as usize).1,
+                ),
+            };
+            self.words[b + 1] &= !TOUCHED;
+            out.extend_from_slice(&self.words[delta]);
+            rows.push((r - range.start) as u32);
+            if out.len() * 8 + rows.len() * 4 >= bytes {
+                return None;
+            }
+        }
+        Some(Slab {
+            bytes: AlignedBuf::from_word_vec(out),
+            rows: Some(rows),
+        })
+    }
+
+    /// `shard`'s whole slab: every row's delta in order, zeros where untouched. Clears
+    /// the blocks' flags.
+    fn whole_slab(&mut self, shard: usize) -> Slab {
+        let (range, bytes) = (self.shard_blocks[shard].clone(), self.shard_bytes[shard]);
+        let mut runs = RunCursor::new(self, range.start);
+        let mut out = Vec::with_capacity(bytes / 8);
+        let mut r = range.start;
+        while r < range.end {
+            let touched = |r: usize| bit(&self.touched, r);
+            let entry = self.blocks[r];
+            if entry & RUN_ROW == 0 {
+                let b = entry as usize;
+                let delta = block_parts(&self.words, self.views, b).1;
+                if touched(r) {
+                    out.extend_from_slice(&self.words[delta]);
+                } else {
+                    out.resize(out.len() + delta.len(), 0);
+                }
+                self.words[b + 1] &= !TOUCHED;
+                r += 1;
+                continue;
+            }
+            // The rest of the run holding `r`, a word a row.
+            let (b, first, deltas) = runs.run_of(self, r);
+            let end = (first + block_shape(&self.words, b).1).min(range.end);
+            for i in r..end {
+                out.push(if touched(i) {
+                    self.words[deltas + i - first]
+                } else {
+                    0
+                });
+            }
+            self.words[b + 1] &= !TOUCHED;
+            r = end;
+        }
+        Slab {
+            bytes: AlignedBuf::from_word_vec(out),
+            rows: None,
+        }
     }
 
     /// Forgets sent updates every readable snapshot already includes.
@@ -1113,6 +1136,30 @@ fn first_touch<T: Element>(touched: &mut [u64], r: usize, row: &mut [T], delta: 
     }
     row.fill(T::default());
     false
+}
+
+/// How many bits of `bits` are set in `range`.
+fn count_bits(bits: &[u64], range: Range<usize>) -> usize {
+    if range.is_empty() {
+        return 0;
+    }
+    let (first, last) = (range.start / 64, (range.end - 1) / 64);
+    let mask = |w: usize| {
+        let lo = if w == first {
+            !0u64 << (range.start % 64)
+        } else {
+            !0
+        };
+        let hi = if w == last {
+            !0u64 >> (63 - (range.end - 1) % 64)
+        } else {
+            !0
+        };
+        lo & hi
+    };
+    (first..=last)
+        .map(|w| (bits[w] & mask(w)).count_ones() as usize)
+        .sum()
 }
 
 /// The positions in `range` of the bits set in `bits`, in order.
@@ -1296,7 +1343,18 @@ fn wait_fresh(
 
 #[cfg(test)]
 mod tests {
-    use super::set_bits;
+    use super::{count_bits, set_bits};
+
+    #[test]
+    fn count_bits_counts_the_range_s_bits_only() {
+        let bits = [u64::MAX, 0b1011, 1 << 63];
+        for start in 0..192 {
+            for end in start..=192 {
+                let want = set_bits(&bits, start..end).count();
+                assert_eq!(count_bits(&bits, start..end), want, "{start}..{end}");
+            }
+        }
+    }
 
     #[test]
     fn set_bits_are_the_range_s_in_order() {
