@@ -9,8 +9,8 @@
 //! else.
 
 use super::{
-    bit, row_at, rows_at, run_step, RowAt, Special, AHEAD, COUNT_SHIFT, HEADER_WORDS, INDEX_SHIFT,
-    NONE, RUN_ROW, RUN_STEP, SLOT_STEP, TOUCHED,
+    add_cols_to_block_in, add_to_block_in, bit, row_at, rows_at, run_step, RowAt, Special, AHEAD,
+    COUNT_SHIFT, HEADER_WORDS, INDEX_SHIFT, NONE, RUN_ROW, RUN_STEP, SLOT_STEP, TOUCHED,
 };
 
 /// Words of a block [`Special::advance`] prefetches: three cache lines.
@@ -23,28 +23,14 @@ use crate::slot::padded_words;
 use crate::worker::scratch_of;
 use crate::{Element, RowKey};
 
-/// A block [`Special::fresh_block`] found: where its view and delta rows are.
-struct FreshBlock {
-    /// First word of the view; the delta follows it.
-    view: usize,
+/// A block [`Special::fresh_block`] found: its view and delta rows.
+struct FreshBlock<'a, T> {
+    view: &'a [T],
+    delta: &'a [T],
+    /// Words of each row.
     row_words: usize,
-    /// Elements per row.
-    n: usize,
     /// Whether a read must add the delta to the view (a float row touched this clock).
     add_delta: bool,
-}
-
-impl FreshBlock {
-    /// The view and the delta, as elements.
-    #[inline(always)]
-    fn rows<'a, T: Element>(&self, words: &'a [u64]) -> (&'a [T], &'a [T]) {
-        let rows = &words[self.view..self.view + 2 * self.row_words];
-        let (view, delta) = rows.split_at(self.row_words);
-        (
-            &bytemuck::cast_slice(view)[..self.n],
-            &bytemuck::cast_slice(delta)[..self.n],
-        )
-    }
 }
 
 impl Special {
@@ -65,25 +51,26 @@ impl Special {
         let Some(&step) = self.steps.get(self.cursor) else {
             return false;
         };
-        if step & SLOT_STEP != 0 {
-            return no_generic_updates()
-                && self.read_slot_fast(step & !SLOT_STEP, key, required, dst);
-        }
-        if step & RUN_STEP != 0 {
+        if step >= RUN_STEP {
+            // A row without a block, or a run's row (one test on a block's path).
+            if step & SLOT_STEP != 0 {
+                return no_generic_updates()
+                    && self.read_slot_fast(step & !SLOT_STEP, key, required, dst);
+            }
             return self.read_run(step, key, required, dst);
         }
         let Some(fresh) = self.fresh_block::<T>(step, key, required, dst.len()) else {
             return false;
         };
-        self.advance_read(fresh.row_words);
-        let (view, delta) = fresh.rows(&self.words);
+        self.prefetch_for_read(fresh.row_words);
         if fresh.add_delta {
             // Floats: the snapshot plus this clock's delta, in one pass (integer views
             // already hold this worker's updates).
-            T::sum_into(dst, view, delta);
+            T::sum_into(dst, fresh.view, fresh.delta);
         } else {
-            dst.copy_from_slice(view);
+            dst.copy_from_slice(fresh.view);
         }
+        self.step_cursor();
         true
     }
 
@@ -145,33 +132,39 @@ impl Special {
         let Some(&step) = self.steps.get(self.cursor) else {
             return Err(f);
         };
-        if step & SLOT_STEP != 0 {
-            let row = scratch_of(scratch, width);
-            if no_generic_updates() && self.read_slot_fast(step & !SLOT_STEP, key, required, row) {
-                return Ok(f(row));
+        if step >= RUN_STEP {
+            if step & SLOT_STEP != 0 {
+                let row = scratch_of(scratch, width);
+                if no_generic_updates()
+                    && self.read_slot_fast(step & !SLOT_STEP, key, required, row)
+                {
+                    return Ok(f(row));
+                }
+                return Err(f);
             }
-            return Err(f);
-        }
-        if step & RUN_STEP != 0 {
             return self.read_with_run(step, key, required, (scratch, width), f);
         }
         let Some(fresh) = self.fresh_block::<T>(step, key, required, width) else {
             return Err(f);
         };
-        self.advance_read(fresh.row_words);
-        let (view, delta) = fresh.rows(&self.words);
-        if fresh.add_delta {
+        // The block ahead is prefetched before `f` runs, so that `f` hides the fetch.
+        self.prefetch_for_read(fresh.row_words);
+        let r = if fresh.add_delta {
             let row = scratch_of(scratch, width);
-            T::sum_into(row, view, delta);
-            Ok(f(row))
+            T::sum_into(row, fresh.view, fresh.delta);
+            f(row)
         } else {
-            Ok(f(view))
-        }
+            f(fresh.view)
+        };
+        self.step_cursor();
+        Ok(r)
     }
 
     /// The block named by `step` if it is `key`'s, its view holds a snapshot fresh enough
-    /// for `required`, and a read can be served from it alone (views on; for floats, no
-    /// sent updates to add under SSP). `n`: the row's width.
+    /// for `required`, and a read can be served from it alone ([`serves_reads`]). `n`: the
+    /// row's width.
+    ///
+    /// [`serves_reads`]: Special::serves_reads
     #[inline(always)]
     fn fresh_block<T: Element>(
         &self,
@@ -179,23 +172,28 @@ impl Special {
         key: RowKey,
         required: Clock,
         n: usize,
-    ) -> Option<FreshBlock> {
-        let exact = T::TYPE.exact();
-        if !self.views || (!exact && !self.recent.is_empty()) {
+    ) -> Option<FreshBlock<'_, T>> {
+        if !self.serves_reads::<T>() {
             return None;
         }
         let b = step as usize;
         let row_words = padded_words(n * size_of::<T>());
         let block = self.words.get(b..b + HEADER_WORDS + 2 * row_words)?;
-        let clock = block[2];
-        if block[0] != key.row || block[1] as u32 != key.table || clock == Clock::MAX {
+        let (header, rows) = block.split_at(HEADER_WORDS);
+        let clock = header[2];
+        if header[0] != key.row
+            || header[1] as u32 != key.table
+            || clock == Clock::MAX
+            || clock < required
+        {
             return None;
         }
-        (clock >= required).then_some(FreshBlock {
-            view: b + HEADER_WORDS,
+        let (view, delta) = rows.split_at(row_words);
+        Some(FreshBlock {
+            view: &bytemuck::cast_slice(view)[..n],
+            delta: &bytemuck::cast_slice(delta)[..n],
             row_words,
-            n,
-            add_delta: !exact && block[1] & TOUCHED != 0,
+            add_delta: !T::TYPE.exact() && header[1] & TOUCHED != 0,
         })
     }
 
@@ -211,10 +209,11 @@ impl Special {
         column: usize,
         delta: &[T],
     ) -> bool {
-        let Some(b) = self.next_block(key) else {
+        let views = self.views;
+        let Some((block, touched)) = self.next_block::<T>(key, width) else {
             return self.update_run(key, width, column, delta);
         };
-        self.add_to_block(b, width, column, delta);
+        add_to_block_in(block, touched, views, width, column, delta);
         self.advance();
         true
     }
@@ -232,56 +231,70 @@ impl Special {
         width: usize,
         cols: &[(usize, T)],
     ) -> bool {
-        let Some(b) = self.next_block(key) else {
+        let views = self.views;
+        let Some((block, touched)) = self.next_block::<T>(key, width) else {
             return self.update_cols_run(key, cols);
         };
         if !cols.is_empty() {
-            self.add_cols_to_block(b, width, cols);
+            add_cols_to_block_in(block, touched, views, width, cols);
         }
         self.advance();
         true
     }
 
-    /// The word of `key`'s block if the next step is that block (the step an UPDATE that
-    /// follows the pattern takes).
+    /// The words of `key`'s block (a row of `width` `T`s) if the next step is that block
+    /// (the step an UPDATE that follows the pattern takes), with the touched bits.
     #[inline(always)]
-    fn next_block(&self, key: RowKey) -> Option<usize> {
+    fn next_block<T: Element>(
+        &mut self,
+        key: RowKey,
+        width: usize,
+    ) -> Option<(&mut [u64], &mut [u64])> {
         let step = *self.steps.get(self.cursor)?;
-        if step & (SLOT_STEP | RUN_STEP) != 0 {
+        if step >= RUN_STEP {
             return None;
         }
         let b = step as usize;
-        let h = self.words.get(b..b + HEADER_WORDS)?;
-        (h[0] == key.row && h[1] as u32 == key.table).then_some(b)
+        let row_words = padded_words(width * size_of::<T>());
+        let view_words = if self.views { row_words } else { 0 };
+        let block = self
+            .words
+            .get_mut(b..b + HEADER_WORDS + view_words + row_words)?;
+        (block[0] == key.row && block[1] as u32 == key.table).then_some((block, &mut self.touched))
     }
 
     /// Moves to the next step and prefetches what a step [`AHEAD`] will touch: a block's
-    /// first three lines (the header, and a narrow row's view and delta).
+    /// first three lines (the header, and a narrow row's view and delta), or a run's
+    /// first two.
     #[inline(always)]
     pub(super) fn advance(&mut self) {
-        self.advance_over(PREFETCH_WORDS);
+        self.prefetch_ahead(PREFETCH_WORDS);
+        self.step_cursor();
     }
 
-    /// [`advance`](Self::advance) after a read of a row of `row_words` words: the block
-    /// ahead is prefetched through its view (a wide row's view is read whole; at most
-    /// [`MAX_PREFETCH_WORDS`]), as the next reads are likely of rows as wide.
+    /// The prefetch of a read of a row of `row_words` words: the block ahead is prefetched
+    /// through its view (a wide row's view is read whole; at most [`MAX_PREFETCH_WORDS`]),
+    /// as the next reads are likely of rows as wide.
     #[inline(always)]
-    fn advance_read(&mut self, row_words: usize) {
-        self.advance_over((HEADER_WORDS + row_words).clamp(PREFETCH_WORDS, MAX_PREFETCH_WORDS));
+    fn prefetch_for_read(&self, row_words: usize) {
+        self.prefetch_ahead((HEADER_WORDS + row_words).clamp(PREFETCH_WORDS, MAX_PREFETCH_WORDS));
     }
 
-    /// [`advance`](Self::advance), prefetching `words` words from the header of a block
-    /// ahead.
+    /// Moves the cursor to the next step (the next iteration's first at the end).
     #[inline(always)]
-    fn advance_over(&mut self, words: usize) {
+    fn step_cursor(&mut self) {
         self.cursor += 1;
         if self.cursor == self.steps.len() {
             self.move_cursor(0); // the next iteration starts over
         }
-        if let Some(&ahead) = self.steps.get(self.cursor + AHEAD) {
-            // A run's row ahead is prefetched by `advance_run` (the next access is
-            // likely of the same kind as this one).
-            if ahead & (SLOT_STEP | RUN_STEP) == 0 {
+    }
+
+    /// Prefetches `words` words from the header of the block [`AHEAD`] steps after the
+    /// next one (a plan slot's arena row when that step is a slot's).
+    #[inline(always)]
+    fn prefetch_ahead(&self, words: usize) {
+        if let Some(&ahead) = self.steps.get(self.cursor + 1 + AHEAD) {
+            if ahead < RUN_STEP {
                 // The first three lines unrolled (all a narrow row's block needs), then
                 // the rest of a wide row's view.
                 let b = ahead as usize;
@@ -296,6 +309,11 @@ impl Special {
             } else if ahead & SLOT_STEP != 0 {
                 if let Some(planned) = self.arena.plan.slots.get((ahead & !SLOT_STEP) as usize) {
                     self.arena.prefetch(planned.word());
+                }
+            } else if let Some(&b) = self.runs.get(run_step(ahead).0) {
+                // A run's row: its run's first lines (its header and views).
+                for line in [0, 8] {
+                    prefetch_at(&self.words, b as usize + line);
                 }
             }
         }
@@ -317,7 +335,7 @@ impl Special {
             Some(delta) => T::sum_into(dst, view, delta),
             None => dst.copy_from_slice(view),
         }
-        self.advance_run();
+        self.advance();
         true
     }
 
@@ -336,7 +354,7 @@ impl Special {
         n: usize,
     ) -> Option<(&[T], Option<&[T]>)> {
         let exact = T::TYPE.exact();
-        if !self.views || (!exact && !self.recent.is_empty()) {
+        if !self.serves_reads::<T>() {
             return None;
         }
         let at = self.run_row(step, key)?;
@@ -371,7 +389,7 @@ impl Special {
                 f(row)
             }
         };
-        self.advance_run();
+        self.advance();
         Ok(r)
     }
 
@@ -389,7 +407,7 @@ impl Special {
             return false;
         };
         self.add_to_run(at, width, column, delta);
-        self.advance_run();
+        self.advance();
         true
     }
 
@@ -403,7 +421,7 @@ impl Special {
         if !cols.is_empty() {
             self.add_cols_to_run(at, cols);
         }
-        self.advance_run();
+        self.advance();
         true
     }
 
@@ -462,21 +480,5 @@ impl Special {
     #[inline(always)]
     fn run_row_touched(&self, at: RowAt) -> bool {
         bit(&self.touched, at.index)
-    }
-
-    /// [`advance`](Self::advance) from a run's row: a run's row ahead is prefetched
-    /// through its run's first lines (its header and views).
-    #[inline(always)]
-    fn advance_run(&mut self) {
-        self.advance();
-        if let Some(&ahead) = self.steps.get(self.cursor + AHEAD) {
-            if ahead & (SLOT_STEP | RUN_STEP) == RUN_STEP {
-                if let Some(&b) = self.runs.get(run_step(ahead).0) {
-                    for line in [0, 8] {
-                        prefetch_at(&self.words, b as usize + line);
-                    }
-                }
-            }
-        }
     }
 }

@@ -139,6 +139,9 @@ pub(crate) struct Special {
     runs: Vec<u32>,
     /// Whether blocks hold a view (thread caches on) before the delta.
     views: bool,
+    /// `views`, and no sent updates are kept in `recent`: a float row's view then serves
+    /// a read alone ([`Special::serves_reads`]). Kept by [`Special::recent_changed`].
+    float_views: bool,
     /// Per shard: its blocks (a range of `blocks`).
     shard_blocks: Vec<Range<usize>>,
     /// Per shard: the size of its slab (its blocks' padded rows).
@@ -352,6 +355,7 @@ impl Special {
             blocks,
             runs,
             views,
+            float_views: views,
             shard_bytes,
             shard_min_row,
             shard_blocks,
@@ -396,6 +400,22 @@ impl Special {
             };
         }
         (self.arena, tape)
+    }
+
+    /// Whether a view serves a read of a row of `T`s alone: views are on and, for floats,
+    /// no sent updates of recent clocks wait to be added (SSP).
+    #[inline(always)]
+    pub(super) fn serves_reads<T: Element>(&self) -> bool {
+        if T::TYPE.exact() {
+            self.views
+        } else {
+            self.float_views
+        }
+    }
+
+    /// Brings `float_views` up to date after `recent` changed.
+    fn recent_changed(&mut self) {
+        self.float_views = self.views && self.recent.is_empty();
     }
 
     /// Moves the cursor to `to`, banking the hits it had counted.
@@ -818,34 +838,8 @@ impl Special {
     /// does) and, for integers, into a filled view.
     #[inline(always)]
     fn add_to_block<T: Element>(&mut self, b: usize, width: usize, column: usize, delta: &[T]) {
-        let cols = column..column + delta.len();
-        let (header, view, row) = block_mut::<T>(&mut self.words, self.views, b, width);
-        if T::TYPE.exact() && self.views && header[2] != Clock::MAX {
-            let view = bytemuck::cast_slice_mut::<u64, T>(view);
-            T::add_slice(&mut view[cols.clone()], delta);
-        }
-        if touch(header, &mut self.touched, row, delta) {
-            return;
-        }
-        T::add_slice(&mut row[cols], delta);
-    }
-
-    /// [`add_to_block`](Self::add_to_block) of each `(column, delta)` of `cols` (columns
-    /// below `width`), with the block's parts found once: a sparse UPDATE of a few columns
-    /// (LDA's two per token) costs little more than one.
-    #[inline(always)]
-    fn add_cols_to_block<T: Element>(&mut self, b: usize, width: usize, cols: &[(usize, T)]) {
-        let (header, view, row) = block_mut::<T>(&mut self.words, self.views, b, width);
-        if T::TYPE.exact() && self.views && header[2] != Clock::MAX {
-            let view = bytemuck::cast_slice_mut::<u64, T>(view);
-            for &(column, delta) in cols {
-                view[column] = view[column].add(delta);
-            }
-        }
-        touch(header, &mut self.touched, row, &[]);
-        for &(column, delta) in cols {
-            row[column] = row[column].add(delta);
-        }
+        let block = block_words::<T>(&mut self.words, self.views, b, width);
+        add_to_block_in(block, &mut self.touched, self.views, width, column, delta);
     }
 
     /// [`add_to_block`](Self::add_to_block) of a run's row at `at` (one word), touched by
@@ -870,7 +864,7 @@ impl Special {
         T::add_slice(&mut bytemuck::cast_slice_mut::<u64, T>(row)[cols], delta);
     }
 
-    /// [`add_cols_to_block`](Self::add_cols_to_block) of a run's row at `at` (one word).
+    /// [`add_cols_to_block_in`] of a run's row at `at` (one word).
     #[inline(always)]
     fn add_cols_to_run<T: Element>(&mut self, at: RowAt, cols: &[(usize, T)]) {
         if T::TYPE.exact() && self.views && self.words[at.block + 2] != Clock::MAX {
@@ -912,6 +906,7 @@ impl Special {
     pub(crate) fn start_run(&mut self) {
         self.move_cursor(0);
         self.recent.clear();
+        self.recent_changed();
         self.phase = 0;
     }
 
@@ -930,6 +925,7 @@ impl Special {
             sent.extend_from_slice(&self.words);
             sent.extend_from_slice(&self.touched);
             self.recent.push(clock, sent);
+            self.recent_changed();
         }
         // Per shard, only the touched rows are visited (their bits), unless the slab is
         // sent whole: then every row of the shard takes its place in it.
@@ -1031,6 +1027,7 @@ impl Special {
     /// Forgets sent updates every readable snapshot already includes.
     pub(crate) fn prune(&mut self, floor: Clock) {
         self.recent.prune(floor);
+        self.recent_changed();
     }
 }
 
@@ -1089,18 +1086,25 @@ pub(crate) struct Slab {
     pub(crate) rows: Option<Vec<u32>>,
 }
 
-/// The header, the view's words (none without views) and the delta of the block at word
-/// `b` of `words`, a row of `width` elements.
+/// The words of the block at word `b` of `words` (a row of `width` `T`s, its header, its
+/// view if `views`, its delta).
 #[inline(always)]
-fn block_mut<T: Element>(
-    words: &mut [u64],
+fn block_words<T: Element>(words: &mut [u64], views: bool, b: usize, width: usize) -> &mut [u64] {
+    let row_words = padded_words(width * size_of::<T>());
+    let view_words = if views { row_words } else { 0 };
+    &mut words[b..b + HEADER_WORDS + view_words + row_words]
+}
+
+/// A block's words ([`block_words`]) as its header, its view (empty without views) and
+/// its delta row of `width` `T`s.
+#[inline(always)]
+fn split_block<T: Element>(
+    block: &mut [u64],
     views: bool,
-    b: usize,
     width: usize,
 ) -> (&mut [u64], &mut [u64], &mut [T]) {
     let row_words = padded_words(width * size_of::<T>());
     let view_words = if views { row_words } else { 0 };
-    let block = &mut words[b..b + HEADER_WORDS + view_words + row_words];
     let (header, rows) = block.split_at_mut(HEADER_WORDS);
     let (view, row) = rows.split_at_mut(view_words);
     (
@@ -1108,6 +1112,52 @@ fn block_mut<T: Element>(
         view,
         &mut bytemuck::cast_slice_mut::<u64, T>(row)[..width],
     )
+}
+
+/// Adds `delta` at element `column` of the row of `width` `T`s whose block is `block`
+/// ([`block_words`]): into its delta (copied on the clock's first touch, as the generic
+/// log does; `touched` gets its bit) and, for integers, into a filled view.
+#[inline(always)]
+fn add_to_block_in<T: Element>(
+    block: &mut [u64],
+    touched: &mut [u64],
+    views: bool,
+    width: usize,
+    column: usize,
+    delta: &[T],
+) {
+    let cols = column..column + delta.len();
+    let (header, view, row) = split_block::<T>(block, views, width);
+    if T::TYPE.exact() && views && header[2] != Clock::MAX {
+        let view = bytemuck::cast_slice_mut::<u64, T>(view);
+        T::add_slice(&mut view[cols.clone()], delta);
+    }
+    if touch(header, touched, row, delta) {
+        return;
+    }
+    T::add_slice(&mut row[cols], delta);
+}
+
+/// [`add_to_block_in`] of each `(column, delta)` of `cols` (columns below `width`).
+#[inline(always)]
+fn add_cols_to_block_in<T: Element>(
+    block: &mut [u64],
+    touched: &mut [u64],
+    views: bool,
+    width: usize,
+    cols: &[(usize, T)],
+) {
+    let (header, view, row) = split_block::<T>(block, views, width);
+    if T::TYPE.exact() && views && header[2] != Clock::MAX {
+        let view = bytemuck::cast_slice_mut::<u64, T>(view);
+        for &(column, delta) in cols {
+            view[column] = view[column].add(delta);
+        }
+    }
+    touch(header, touched, row, &[]);
+    for &(column, delta) in cols {
+        row[column] = row[column].add(delta);
+    }
 }
 
 /// An update of the block with `header` and delta `row`: on its first in the clock, marks
