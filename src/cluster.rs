@@ -62,6 +62,11 @@ pub struct Stats {
     pub whole_slabs: u64,
     /// Update slabs sent as only the rows the worker touched (smaller than whole).
     pub partial_slabs: u64,
+    /// Times a worker waiting for an answer took, on its own thread, the messages queued
+    /// for one of this process's shards: with several shards, the work a CLOCK releases
+    /// (applying the clock's updates and the refreshes they answer) is shared this way
+    /// by the waiting workers instead of done by the CLOCK's worker alone.
+    pub helped_drains: u64,
     /// Rows in the current plan's static arena.
     pub planned_rows: usize,
     /// Per-thread row copies in the current plan, summed over workers.
@@ -1215,6 +1220,7 @@ impl Cluster {
             unplanned_accesses: self.counters.unplanned,
             whole_slabs: self.counters.whole_slabs,
             partial_slabs: self.counters.partial_slabs,
+            helped_drains: self.shared.helped.load(Ordering::Relaxed),
             tape_truncated: self.tape_truncated,
             memory,
             row_fetches: self.shared.fetcher.rows_requested.load(Ordering::Relaxed),

@@ -71,6 +71,8 @@ pub(crate) struct ClientShared {
     restored: Mutex<Vec<ShardId>>,
     /// The local workers' mailboxes (`Worker::send`, `Worker::recv`).
     pub(crate) mailboxes: Mailboxes,
+    /// Times a waiting worker took a shard's queued messages ([`ClientShared::help`]).
+    pub(crate) helped: AtomicU64,
 }
 
 impl ClientShared {
@@ -103,6 +105,7 @@ impl ClientShared {
             checkpointed: Mutex::new(Vec::new()),
             restored: Mutex::new(Vec::new()),
             mailboxes: Mailboxes::new(world.workers),
+            helped: AtomicU64::new(0),
         }
     }
 
@@ -165,7 +168,36 @@ impl ClientShared {
     /// Sends `msg` to `to`. A failed send fails the cluster (the message is lost, and
     /// whoever waits for its answer would wait forever) and is returned, naming `to`.
     pub(crate) fn send(&self, to: Endpoint, msg: Msg) -> Result<()> {
-        self.transport.send(to, msg).map_err(|e| {
+        let sent = self.transport.send(to, msg);
+        self.sent(to, sent)
+    }
+
+    /// [`send`](Self::send), leaving a shard of this process for another thread to drive
+    /// ([`Transport::enqueue`]); [`drive`](Self::drive) it afterwards.
+    pub(crate) fn enqueue(&self, to: Endpoint, msg: Msg) -> Result<()> {
+        let sent = self.transport.enqueue(to, msg);
+        self.sent(to, sent)
+    }
+
+    /// Drives shard `to` after [`enqueue`](Self::enqueue)s ([`Transport::drive`]).
+    pub(crate) fn drive(&self, to: Endpoint) {
+        self.transport.drive(to);
+    }
+
+    /// Takes, on this thread, the messages waiting for a shard of this process that no
+    /// other thread is driving ([`Transport::help`]): a worker waiting for an answer does
+    /// this before it sleeps. `true` if it handled any.
+    pub(crate) fn help(&self) -> bool {
+        let helped = self.transport.help();
+        if helped {
+            self.helped.fetch_add(1, Ordering::Relaxed);
+        }
+        helped
+    }
+
+    /// The result of sending to `to`: a failure fails the client, naming what was lost.
+    fn sent(&self, to: Endpoint, sent: std::result::Result<(), TransportError>) -> Result<()> {
+        sent.map_err(|e| {
             let what = match (&e, to) {
                 // A lost process: the same error whichever noticed first, the network
                 // layer or this send.

@@ -129,6 +129,22 @@ impl ShardCell {
 }
 
 impl DirectShard for ShardCell {
+    fn help(&self) -> bool {
+        if self.inbox.is_empty() {
+            return false;
+        }
+        let mut d = match self.driver.try_lock() {
+            Ok(d) => d,
+            Err(TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(TryLockError::WouldBlock) => return false,
+        };
+        if self.drain(&mut d) {
+            drop(d);
+            self.kick.notify(); // so that its thread ends
+        }
+        true
+    }
+
     fn poke(&self) {
         let mut d = match self.driver.try_lock() {
             Ok(d) => d,
@@ -250,5 +266,26 @@ mod tests {
         assert_ne!(cell.kick.generation(), seen, "the thread was kicked to end");
         t.send(Endpoint::Shard(0), gather(3)).unwrap();
         assert_eq!(gathered(&clients[0]), None);
+    }
+
+    /// A queued message waits for a helper; a helper takes it unless another thread
+    /// holds the shard, and never waits for that thread.
+    #[test]
+    fn a_helper_takes_what_waits_unless_the_shard_is_held() {
+        let (t, mut shards, clients) = InProcTransport::new(1, 1);
+        let t: Arc<dyn Transport> = Arc::new(t);
+        let shard = Shard::new(0, World::single(1, 1));
+        let (cell, _) = attached_cell(shard, shards.remove(0), t.clone());
+        assert!(!t.help(), "nothing waits");
+        t.enqueue(Endpoint::Shard(0), gather(1)).unwrap();
+        assert_eq!(gathered(&clients[0]), None, "only queued");
+        let held = cell.lock();
+        assert!(!t.help(), "held elsewhere: not waited for");
+        drop(held);
+        assert!(t.help());
+        assert_eq!(gathered(&clients[0]), Some(1));
+        t.enqueue(Endpoint::Shard(0), gather(2)).unwrap();
+        t.drive(Endpoint::Shard(0));
+        assert_eq!(gathered(&clients[0]), Some(2), "driven by its sender");
     }
 }

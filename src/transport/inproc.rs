@@ -44,18 +44,19 @@ impl InProcTransport {
     }
 
     fn deliver(&self, to: Endpoint, what: Inbound) -> Result<(), TransportError> {
+        self.queue(to, what)?;
+        self.drive(to);
+        Ok(())
+    }
+
+    /// Puts `what` in `to`'s channel.
+    fn queue(&self, to: Endpoint, what: Inbound) -> Result<(), TransportError> {
         let tx = match to {
             Endpoint::Shard(s) => self.shards.get(s as usize),
             Endpoint::Client(c) => self.clients.get(c as usize),
         }
         .ok_or(TransportError::UnknownEndpoint(to))?;
-        tx.send(what).map_err(|_| TransportError::Closed(to))?;
-        if let Endpoint::Shard(s) = to {
-            if let Some(shard) = upgraded(&self.driven[s as usize]) {
-                shard.poke();
-            }
-        }
-        Ok(())
+        tx.send(what).map_err(|_| TransportError::Closed(to))
     }
 }
 
@@ -68,6 +69,31 @@ impl Transport for InProcTransport {
             }
         }
         self.deliver(to, Inbound::Msg(msg))
+    }
+
+    fn enqueue(&self, to: Endpoint, msg: Msg) -> Result<(), TransportError> {
+        if let Endpoint::Client(_) = to {
+            return self.send(to, msg);
+        }
+        self.queue(to, Inbound::Msg(msg))
+    }
+
+    fn drive(&self, to: Endpoint) {
+        if let Endpoint::Shard(s) = to {
+            if let Some(shard) = self.driven.get(s as usize).and_then(upgraded) {
+                shard.poke();
+            }
+        }
+    }
+
+    fn help(&self) -> bool {
+        let mut any = false;
+        for driven in &self.driven {
+            if let Some(shard) = upgraded(driven) {
+                any |= shard.help();
+            }
+        }
+        any
     }
 
     fn attach_client(&self, rank: ProcessId, client: Weak<dyn DirectClient>) {
@@ -188,6 +214,63 @@ mod tests {
         assert!(matches!(
             clients[0].try_recv(),
             Ok(Inbound::Msg(Msg::Finish { worker: 5 }))
+        ));
+    }
+
+    /// Counts how it is driven; `help` handles what its inbox holds.
+    struct Driven {
+        inbox: Inbox,
+        pokes: std::sync::atomic::AtomicUsize,
+        taken: std::sync::atomic::AtomicUsize,
+    }
+
+    impl DirectShard for Driven {
+        fn poke(&self) {
+            self.pokes
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+
+        fn help(&self) -> bool {
+            let n = self.inbox.try_iter().count();
+            self.taken
+                .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+            n > 0
+        }
+    }
+
+    /// A message sent to an attached shard pokes it; one only queued does not, until the
+    /// sender drives the shard or another thread helps take what waits.
+    #[test]
+    fn an_enqueued_message_waits_for_a_drive_or_a_helper() {
+        use std::sync::atomic::Ordering::Relaxed;
+        let (t, mut shards, _clients) = InProcTransport::new(1, 2);
+        let shard = std::sync::Arc::new(Driven {
+            inbox: shards.remove(1),
+            pokes: 0.into(),
+            taken: 0.into(),
+        });
+        let weak: Weak<dyn DirectShard> = std::sync::Arc::downgrade(&shard) as _;
+        assert!(t.attach_shard(1, weak));
+        t.send(Endpoint::Shard(1), Msg::Finish { worker: 1 })
+            .unwrap();
+        assert_eq!(shard.pokes.load(Relaxed), 1);
+        t.enqueue(Endpoint::Shard(1), Msg::Finish { worker: 2 })
+            .unwrap();
+        assert_eq!(shard.pokes.load(Relaxed), 1, "only queued");
+        assert!(t.help(), "two messages wait");
+        assert_eq!(shard.taken.load(Relaxed), 2);
+        assert!(!t.help(), "nothing waits");
+        t.enqueue(Endpoint::Shard(1), Msg::Finish { worker: 3 })
+            .unwrap();
+        t.drive(Endpoint::Shard(1));
+        assert_eq!(shard.pokes.load(Relaxed), 2);
+        // Shard 0 is not attached: queued either way, and never driven here.
+        t.enqueue(Endpoint::Shard(0), Msg::Finish { worker: 4 })
+            .unwrap();
+        t.drive(Endpoint::Shard(0));
+        assert!(matches!(
+            shards[0].try_recv(),
+            Ok(Inbound::Msg(Msg::Finish { worker: 4 }))
         ));
     }
 }

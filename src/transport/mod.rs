@@ -41,6 +41,10 @@ pub(crate) trait DirectShard: Send + Sync {
     /// on this thread if no other thread is driving the shard, else leaves it to the
     /// shard's own thread.
     fn poke(&self);
+
+    /// Handles what is waiting on this thread if messages wait and no other thread is
+    /// driving the shard (never waits for the thread that is); `true` if it handled any.
+    fn help(&self) -> bool;
 }
 
 /// A client process that handles its messages on the sender's thread: what the in-process
@@ -95,6 +99,27 @@ pub(crate) trait Transport: Send + Sync + 'static {
         _id: crate::msg::ShardId,
         _shard: std::sync::Weak<dyn DirectShard>,
     ) -> bool {
+        false
+    }
+
+    /// Queues `msg` for `to` like [`send`](Self::send), but does not drive a shard of
+    /// this process on this thread: a worker waiting for an answer takes it
+    /// ([`help`](Self::help)), or the sender's later [`drive`](Self::drive). A transport
+    /// that does not drive shards on senders' threads just sends.
+    fn enqueue(&self, to: Endpoint, msg: Msg) -> Result<(), TransportError> {
+        self.send(to, msg)
+    }
+
+    /// After [`enqueue`](Self::enqueue)s to shard `to`: drives it on this thread if no
+    /// other thread does and messages wait, else leaves them to the thread that does
+    /// ([`DirectShard::poke`]).
+    fn drive(&self, _to: Endpoint) {}
+
+    /// Drives, on this thread, each shard of this process that has messages waiting and
+    /// no other thread driving it: what a worker does while it waits for an answer, so
+    /// that the work a CLOCK released is shared ([`DirectShard::help`]). `true` if it
+    /// handled any.
+    fn help(&self) -> bool {
         false
     }
 

@@ -45,6 +45,14 @@ impl Worker<'_> {
             .config
             .staleness
             .required_in_run(self.clock, self.run_start);
+        // The CLOCKs to this process's other shards are only queued, the one to this
+        // worker's own shard is sent (and driven here), then the others are driven. So
+        // when this CLOCK completes a clock, the work it releases on each shard
+        // (applying the clock's updates, the refreshes they answer) is taken by the
+        // workers waiting for it ([`ClientShared::help`]) while this one does its own
+        // shard's, instead of all of it here one shard after another.
+        let own = self.own_shard();
+        let mut own_msg = None;
         for (shard, (rows, slab)) in per_shard.into_iter().zip(slabs).enumerate() {
             let msg = Msg::Clock {
                 worker: self.global,
@@ -54,7 +62,20 @@ impl Worker<'_> {
                 slab: slab.bytes,
                 slab_rows: slab.rows,
             };
-            self.send_to_shard(shard, msg)?;
+            match own {
+                Some(o) if o == shard => own_msg = Some(msg),
+                Some(_) => self.shared.enqueue(Endpoint::Shard(shard as u32), msg)?,
+                None => self.send_to_shard(shard, msg)?,
+            }
+        }
+        if let (Some(o), Some(msg)) = (own, own_msg) {
+            self.shared.signal.notify(); // waiting workers: shards have work queued
+            self.send_to_shard(o, msg)?;
+            for shard in self.shared.world.shards_of(self.shared.process) {
+                if shard as usize != o {
+                    self.shared.drive(Endpoint::Shard(shard));
+                }
+            }
         }
         let floor = self.required();
         self.recent.prune(floor);
@@ -83,6 +104,15 @@ impl Worker<'_> {
             self.send_to_shard(shard, Msg::Finish { worker })?;
         }
         Ok(self.clock)
+    }
+
+    /// The shard of this process whose CLOCK this worker drives itself when the process
+    /// has several (its local index modulo their number); `None` with one shard or none.
+    fn own_shard(&self) -> Option<usize> {
+        let (world, process) = (&self.shared.world, self.shared.process);
+        let local = world.shards_of(process);
+        let index = world.local_worker(process, self.global).unwrap_or(0);
+        (local.len() > 1).then(|| local.start as usize + index % local.len())
     }
 
     pub(super) fn send_to_shard(&self, shard: usize, msg: Msg) -> Result<()> {

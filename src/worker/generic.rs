@@ -84,7 +84,9 @@ impl<'a> Worker<'a> {
         self.shared.check()?;
         let shared = self.shared;
         shared.fetcher.request(shared, key, required)?;
-        shared.signal.wait(generation, WAIT_SLICE);
+        if !shared.help() {
+            shared.signal.wait(generation, WAIT_SLICE);
+        }
         Ok(())
     }
 

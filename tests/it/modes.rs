@@ -923,3 +923,52 @@ fn clocks_ship_only_the_touched_rows_and_give_the_same_answers() {
     let s = run(variants()[2], Staleness::Bounded(2), &program, &program);
     assert!(s.1 == g.1, "SSP tables differ");
 }
+
+/// With several shards in a process, a worker waiting for the refresh another worker's
+/// CLOCK released takes a shard's share of that work on its own thread
+/// (`Stats::helped_drains`), and the values come out the same bits as with one shard.
+#[test]
+fn waiting_workers_take_the_work_a_clock_releases_on_other_shards() {
+    let run = |shards: usize| {
+        within(60, move || {
+            let config = Config::new(2).with_shards(shards).with_mode(Mode::Virtual);
+            let mut cluster = Cluster::start(config).unwrap();
+            let t = cluster.create_table::<f32>("t", 16).unwrap();
+            let body = |w: &mut Worker<'_>, slow: bool| -> iterstore::Result<()> {
+                for _ in 0..4 {
+                    for r in 0..2048u64 {
+                        let mut row = [0.0f32; 16];
+                        w.read(&t, r, &mut row)?;
+                        let delta: [f32; 16] =
+                            std::array::from_fn(|j| row[j] * 0.5 + (r + j as u64) as f32 / 3.0);
+                        w.update(&t, r, &delta)?;
+                    }
+                    // Worker 1 clocks last, so worker 0 waits for the refresh it releases.
+                    if slow && w.id() == 1 {
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                    w.clock()?;
+                }
+                Ok(())
+            };
+            cluster.virtual_iteration(|w| body(w, false)).unwrap();
+            for _ in 0..3 {
+                cluster.run(|w| body(w, true)).unwrap();
+            }
+            let helped = cluster.stats().helped_drains;
+            let rows = cluster.snapshot(&t).unwrap();
+            cluster.shutdown().unwrap();
+            (rows, helped)
+        })
+    };
+    let (one, helped_one) = run(1);
+    let (two, helped_two) = run(2);
+    assert_eq!(helped_one, 0, "one shard: the CLOCK's worker drives it");
+    assert!(helped_two > 0, "no waiting worker took a shard's work");
+    assert_eq!(one.len(), two.len());
+    for ((k1, a), (k2, b)) in one.iter().zip(&two) {
+        assert_eq!(k1, k2);
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(a), bits(b), "row {k1}");
+    }
+}

@@ -286,9 +286,11 @@ pub struct BenchArgs {
     /// Worker threads.
     #[arg(long, default_value_t = 2, value_name = "N", value_parser = at_least_one)]
     pub workers: usize,
-    /// Server shards.
-    #[arg(long, default_value_t = 1, value_name = "N", value_parser = at_least_one)]
-    pub shards: usize,
+    /// Server shards in each process [default: one per worker, at most 256]. With
+    /// several, the work a CLOCK releases (applying a clock's updates, the refreshes they
+    /// answer) is shared by the workers waiting for it.
+    #[arg(long, value_name = "N", value_parser = at_least_one)]
+    pub shards: Option<usize>,
     /// Iterations per run (at least 2).
     #[arg(long, default_value_t = 10, value_name = "N")]
     pub iters: usize,
@@ -382,9 +384,11 @@ pub struct RunArgs {
     /// Worker threads.
     #[arg(long, default_value_t = 2, value_name = "N", value_parser = at_least_one)]
     pub workers: usize,
-    /// Server shards.
-    #[arg(long, default_value_t = 1, value_name = "N", value_parser = at_least_one)]
-    pub shards: usize,
+    /// Server shards in each process [default: one per worker, at most 256]. With
+    /// several, the work a CLOCK releases (applying a clock's updates, the refreshes they
+    /// answer) is shared by the workers waiting for it.
+    #[arg(long, value_name = "N", value_parser = at_least_one)]
+    pub shards: Option<usize>,
     /// Iterations after initialisation.
     #[arg(long, default_value_t = 10, value_name = "N", value_parser = at_least_one)]
     pub iters: usize,
@@ -796,6 +800,12 @@ fn parse_size(s: &str) -> Result<String, String> {
     } else {
         Err(format!("'{s}' is not one of {}", SIZES.join(", ")))
     }
+}
+
+/// The shards per process `--shards` asks for, or one per worker (at most
+/// [`iterstore::MAX_SHARDS`]).
+pub(crate) fn shards_or_default(shards: Option<usize>, workers: usize) -> usize {
+    shards.unwrap_or(workers.min(iterstore::MAX_SHARDS))
 }
 
 #[cfg(test)]

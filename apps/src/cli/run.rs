@@ -154,7 +154,7 @@ pub(crate) fn app_config(args: &RunArgs) -> Result<AppConfig> {
     };
     Ok(AppConfig {
         workers: args.workers,
-        shards: args.shards,
+        shards: super::shards_or_default(args.shards, args.workers),
         staleness: args.staleness,
         mode: args.mode,
         iterations: args.iters,

@@ -1387,6 +1387,9 @@ fn wait_fresh(
         }
         shared.check()?;
         arena.request(shared, required, phase, Some(slot))?;
+        if shared.help() {
+            continue; // a shard's queued work done here: look again before sleeping
+        }
         shared.signal.wait(generation, WAIT_SLICE);
     }
 }
