@@ -100,8 +100,13 @@ struct ViewRow {
     block: u32,
     /// Arena word where its row starts (a run's first row; the others' are the plan's).
     word: u32,
+    /// Words of the view of a block's one row; [`RUN_VIEWS`] for a run's.
+    words: u32,
     elem: ElemType,
 }
+
+/// [`ViewRow::words`] of a run: its rows' views are found through its header.
+const RUN_VIEWS: u32 = u32::MAX;
 
 /// Where one row of a block is: the block, the row's index in arena order and the first
 /// words of its view and of its delta.
@@ -293,6 +298,10 @@ impl Special {
                     views.push(ViewRow {
                         block: b as u32,
                         word: slot.word(),
+                        words: match run {
+                            Some(_) => RUN_VIEWS,
+                            None => padded_words(slot.len) as u32,
+                        },
                         elem: tables
                             .get(slot.key.table as usize)
                             .map_or(ElemType::F64, |t| t.elem),
@@ -709,12 +718,13 @@ impl Special {
         let copy = |arena: &crate::client::ArenaWords<'_>| {
             for row in rows {
                 let b = row.block as usize;
-                let (view, _) = block_parts(words, views, b);
-                if words[b + 1] & RUN == 0 {
-                    arena.copy_row(row.word, &mut words[view]);
+                if row.words != RUN_VIEWS {
+                    let view = b + HEADER_WORDS;
+                    arena.copy_row(row.word, &mut words[view..view + row.words as usize]);
                     continue;
                 }
                 // A run's rows (one word each) from their own arena words.
+                let (view, _) = block_parts(words, views, b);
                 let first = (words[b + 1] >> INDEX_SHIFT) as usize;
                 for (v, &slot) in view.zip(&updates[first..]) {
                     arena.copy_row(plan.slots[slot as usize].word(), &mut words[v..v + 1]);
@@ -729,12 +739,19 @@ impl Special {
             required,
             copy,
         )?;
-        for i in 0..self.chunk_views[info.chunk as usize].len() {
-            let row = self.chunk_views[info.chunk as usize][i];
-            let b = row.block as usize;
-            self.words[b + 2] = clock;
-            if row.elem.exact() {
-                self.add_own_to_view(b, clock, row.elem);
+        let (rows, words) = (&self.chunk_views[info.chunk as usize], &mut self.words);
+        let mut exact = false;
+        for row in rows {
+            words[row.block as usize + 2] = clock;
+            exact |= row.elem.exact();
+        }
+        if exact {
+            // Integer views hold this worker's own updates too.
+            for i in 0..self.chunk_views[info.chunk as usize].len() {
+                let row = self.chunk_views[info.chunk as usize][i];
+                if row.elem.exact() {
+                    self.add_own_to_view(row.block as usize, clock, row.elem);
+                }
             }
         }
         Ok(clock)
