@@ -128,11 +128,10 @@ impl ShardCell {
     }
 }
 
-impl DirectShard for ShardCell {
-    fn help(&self) -> bool {
-        if self.inbox.is_empty() {
-            return false;
-        }
+impl ShardCell {
+    /// Drains what waits on this thread unless another thread holds the shard (never
+    /// waiting for it); `false` if one does.
+    fn drive_here(&self) -> bool {
         let mut d = match self.driver.try_lock() {
             Ok(d) => d,
             Err(TryLockError::Poisoned(e)) => e.into_inner(),
@@ -144,17 +143,17 @@ impl DirectShard for ShardCell {
         }
         true
     }
+}
+
+impl DirectShard for ShardCell {
+    fn help(&self) -> bool {
+        !self.inbox.is_empty() && self.drive_here()
+    }
 
     fn poke(&self) {
-        let mut d = match self.driver.try_lock() {
-            Ok(d) => d,
-            Err(TryLockError::Poisoned(e)) => e.into_inner(),
+        if !self.drive_here() {
             // Another thread holds it: the thread takes what we left once it is free.
-            Err(TryLockError::WouldBlock) => return self.kick.notify(),
-        };
-        if self.drain(&mut d) {
-            drop(d);
-            self.kick.notify(); // so that its thread ends
+            self.kick.notify();
         }
     }
 }
