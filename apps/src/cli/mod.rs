@@ -384,7 +384,8 @@ pub struct RunArgs {
     /// Worker threads.
     #[arg(long, default_value_t = 2, value_name = "N", value_parser = at_least_one)]
     pub workers: usize,
-    /// Server shards in each process [default: one per worker, at most 256]. With
+    /// Server shards in each process [default: one per worker, at most 256; one with
+    /// dnn's --parameter-servers or --plan, whose servers are counted in shards]. With
     /// several, the work a CLOCK releases (applying a clock's updates, the refreshes they
     /// answer) is shared by the workers waiting for it.
     #[arg(long, value_name = "N", value_parser = at_least_one)]

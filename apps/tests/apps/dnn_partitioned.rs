@@ -276,8 +276,6 @@ fn a_dedicated_parameter_server_process_holds_the_weights_and_changes_no_bit() {
     let out = cli(&[
         "--workers",
         "2",
-        "--shards",
-        "1",
         "--replicas",
         "1",
         "--parameter-servers",
