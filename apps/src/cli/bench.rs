@@ -98,7 +98,7 @@ pub fn bench(args: &BenchArgs, command_line: String) -> Result<()> {
     let workdir = args.out.join("peers");
     let opts = BenchOptions {
         workers: args.workers,
-        shards: super::shards_or_default(args.shards, args.workers),
+        shards: super::shards_or_default(args.shards, args.workers, false),
         iterations: args.iters,
         variants,
         limit: !args.no_limit,

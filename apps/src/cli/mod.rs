@@ -803,10 +803,21 @@ fn parse_size(s: &str) -> Result<String, String> {
     }
 }
 
-/// The shards per process `--shards` asks for, or one per worker (at most
-/// [`iterstore::MAX_SHARDS`]).
-pub(crate) fn shards_or_default(shards: Option<usize>, workers: usize) -> usize {
-    shards.unwrap_or(workers.min(iterstore::MAX_SHARDS))
+/// The shards per process `--shards` asks for, or by default one per worker (at most
+/// [`iterstore::MAX_SHARDS`]): a CLOCK's work is then shared by the waiting workers. With
+/// `dedicated_servers` (dnn's `--parameter-servers` or `--plan`, whose servers are counted
+/// in shards) the default is one, so that N servers are N processes.
+pub(crate) fn shards_or_default(
+    shards: Option<usize>,
+    workers: usize,
+    dedicated_servers: bool,
+) -> usize {
+    let default = if dedicated_servers {
+        1
+    } else {
+        workers.min(iterstore::MAX_SHARDS)
+    };
+    shards.unwrap_or(default)
 }
 
 #[cfg(test)]

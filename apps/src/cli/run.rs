@@ -154,13 +154,11 @@ pub(crate) fn app_config(args: &RunArgs) -> Result<AppConfig> {
     };
     Ok(AppConfig {
         workers: args.workers,
-        // Dedicated parameter servers are counted in shards: with them (by hand or by a
-        // plan), the default stays one shard per process, so N servers are N processes.
-        shards: if args.parameter_servers.is_some() || args.plan.is_some() {
-            args.shards.unwrap_or(1)
-        } else {
-            super::shards_or_default(args.shards, args.workers)
-        },
+        shards: super::shards_or_default(
+            args.shards,
+            args.workers,
+            args.parameter_servers.is_some() || args.plan.is_some(),
+        ),
         staleness: args.staleness,
         mode: args.mode,
         iterations: args.iters,

@@ -9,8 +9,9 @@
 //! else.
 
 use super::{
-    add_cols_to_block_in, add_to_block_in, bit, row_at, rows_at, run_step, RowAt, Special, AHEAD,
-    COUNT_SHIFT, HEADER_WORDS, INDEX_SHIFT, NONE, RUN_ROW, RUN_STEP, SLOT_STEP, TOUCHED,
+    add_cols_to_block_in, add_to_block_in, bit, block_span, row_at, rows_at, run_step, RowAt,
+    Special, AHEAD, COUNT_SHIFT, HEADER_WORDS, INDEX_SHIFT, NONE, RUN_ROW, RUN_STEP, SLOT_STEP,
+    TOUCHED,
 };
 
 /// Words of a block [`Special::advance`] prefetches: three cache lines.
@@ -176,9 +177,9 @@ impl Special {
         if !self.serves_reads::<T>() {
             return None;
         }
-        let b = step as usize;
+        // Views are on (`serves_reads`): the block holds a view before the delta.
         let row_words = padded_words(n * size_of::<T>());
-        let block = self.words.get(b..b + HEADER_WORDS + 2 * row_words)?;
+        let block = self.words.get(block_span::<T>(step as usize, n, true))?;
         let (header, rows) = block.split_at(HEADER_WORDS);
         let clock = header[2];
         if header[0] != key.row
@@ -254,12 +255,9 @@ impl Special {
         if step >= RUN_STEP {
             return None;
         }
-        let b = step as usize;
-        let row_words = padded_words(width * size_of::<T>());
-        let view_words = if self.views { row_words } else { 0 };
         let block = self
             .words
-            .get_mut(b..b + HEADER_WORDS + view_words + row_words)?;
+            .get_mut(block_span::<T>(step as usize, width, self.views))?;
         (block[0] == key.row && block[1] as u32 == key.table).then_some((block, &mut self.touched))
     }
 

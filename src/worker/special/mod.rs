@@ -144,9 +144,6 @@ pub(crate) struct Special {
     runs: Vec<u32>,
     /// Whether blocks hold a view (thread caches on) before the delta.
     views: bool,
-    /// `views`, and no sent updates are kept in `recent`: a float row's view then serves
-    /// a read alone ([`Special::serves_reads`]). Kept by [`Special::recent_changed`].
-    float_views: bool,
     /// Per shard: its blocks (a range of `blocks`).
     shard_blocks: Vec<Range<usize>>,
     /// Per shard: the size of its slab (its blocks' padded rows).
@@ -364,7 +361,6 @@ impl Special {
             blocks,
             runs,
             views,
-            float_views: views,
             shard_bytes,
             shard_min_row,
             shard_blocks,
@@ -415,16 +411,7 @@ impl Special {
     /// no sent updates of recent clocks wait to be added (SSP).
     #[inline(always)]
     pub(super) fn serves_reads<T: Element>(&self) -> bool {
-        if T::TYPE.exact() {
-            self.views
-        } else {
-            self.float_views
-        }
-    }
-
-    /// Brings `float_views` up to date after `recent` changed.
-    fn recent_changed(&mut self) {
-        self.float_views = self.views && self.recent.is_empty();
+        self.views && (T::TYPE.exact() || self.recent.is_empty())
     }
 
     /// Moves the cursor to `to`, banking the hits it had counted.
@@ -923,7 +910,6 @@ impl Special {
     pub(crate) fn start_run(&mut self) {
         self.move_cursor(0);
         self.recent.clear();
-        self.recent_changed();
         self.phase = 0;
     }
 
@@ -942,7 +928,6 @@ impl Special {
             sent.extend_from_slice(&self.words);
             sent.extend_from_slice(&self.touched);
             self.recent.push(clock, sent);
-            self.recent_changed();
         }
         // Per shard, only the touched rows are visited (their bits), unless the slab is
         // sent whole: then every row of the shard takes its place in it.
@@ -1044,7 +1029,6 @@ impl Special {
     /// Forgets sent updates every readable snapshot already includes.
     pub(crate) fn prune(&mut self, floor: Clock) {
         self.recent.prune(floor);
-        self.recent_changed();
     }
 }
 
@@ -1103,13 +1087,19 @@ pub(crate) struct Slab {
     pub(crate) rows: Option<Vec<u32>>,
 }
 
-/// The words of the block at word `b` of `words` (a row of `width` `T`s, its header, its
-/// view if `views`, its delta).
+/// Where the block at word `b` of a worker's words lies: a row of `width` `T`s, its
+/// header, its view if `views`, its delta.
 #[inline(always)]
-fn block_words<T: Element>(words: &mut [u64], views: bool, b: usize, width: usize) -> &mut [u64] {
+fn block_span<T: Element>(b: usize, width: usize, views: bool) -> Range<usize> {
     let row_words = padded_words(width * size_of::<T>());
     let view_words = if views { row_words } else { 0 };
-    &mut words[b..b + HEADER_WORDS + view_words + row_words]
+    b..b + HEADER_WORDS + view_words + row_words
+}
+
+/// The words of the block at word `b` of `words` ([`block_span`]).
+#[inline(always)]
+fn block_words<T: Element>(words: &mut [u64], views: bool, b: usize, width: usize) -> &mut [u64] {
+    &mut words[block_span::<T>(b, width, views)]
 }
 
 /// A block's words ([`block_words`]) as its header, its view (empty without views) and
