@@ -366,7 +366,8 @@ impl ArenaShard {
     fn changed_rows(&self, sub: &Subscription, chunk: usize, last: Clock) -> Option<Refresh> {
         let rows = &sub.chunk_rows[chunk];
         let whole: usize = sub.chunks[chunk].iter().map(|r| r.len()).sum();
-        let (mut changed, mut bytes) = (Vec::new(), 0);
+        // Never grown: no more positions than the chunk has rows.
+        let (mut changed, mut bytes) = (Vec::with_capacity(rows.len()), 0);
         for (i, &r) in rows.iter().enumerate() {
             if self.changed[r as usize] > last {
                 changed.push(i as u32);

@@ -150,6 +150,8 @@ pub(crate) struct Special {
     shard_bytes: Vec<usize>,
     /// Per shard: the bytes of its narrowest padded row (a bound a CLOCK decides by).
     shard_min_row: Vec<usize>,
+    /// Per shard: the bytes of its widest padded row (a sparse slab's capacity).
+    shard_max_row: Vec<usize>,
     /// Per refresh chunk of the arena: the rows in it this worker keeps a view of.
     chunk_views: Vec<Vec<ViewRow>>,
     /// Sent updates kept for read-my-writes under SSP: the blocks as they were sent.
@@ -256,6 +258,7 @@ impl Special {
         let mut shard_blocks = vec![0..0; plan.shards.len()];
         let mut shard_bytes = vec![0; plan.shards.len()];
         let mut shard_min_row = vec![usize::MAX; plan.shards.len()];
+        let mut shard_max_row = vec![0; plan.shards.len()];
         let mut chunk_views = vec![Vec::new(); if views { plan.chunks.len() } else { 0 }];
         let groups = group_runs(plan, updates);
         let views_per = 1 + usize::from(views);
@@ -286,6 +289,8 @@ impl Special {
                     shard_bytes[slot.shard as usize] += padded(planned.len);
                     let min = &mut shard_min_row[slot.shard as usize];
                     *min = (*min).min(padded(planned.len));
+                    let max = &mut shard_max_row[slot.shard as usize];
+                    *max = (*max).max(padded(planned.len));
                     blocks.push(match run {
                         Some(_) => RUN_ROW | planned.key.row.wrapping_sub(slot.key.row) as u32,
                         None => b as u32,
@@ -363,6 +368,7 @@ impl Special {
             views,
             shard_bytes,
             shard_min_row,
+            shard_max_row,
             shard_blocks,
             chunk_views,
             recent: Sent::default(),
@@ -959,7 +965,8 @@ impl Special {
     fn sparse_slab(&mut self, shard: usize, count: usize) -> Option<Slab> {
         let (range, bytes) = (self.shard_blocks[shard].clone(), self.shard_bytes[shard]);
         let mut rows = Vec::with_capacity(count);
-        let mut out = Vec::with_capacity(count * self.shard_min_row[shard] / 8);
+        // Never grown: it holds at most `count` rows and is dropped at the whole slab's size.
+        let mut out = Vec::with_capacity((count * self.shard_max_row[shard]).min(bytes) / 8);
         let mut runs = RunCursor::new(self, range.start);
         for r in set_bits(&self.touched, range.clone()) {
             let (b, delta) = match self.blocks[r] {
