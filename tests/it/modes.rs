@@ -924,6 +924,44 @@ fn clocks_ship_only_the_touched_rows_and_give_the_same_answers() {
     assert!(s.1 == g.1, "SSP tables differ");
 }
 
+/// With rows of several widths in a shard (24-byte rows of `f`, 8-byte rows of `n`), a
+/// CLOCK sends the touched rows alone exactly when they and their positions (4 bytes
+/// each) take fewer bytes than the whole slab (here 6 · 24 + 6 · 8 = 192 bytes): where
+/// neither the narrowest nor the widest row decides, their bytes are counted.
+#[test]
+fn a_slab_of_rows_of_several_widths_is_sparse_exactly_when_smaller() {
+    let f = |rows: std::ops::Range<u64>| rows.map(|r| Op::Update(0, r));
+    let n = |rows: std::ops::Range<u64>| rows.map(|r| Op::Update(3, r));
+    let clocks = vec![
+        // Every row: 12 rows, 192 + 48 bytes: whole.
+        f(0..6).chain(n(0..6)).collect::<Vec<_>>(),
+        // 7 rows, 6 · 24 + 8 + 28 = 180 bytes: sparse, though 7 of the widest would not be.
+        f(0..6).chain(n(0..1)).collect(),
+        // 9 rows, 144 + 24 + 36 = 204 bytes: whole, though 9 of the narrowest would be sparse.
+        f(0..6).chain(n(0..3)).collect(),
+    ];
+    let program: Program = vec![clocks; 2];
+    let special = stats_of(
+        &program,
+        &program,
+        Mode::Virtual,
+        Specializations::ALL,
+        None,
+    );
+    // 2 workers, 3 iterations, one slab a clock: one sparse and two whole an iteration.
+    assert_eq!(
+        (special.partial_slabs, special.whole_slabs),
+        (6, 12),
+        "{special:?}"
+    );
+    let generic = run(variants()[0], Staleness::BSP, &program, &program);
+    let virt = run(variants()[2], Staleness::BSP, &program, &program);
+    assert!(
+        virt == generic,
+        "virtual mode's tables differ from generic's"
+    );
+}
+
 /// With several shards in a process, a worker waiting for the refresh another worker's
 /// CLOCK released takes a shard's share of that work on its own thread
 /// (`Stats::helped_drains`), and the values come out the same bits as with one shard.

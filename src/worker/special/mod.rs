@@ -940,13 +940,19 @@ impl Special {
         let mut slabs = Vec::with_capacity(self.shard_blocks.len());
         for shard in 0..self.shard_blocks.len() {
             let bytes = self.shard_bytes[shard];
-            // Sparse unless even the narrowest rows with their positions would not be
-            // smaller than the whole slab; if the touched rows turn out to be larger, the
-            // slab is built whole after all (their deltas are still in the blocks).
+            // Sparse when the touched rows with their positions are smaller than the
+            // whole slab: certain from the widest row, impossible from the narrowest,
+            // and otherwise (rows of several widths) their bytes are counted.
             let count = count_bits(&self.touched, self.shard_blocks[shard].clone());
-            let slab = (count * (4 + self.shard_min_row[shard]) < bytes)
-                .then(|| self.sparse_slab(shard, count))
-                .flatten();
+            let (min, max) = (self.shard_min_row[shard], self.shard_max_row[shard]);
+            let sparse = if count * (4 + max) < bytes {
+                Some(count * max)
+            } else if count * (4 + min) >= bytes {
+                None
+            } else {
+                Some(self.touched_bytes(shard)).filter(|&t| t + 4 * count < bytes)
+            };
+            let slab = sparse.map(|size| self.sparse_slab(shard, count, size));
             if bytes > 0 {
                 if slab.is_some() {
                     self.counters.partial_slabs += 1;
@@ -960,13 +966,23 @@ impl Special {
         slabs
     }
 
-    /// The slab of `shard`'s `count` touched rows with their positions; `None` as soon as
-    /// it would be as large as the whole slab. Clears the flags of the blocks it takes.
-    fn sparse_slab(&mut self, shard: usize, count: usize) -> Option<Slab> {
-        let (range, bytes) = (self.shard_blocks[shard].clone(), self.shard_bytes[shard]);
+    /// Bytes of `shard`'s touched rows, as a sparse slab holds them (padded).
+    fn touched_bytes(&self, shard: usize) -> usize {
+        set_bits(&self.touched, self.shard_blocks[shard].clone())
+            .map(|r| match self.blocks[r] {
+                e if e & RUN_ROW != 0 => 8, // a run's row: one word
+                b => padded(block_shape(&self.words, b as usize).0),
+            })
+            .sum()
+    }
+
+    /// The slab of `shard`'s `count` touched rows with their positions, built in capacity
+    /// for `size` bytes of rows (at least theirs, so it never grows). Clears the flags of
+    /// the blocks it takes.
+    fn sparse_slab(&mut self, shard: usize, count: usize, size: usize) -> Slab {
+        let range = self.shard_blocks[shard].clone();
         let mut rows = Vec::with_capacity(count);
-        // Never grown: it holds at most `count` rows and is dropped at the whole slab's size.
-        let mut out = Vec::with_capacity((count * self.shard_max_row[shard]).min(bytes) / 8);
+        let mut out = Vec::with_capacity(size / 8);
         let mut runs = RunCursor::new(self, range.start);
         for r in set_bits(&self.touched, range.clone()) {
             let (b, delta) = match self.blocks[r] {
@@ -982,14 +998,11 @@ impl Special {
             self.words[b + 1] &= !TOUCHED;
             out.extend_from_slice(&self.words[delta]);
             rows.push((r - range.start) as u32);
-            if out.len() * 8 + rows.len() * 4 >= bytes {
-                return None;
-            }
         }
-        Some(Slab {
+        Slab {
             bytes: AlignedBuf::from_word_vec(out),
             rows: Some(rows),
-        })
+        }
     }
 
     /// `shard`'s whole slab: every row's delta in order, zeros where untouched. Clears
