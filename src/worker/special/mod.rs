@@ -1030,13 +1030,12 @@ impl Special {
             // The rest of the run holding `r`, a word a row.
             let (b, first, deltas) = runs.run_of(self, r);
             let end = (first + block_shape(&self.words, b).1).min(range.end);
-            for i in r..end {
-                out.push(if touched(i) {
-                    self.words[deltas + i - first]
-                } else {
-                    0
-                });
-            }
+            let run_deltas = &self.words[deltas + r - first..deltas + end - first];
+            out.extend(
+                (r..end)
+                    .zip(run_deltas)
+                    .map(|(i, &delta)| if touched(i) { delta } else { 0 }),
+            );
             self.words[b + 1] &= !TOUCHED;
             r = end;
         }
