@@ -503,9 +503,14 @@ impl ProcessArena {
                 .requested
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
-            // Forget requests every chunk they cover has been refreshed past.
-            requested.retain(|&(t, r)| self.covered_clock(t) < r);
-            if requested.contains(&(target, required)) {
+            // Forget requests every chunk they cover has been refreshed for (a chunk never
+            // filled has not, whatever the clock asked for).
+            requested.retain(|&(t, r)| !self.covers(t, r));
+            // Asked already (not yet answered in full), or answered already: another
+            // worker of this process asked first. Checked in this order under the lock,
+            // with snapshots only ever getting newer, one of the two holds for a request
+            // another worker made, however its answer and this call interleave.
+            if requested.contains(&(target, required)) || self.covers(target, required) {
                 return Ok(());
             }
             requested.push((target, required));
@@ -539,23 +544,23 @@ impl ProcessArena {
         Ok(())
     }
 
-    /// The oldest data clock among the chunks `target` covers; 0 if one was never filled.
-    fn covered_clock(&self, target: Target) -> Clock {
-        let clock = |c: &AtomicU64| match c.load(Ordering::Acquire) {
-            EMPTY => 0,
-            d => d,
+    /// Whether every chunk `target` covers holds a snapshot a read requiring `required`
+    /// takes (as [`read_chunk_in`](Self::read_chunk_in) decides: filled, and at least
+    /// that clock).
+    fn covers(&self, target: Target, required: Clock) -> bool {
+        let fresh = |c: &AtomicU64| {
+            let clock = c.load(Ordering::Acquire);
+            clock != EMPTY && clock >= required
         };
         match target {
-            Target::Chunk(c) => clock(&self.chunk_clocks[c as usize]),
+            Target::Chunk(c) => fresh(&self.chunk_clocks[c as usize]),
             Target::Phase(p) => {
                 let bit = phase_bit(u64::from(p));
                 self.chunk_clocks
                     .iter()
                     .zip(&self.plan.chunk_phases)
                     .filter(|(_, &phases)| phases & bit != 0)
-                    .map(|(c, _)| clock(c))
-                    .min()
-                    .unwrap_or(Clock::MAX)
+                    .all(|(c, _)| fresh(c))
             }
         }
     }
