@@ -674,6 +674,12 @@ fn stats_of(
     })
 }
 
+/// [`stats_of`] for virtual mode with every specialization and no tape budget, the run
+/// the same program as the gathered one.
+fn virtual_stats(program: &Program) -> iterstore::Stats {
+    stats_of(program, program, Mode::Virtual, Specializations::ALL, None)
+}
+
 /// In first-iter mode an `init_run` is never the gathered run: the first ordinary run is,
 /// and the store specializes once, for it.
 #[test]
@@ -866,13 +872,7 @@ fn refreshes_ship_only_changed_rows_and_give_the_same_answers() {
                 .collect()
         })
         .collect();
-    let special = stats_of(
-        &program,
-        &program,
-        Mode::Virtual,
-        Specializations::ALL,
-        None,
-    );
+    let special = virtual_stats(&program);
     assert!(special.whole_chunk_refreshes > 0, "{special:?}");
     assert!(special.partial_chunk_refreshes > 0, "{special:?}");
     let generic = run(variants()[0], Staleness::BSP, &program, &program);
@@ -905,13 +905,7 @@ fn clocks_ship_only_the_touched_rows_and_give_the_same_answers() {
                 .collect()
         })
         .collect();
-    let special = stats_of(
-        &program,
-        &program,
-        Mode::Virtual,
-        Specializations::ALL,
-        None,
-    );
+    let special = virtual_stats(&program);
     assert!(special.partial_slabs > 0, "{special:?}");
     let generic = run(variants()[0], Staleness::BSP, &program, &program);
     for v in variants().into_iter().skip(1) {
@@ -943,13 +937,7 @@ fn a_slab_of_rows_of_several_widths_is_sparse_exactly_when_smaller() {
         f(0..6).chain(n(0..3)).collect(),
     ];
     let program: Program = vec![clocks; 2];
-    let special = stats_of(
-        &program,
-        &program,
-        Mode::Virtual,
-        Specializations::ALL,
-        None,
-    );
+    let special = virtual_stats(&program);
     // 2 workers, 3 iterations, one slab a clock: one sparse and two whole an iteration.
     assert_eq!(
         (special.partial_slabs, special.whole_slabs),
