@@ -29,7 +29,7 @@ use crate::{server, AccessPattern, Config, Element, Error, Membership, Mode, Res
 use crossbeam::channel::unbounded;
 use std::hash::{BuildHasher, Hasher};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -1324,6 +1324,8 @@ impl Cluster {
         let specials = &self.specials;
         self.rounds += 1;
         let round = self.rounds;
+        // Workers of this run not yet done with their part (see the end of the closure).
+        let running = AtomicUsize::new(inputs.len());
         let outcomes = self.pool.on_each(inputs, |w, input| {
             // A virtual iteration leaves the kept state alone.
             let kept = match role {
@@ -1342,6 +1344,13 @@ impl Cluster {
                 *lock(&specials[w]) = kept;
             }
             let log = worker.take_log().unwrap_or_default();
+            // Done: stay to take what the last worker's CLOCK queues on this process's
+            // shards, then leave with it.
+            if running.fetch_sub(1, Ordering::AcqRel) == 1 {
+                shared.signal.notify(); // the helpers waiting below: the run is over
+            } else if role != Role::Virtual {
+                shared.help_while(|| running.load(Ordering::Acquire) > 0);
+            }
             (result, finished, log, counters)
         });
         let mut results = Vec::with_capacity(outcomes.len());

@@ -195,6 +195,29 @@ impl ClientShared {
         helped
     }
 
+    /// While `others_running` (another worker of this process is still in the run),
+    /// takes the shard work queued here ([`help`](Self::help)), waiting for it as a
+    /// reader waits for an answer. A worker done with its part of a run stays for the
+    /// last one's CLOCK: no reader waits on the run's final clock, so without this the
+    /// last worker would complete it on every shard of the process alone. Returns at
+    /// once where nothing can be taken (one shard here, or shards driven by their own
+    /// threads).
+    pub(crate) fn help_while(&self, others_running: impl Fn() -> bool) {
+        if !self.transport.helps() || self.world.shards_of(self.process).len() < 2 {
+            return;
+        }
+        while others_running() {
+            let generation = self.signal.generation();
+            if self.help() {
+                continue;
+            }
+            if !others_running() {
+                return;
+            }
+            self.signal.wait(generation, WAIT_SLICE);
+        }
+    }
+
     /// The result of sending to `to`: a failure fails the client, naming what was lost.
     fn sent(&self, to: Endpoint, sent: std::result::Result<(), TransportError>) -> Result<()> {
         sent.map_err(|e| {

@@ -96,6 +96,10 @@ impl Transport for InProcTransport {
         any
     }
 
+    fn helps(&self) -> bool {
+        true
+    }
+
     fn attach_client(&self, rank: ProcessId, client: Weak<dyn DirectClient>) {
         if let Some(d) = self.direct.get(rank as usize) {
             *d.write().unwrap_or_else(|e| e.into_inner()) = Some(client);

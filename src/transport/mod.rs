@@ -123,6 +123,12 @@ pub(crate) trait Transport: Send + Sync + 'static {
         false
     }
 
+    /// Whether [`help`](Self::help) can take anything: this transport drives the
+    /// process's shards on the threads that send to them.
+    fn helps(&self) -> bool {
+        false
+    }
+
     /// Stops the thread of `to`, an endpoint of this process ([`Inbound::Stop`]).
     fn stop_local(&self, to: Endpoint) -> Result<(), TransportError>;
 
