@@ -157,13 +157,33 @@ impl Proc {
         }
     }
 
-    /// SIGKILL (also ends a stopped process) and reap.
+    /// SIGKILL (also ends a stopped process) and reap. A launcher killed so cannot remove
+    /// its private directory: removed here, before the reap, while its pid (in the
+    /// directory's name) is still this process's.
     pub(crate) fn kill(&mut self) {
         if self.poll().is_none() {
             let _ = self.child.kill();
+            for dir in launcher_dirs(self.pid()) {
+                let _ = std::fs::remove_dir_all(dir);
+            }
             self.status = self.child.wait().ok();
         }
     }
+}
+
+/// The private directories (`iterstore-launch-<pid>-<nanos>` in the temporary directory)
+/// of launchers that had process id `pid`.
+fn launcher_dirs(pid: libc::pid_t) -> Vec<PathBuf> {
+    let prefix = format!("iterstore-launch-{pid}-");
+    std::fs::read_dir(std::env::temp_dir())
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok())
+                .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+                .map(|e| e.path())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 impl Drop for Proc {
@@ -727,24 +747,24 @@ fn wait_until_both_ranks_joined(launcher: &mut Proc) {
 #[test]
 fn an_interrupted_launcher_stops_its_children_and_leaves_nothing_behind() {
     let dir = scratch("cluster-launcher-interrupt");
+    let before: Vec<PathBuf> = std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect();
     let mut args = LONG_MF.to_vec();
     args.extend(["--workers", "1", "--processes", "2"]);
     let mut launcher = Proc::start(&dir, "launcher", &args, |_| {});
     wait_until_both_ranks_joined(&mut launcher);
     let children = children_of(launcher.pid());
-    let private = |pid: libc::pid_t| {
-        std::fs::read_dir(std::env::temp_dir())
-            .unwrap()
-            .filter_map(|e| e.ok())
-            .any(|e| {
-                e.file_name()
-                    .to_string_lossy()
-                    .starts_with(&format!("iterstore-launch-{pid}-"))
-            })
-    };
-    assert!(
-        private(launcher.pid()),
-        "the launcher's directory exists while it runs"
+    // Its own directory: the one named with its pid that did not exist before it started
+    // (an earlier launcher with the same pid, killed where it could not clean up, may
+    // have left one).
+    let mut own = launcher_dirs(launcher.pid());
+    own.retain(|d| !before.contains(d));
+    assert_eq!(
+        own.len(),
+        1,
+        "the launcher's directory while it runs: {own:?}"
     );
     // SAFETY: kill(2) on our own child, which has not been reaped.
     assert_eq!(unsafe { libc::kill(launcher.pid(), libc::SIGINT) }, 0);
@@ -757,8 +777,9 @@ fn an_interrupted_launcher_stops_its_children_and_leaves_nothing_behind() {
         );
     }
     assert!(
-        !private(launcher.pid()),
-        "the launcher left its directory (and secret) behind"
+        !own[0].exists(),
+        "the launcher left its directory (and secret) behind: {}",
+        own[0].display()
     );
 }
 
