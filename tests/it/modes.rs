@@ -990,12 +990,12 @@ fn late_clock_runs(shards: usize, clocks: usize, reads: bool) -> (Vec<(u64, Vec<
 }
 
 /// `late_clock_runs` with one shard and with two give the same bits; with two, worker 0
-/// took a shard's share of worker 1's CLOCK on its own thread.
-fn assert_late_clocks_helped(clocks: usize, reads: bool) {
+/// took a shard's share of worker 1's CLOCK on its own thread if `helps`.
+fn assert_late_clocks_helped(clocks: usize, reads: bool, helps: bool) {
     let (one, helped_one) = late_clock_runs(1, clocks, reads);
     let (two, helped_two) = late_clock_runs(2, clocks, reads);
     assert_eq!(helped_one, 0, "one shard: the CLOCK's worker drives it");
-    assert!(helped_two > 0, "no other worker took a shard's work");
+    assert_eq!(helped_two > 0, helps, "helped {helped_two} times");
     assert_eq!(one.len(), two.len());
     for ((k1, a), (k2, b)) in one.iter().zip(&two) {
         assert_eq!(k1, k2);
@@ -1009,13 +1009,15 @@ fn assert_late_clocks_helped(clocks: usize, reads: bool) {
 /// (`Stats::helped_drains`), and the values come out the same bits as with one shard.
 #[test]
 fn waiting_workers_take_the_work_a_clock_releases_on_other_shards() {
-    assert_late_clocks_helped(4, true);
+    assert_late_clocks_helped(4, true, true);
 }
 
 /// A run's last CLOCK has no reader waiting on it (a PageRank iteration is one run of one
 /// clock): a worker done with its part stays to take a shard's share of the last
-/// worker's CLOCK (here nothing is read, so only that can count as help).
+/// worker's CLOCK (here nothing is read, so only that can count as help), unless the
+/// workers outnumber the CPUs.
 #[test]
 fn a_worker_done_with_a_run_takes_a_share_of_the_last_clock() {
-    assert_late_clocks_helped(1, false);
+    let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    assert_late_clocks_helped(1, false, cpus >= 2);
 }
