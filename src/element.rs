@@ -3,6 +3,8 @@
 //! Rows travel and live as aligned byte buffers ([`AlignedBuf`]); the element type of a
 //! table decides how two such buffers are added. This module knows nothing about tables,
 //! clocks or the network.
+//!
+//! [`AlignedBuf`]: crate::AlignedBuf
 
 use serde::{Deserialize, Serialize};
 use std::fmt;

@@ -82,7 +82,7 @@ fn copy_words(words: &[AtomicU64], dst: &mut [u8]) {
     }
 }
 
-/// The arena's words, as [`ProcessArena::read_chunk`] lends them.
+/// The arena's words, as [`ProcessArena::read_chunk_in`] lends them.
 pub(crate) struct ArenaWords<'a>(&'a [AtomicU64]);
 
 impl ArenaWords<'_> {
@@ -271,8 +271,8 @@ impl ProcessArena {
         self.read_at_in(0, chunk, word, required, dst)
     }
 
-    /// [`read_at`](Self::read_at) by a worker of `zone` (from its zone's copy of the
-    /// chunk, if any).
+    /// A read of the row at a pre-resolved word and chunk (as `read_at`) by a worker of
+    /// `zone` (from its zone's copy of the chunk, if any).
     #[inline]
     pub(crate) fn read_at_in(
         &self,

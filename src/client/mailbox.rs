@@ -1,5 +1,5 @@
-//! [`Mailboxes`]: the worker-to-worker messages of one process ([`Worker::send`] and
-//! [`Worker::recv`]).
+//! [`Mailboxes`]: the worker-to-worker messages of one process ([`Worker::send_to`] and
+//! [`Worker::recv_from`]).
 //!
 //! Each local worker has a mailbox: a queue per `(sender, tag)`, filled by local senders
 //! directly and by the communication thread for [`Msg::Pass`] from other processes. A
@@ -17,8 +17,8 @@
 //! round the cluster asks for the messages still waiting ([`Mailboxes::leftovers`]) and
 //! fails the run naming them: nothing sent is silently dropped or taken by a later run.
 //!
-//! [`Worker::send`]: crate::Worker::send
-//! [`Worker::recv`]: crate::Worker::recv
+//! [`Worker::send_to`]: crate::Worker::send_to
+//! [`Worker::recv_from`]: crate::Worker::recv_from
 //! [`Msg::Pass`]: crate::msg::Msg::Pass
 //! [`Msg::WorkerStopped`]: crate::msg::Msg::WorkerStopped
 //! [`WAIT_SLICE`]: super::WAIT_SLICE

@@ -266,7 +266,7 @@ pub struct BenchOptions {
     pub peers: bool,
     /// Rounds (at least 1): every variant, the limit and the peers are run this many
     /// times, one after the other in each round, and each reports its median round
-    /// ([`median_round`]), so a slow spell of a shared machine lands in one round of each
+    /// (`median_round`), so a slow spell of a shared machine lands in one round of each
     /// instead of in one run of the comparison.
     pub rounds: usize,
     /// Scratch directory for the peers' input files.

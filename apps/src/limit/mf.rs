@@ -149,6 +149,8 @@ impl<'a> Ranges<'a> {
 
     /// `Σ (x − prediction)²` over `ratings` (as [`squared_error`]), the users' rows read
     /// from `self` and the items' from `items`.
+    ///
+    /// [`squared_error`]: crate::algo::mf::squared_error
     fn squared_error(&self, items: &Ranges<'_>, ratings: &[Rating], mean: f32) -> f64 {
         let (users, items_rows) = (self.read_all(), items.read_all());
         squared_error_with(ratings, |u, i| {

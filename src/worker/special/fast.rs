@@ -120,7 +120,7 @@ impl Special {
     /// `scratch` (words, grown to a row of `width` elements only then). Gives `f` back if
     /// it could not take the fast path.
     ///
-    /// [`Worker::read_with`]: super::Worker::read_with
+    /// [`Worker::read_with`]: crate::Worker::read_with
     #[inline(always)]
     pub(crate) fn read_with_fast<T: Element, R, F: FnOnce(&[T]) -> R>(
         &mut self,
@@ -224,7 +224,7 @@ impl Special {
     /// `(column, delta)` of `cols` (columns below `width`) and returns `true`; otherwise
     /// changes nothing and returns `false`. An empty `cols` only takes the step.
     ///
-    /// [`Worker::update_cols`]: super::Worker::update_cols
+    /// [`Worker::update_cols`]: crate::Worker::update_cols
     #[inline(always)]
     pub(crate) fn update_cols_fast<T: Element>(
         &mut self,

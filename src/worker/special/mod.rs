@@ -1362,7 +1362,7 @@ fn group_runs(plan: &crate::plan::Plan, updates: &[u32]) -> Vec<(usize, usize)> 
 }
 
 /// Runs `copy` on a snapshot `>= required` of arena chunk `chunk` (see
-/// [`ProcessArena::read_chunk`]), asking for a refresh (of the chunks read in clock
+/// [`ProcessArena::read_chunk_in`]), asking for a refresh (of the chunks read in clock
 /// `phase`, or the chunk holding `slot`: [`ProcessArena::request`]) and waiting while it
 /// is too stale; returns the snapshot's data clock.
 fn wait_chunk(
