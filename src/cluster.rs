@@ -256,9 +256,11 @@ pub struct Cluster {
     /// Whether the threads were bound.
     bound: bool,
     /// Whether a worker done with its part of a run stays to help the last one
-    /// ([`ClientShared::help_while`]): only when the workers do not outnumber the CPUs
-    /// this process may use, where a waiting helper would take a running worker's core
-    /// (PageRank with 8 workers on 2 cores was 5-11 % slower with it).
+    /// ([`ClientShared::help_while`]): only where there is something to take (several
+    /// shards in this process, driven by the threads that send to them:
+    /// [`Transport::helps`]) and the workers do not outnumber the CPUs this process may
+    /// use, where a waiting helper would take a running worker's core (PageRank with 8
+    /// workers on 2 cores was 5-11 % slower with it).
     help_at_run_end: bool,
     /// Zones of the shard threads and the communication thread (fixed at start).
     thread_zones: ThreadZones,
@@ -587,8 +589,10 @@ impl Cluster {
             places,
             worker_cpus,
             bound,
-            help_at_run_end: config.workers
-                <= std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
+            help_at_run_end: transport.helps()
+                && shared.world.shards_of(rank).len() > 1
+                && config.workers
+                    <= std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
             thread_zones,
             // With one zone there is nowhere else for memory to go, and binding the arena
             // there measurably slowed BSP runs (MF on MovieLens-100K, 2 workers: 1.5x per
@@ -1332,7 +1336,8 @@ impl Cluster {
         let help_at_end = self.help_at_run_end && role != Role::Virtual;
         self.rounds += 1;
         let round = self.rounds;
-        // Workers of this run not yet done with their part (see the end of the closure).
+        // Workers of this run not yet done with their part (see the end of the closure;
+        // counted only when the finished ones stay to help).
         let running = AtomicUsize::new(inputs.len());
         let outcomes = self.pool.on_each(inputs, |w, input| {
             // A virtual iteration leaves the kept state alone.
@@ -1354,10 +1359,12 @@ impl Cluster {
             let log = worker.take_log().unwrap_or_default();
             // Done: stay to take what the last worker's CLOCK queues on this process's
             // shards, then leave with it.
-            if running.fetch_sub(1, Ordering::AcqRel) == 1 {
-                shared.signal.notify(); // the helpers waiting below: the run is over
-            } else if help_at_end {
-                shared.help_while(|| running.load(Ordering::Acquire) > 0);
+            if help_at_end {
+                if running.fetch_sub(1, Ordering::AcqRel) == 1 {
+                    shared.signal.notify(); // the helpers waiting below: the run is over
+                } else {
+                    shared.help_while(|| running.load(Ordering::Acquire) > 0);
+                }
             }
             (result, finished, log, counters)
         });

@@ -199,13 +199,10 @@ impl ClientShared {
     /// takes the shard work queued here ([`help`](Self::help)), waiting for it as a
     /// reader waits for an answer. A worker done with its part of a run stays for the
     /// last one's CLOCK: no reader waits on the run's final clock, so without this the
-    /// last worker would complete it on every shard of the process alone. Returns at
-    /// once where nothing can be taken (one shard here, or shards driven by their own
-    /// threads).
+    /// last worker would complete it on every shard of the process alone. Whether that
+    /// can take anything (several shards here, driven by their senders) the caller
+    /// decides once (`Cluster::help_at_run_end`).
     pub(crate) fn help_while(&self, others_running: impl Fn() -> bool) {
-        if !self.transport.helps() || self.world.shards_of(self.process).len() < 2 {
-            return;
-        }
         while others_running() {
             let generation = self.signal.generation();
             if self.help() {
