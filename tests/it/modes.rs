@@ -953,7 +953,7 @@ fn a_slab_of_rows_of_several_widths_is_sparse_exactly_when_smaller() {
 }
 
 /// Three runs of 2 workers with `shards` shards in their process, each run `clocks`
-/// CLOCKs of a READ (if `reads`) and an UPDATE of each of 2048 rows of 16 floats, worker 1
+/// CLOCKs of a READ (if `reads`) and an UPDATE of each of 8192 rows of 16 floats, worker 1
 /// clocking 10 ms after worker 0. The table's rows, and `Stats::helped_drains`.
 fn late_clock_runs(shards: usize, clocks: usize, reads: bool) -> (Vec<(u64, Vec<f32>)>, u64) {
     within(60, move || {
@@ -962,7 +962,7 @@ fn late_clock_runs(shards: usize, clocks: usize, reads: bool) -> (Vec<(u64, Vec<
         let t = cluster.create_table::<f32>("t", 16).unwrap();
         let body = |w: &mut Worker<'_>, slow: bool| -> iterstore::Result<()> {
             for _ in 0..clocks {
-                for r in 0..2048u64 {
+                for r in 0..8192u64 {
                     let mut row = [0.0f32; 16];
                     if reads {
                         w.read(&t, r, &mut row)?;
