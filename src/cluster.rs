@@ -57,6 +57,9 @@ pub struct Stats {
     pub whole_chunk_refreshes: u64,
     /// Arena chunks received as only the rows changed since this process's last copy.
     pub partial_chunk_refreshes: u64,
+    /// Of the chunk refreshes (whole and partial), those this process's own shards wrote
+    /// straight from their arenas into its arena, with no message and one copy.
+    pub local_chunk_refreshes: u64,
     /// Update slabs (a specialized worker's CLOCK to one shard) sent whole: every row the
     /// worker may update there, zeros where untouched. Counted like `tape_accesses`.
     pub whole_slabs: u64,
@@ -559,8 +562,10 @@ impl Cluster {
             ..Threads::default()
         };
         let spawn_err = |e: std::io::Error| Error::failed("thread spawn", e);
+        // This process's shards write its arena refreshes straight into its arena.
+        let local_arena: std::sync::Weak<dyn server::LocalArena> = Arc::downgrade(&shared) as _;
         for (local, (id, inbox)) in world.shards_of(rank).zip(shard_inboxes).enumerate() {
-            let shard = server::Shard::new(id, world);
+            let shard = server::Shard::new(id, world).with_local_arena(rank, local_arena.clone());
             let pus = zone_pus(thread_zones.shards[local]);
             match server::spawn(shard, inbox, transport.clone(), pus) {
                 Ok((t, staying)) => threads.shards.push((id, t, staying)),
@@ -1247,6 +1252,9 @@ impl Cluster {
             partial_chunk_refreshes: arena
                 .as_ref()
                 .map_or(0, |a| a.partial_refreshes.load(Ordering::Relaxed)),
+            local_chunk_refreshes: arena
+                .as_ref()
+                .map_or(0, |a| a.local_refreshes.load(Ordering::Relaxed)),
             planned_rows: arena.as_ref().map_or(0, |a| a.plan.slots.len()),
             thread_cached_rows: arena
                 .as_ref()

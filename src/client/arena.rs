@@ -2,15 +2,18 @@
 //! arena, indexed by the plan's read-only map, refreshed chunk by chunk as whole slices.
 //!
 //! Readers never lock: each chunk is a sequence lock (a version counter that is odd while
-//! the communication thread rewrites the chunk), and the arena is made of `AtomicU64` words
-//! read and written with relaxed loads and stores, so a reader that raced a writer simply
-//! retries. Each chunk carries the data clock of its last refresh.
+//! its writer rewrites the chunk), and the arena is made of `AtomicU64` words read and
+//! written with relaxed loads and stores, so a reader that raced a writer simply retries.
+//! Each chunk carries the data clock of its last refresh. A chunk has one writer at a
+//! time, its shard's refreshes in order: the communication thread (or the thread driving
+//! the shard) writing a message's bytes, or a shard of this OS process writing straight
+//! from its own arena ([`ProcessArena::write_chunk_from`]).
 //!
 //! **Zone copies.** On a machine of several NUMA zones a chunk the NUMA plan replicates
 //! (its rows read from another zone more than once per refresh) also has a copy for that
 //! zone, at the same word offsets in a zone array ([`ProcessArena::with_zone_copies`]),
-//! bound there; the communication thread writes every copy of a chunk inside the chunk's
-//! one sequence lock, and a worker reads its own zone's copy where there is one
+//! bound there; the chunk's writer writes every copy of it inside the chunk's one
+//! sequence lock, and a worker reads its own zone's copy where there is one
 //! ([`ProcessArena::words_for`]). A zone array is allocated zeroed and untouched, so only
 //! the pages of its replicated chunks ever take memory.
 
@@ -50,6 +53,9 @@ pub(crate) struct ProcessArena {
     pub(crate) whole_refreshes: AtomicU64,
     /// Chunk refreshes received as only the rows changed since the last one.
     pub(crate) partial_refreshes: AtomicU64,
+    /// Of the chunk refreshes, those a shard of this OS process wrote straight from its
+    /// arena ([`write_chunk_from`](Self::write_chunk_from)) rather than sent.
+    pub(crate) local_refreshes: AtomicU64,
     /// Bytes of the arena bound to a NUMA node at allocation.
     pub(crate) bound_bytes: usize,
     /// Per zone: its copy of the arena's words, if any chunk is replicated into it.
@@ -58,6 +64,37 @@ pub(crate) struct ProcessArena {
     chunk_copies: Box<[u64]>,
     /// Per local worker: its zone (which copies it reads; 0 without a NUMA plan).
     worker_zones: Vec<u8>,
+}
+
+/// Stores the words of `slices`, one after another, into the `spans` `(word, words)` of
+/// `words` in order, each through `conv` (relaxed stores: the caller holds the chunk's
+/// sequence counter odd). The slices need not match the spans one to one (a chunk's
+/// ranges fill one span; a message's one slice fills every changed row's); their words
+/// in all must be the spans' (checked by the caller), and no more are stored.
+fn scatter<'a>(
+    words: &[AtomicU64],
+    spans: &[(usize, usize)],
+    slices: impl IntoIterator<Item = &'a [u64]>,
+    conv: impl Fn(u64) -> u64,
+) {
+    let mut spans = spans.iter().copied();
+    let (mut at, mut left) = (0, 0);
+    for mut src in slices {
+        while !src.is_empty() {
+            if left == 0 {
+                let Some((word, n)) = spans.next() else {
+                    return;
+                };
+                (at, left) = (word, n);
+                continue;
+            }
+            let n = left.min(src.len());
+            for (d, &s) in words[at..at + n].iter().zip(&src[..n]) {
+                d.store(conv(s), Ordering::Relaxed);
+            }
+            (at, left, src) = (at + n, left - n, &src[n..]);
+        }
+    }
 }
 
 /// Copies `words` (relaxed loads) into `dst`, whose length is at most theirs in bytes.
@@ -152,6 +189,7 @@ impl ProcessArena {
             phase_requests: AtomicU64::new(0),
             whole_refreshes: AtomicU64::new(0),
             partial_refreshes: AtomicU64::new(0),
+            local_refreshes: AtomicU64::new(0),
             batched,
             plan,
             id,
@@ -328,11 +366,13 @@ impl ProcessArena {
         }
     }
 
-    /// Writes a refreshed chunk (`chunk` is shard-local): the whole chunk, or with `rows`
-    /// only the rows at those positions of the chunk (`bytes` holds them one after
-    /// another), the others being unchanged since the last refresh. Called by the
-    /// communication thread only. A chunk of the wrong size or index is an error, and so
-    /// is a partial refresh of a chunk this arena does not hold as of an older data clock.
+    /// Writes a refreshed chunk (`chunk` is shard-local) that arrived as a message: the
+    /// whole chunk, or with `rows` only the rows at those positions of the chunk (`bytes`
+    /// holds them one after another, little-endian words), the others being unchanged
+    /// since the last refresh. One writer per chunk: its shard's refreshes arrive in
+    /// order, through the communication thread or the thread driving the shard. A chunk of
+    /// the wrong size or index is an error, and so is a partial refresh of a chunk this
+    /// arena does not hold as of an older data clock.
     pub(crate) fn write_chunk(
         &self,
         shard: u32,
@@ -341,56 +381,89 @@ impl ProcessArena {
         rows: Option<&[u32]>,
         bytes: &[u8],
     ) -> Result<()> {
-        let global = self
+        let spans = self.refresh_spans(shard, chunk, data_clock, rows, bytes.len())?;
+        let Some((global, spans)) = spans else {
+            return Ok(());
+        };
+        self.begin_write(global);
+        match bytemuck::try_cast_slice::<u8, u64>(bytes) {
+            Ok(words) => scatter(&self.words, &spans, [words], u64::from_le),
+            // Unaligned bytes (refreshes arrive in aligned buffers; tests may not).
+            Err(_) => {
+                let words: Vec<u64> = bytes
+                    .chunks_exact(8)
+                    .map(bytemuck::pod_read_unaligned)
+                    .collect();
+                scatter(&self.words, &spans, [&words[..]], u64::from_le);
+            }
+        }
+        self.end_write(global, data_clock, &spans);
+        Ok(())
+    }
+
+    /// [`write_chunk`](Self::write_chunk) of a refresh from a shard in this OS process,
+    /// straight from its arena ([`LocalArena`]): `words` words in all, as `slices` one
+    /// after another (the chunk's ranges, or the changed rows).
+    ///
+    /// [`LocalArena`]: crate::server::LocalArena
+    pub(crate) fn write_chunk_from<'a>(
+        &self,
+        shard: u32,
+        chunk: u32,
+        data_clock: Clock,
+        rows: Option<&[u32]>,
+        (words, slices): (usize, impl Iterator<Item = &'a [u64]>),
+    ) -> Result<()> {
+        self.local_refreshes.fetch_add(1, Ordering::Relaxed);
+        let spans = self.refresh_spans(shard, chunk, data_clock, rows, words * 8)?;
+        let Some((global, spans)) = spans else {
+            return Ok(());
+        };
+        self.begin_write(global);
+        scatter(&self.words, &spans, slices, |w| w);
+        self.end_write(global, data_clock, &spans);
+        Ok(())
+    }
+
+    /// Where a refresh of `bytes` bytes of chunk `chunk` of shard `shard` at `data_clock`
+    /// goes: the global chunk and the arena spans `(word, words)` its words fill in
+    /// order, or `None` when this arena holds a newer snapshot of the chunk (a whole
+    /// refresh never replaces one). Counts the refresh, whole or partial.
+    #[allow(clippy::type_complexity)]
+    fn refresh_spans(
+        &self,
+        shard: u32,
+        chunk: u32,
+        data_clock: Clock,
+        rows: Option<&[u32]>,
+        bytes: usize,
+    ) -> Result<Option<(usize, Vec<(usize, usize)>)>> {
+        let bad = |why: String| Err(Error::failed(format!("server shard {shard}"), why));
+        let Some(global) = self
             .first_chunk
             .get(shard as usize)
             .map(|f| (f + chunk) as usize)
             .filter(|&g| self.plan.chunks.get(g).is_some_and(|c| c.shard == shard))
-            .ok_or_else(|| {
-                Error::failed(
-                    format!("server shard {shard}"),
-                    format!("sent unknown chunk {chunk}"),
-                )
-            })?;
-        let span = &self.plan.chunks[global].bytes;
-        if let Some(rows) = rows {
-            self.partial_refreshes.fetch_add(1, Ordering::Relaxed);
-            return self.write_rows(global, shard, chunk, data_clock, rows, bytes);
-        }
-        self.whole_refreshes.fetch_add(1, Ordering::Relaxed);
-        if span.len() != bytes.len() {
-            return Err(Error::failed(
-                format!("server shard {shard}"),
-                format!(
-                    "chunk {chunk} has {} bytes, the plan {}",
-                    bytes.len(),
+        else {
+            return bad(format!("sent unknown chunk {chunk}"));
+        };
+        let old = self.chunk_clocks[global].load(Ordering::Relaxed);
+        let Some(rows) = rows else {
+            self.whole_refreshes.fetch_add(1, Ordering::Relaxed);
+            let span = &self.plan.chunks[global].bytes;
+            if span.len() != bytes {
+                return bad(format!(
+                    "chunk {chunk} has {bytes} bytes, the plan {}",
                     span.len()
-                ),
-            ));
-        }
-        let old = self.chunk_clocks[global].load(Ordering::Relaxed);
-        if old != EMPTY && old > data_clock {
-            return Ok(()); // never replace a newer snapshot
-        }
-        let spans = [(span.start / 8, 0, span.len() / 8)];
-        self.store_words(global, data_clock, &spans, bytes);
-        Ok(())
-    }
-
-    /// [`write_chunk`](Self::write_chunk) of the rows at positions `rows` of global chunk
-    /// `global`, changed since the chunk's last refresh.
-    fn write_rows(
-        &self,
-        global: usize,
-        shard: u32,
-        chunk: u32,
-        data_clock: Clock,
-        rows: &[u32],
-        bytes: &[u8],
-    ) -> Result<()> {
-        let bad = |why: String| Err(Error::failed(format!("server shard {shard}"), why));
+                ));
+            }
+            if old != EMPTY && old > data_clock {
+                return Ok(None); // never replace a newer snapshot
+            }
+            return Ok(Some((global, vec![(span.start / 8, span.len() / 8)])));
+        };
+        self.partial_refreshes.fetch_add(1, Ordering::Relaxed);
         let slots = self.plan.chunks[global].slots.clone();
-        let old = self.chunk_clocks[global].load(Ordering::Relaxed);
         if old == EMPTY || old > data_clock {
             return bad(format!(
                 "sent changed rows of chunk {chunk} at data clock {data_clock}, but this \
@@ -417,33 +490,31 @@ impl ProcessArena {
                 ));
             };
             let len = crate::slot::padded(slot.len);
-            spans.push((slot.offset / 8, total / 8, len / 8));
+            spans.push((slot.offset / 8, len / 8));
             total += len;
         }
-        if total != bytes.len() {
+        if total != bytes {
             return bad(format!(
-                "sent {} bytes for {} changed rows of chunk {chunk}, which take {total}",
-                bytes.len(),
+                "sent {bytes} bytes for {} changed rows of chunk {chunk}, which take {total}",
                 rows.len()
             ));
         }
-        self.store_words(global, data_clock, &spans, bytes);
-        Ok(())
+        Ok(Some((global, spans)))
     }
 
-    /// Stores `bytes` into global chunk `global` as a snapshot at `data_clock`, under the
-    /// chunk's sequence counter (readers see all of it or retry): each span `(word, at, n)`
-    /// puts the `n` words at word `at` of `bytes` at arena word `word`.
-    fn store_words(
-        &self,
-        global: usize,
-        data_clock: Clock,
-        spans: &[(usize, usize, usize)],
-        bytes: &[u8],
-    ) {
+    /// Starts writing global chunk `global`: readers retry until [`end_write`].
+    ///
+    /// [`end_write`]: Self::end_write
+    fn begin_write(&self, global: usize) {
         let v = self.versions[global].load(Ordering::Relaxed);
         self.versions[global].store(v + 1, Ordering::Relaxed);
         fence(Ordering::Release);
+    }
+
+    /// Ends writing global chunk `global` (its arena `spans` written): copies them into
+    /// the zones holding a copy of the chunk, and publishes it as a snapshot at
+    /// `data_clock`.
+    fn end_write(&self, global: usize, data_clock: Clock, spans: &[(usize, usize)]) {
         let mask = self.chunk_copies.get(global).copied().unwrap_or(0);
         let zone_copies = self
             .copies
@@ -451,28 +522,17 @@ impl ProcessArena {
             .enumerate()
             .filter(|(z, _)| mask & (1u64 << z) != 0)
             .filter_map(|(_, c)| c.as_deref());
-        // Refreshes arrive in aligned buffers: word by word then (a plain copy loop).
-        let aligned = bytemuck::try_cast_slice::<u8, u64>(bytes).ok();
-        for words in std::iter::once(&*self.words).chain(zone_copies) {
-            for &(word, at, n) in spans {
-                let dst = &words[word..word + n];
-                if let Some(src) = aligned {
-                    for (w, &x) in dst.iter().zip(&src[at..at + n]) {
-                        w.store(u64::from_le(x), Ordering::Relaxed);
-                    }
-                    continue;
-                }
-                let src = &bytes[at * 8..(at + n) * 8];
-                for (w, b) in dst.iter().zip(src.chunks_exact(8)) {
-                    w.store(
-                        u64::from_le(bytemuck::pod_read_unaligned(b)),
-                        Ordering::Relaxed,
-                    );
+        for copy in zone_copies {
+            for &(word, n) in spans {
+                let (src, dst) = (&self.words[word..word + n], &copy[word..word + n]);
+                for (d, s) in dst.iter().zip(src) {
+                    d.store(s.load(Ordering::Relaxed), Ordering::Relaxed);
                 }
             }
         }
+        let v = self.versions[global].load(Ordering::Relaxed);
         self.chunk_clocks[global].store(data_clock, Ordering::Relaxed);
-        self.versions[global].store(v + 2, Ordering::Release);
+        self.versions[global].store(v + 1, Ordering::Release);
     }
 
     /// Makes sure a refresh that will satisfy `required` has been asked for. With
@@ -672,6 +732,78 @@ mod tests {
             a.write_chunk(0, 1, 3, Some(&[pos]), &row[..8]).is_err(),
             "wrong size"
         );
+    }
+
+    /// The words of global chunk `c` of `a`, as its readers see them.
+    fn chunk_words(a: &ProcessArena, c: usize) -> Vec<u64> {
+        let span = &a.plan.chunks[c].bytes;
+        let words = &a.words[span.start / 8..span.end / 8];
+        words.iter().map(|w| w.load(Ordering::Relaxed)).collect()
+    }
+
+    #[test]
+    fn a_refresh_written_from_slices_is_the_one_written_from_bytes() {
+        let (sent, local) = (arena(), arena());
+        let chunk = &sent.plan.chunks[1];
+        let words: Vec<u64> = (1..=(chunk.bytes.len() / 8) as u64).collect();
+        // Whole: the same words in one buffer, or in slices cut anywhere (a chunk
+        // gathered from several ranges of a shard's arena).
+        sent.write_chunk(0, 1, 2, None, bytemuck::cast_slice(&words))
+            .unwrap();
+        let (a, b) = words.split_at(3);
+        let (b, c) = b.split_at(1);
+        local
+            .write_chunk_from(0, 1, 2, None, (words.len(), [a, b, c].into_iter()))
+            .unwrap();
+        assert_eq!(chunk_words(&local, 1), chunk_words(&sent, 1));
+        assert_eq!(chunk_words(&local, 1), words);
+        // Partial: each changed row's padded words.
+        let rows = [0u32, 2];
+        let row = |i: u64| [100 + i, 200 + i];
+        let changed = [row(0), row(2)].concat();
+        sent.write_chunk(0, 1, 3, Some(&rows), bytemuck::cast_slice(&changed))
+            .unwrap();
+        let slices = [&row(0)[..], &row(2)[..]];
+        local
+            .write_chunk_from(0, 1, 3, Some(&rows), (4, slices.into_iter()))
+            .unwrap();
+        assert_eq!(chunk_words(&local, 1), chunk_words(&sent, 1));
+        assert_ne!(chunk_words(&local, 1), words, "the rows changed");
+        let mut dst = [0u8; 12];
+        assert_eq!(
+            local.read_fresh(chunk.slots.start as u32, 3, &mut dst),
+            Some(3)
+        );
+        // The same checks: a wrong size or row is an error, not a write.
+        assert!(local
+            .write_chunk_from(0, 1, 4, Some(&rows), (3, slices.into_iter()))
+            .is_err());
+        assert!(local
+            .write_chunk_from(0, 1, 4, Some(&[99]), (2, slices.into_iter()))
+            .is_err());
+        assert_eq!(
+            local.read_fresh(chunk.slots.start as u32, 4, &mut dst),
+            None
+        );
+        // Counted apart from the refreshes that arrived as messages.
+        assert_eq!(local.local_refreshes.load(Ordering::Relaxed), 4);
+        assert_eq!(sent.local_refreshes.load(Ordering::Relaxed), 0);
+        assert_eq!(local.partial_refreshes.load(Ordering::Relaxed), 3);
+    }
+
+    #[test]
+    fn scatter_fills_spans_from_slices_cut_anywhere() {
+        let words: Vec<AtomicU64> = (0..10).map(|_| AtomicU64::new(0)).collect();
+        let spans = [(1, 2), (5, 3), (9, 1)];
+        let src: Vec<u64> = (1..=6).collect();
+        scatter(
+            &words,
+            &spans,
+            [&src[..1], &src[1..4], &[], &src[4..]],
+            |w| w * 10,
+        );
+        let got: Vec<u64> = words.iter().map(|w| w.load(Ordering::Relaxed)).collect();
+        assert_eq!(got, [0, 10, 20, 0, 0, 30, 40, 50, 0, 60]);
     }
 
     #[test]

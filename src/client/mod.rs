@@ -20,6 +20,7 @@ use crate::consistency::Clock;
 use crate::error::panic_message;
 use crate::msg::{Endpoint, Msg, ProcessId, ShardId, ShardPart};
 use crate::placement::Placement;
+use crate::server::{LocalArena, RefreshRows};
 use crate::sync::lock;
 use crate::transport::{DirectClient, Inbound, Inbox, Transport, TransportError};
 use crate::world::World;
@@ -373,6 +374,27 @@ impl ClientShared {
         self.signal.notify();
     }
 
+    /// An arena refresh at `data_clock` for the plan `epoch`, arrived: `write` puts it in
+    /// the arena if that plan is the current one (bytes laid out for another plan are
+    /// stale replies to requests made before a re-plan: dropped). A refresh that cannot
+    /// be written fails the cluster.
+    fn on_refresh(
+        &self,
+        epoch: u32,
+        data_clock: Clock,
+        write: impl FnOnce(&ProcessArena) -> Result<()>,
+    ) {
+        self.known_min.fetch_max(data_clock, Ordering::AcqRel);
+        let written = match self.arena() {
+            Some(arena) if arena.id == epoch => write(&arena),
+            _ => Ok(()),
+        };
+        if let Err(e) = written {
+            self.fail(e);
+        }
+        self.signal.notify();
+    }
+
     /// Handles one message from a shard.
     fn on_msg(&self, msg: Msg) {
         match msg {
@@ -386,25 +408,9 @@ impl ClientShared {
                 data_clock,
                 rows,
                 bytes,
-            } => {
-                self.known_min.fetch_max(data_clock, Ordering::AcqRel);
-                // Bytes laid out for another plan than the current one are stale replies
-                // to requests made before a re-plan: drop them.
-                let written = match self.arena() {
-                    Some(arena) if arena.id == epoch => arena.write_chunk(
-                        shard,
-                        chunk,
-                        data_clock,
-                        rows.as_deref(),
-                        bytes.as_bytes(),
-                    ),
-                    _ => Ok(()),
-                };
-                if let Err(e) = written {
-                    self.fail(e);
-                }
-                self.signal.notify();
-            }
+            } => self.on_refresh(epoch, data_clock, |arena| {
+                arena.write_chunk(shard, chunk, data_clock, rows.as_deref(), bytes.as_bytes())
+            }),
             Msg::MinClock { clock, .. } => {
                 self.known_min.fetch_max(clock, Ordering::AcqRel);
             }
@@ -525,4 +531,20 @@ pub(crate) fn spawn_comm(
         }
         shared.fail(Error::ShutDown);
     })
+}
+
+impl LocalArena for ClientShared {
+    fn write_refresh(
+        &self,
+        shard: ShardId,
+        epoch: u32,
+        chunk: u32,
+        data_clock: Clock,
+        rows: &RefreshRows<'_>,
+    ) {
+        self.on_refresh(epoch, data_clock, |arena| {
+            let words = (rows.words(), rows.slices());
+            arena.write_chunk_from(shard, chunk, data_clock, rows.positions(), words)
+        });
+    }
 }

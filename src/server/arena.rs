@@ -14,8 +14,9 @@
 //! sent. A refresh carries only the rows changed since then (with their positions in the
 //! chunk), or the whole chunk when that is smaller or the process has none of it yet; a
 //! row nobody updated is never sent again. This is exact because a process's arena is
-//! written only by these refreshes, which arrive in order (FIFO per pair of processes), so
-//! its copy of a chunk is always the last one sent. Rows start as zeros and only ever have
+//! written only by these refreshes, which arrive in order (FIFO per pair of processes, or
+//! written by the shard itself as it makes them for a process in its own OS process:
+//! [`ArenaShard::refresh_rows`]), so its copy of a chunk is always the last one sent. Rows start as zeros and only ever have
 //! deltas added, so a row is never `-0.0` and adding an all-zero delta changes nothing:
 //! such deltas (rows a worker's slab covers but it did not touch) are skipped.
 
@@ -78,6 +79,60 @@ pub(crate) struct Refresh {
     pub(crate) bytes: AlignedBuf,
     /// `None`: the whole chunk; else the changed rows' positions in the chunk.
     pub(crate) rows: Option<Vec<u32>>,
+}
+
+/// One chunk's refresh as a view of the shard's arena ([`ArenaShard::refresh_rows`]):
+/// the rows changed since the last refresh (`positions`, in the chunk) or the whole
+/// chunk, as word slices in the process's order.
+pub(crate) struct RefreshRows<'a> {
+    arena: &'a ArenaShard,
+    /// The chunk's arena byte ranges, in the process's order.
+    ranges: &'a [Range<usize>],
+    /// The chunk's arena rows, in the process's order.
+    rows: &'a [u32],
+    positions: Option<Vec<u32>>,
+    words: usize,
+}
+
+impl<'a> RefreshRows<'a> {
+    /// `None`: the whole chunk; else the changed rows' positions in the chunk.
+    pub(crate) fn positions(&self) -> Option<&[u32]> {
+        self.positions.as_deref()
+    }
+
+    /// The refresh's words in all.
+    pub(crate) fn words(&self) -> usize {
+        self.words
+    }
+
+    /// The refresh's words, one slice after another: the chunk's ranges, or the changed
+    /// rows (each its padded words).
+    pub(crate) fn slices(&self) -> impl Iterator<Item = &'a [u64]> + '_ {
+        let arena = &self.arena.arena;
+        let whole = (self.positions.is_none())
+            .then(|| self.ranges.iter().map(|r| &arena[r.start / 8..r.end / 8]))
+            .into_iter()
+            .flatten();
+        let changed = self.positions.iter().flatten().map(|&i| {
+            let row = self.arena.rows[self.rows[i as usize] as usize];
+            &arena[row.offset / 8..(row.offset + padded(row.len)) / 8]
+        });
+        whole.chain(changed)
+    }
+
+    /// The refresh copied out, for a message.
+    pub(crate) fn to_refresh(&self) -> Refresh {
+        let bytes = match self.ranges {
+            [one] if self.positions.is_none() => {
+                AlignedBuf::from_bytes(&self.arena.bytes()[one.clone()])
+            }
+            _ => AlignedBuf::from_words(self.words, self.slices()),
+        };
+        Refresh {
+            bytes,
+            rows: self.positions.clone(),
+        }
+    }
 }
 
 /// Specialized storage of one shard (see the module docs).
@@ -336,34 +391,53 @@ impl ArenaShard {
 
     /// The refresh of chunk `chunk` of `process`'s subscription at data clock `now`: the
     /// rows changed since the last refresh sent to it, or the whole chunk (see the module
-    /// docs); recorded as sent.
+    /// docs), copied out for a message; recorded as sent.
     pub(crate) fn refresh(
         &mut self,
         process: ProcessId,
         chunk: usize,
         now: Clock,
     ) -> Option<Refresh> {
-        let sub = self.subs.get(&process)?;
-        let last = *sub.sent.get(chunk)?;
-        let refresh = last.and_then(|last| self.changed_rows(sub, chunk, last));
-        let refresh = match refresh {
-            Some(r) => r,
-            None => Refresh {
-                bytes: self.chunk_bytes(process, chunk)?,
-                rows: None,
-            },
-        };
-        if let Some(sub) = self.subs.get_mut(&process) {
-            sub.sent[chunk] = Some(now);
-        }
-        Some(refresh)
+        self.refresh_rows(process, chunk, now)
+            .map(|rows| rows.to_refresh())
     }
 
-    /// The rows of `sub`'s chunk `chunk` changed after data clock `last`, if sending them
-    /// with their positions takes fewer bytes than the whole chunk. The first pass finds
-    /// them and stops as soon as they reach the chunk's size; the second copies them into
-    /// a buffer of their exact size.
-    fn changed_rows(&self, sub: &Subscription, chunk: usize, last: Clock) -> Option<Refresh> {
+    /// [`refresh`](Self::refresh) as a view of the arena's words, for a process in this
+    /// OS process to copy straight into its own arena; recorded as sent.
+    pub(crate) fn refresh_rows(
+        &mut self,
+        process: ProcessId,
+        chunk: usize,
+        now: Clock,
+    ) -> Option<RefreshRows<'_>> {
+        let sub = self.subs.get_mut(&process)?;
+        let last = sub.sent.get_mut(chunk)?.replace(now);
+        let sub = &self.subs[&process];
+        let positions = last.and_then(|last| self.changed_positions(sub, chunk, last));
+        let ranges = &sub.chunks[chunk];
+        let words = match &positions {
+            Some((_, bytes)) => bytes / 8,
+            // Ranges are of whole padded rows: whole words.
+            None => ranges.iter().map(|r| r.len()).sum::<usize>() / 8,
+        };
+        Some(RefreshRows {
+            arena: self,
+            ranges,
+            rows: &sub.chunk_rows[chunk],
+            positions: positions.map(|(p, _)| p),
+            words,
+        })
+    }
+
+    /// The positions in `sub`'s chunk `chunk` of its rows changed after data clock
+    /// `last`, with their bytes, if sending them with their positions takes fewer bytes
+    /// than the whole chunk. Stops as soon as they reach the chunk's size.
+    fn changed_positions(
+        &self,
+        sub: &Subscription,
+        chunk: usize,
+        last: Clock,
+    ) -> Option<(Vec<u32>, usize)> {
         let rows = &sub.chunk_rows[chunk];
         let whole: usize = sub.chunks[chunk].iter().map(|r| r.len()).sum();
         // Never grown: no more positions than the chunk has rows.
@@ -377,30 +451,7 @@ impl ArenaShard {
                 }
             }
         }
-        let out = AlignedBuf::from_words(
-            bytes / 8,
-            changed.iter().map(|&i| {
-                let row = self.rows[rows[i as usize] as usize];
-                &self.arena[row.offset / 8..(row.offset + padded(row.len)) / 8]
-            }),
-        );
-        Some(Refresh {
-            bytes: out,
-            rows: Some(changed),
-        })
-    }
-
-    /// A copy of chunk `chunk` of `process`'s subscription, laid out as its arena.
-    fn chunk_bytes(&self, process: ProcessId, chunk: usize) -> Option<AlignedBuf> {
-        let ranges = self.subs.get(&process)?.chunks.get(chunk)?;
-        let bytes = self.bytes();
-        if let [one] = ranges.as_slice() {
-            return Some(AlignedBuf::from_bytes(&bytes[one.clone()]));
-        }
-        let len: usize = ranges.iter().map(|r| r.len()).sum();
-        // Ranges are of whole padded rows: whole words.
-        let words = ranges.iter().map(|r| &self.arena[r.start / 8..r.end / 8]);
-        Some(AlignedBuf::from_words(len / 8, words))
+        Some((changed, bytes))
     }
 
     /// Every row in the arena with its value.
@@ -467,12 +518,21 @@ mod tests {
         let l1 = a.layout(1, 1, 1).unwrap();
         a.apply_slab(&l1, None, &AlignedBuf::from_slice(&[1i32, 0]), 1)
             .unwrap();
+        // A first refresh is the whole chunk, copied out or as slices of the arena alike.
+        let mut whole = |p: ProcessId, chunk: usize| {
+            let rows = a.refresh_rows(p, chunk, 1).unwrap();
+            assert_eq!(rows.positions(), None);
+            let words: Vec<u64> = rows.slices().flatten().copied().collect();
+            assert_eq!(words.len(), rows.words());
+            let refresh = rows.to_refresh();
+            assert_eq!(refresh.bytes.words(), &words[..]);
+            refresh.bytes
+        };
         // Process 0's one chunk is one contiguous range: rows 1, 2, 3.
-        let c = a.chunk_bytes(0, 0).unwrap();
-        assert_eq!(c.cast::<i32>(), &[5, 0, 0, 0, 7, 0]);
+        assert_eq!(whole(0, 0).cast::<i32>(), &[5, 0, 0, 0, 7, 0]);
         // Process 1's chunks are gathered in its order: [3], [4, 1].
-        assert_eq!(a.chunk_bytes(1, 0).unwrap().cast::<i32>(), &[7, 0]);
-        assert_eq!(a.chunk_bytes(1, 1).unwrap().cast::<i32>(), &[41, 0, 5, 0]);
+        assert_eq!(whole(1, 0).cast::<i32>(), &[7, 0]);
+        assert_eq!(whole(1, 1).cast::<i32>(), &[41, 0, 5, 0]);
         assert_eq!(a.row(RowKey::new(0, 4)), Some(&41i32.to_le_bytes()[..]));
     }
 

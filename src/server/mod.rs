@@ -8,8 +8,11 @@
 
 mod arena;
 mod coordinator;
+mod local;
 mod shard;
 
+pub(crate) use arena::RefreshRows;
+pub(crate) use local::LocalArena;
 pub(crate) use shard::Shard;
 
 use crate::msg::{Endpoint, Msg, ProcessId};

@@ -19,6 +19,7 @@
 
 use super::arena::{ArenaShard, Layout, Request};
 use super::coordinator::Coordinator;
+use super::LocalArena;
 use crate::checkpoint::{CheckpointError, PartEntry, PartWriter};
 use crate::consistency::{Clock, ClockTable, DeferredReads};
 use crate::gather::phase_bit;
@@ -31,6 +32,7 @@ use dashmap::DashMap;
 use rustc_hash::{FxBuildHasher, FxHashMap};
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Weak;
 
 /// Updates of one worker for one clock, waiting to become visible: rows sent the generic
 /// way, and a slab with the layout it was resolved to when it arrived (and, for a sparse
@@ -69,6 +71,9 @@ pub(crate) struct Shard {
     restore: Option<Restoring>,
     /// Whether a restore has completed (there is only one, before any run).
     restored: bool,
+    /// The process in this shard's OS process and its arena, which takes its refreshes
+    /// straight from this shard's arena ([`LocalArena`]) while it lives.
+    local: Option<(ProcessId, Weak<dyn LocalArena>)>,
 }
 
 /// Where a shard is in a restore: the checkpoint's clock, and which processes have sent
@@ -107,7 +112,19 @@ impl Shard {
             migration: None,
             restore: None,
             restored: false,
+            local: None,
         }
+    }
+
+    /// This shard, writing the arena refreshes of `process` (the process in its own OS
+    /// process) straight into `arena` while it lives, instead of sending them.
+    pub(crate) fn with_local_arena(
+        mut self,
+        process: ProcessId,
+        arena: Weak<dyn LocalArena>,
+    ) -> Self {
+        self.local = Some((process, arena));
+        self
     }
 
     pub(crate) fn id(&self) -> ShardId {
@@ -573,7 +590,21 @@ impl Shard {
             }
         };
         let data_clock = self.clocks.min_clock();
+        let local = (self.local.as_ref())
+            .filter(|(process, _)| *process == to)
+            .and_then(|(_, arena)| arena.upgrade());
         for c in chunks {
+            if let Some(local) = &local {
+                let Some(rows) = self.arena.refresh_rows(to, c, data_clock) else {
+                    return self.reject(
+                        to,
+                        format!("no chunk {c} in the plan of process {to}"),
+                        out,
+                    );
+                };
+                local.write_refresh(self.id, epoch, c as u32, data_clock, &rows);
+                continue;
+            }
             let Some(refresh) = self.arena.refresh(to, c, data_clock) else {
                 return self.reject(to, format!("no chunk {c} in the plan of process {to}"), out);
             };
@@ -891,6 +922,7 @@ fn check_positions(layout: Layout, positions: &[u32], worker: WorkerId) -> Resul
 mod tests {
     use super::*;
     use crate::ElemType;
+    use std::sync::Arc;
 
     fn shard_with_table(workers: usize) -> Shard {
         shard_in(0, World::single(workers, 1))
@@ -1392,6 +1424,128 @@ mod tests {
             p0.contains(&"rows@1 [(5, [201, 2]), (2, [32, -32])]".to_string()),
             "{p0:?}"
         );
+    }
+
+    /// A [`LocalArena`] that records the refreshes written to it as [`answers_to`]
+    /// formats a `SlabRows`, with the changed rows' positions.
+    #[derive(Default)]
+    struct Written(std::sync::Mutex<Vec<String>>);
+
+    impl LocalArena for Written {
+        fn write_refresh(
+            &self,
+            _shard: ShardId,
+            epoch: u32,
+            chunk: u32,
+            data_clock: Clock,
+            rows: &crate::server::RefreshRows<'_>,
+        ) {
+            let words: Vec<u64> = rows.slices().flatten().copied().collect();
+            assert_eq!(words.len(), rows.words());
+            let values: &[i64] = bytemuck::cast_slice(&words);
+            let at = rows.positions().map(<[u32]>::to_vec);
+            let line = format!("slab {epoch}/{chunk}@{data_clock} {values:?} at {at:?}");
+            self.0.lock().unwrap().push(line);
+        }
+    }
+
+    /// [`answers_to`], with the positions of a `SlabRows`' changed rows.
+    fn answers_with_rows(p: u32, out: &[(Endpoint, Msg)]) -> Vec<String> {
+        let mut v: Vec<String> = answers_to(p, out)
+            .into_iter()
+            .filter(|a| !a.starts_with("slab "))
+            .collect();
+        for (to, m) in out {
+            if let (
+                true,
+                Msg::SlabRows {
+                    epoch,
+                    chunk,
+                    data_clock,
+                    rows,
+                    bytes,
+                    ..
+                },
+            ) = (*to == Endpoint::Client(p), m)
+            {
+                let values = bytes.cast::<i64>();
+                v.push(format!(
+                    "slab {epoch}/{chunk}@{data_clock} {values:?} at {rows:?}"
+                ));
+            }
+        }
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn a_process_in_the_shards_os_process_gets_the_same_refreshes_written_not_sent() {
+        let world = World {
+            processes: 2,
+            workers: 1,
+            shards: 1,
+        };
+        let (b0, a0) = process_script(0);
+        let (b1, a1) = process_script(1);
+        let mut orders = 0;
+        for before in interleavings(&b0, &b1) {
+            for after in interleavings(&a0, &a1) {
+                orders += 1;
+                // The same messages to a shard sending every refresh, and to one writing
+                // process 0's into its arena.
+                let written = Arc::new(Written::default());
+                let local: Weak<dyn LocalArena> = Arc::downgrade(&written) as _;
+                let mut sent = (Shard::new(0, world), Vec::new());
+                let mut direct = (Shard::new(0, world).with_local_arena(0, local), Vec::new());
+                for m in before.iter().chain(&after) {
+                    sent.0.handle(m.clone(), &mut sent.1);
+                    direct.0.handle(m.clone(), &mut direct.1);
+                }
+                let slabs_to = |p: u32, out: &[(Endpoint, Msg)]| {
+                    out.iter()
+                        .filter(|(to, _)| *to == Endpoint::Client(p))
+                        .filter(|(_, m)| matches!(m, Msg::SlabRows { .. }))
+                        .count()
+                };
+                assert_eq!(
+                    slabs_to(0, &direct.1),
+                    0,
+                    "process 0's refreshes are written"
+                );
+                assert!(slabs_to(0, &sent.1) > 0);
+                // Process 1 (another OS process) is sent the same as before.
+                assert_eq!(
+                    answers_with_rows(1, &direct.1),
+                    answers_with_rows(1, &sent.1)
+                );
+                // Process 0 gets the same answers, its refreshes through its arena.
+                let mut got = answers_with_rows(0, &direct.1);
+                got.extend(written.0.lock().unwrap().drain(..));
+                got.sort();
+                assert_eq!(got, answers_with_rows(0, &sent.1));
+            }
+        }
+        assert_eq!(orders, 924 * 6);
+    }
+
+    #[test]
+    fn a_local_arena_that_is_gone_gets_its_refreshes_sent() {
+        let world = World {
+            processes: 2,
+            workers: 1,
+            shards: 1,
+        };
+        let (b0, a0) = process_script(0);
+        let (b1, a1) = process_script(1);
+        let gone: Weak<dyn LocalArena> = Arc::downgrade(&Arc::new(Written::default())) as _;
+        let mut s = Shard::new(0, world).with_local_arena(0, gone);
+        let mut out = Vec::new();
+        for m in b0.iter().chain(&b1).chain(&a0).chain(&a1) {
+            s.handle(m.clone(), &mut out);
+        }
+        assert!(out
+            .iter()
+            .any(|(to, m)| *to == Endpoint::Client(0) && matches!(m, Msg::SlabRows { .. })));
     }
 
     #[test]

@@ -362,6 +362,12 @@ fn network_traffic_is_counted_by_kind_of_message() {
             "{sent}, {}",
             stats.bytes_sent
         );
+        // Its own shard wrote its refreshes into its arena; the other's sent theirs.
+        let refreshes = stats.whole_chunk_refreshes + stats.partial_chunk_refreshes;
+        assert!(
+            stats.local_chunk_refreshes > 0 && stats.local_chunk_refreshes < refreshes,
+            "process {rank}: {stats:?}"
+        );
     }
 }
 

@@ -875,6 +875,12 @@ fn refreshes_ship_only_changed_rows_and_give_the_same_answers() {
     let special = virtual_stats(&program);
     assert!(special.whole_chunk_refreshes > 0, "{special:?}");
     assert!(special.partial_chunk_refreshes > 0, "{special:?}");
+    // In one OS process every refresh is written by a shard of it, none sent.
+    assert_eq!(
+        special.local_chunk_refreshes,
+        special.whole_chunk_refreshes + special.partial_chunk_refreshes,
+        "{special:?}"
+    );
     let generic = run(variants()[0], Staleness::BSP, &program, &program);
     let virt = run(variants()[2], Staleness::BSP, &program, &program);
     assert!(

@@ -140,6 +140,9 @@ pub struct StoreReport {
     pub whole_chunk_refreshes: u64,
     /// Arena chunks received as only the rows changed since this process's last copy.
     pub partial_chunk_refreshes: u64,
+    /// Of those chunk refreshes, the ones this process's own shards wrote straight into
+    /// its arena (no message, one copy).
+    pub local_chunk_refreshes: u64,
     /// Update slabs this process's workers sent whole.
     pub whole_slabs: u64,
     /// Update slabs sent as only the touched rows.
@@ -370,6 +373,7 @@ impl RunReport {
             tape_truncated: stats.tape_truncated,
             whole_chunk_refreshes: stats.whole_chunk_refreshes,
             partial_chunk_refreshes: stats.partial_chunk_refreshes,
+            local_chunk_refreshes: stats.local_chunk_refreshes,
             whole_slabs: stats.whole_slabs,
             partial_slabs: stats.partial_slabs,
             bytes_sent: stats.bytes_sent,

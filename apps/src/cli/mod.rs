@@ -47,7 +47,8 @@ processes; 0 in one process)}], dataset sizes, params, the
 gathered access pattern's size, store (accesses by path: tape_accesses, indexed_accesses,
 unplanned_accesses; tape_truncated; row_fetches, arena_refreshes, clock_refreshes; whole_ and
 partial_chunk_refreshes, whole_ and partial_slabs (what refreshes and CLOCKs shipped:
-everything, or only what changed); this process's
+everything, or only what changed); local_chunk_refreshes (refreshes its own shards wrote
+into its arena directly); this process's
 bytes_sent, bytes_received, frames_sent, frames_received; send_waits (sends that waited
 for a slow peer to read) and peak_queued_bytes (most bytes queued for one peer)), traffic
 (this process's
