@@ -127,8 +127,17 @@ impl ArenaWords<'_> {
     #[inline]
     pub(crate) fn copy_row(&self, word: u32, dst: &mut [u64]) {
         let (word, n) = (word as usize, dst.len());
-        for (d, w) in dst.iter_mut().zip(&self.0[word..word + n]) {
-            *d = u64::from_le(w.load(Ordering::Relaxed)); // as `copy_words` does
+        let src = &self.0[word..word + n];
+        // Four words a step (atomic loads are not merged into vector ones; unrolled, the
+        // loop's own work stops dominating a row of a few words).
+        let (mut d, mut s) = (dst.chunks_exact_mut(4), src.chunks_exact(4));
+        for (d, s) in (&mut d).zip(&mut s) {
+            for k in 0..4 {
+                d[k] = u64::from_le(s[k].load(Ordering::Relaxed)); // as `copy_words` does
+            }
+        }
+        for (d, w) in d.into_remainder().iter_mut().zip(s.remainder()) {
+            *d = u64::from_le(w.load(Ordering::Relaxed));
         }
     }
 }
@@ -402,17 +411,18 @@ impl ProcessArena {
     }
 
     /// [`write_chunk`](Self::write_chunk) of a refresh from a shard in this OS process,
-    /// straight from its arena ([`LocalArena`]): `words` words in all, as `slices` one
-    /// after another (the chunk's ranges, or the changed rows).
+    /// straight from its arena ([`LocalArena`]): the whole chunk, `words` words in all as
+    /// the slices of `whole` one after another (its ranges in the shard's arena); or
+    /// with `rows`, the changed row at each position of it as `changed(k)` for the
+    /// `k`-th one.
     ///
     /// [`LocalArena`]: crate::server::LocalArena
-    pub(crate) fn write_chunk_from<'a>(
+    pub(crate) fn write_chunk_from<'a, I: Iterator<Item = &'a [u64]>>(
         &self,
-        shard: u32,
-        chunk: u32,
-        data_clock: Clock,
+        (shard, chunk, data_clock): (u32, u32, Clock),
         rows: Option<&[u32]>,
-        (words, slices): (usize, impl Iterator<Item = &'a [u64]>),
+        (words, whole): (usize, impl FnOnce() -> I),
+        changed: impl Fn(usize) -> &'a [u64],
     ) -> Result<()> {
         self.local_refreshes.fetch_add(1, Ordering::Relaxed);
         let spans = self.refresh_spans(shard, chunk, data_clock, rows, words * 8)?;
@@ -420,7 +430,19 @@ impl ProcessArena {
             return Ok(());
         };
         self.begin_write(global);
-        scatter(&self.words, &spans, slices, |w| w);
+        match rows {
+            None => scatter(&self.words, &spans, whole(), |w| w),
+            // One span a changed row, in order: copied row by row.
+            Some(_) => {
+                for (k, &(word, n)) in spans.iter().enumerate() {
+                    let src = changed(k);
+                    debug_assert_eq!(src.len(), n, "the shard's row and the plan's slot");
+                    for (d, &s) in self.words[word..word + n].iter().zip(src) {
+                        d.store(s, Ordering::Relaxed);
+                    }
+                }
+            }
+        }
         self.end_write(global, data_clock, &spans);
         Ok(())
     }
@@ -752,8 +774,14 @@ mod tests {
             .unwrap();
         let (a, b) = words.split_at(3);
         let (b, c) = b.split_at(1);
+        let none = |_: usize| -> &[u64] { unreachable!("a whole refresh") };
         local
-            .write_chunk_from(0, 1, 2, None, (words.len(), [a, b, c].into_iter()))
+            .write_chunk_from(
+                (0, 1, 2),
+                None,
+                (words.len(), || [a, b, c].into_iter()),
+                none,
+            )
             .unwrap();
         assert_eq!(chunk_words(&local, 1), chunk_words(&sent, 1));
         assert_eq!(chunk_words(&local, 1), words);
@@ -763,9 +791,11 @@ mod tests {
         let changed = [row(0), row(2)].concat();
         sent.write_chunk(0, 1, 3, Some(&rows), bytemuck::cast_slice(&changed))
             .unwrap();
-        let slices = [&row(0)[..], &row(2)[..]];
+        let (r0, r2) = (row(0), row(2));
+        let changed = |k: usize| -> &[u64] { [&r0[..], &r2[..]][k] };
+        let no_ranges = || std::iter::empty::<&[u64]>();
         local
-            .write_chunk_from(0, 1, 3, Some(&rows), (4, slices.into_iter()))
+            .write_chunk_from((0, 1, 3), Some(&rows), (4, no_ranges), changed)
             .unwrap();
         assert_eq!(chunk_words(&local, 1), chunk_words(&sent, 1));
         assert_ne!(chunk_words(&local, 1), words, "the rows changed");
@@ -776,10 +806,10 @@ mod tests {
         );
         // The same checks: a wrong size or row is an error, not a write.
         assert!(local
-            .write_chunk_from(0, 1, 4, Some(&rows), (3, slices.into_iter()))
+            .write_chunk_from((0, 1, 4), Some(&rows), (3, no_ranges), changed)
             .is_err());
         assert!(local
-            .write_chunk_from(0, 1, 4, Some(&[99]), (2, slices.into_iter()))
+            .write_chunk_from((0, 1, 4), Some(&[99]), (2, no_ranges), changed)
             .is_err());
         assert_eq!(
             local.read_fresh(chunk.slots.start as u32, 4, &mut dst),

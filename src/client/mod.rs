@@ -543,8 +543,12 @@ impl LocalArena for ClientShared {
         rows: &RefreshRows<'_>,
     ) {
         self.on_refresh(epoch, data_clock, |arena| {
-            let words = (rows.words(), rows.slices());
-            arena.write_chunk_from(shard, chunk, data_clock, rows.positions(), words)
+            arena.write_chunk_from(
+                (shard, chunk, data_clock),
+                rows.positions(),
+                (rows.words(), || rows.ranges()),
+                |k| rows.changed_row(k),
+            )
         });
     }
 }

@@ -120,6 +120,21 @@ impl<'a> RefreshRows<'a> {
         whole.chain(changed)
     }
 
+    /// Word slices of the whole chunk's ranges, in the process's order (a whole refresh).
+    pub(crate) fn ranges(&self) -> impl Iterator<Item = &'a [u64]> + '_ {
+        let arena = &self.arena.arena;
+        self.ranges.iter().map(|r| &arena[r.start / 8..r.end / 8])
+    }
+
+    /// The words of the `k`-th changed row (a partial refresh's, `k` below its
+    /// positions' number).
+    #[inline]
+    pub(crate) fn changed_row(&self, k: usize) -> &'a [u64] {
+        let positions = self.positions.as_deref().unwrap_or_default();
+        let row = self.arena.rows[self.rows[positions[k] as usize] as usize];
+        &self.arena.arena[row.offset / 8..(row.offset + padded(row.len)) / 8]
+    }
+
     /// The refresh copied out, for a message.
     pub(crate) fn to_refresh(&self) -> Refresh {
         let bytes = match self.ranges {
@@ -329,8 +344,9 @@ impl ArenaShard {
 
     /// Adds a slab laid out as `layout`, visible from data clock `now`: every row of the
     /// layout, or with `positions` (a sparse slab's, each below `layout.len()`) only the
-    /// rows at those positions. A slab of the wrong size is refused whole. All-zero deltas
-    /// change nothing and are skipped.
+    /// rows at those positions. A slab of the wrong size is refused whole. A whole slab's
+    /// all-zero deltas (rows its worker did not touch) change nothing and are skipped; a
+    /// sparse slab holds only touched rows, so its deltas are added without that check.
     pub(crate) fn apply_slab(
         &mut self,
         layout: &[u32],
@@ -339,19 +355,25 @@ impl ArenaShard {
         now: Clock,
     ) -> Result<(), String> {
         match positions {
-            None => self.apply_rows(layout.iter().copied(), slab, now),
-            Some(positions) => {
-                self.apply_rows(positions.iter().map(|&p| layout[p as usize]), slab, now)
-            }
+            None => self.apply_rows(layout.iter().copied(), slab, now, true),
+            // A sparse slab holds only touched rows: checking them for zeros is wasted.
+            Some(positions) => self.apply_rows(
+                positions.iter().map(|&p| layout[p as usize]),
+                slab,
+                now,
+                false,
+            ),
         }
     }
 
-    /// [`apply_slab`](Self::apply_slab) of the arena rows `rows`, in slab order.
+    /// [`apply_slab`](Self::apply_slab) of the arena rows `rows`, in slab order;
+    /// `skip_zeros`: skip all-zero deltas (a whole slab's untouched rows).
     fn apply_rows(
         &mut self,
         rows: impl Iterator<Item = u32> + Clone,
         slab: &AlignedBuf,
         now: Clock,
+        skip_zeros: bool,
     ) -> Result<(), String> {
         let expected: usize = rows
             .clone()
@@ -372,7 +394,7 @@ impl ArenaShard {
             let words = padded(row.len) / 8;
             let delta = &src[at..at + words];
             at += words;
-            if delta.iter().fold(0, |acc, &w| acc | w) == 0 {
+            if skip_zeros && delta.iter().fold(0, |acc, &w| acc | w) == 0 {
                 continue;
             }
             let start = row.offset / 8;
