@@ -1378,13 +1378,8 @@ mod tests {
 
     #[test]
     fn two_processes_get_the_same_answers_in_every_order_the_transport_allows() {
-        let world = World {
-            processes: 2,
-            workers: 1,
-            shards: 1,
-        };
-        let (b0, a0) = process_script(0);
-        let (b1, a1) = process_script(1);
+        let world = two_process_world();
+        let ((b0, a0), (b1, a1)) = (process_script(0), process_script(1));
         let mut expected: Option<(Vec<String>, Vec<String>)> = None;
         let mut orders = 0;
         // Before the barrier any merge is possible; after it, a process sends only once
@@ -1480,13 +1475,8 @@ mod tests {
 
     #[test]
     fn a_process_in_the_shards_os_process_gets_the_same_refreshes_written_not_sent() {
-        let world = World {
-            processes: 2,
-            workers: 1,
-            shards: 1,
-        };
-        let (b0, a0) = process_script(0);
-        let (b1, a1) = process_script(1);
+        let world = two_process_world();
+        let ((b0, a0), (b1, a1)) = (process_script(0), process_script(1));
         let mut orders = 0;
         for before in interleavings(&b0, &b1) {
             for after in interleavings(&a0, &a1) {
@@ -1530,13 +1520,8 @@ mod tests {
 
     #[test]
     fn a_local_arena_that_is_gone_gets_its_refreshes_sent() {
-        let world = World {
-            processes: 2,
-            workers: 1,
-            shards: 1,
-        };
-        let (b0, a0) = process_script(0);
-        let (b1, a1) = process_script(1);
+        let world = two_process_world();
+        let ((b0, a0), (b1, a1)) = (process_script(0), process_script(1));
         let gone: Weak<dyn LocalArena> = Arc::downgrade(&Arc::new(Written::default())) as _;
         let mut s = Shard::new(0, world).with_local_arena(0, gone);
         let mut out = Vec::new();
