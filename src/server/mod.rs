@@ -4,7 +4,8 @@
 //! A [`Shard`] is a state machine — `handle(msg) -> replies` — and [`spawn`] drives it
 //! from a thread fed by the transport (and, in one OS process, from the threads that send
 //! it messages: `ShardCell`). It knows the protocol and the SSP rules, nothing
-//! about caches, workers' threads or how messages travel.
+//! about caches, workers' threads or how messages travel; the process in its own OS
+//! process it knows only as a [`LocalArena`] to write that process's refreshes into.
 
 mod arena;
 mod coordinator;

@@ -1,5 +1,9 @@
 //! [`Shard`]: one server shard as a pure state machine.
 //!
+//! Its one output besides its replies: the arena refreshes of the process in its own OS
+//! process, which it writes into that process's arena ([`LocalArena`]) instead of sending
+//! (the same refreshes, in the same order).
+//!
 //! The shard serves **exact snapshots**: the rows it sends hold exactly the updates of
 //! clocks `< min_clock`, no more. Updates of later clocks wait in a pending list and are
 //! applied, in `(clock, worker)` order, when the minimum clock passes them. So under BSP
@@ -593,20 +597,17 @@ impl Shard {
         let local = (self.local.as_ref())
             .filter(|(process, _)| *process == to)
             .and_then(|(_, arena)| arena.upgrade());
+        let no_chunk = |c: usize| format!("no chunk {c} in the plan of process {to}");
         for c in chunks {
             if let Some(local) = &local {
                 let Some(rows) = self.arena.refresh_rows(to, c, data_clock) else {
-                    return self.reject(
-                        to,
-                        format!("no chunk {c} in the plan of process {to}"),
-                        out,
-                    );
+                    return self.reject(to, no_chunk(c), out);
                 };
                 local.write_refresh(self.id, epoch, c as u32, data_clock, &rows);
                 continue;
             }
             let Some(refresh) = self.arena.refresh(to, c, data_clock) else {
-                return self.reject(to, format!("no chunk {c} in the plan of process {to}"), out);
+                return self.reject(to, no_chunk(c), out);
             };
             out.push((
                 Endpoint::Client(to),
