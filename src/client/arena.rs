@@ -89,11 +89,17 @@ fn scatter<'a>(
                 continue;
             }
             let n = left.min(src.len());
-            for (d, &s) in words[at..at + n].iter().zip(&src[..n]) {
-                d.store(conv(s), Ordering::Relaxed);
-            }
+            store(&words[at..at + n], &src[..n], &conv);
             (at, left, src) = (at + n, left - n, &src[n..]);
         }
+    }
+}
+
+/// Stores `src` through `conv` into `dst` (relaxed stores), as far as both go.
+#[inline(always)]
+fn store(dst: &[AtomicU64], src: &[u64], conv: impl Fn(u64) -> u64) {
+    for (d, &s) in dst.iter().zip(src) {
+        d.store(conv(s), Ordering::Relaxed);
     }
 }
 
@@ -437,9 +443,7 @@ impl ProcessArena {
                 for (k, &(word, n)) in spans.iter().enumerate() {
                     let src = changed(k);
                     debug_assert_eq!(src.len(), n, "the shard's row and the plan's slot");
-                    for (d, &s) in self.words[word..word + n].iter().zip(src) {
-                        d.store(s, Ordering::Relaxed);
-                    }
+                    store(&self.words[word..word + n], src, |w| w);
                 }
             }
         }

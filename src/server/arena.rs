@@ -108,16 +108,12 @@ impl<'a> RefreshRows<'a> {
     /// The refresh's words, one slice after another: the chunk's ranges, or the changed
     /// rows (each its padded words).
     pub(crate) fn slices(&self) -> impl Iterator<Item = &'a [u64]> + '_ {
-        let arena = &self.arena.arena;
-        let whole = (self.positions.is_none())
-            .then(|| self.ranges.iter().map(|r| &arena[r.start / 8..r.end / 8]))
+        let whole = self.positions.is_none().then(|| self.ranges());
+        let changed = self.positions.as_ref().map_or(0, Vec::len);
+        whole
             .into_iter()
-            .flatten();
-        let changed = self.positions.iter().flatten().map(|&i| {
-            let row = self.arena.rows[self.rows[i as usize] as usize];
-            &arena[row.offset / 8..(row.offset + padded(row.len)) / 8]
-        });
-        whole.chain(changed)
+            .flatten()
+            .chain((0..changed).map(|k| self.changed_row(k)))
     }
 
     /// Word slices of the whole chunk's ranges, in the process's order (a whole refresh).
