@@ -501,7 +501,7 @@ mod tests {
             for clock in 0..2u64 {
                 for u in 0..10u64 {
                     let user = RowKey::new(0, w as u64 * 100 + clock * 10 + u);
-                    for i in (0..40u64).filter(|i| (u * 3 + i + w as u64) % 4 == 0) {
+                    for i in (0..40u64).filter(|i| (u * 3 + i + w as u64).is_multiple_of(4)) {
                         touch(log, user);
                         touch(log, RowKey::new(1, i));
                     }

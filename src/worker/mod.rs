@@ -45,6 +45,9 @@ pub struct Worker<'a> {
     /// ([`Staleness::required_in_run`]), kept as `clock` moves; under unbounded
     /// staleness a read also requires the known minimum clock.
     floor: Clock,
+    /// Whether staleness is unbounded (then a read also requires the known minimum
+    /// clock): the configuration's, kept here so a read's fast path does not reach it.
+    unbounded: bool,
     oplog: Oplog,
     /// This worker's sent updates of recent clocks, for read-my-writes under SSP `s > 0`.
     recent: Sent<Oplog>,
@@ -104,6 +107,7 @@ impl<'a> Worker<'a> {
             clock,
             run_start: clock,
             floor: shared.config.staleness.required_in_run(clock, clock),
+            unbounded: shared.config.staleness == Staleness::Unbounded,
             oplog: Oplog::default(),
             recent: Sent::default(),
             scratch: Vec::new(),
@@ -225,7 +229,7 @@ impl<'a> Worker<'a> {
     }
 
     /// [`read`](Self::read) with every check, off the fast path.
-    #[inline(always)]
+    #[inline(never)]
     fn read_checked<T: Element>(
         &mut self,
         table: &Table<T>,
@@ -282,6 +286,18 @@ impl<'a> Worker<'a> {
                 }
             }
         }
+        self.read_with_checked(table, row, f)
+    }
+
+    /// [`read_with`](Self::read_with) with every check, off the fast path (out of line,
+    /// so that callers' loops hold only the fast path).
+    #[inline(never)]
+    fn read_with_checked<T: Element, R>(
+        &mut self,
+        table: &Table<T>,
+        row: u64,
+        f: impl FnOnce(&[T]) -> R,
+    ) -> Result<R> {
         let meta = self.check(table, row, table.width)?;
         let key = table.key(row);
         if self.log.is_none() && self.special.is_none() {
@@ -350,7 +366,7 @@ impl<'a> Worker<'a> {
     }
 
     /// [`update`](Self::update) with every check, off the fast path.
-    #[inline(always)]
+    #[inline(never)]
     fn update_checked<T: Element>(
         &mut self,
         table: &Table<T>,
@@ -474,11 +490,11 @@ impl<'a> Worker<'a> {
     /// The smallest data clock this worker may read now.
     #[inline]
     fn required(&self) -> Clock {
-        match self.shared.config.staleness {
-            Staleness::Unbounded => self
-                .floor
-                .max(self.shared.known_min.load(Ordering::Acquire)),
-            Staleness::Bounded(_) => self.floor,
+        if self.unbounded {
+            self.floor
+                .max(self.shared.known_min.load(Ordering::Acquire))
+        } else {
+            self.floor
         }
     }
 

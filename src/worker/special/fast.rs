@@ -69,7 +69,7 @@ impl Special {
             // already hold this worker's updates).
             T::sum_into(dst, fresh.view, fresh.delta);
         } else {
-            dst.copy_from_slice(fresh.view);
+            T::copy_row(dst, fresh.view);
         }
         self.step_cursor();
         true
@@ -331,7 +331,7 @@ impl Special {
         };
         match delta {
             Some(delta) => T::sum_into(dst, view, delta),
-            None => dst.copy_from_slice(view),
+            None => T::copy_row(dst, view),
         }
         self.advance();
         true

@@ -665,7 +665,7 @@ impl Special {
             let delta_row = &bytemuck::cast_slice::<u64, T>(delta)[..n];
             T::sum_into(dst, view_row, delta_row);
         } else {
-            dst.copy_from_slice(view_row);
+            T::copy_row(dst, view_row);
             if !T::TYPE.exact() {
                 self.add_own(place, clock, dst);
             }
@@ -1207,7 +1207,7 @@ fn touch<T: Element>(header: &mut [u64], touched: &mut [u64], row: &mut [T], del
 fn first_touch<T: Element>(touched: &mut [u64], r: usize, row: &mut [T], delta: &[T]) -> bool {
     touched[r / 64] |= 1 << (r % 64);
     if delta.len() == row.len() {
-        row.copy_from_slice(delta);
+        T::copy_row(row, delta);
         return true;
     }
     row.fill(T::default());
