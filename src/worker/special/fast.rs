@@ -4,6 +4,8 @@
 //! steps ahead. Each returns without side effects when it cannot serve the access, so the
 //! caller can take the general path.
 //!
+//! Only reads prefetch ([`Special::advance`]); updates take their step without one.
+//!
 //! A step naming a run's row ([`RUN_STEP`]) leaves these paths at once for their run
 //! versions (`*_run`), out of line, so that a block's path has one more test and nothing
 //! else.
@@ -215,7 +217,7 @@ impl Special {
             return self.update_run(key, width, column, delta);
         };
         add_to_block_in(block, touched, views, width, column, delta);
-        self.advance();
+        self.step_cursor();
         true
     }
 
@@ -239,7 +241,7 @@ impl Special {
         if !cols.is_empty() {
             add_cols_to_block_in(block, touched, views, width, cols);
         }
-        self.advance();
+        self.step_cursor();
         true
     }
 
@@ -263,7 +265,12 @@ impl Special {
 
     /// Moves to the next step and prefetches what a step [`AHEAD`] will touch: a block's
     /// first three lines (the header, and a narrow row's view and delta), or a run's
-    /// first two.
+    /// first two. Reads advance this way; updates only move the cursor
+    /// ([`step_cursor`](Self::step_cursor)): a prefetch serves a load the worker waits
+    /// for, an update's row was most often just read (its lines are in cache), and a
+    /// store that misses does not stall the worker. The steps an update would have
+    /// prefetched are reached by the reads' prefetches around it; issuing them at
+    /// updates as well cost MF 2 % an iteration (BENCHMARKS.md).
     #[inline(always)]
     pub(super) fn advance(&mut self) {
         self.prefetch_ahead(PREFETCH_WORDS);
@@ -405,7 +412,7 @@ impl Special {
             return false;
         };
         self.add_to_run(at, width, column, delta);
-        self.advance();
+        self.step_cursor();
         true
     }
 
@@ -419,7 +426,7 @@ impl Special {
         if !cols.is_empty() {
             self.add_cols_to_run(at, cols);
         }
-        self.advance();
+        self.step_cursor();
         true
     }
 
