@@ -984,20 +984,29 @@ impl Special {
         let mut rows = Vec::with_capacity(count);
         let mut out = Vec::with_capacity(size / 8);
         let mut runs = RunCursor::new(self, range.start);
-        for r in set_bits(&self.touched, range.clone()) {
-            let (b, delta) = match self.blocks[r] {
-                e if e & RUN_ROW != 0 => {
+        let views = self.views;
+        // The touched bits word by word (the range's ends masked off), each set bit a row.
+        for w in range.start / 64..range.end.div_ceil(64) {
+            let mut bits = self.touched[w] & range_mask(&range, w);
+            while bits != 0 {
+                let r = w * 64 + bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                let entry = self.blocks[r];
+                let delta = if entry & RUN_ROW != 0 {
                     let (b, first, deltas) = runs.run_of(self, r);
-                    (b, deltas + r - first..deltas + r - first + 1)
-                }
-                b => (
-                    b as usize,
-                    block_parts(&self.words, self.views, b as usize).1,
-                ),
-            };
-            self.words[b + 1] &= !TOUCHED;
-            out.extend_from_slice(&self.words[delta]);
-            rows.push((r - range.start) as u32);
+                    self.words[b + 1] &= !TOUCHED;
+                    deltas + r - first..deltas + r - first + 1
+                } else {
+                    // A block of one row: its header's length, no run to look up.
+                    let b = entry as usize;
+                    let n = padded_words((self.words[b + 3] >> 32) as usize);
+                    self.words[b + 1] &= !TOUCHED;
+                    let at = b + HEADER_WORDS + if views { n } else { 0 };
+                    at..at + n
+                };
+                out.extend_from_slice(&self.words[delta]);
+                rows.push((r - range.start) as u32);
+            }
         }
         Slab {
             bytes: AlignedBuf::from_word_vec(out),
@@ -1219,22 +1228,8 @@ fn count_bits(bits: &[u64], range: Range<usize>) -> usize {
     if range.is_empty() {
         return 0;
     }
-    let (first, last) = (range.start / 64, (range.end - 1) / 64);
-    let mask = |w: usize| {
-        let lo = if w == first {
-            !0u64 << (range.start % 64)
-        } else {
-            !0
-        };
-        let hi = if w == last {
-            !0u64 >> (63 - (range.end - 1) % 64)
-        } else {
-            !0
-        };
-        lo & hi
-    };
-    (first..=last)
-        .map(|w| (bits[w] & mask(w)).count_ones() as usize)
+    (range.start / 64..=(range.end - 1) / 64)
+        .map(|w| (bits[w] & range_mask(&range, w)).count_ones() as usize)
         .sum()
 }
 
@@ -1253,6 +1248,22 @@ fn set_bits(bits: &[u64], range: Range<usize>) -> impl Iterator<Item = usize> + 
             })
         })
         .filter(move |r| range.contains(r))
+}
+
+/// The bits of word `w` of a bit set that fall in `range` (`w` overlapping it).
+#[inline(always)]
+fn range_mask(range: &Range<usize>, w: usize) -> u64 {
+    let lo = if w == range.start / 64 {
+        !0u64 << (range.start % 64)
+    } else {
+        !0
+    };
+    let hi = if w == (range.end - 1) / 64 {
+        !0u64 >> (63 - (range.end - 1) % 64)
+    } else {
+        !0
+    };
+    lo & hi
 }
 
 /// The size in bytes of a row of the block at word `b` of `words`, and its rows (more
