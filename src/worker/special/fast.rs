@@ -66,12 +66,14 @@ impl Special {
             return false;
         };
         self.prefetch_for_read(fresh.row_words);
-        if fresh.add_delta {
-            // Floats: the snapshot plus this clock's delta, in one pass (integer views
-            // already hold this worker's updates).
-            T::sum_into(dst, fresh.view, fresh.delta);
+        if T::TYPE.exact() {
+            T::copy_row(dst, fresh.view); // integer views hold this worker's updates
         } else {
-            T::copy_row(dst, fresh.view);
+            // Floats: the snapshot plus this clock's delta, in one pass, whether or not
+            // the row was updated in this clock (an untouched delta is zero, and adding
+            // zero changes no value a row can hold: rows start at +0 and only ever have
+            // deltas added, so none is -0). No branch on it: one was mispredicted often.
+            T::sum_into(dst, fresh.view, fresh.delta);
         }
         self.step_cursor();
         true
