@@ -32,7 +32,9 @@ struct FreshBlock<'a, T> {
     delta: &'a [T],
     /// Words of each row.
     row_words: usize,
-    /// Whether a read must add the delta to the view (a float row touched this clock).
+    /// Whether the view is not yet the row as this worker sees it (a float row touched
+    /// this clock): `read_with` then builds the row in scratch instead of lending the
+    /// view. (`read_fast` adds every float row's delta, zero when untouched.)
     add_delta: bool,
 }
 
