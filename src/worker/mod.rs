@@ -46,7 +46,8 @@ pub struct Worker<'a> {
     /// staleness a read also requires the known minimum clock.
     floor: Clock,
     /// Whether staleness is unbounded (then a read also requires the known minimum
-    /// clock): the configuration's, kept here so a read's fast path does not reach it.
+    /// clock): the configuration's, which never changes, kept here so that a read's fast
+    /// path does not reach through `shared` for it (that cost MF 1.5 % an iteration).
     unbounded: bool,
     oplog: Oplog,
     /// This worker's sent updates of recent clocks, for read-my-writes under SSP `s > 0`.

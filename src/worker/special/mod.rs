@@ -984,30 +984,20 @@ impl Special {
         let mut rows = Vec::with_capacity(count);
         let mut out = Vec::with_capacity(size / 8);
         let mut runs = RunCursor::new(self, range.start);
-        let views = self.views;
-        // The touched bits word by word (the range's ends masked off), each set bit a row.
-        for w in range.start / 64..range.end.div_ceil(64) {
-            let mut bits = self.touched[w] & range_mask(&range, w);
-            while bits != 0 {
-                let r = w * 64 + bits.trailing_zeros() as usize;
-                bits &= bits - 1;
-                let entry = self.blocks[r];
-                let delta = if entry & RUN_ROW != 0 {
+        for r in set_bits(&self.touched, range.clone()) {
+            let (b, delta) = match self.blocks[r] {
+                e if e & RUN_ROW != 0 => {
                     let (b, first, deltas) = runs.run_of(self, r);
-                    self.words[b + 1] &= !TOUCHED;
-                    deltas + r - first..deltas + r - first + 1
-                } else {
-                    // A block of one row: its header's length, no run to look up.
-                    let b = entry as usize;
-                    let n = padded_words((self.words[b + 3] >> 32) as usize);
-                    self.words[b + 1] &= !TOUCHED;
-                    let at = b + HEADER_WORDS + if views { n } else { 0 };
-                    at..at + n
-                };
-                out.extend_from_slice(&self.words[delta.clone()]);
-                self.words[delta].fill(0); // the next clock's delta starts at zero
-                rows.push((r - range.start) as u32);
-            }
+                    (b, deltas + r - first..deltas + r - first + 1)
+                }
+                b => (
+                    b as usize,
+                    block_parts(&self.words, self.views, b as usize).1,
+                ),
+            };
+            self.words[b + 1] &= !TOUCHED;
+            take_delta(&mut self.words[delta], &mut out);
+            rows.push((r - range.start) as u32);
         }
         Slab {
             bytes: AlignedBuf::from_word_vec(out),
@@ -1029,8 +1019,7 @@ impl Special {
                 let b = entry as usize;
                 let delta = block_parts(&self.words, self.views, b).1;
                 if touched(r) {
-                    out.extend_from_slice(&self.words[delta.clone()]);
-                    self.words[delta].fill(0); // the next clock's delta starts at zero
+                    take_delta(&mut self.words[delta], &mut out);
                 } else {
                     out.resize(out.len() + delta.len(), 0);
                 }
@@ -1206,6 +1195,14 @@ fn mark_touched(header: &mut [u64], touched: &mut [u64]) {
     touched[r / 64] |= 1 << (r % 64);
 }
 
+/// Appends the delta words `delta` to a slab's `out` and zeroes them: the next clock's
+/// delta starts at zero (see [`add_to_block_in`]).
+#[inline(always)]
+fn take_delta(delta: &mut [u64], out: &mut Vec<u64>) {
+    out.extend_from_slice(delta);
+    delta.fill(0);
+}
+
 /// How many bits of `bits` are set in `range`.
 fn count_bits(bits: &[u64], range: Range<usize>) -> usize {
     if range.is_empty() {
@@ -1218,19 +1215,17 @@ fn count_bits(bits: &[u64], range: Range<usize>) -> usize {
 
 /// The positions in `range` of the bits set in `bits`, in order.
 fn set_bits(bits: &[u64], range: Range<usize>) -> impl Iterator<Item = usize> + '_ {
-    let words = range.start / 64..range.end.div_ceil(64);
-    words
-        .flat_map(move |w| {
-            let mut word = bits[w];
-            std::iter::from_fn(move || {
-                (word != 0).then(|| {
-                    let bit = word.trailing_zeros() as usize;
-                    word &= word - 1;
-                    w * 64 + bit
-                })
+    (range.start / 64..range.end.div_ceil(64)).flat_map(move |w| {
+        // The range's ends masked off the word, then each set bit in turn.
+        let mut word = bits[w] & range_mask(&range, w);
+        std::iter::from_fn(move || {
+            (word != 0).then(|| {
+                let bit = word.trailing_zeros() as usize;
+                word &= word - 1;
+                w * 64 + bit
             })
         })
-        .filter(move |r| range.contains(r))
+    })
 }
 
 /// The bits of word `w` of a bit set that fall in `range` (`w` overlapping it).
