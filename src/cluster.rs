@@ -65,6 +65,9 @@ pub struct Stats {
     pub whole_slabs: u64,
     /// Update slabs sent as only the rows the worker touched (smaller than whole).
     pub partial_slabs: u64,
+    /// Of the update slabs (whole and partial), those written with streaming stores
+    /// ([`Config::slab_stores`](crate::Config::slab_stores)).
+    pub streamed_slabs: u64,
     /// Times a worker waiting for an answer took, on its own thread, the messages queued
     /// for one of this process's shards: with several shards, the work a CLOCK releases
     /// (applying the clock's updates and the refreshes they answer) is shared this way
@@ -1236,6 +1239,7 @@ impl Cluster {
             unplanned_accesses: self.counters.unplanned,
             whole_slabs: self.counters.whole_slabs,
             partial_slabs: self.counters.partial_slabs,
+            streamed_slabs: self.counters.streamed_slabs,
             helped_drains: self.shared.helped.load(Ordering::Relaxed),
             tape_truncated: self.tape_truncated,
             memory,

@@ -105,6 +105,7 @@ mod prefetch;
 mod rows_part;
 mod server;
 mod slot;
+mod stream;
 mod sync;
 mod table;
 mod topology;
@@ -118,7 +119,7 @@ pub use cluster::{
     Cluster, KindTraffic, NumaReport, Resumed, SpecialMemory, Stats, SHUTDOWN_TIMEOUT,
 };
 pub use config::{
-    Config, Mode, Specializations, Staleness, WorkerPlacement, MAX_SHARDS, MAX_WORKERS,
+    Config, Mode, SlabStores, Specializations, Staleness, WorkerPlacement, MAX_SHARDS, MAX_WORKERS,
     MESSAGE_TIMEOUT,
 };
 pub use consistency::Clock;

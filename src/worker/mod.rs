@@ -126,6 +126,7 @@ impl<'a> Worker<'a> {
                             id,
                             specs.contiguous_index,
                             specs.thread_caches,
+                            shared.config.slab_stores,
                             tape,
                         )
                     };

@@ -5,7 +5,7 @@
 //! deviate from the real one (rows it never saw, rows it saw that are skipped).
 
 use crate::util::within;
-use iterstore::{Cluster, Config, Mode, Specializations, Staleness, Table, Worker};
+use iterstore::{Cluster, Config, Mode, SlabStores, Specializations, Staleness, Table, Worker};
 use proptest::prelude::*;
 use std::time::Duration;
 
@@ -50,6 +50,8 @@ struct Variant {
     specs: Specializations,
     /// `Config::tape_budget`.
     tape_budget: Option<usize>,
+    /// `Config::slab_stores`.
+    slab_stores: SlabStores,
 }
 
 fn variants() -> Vec<Variant> {
@@ -65,48 +67,65 @@ fn variants() -> Vec<Variant> {
             mode: Mode::Generic,
             specs: all,
             tape_budget: None,
+            slab_stores: SlabStores::Auto,
         },
         Variant {
             name: "first-iter",
             mode: Mode::FirstIter,
             specs: all,
             tape_budget: None,
+            slab_stores: SlabStores::Auto,
         },
         Variant {
             name: "virtual",
             mode: Mode::Virtual,
             specs: all,
             tape_budget: None,
+            slab_stores: SlabStores::Auto,
         },
         Variant {
             name: "virtual-no-static-cache",
             mode: Mode::Virtual,
             specs: off(|s| s.static_cache = false),
             tape_budget: None,
+            slab_stores: SlabStores::Auto,
         },
         Variant {
             name: "virtual-no-thread-caches",
             mode: Mode::Virtual,
             specs: off(|s| s.thread_caches = false),
             tape_budget: None,
+            slab_stores: SlabStores::Auto,
         },
         Variant {
             name: "virtual-no-contiguous-index",
             mode: Mode::Virtual,
             specs: off(|s| s.contiguous_index = false),
             tape_budget: None,
+            slab_stores: SlabStores::Auto,
         },
         Variant {
             name: "virtual-no-prefetch-batching",
             mode: Mode::Virtual,
             specs: off(|s| s.prefetch_batching = false),
             tape_budget: None,
+            slab_stores: SlabStores::Auto,
         },
         Variant {
             name: "virtual-no-numa",
             mode: Mode::Virtual,
             specs: off(|s| s.numa = false),
             tape_budget: None,
+            slab_stores: SlabStores::Auto,
+        },
+        Variant {
+            // Every slab written with streaming stores (`Auto` never measures slabs this
+            // small, so the others write plainly).
+            name: "virtual-streaming-slabs",
+            mode: Mode::Virtual,
+            specs: all,
+            tape_budget: None,
+            slab_stores: SlabStores::Streaming,
         },
         Variant {
             // Op tapes of 3 steps: most accesses take the indexed path.
@@ -114,6 +133,7 @@ fn variants() -> Vec<Variant> {
             mode: Mode::Virtual,
             specs: all,
             tape_budget: Some(12),
+            slab_stores: SlabStores::Auto,
         },
     ]
 }
@@ -289,6 +309,7 @@ fn run_on_with(
     config.prefetch_chunks = 2;
     config.contention_threshold = 0.0; // every shared row gets per-thread copies
     config.tape_budget = variant.tape_budget;
+    config.slab_stores = variant.slab_stores;
     let (real, gathered) = (real.clone(), gathered.clone());
     within(30, move || {
         let body = |cluster: &mut Cluster| process(cluster, variant, &real, &gathered);
@@ -672,6 +693,49 @@ fn stats_of(
         }
         cluster.stats()
     })
+}
+
+/// Streaming slab stores are used when asked for (and counted), and `Auto` writes slabs
+/// too small to time plainly.
+#[test]
+fn streaming_slab_stores_are_taken_when_asked_for() {
+    let program: Program = (0..2)
+        .map(|_| {
+            vec![(0..ROWS)
+                .flat_map(|r| [Op::Read(0, r), Op::Update(0, r)])
+                .collect()]
+        })
+        .collect();
+    let streamed = |stores: SlabStores| {
+        let program = program.clone();
+        within(30, move || {
+            let mut config = Config::new(2)
+                .with_mode(Mode::Virtual)
+                .with_slab_stores(stores);
+            config.shards = 2;
+            let mut cluster = Cluster::start(config).unwrap();
+            let t = Tables::create(&mut cluster).unwrap();
+            cluster
+                .virtual_iteration(|w| iteration(w, &t, &program, 0))
+                .unwrap();
+            for it in 0..3 {
+                cluster.run(|w| iteration(w, &t, &program, it)).unwrap();
+            }
+            cluster.stats()
+        })
+    };
+    let on = streamed(SlabStores::Streaming);
+    assert!(on.partial_slabs + on.whole_slabs > 0, "{on:?}");
+    assert_eq!(
+        on.streamed_slabs,
+        on.partial_slabs + on.whole_slabs,
+        "{on:?}"
+    );
+    for stores in [SlabStores::Plain, SlabStores::Auto] {
+        let off = streamed(stores);
+        assert!(off.partial_slabs + off.whole_slabs > 0, "{off:?}");
+        assert_eq!(off.streamed_slabs, 0, "{stores:?}: {off:?}");
+    }
 }
 
 /// [`stats_of`] for virtual mode with every specialization and no tape budget, the run

@@ -99,6 +99,9 @@ pub struct AppConfig {
     /// Whether waiting threads yield before they sleep
     /// ([`iterstore::Config::yield_waits`]).
     pub yield_waits: bool,
+    /// How specialized workers write their update slabs
+    /// ([`iterstore::Config::slab_stores`]).
+    pub slab_stores: iterstore::SlabStores,
 }
 
 impl Default for AppConfig {
@@ -118,6 +121,7 @@ impl Default for AppConfig {
             resume: None,
             message_timeout: iterstore::MESSAGE_TIMEOUT,
             yield_waits: true,
+            slab_stores: iterstore::SlabStores::Auto,
         }
     }
 }
@@ -150,6 +154,7 @@ impl AppConfig {
         config.membership = self.membership.clone();
         config.message_timeout = self.message_timeout;
         config.yield_waits = self.yield_waits;
+        config.slab_stores = self.slab_stores;
         config
     }
 

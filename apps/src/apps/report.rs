@@ -4,7 +4,7 @@
 //! The JSON object has the keys `iterstore_version`, `command_line`, `input` and
 //! `started_at` (RFC 3339 UTC) when the CLI recorded them ([`Provenance`]), then `app`,
 //! `objective_name`, `mode`, `workers`, `shards`,
-//! `staleness` (a number, or `"async"`), `yield_waits`, `setup_s`, `preprocess_s` (virtual iteration; 0 in
+//! `staleness` (a number, or `"async"`), `yield_waits`, `slab_stores`, `setup_s`, `preprocess_s` (virtual iteration; 0 in
 //! other modes), `specialize_s` (plan building), `init_s`, `iterations` (a list of `{iter, seconds, objective}`, plus
 //! `test_rmse` for MF), `dataset` (sizes), `params` (the app's hyper-parameters) and
 //! `pattern` (the virtual iteration's access-pattern size, or `null`), `store` (how the
@@ -147,6 +147,8 @@ pub struct StoreReport {
     pub whole_slabs: u64,
     /// Update slabs sent as only the touched rows.
     pub partial_slabs: u64,
+    /// Of the update slabs, those written with streaming stores (`--slab-stores`).
+    pub streamed_slabs: u64,
     /// Bytes this process sent to the cluster's other processes (0 in one process).
     pub bytes_sent: u64,
     /// Bytes this process received from the other processes.
@@ -219,6 +221,9 @@ pub struct RunReport {
     pub staleness: Staleness,
     /// Whether waiting threads yielded before they slept (`--yield-waits`).
     pub yield_waits: bool,
+    /// How specialized workers wrote their update slabs (`--slab-stores`).
+    #[serde(serialize_with = "slab_stores_json")]
+    pub slab_stores: iterstore::SlabStores,
     /// Seconds to partition the data, start the cluster and create the tables.
     #[serde(serialize_with = "ns_seconds")]
     pub setup_s: f64,
@@ -297,6 +302,14 @@ fn staleness_json<S: Serializer>(s: &Staleness, ser: S) -> Result<S::Ok, S::Erro
     }
 }
 
+fn slab_stores_json<S: Serializer>(s: &iterstore::SlabStores, ser: S) -> Result<S::Ok, S::Error> {
+    ser.serialize_str(match s {
+        iterstore::SlabStores::Plain => "plain",
+        iterstore::SlabStores::Streaming => "streaming",
+        _ => "auto",
+    })
+}
+
 impl RunReport {
     /// An empty report of `app` run with `cfg`.
     pub fn new(app: &'static str, objective_name: &'static str, cfg: &AppConfig) -> Self {
@@ -310,6 +323,7 @@ impl RunReport {
             shards: cfg.shards,
             staleness: cfg.staleness,
             yield_waits: cfg.yield_waits,
+            slab_stores: cfg.slab_stores,
             setup_s: 0.0,
             preprocess_s: 0.0,
             specialize_s: 0.0,
@@ -376,6 +390,7 @@ impl RunReport {
             local_chunk_refreshes: stats.local_chunk_refreshes,
             whole_slabs: stats.whole_slabs,
             partial_slabs: stats.partial_slabs,
+            streamed_slabs: stats.streamed_slabs,
             bytes_sent: stats.bytes_sent,
             bytes_received: stats.bytes_received,
             frames_sent: stats.frames_sent,

@@ -19,7 +19,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Result};
 use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
-use iterstore::{Mode, Staleness, WorkerPlacement};
+use iterstore::{Mode, SlabStores, Staleness, WorkerPlacement};
 use iterstore_apps::algo::lda::SamplerKind;
 use iterstore_apps::apps::pagerank::GraphPartition;
 use iterstore_apps::data::synth::SIZES;
@@ -47,7 +47,8 @@ processes; 0 in one process)}], dataset sizes, params, the
 gathered access pattern's size, store (accesses by path: tape_accesses, indexed_accesses,
 unplanned_accesses; tape_truncated; row_fetches, arena_refreshes, clock_refreshes; whole_ and
 partial_chunk_refreshes, whole_ and partial_slabs (what refreshes and CLOCKs shipped:
-everything, or only what changed); local_chunk_refreshes (refreshes its own shards wrote
+everything, or only what changed); streamed_slabs (slabs written with streaming stores,
+`--slab-stores`); local_chunk_refreshes (refreshes its own shards wrote
 into its arena directly); this process's
 bytes_sent, bytes_received, frames_sent, frames_received; send_waits (sends that waited
 for a slow peer to read) and peak_queued_bytes (most bytes queued for one peer)), traffic
@@ -406,6 +407,11 @@ pub struct RunArgs {
     /// under a CPU quota, where the yielding time is counted.
     #[arg(long, default_value = "on", value_parser = parse_on_off, value_name = "on|off", action = ArgAction::Set)]
     pub yield_waits: bool,
+    /// How specialized workers write the update slabs of their CLOCKs: auto (plain
+    /// stores, streaming ones while the machine's memory is measurably contended), plain
+    /// or streaming (non-temporal).
+    #[arg(long, default_value = "auto", value_name = "auto|plain|streaming")]
+    pub slab_stores: SlabStores,
     /// Plan the NUMA placement for this hwloc synthetic topology instead of this machine
     /// (e.g. "pack:2 numa:1 core:4 pu:1"): planned and printed, nothing bound.
     #[arg(long, value_name = "DESC")]

@@ -170,6 +170,7 @@ pub(crate) fn app_config(args: &RunArgs) -> Result<AppConfig> {
         resume: resume_dir(args)?,
         message_timeout: std::time::Duration::from_secs(args.message_timeout),
         yield_waits: args.yield_waits,
+        slab_stores: args.slab_stores,
     })
 }
 

@@ -22,11 +22,15 @@
 //! arena, the generic-shaped `read`/`update` and CLOCK's slabs.
 
 mod fast;
+mod slab_writes;
+
+use slab_writes::SlabWrites;
 
 use super::sent::Sent;
 use crate::client::{ClientShared, ProcessArena, WAIT_SLICE};
 use crate::consistency::Clock;
 use crate::slot::{padded, padded_words};
+use crate::stream;
 use crate::{AlignedBuf, ElemType, Element, Result, RowKey, TableMeta};
 use std::ops::Range;
 use std::sync::Arc;
@@ -168,6 +172,8 @@ pub(crate) struct Special {
     /// The blocks touched in this clock, a bit per block (by index in arena order), so a
     /// CLOCK visits only those.
     touched: Vec<u64>,
+    /// Whether the slabs are written with plain or streaming stores.
+    writes: SlabWrites,
     /// How accesses found their rows (observability: a specialization that silently
     /// falls back shows here). `tape` is filled in when the counters are taken.
     counters: AccessCounters,
@@ -193,6 +199,8 @@ pub(crate) struct AccessCounters {
     pub(crate) whole_slabs: u64,
     /// Update slabs sent as only the touched rows.
     pub(crate) partial_slabs: u64,
+    /// Of the slabs, those written with streaming stores ([`crate::SlabStores`]).
+    pub(crate) streamed_slabs: u64,
 }
 
 impl std::ops::AddAssign for AccessCounters {
@@ -202,6 +210,7 @@ impl std::ops::AddAssign for AccessCounters {
         self.unplanned += other.unplanned;
         self.whole_slabs += other.whole_slabs;
         self.partial_slabs += other.partial_slabs;
+        self.streamed_slabs += other.streamed_slabs;
     }
 }
 
@@ -241,6 +250,7 @@ impl Special {
         worker: usize,
         deltas: bool,
         views: bool,
+        slab_stores: crate::SlabStores,
         tape: Vec<u32>,
     ) -> Self {
         let plan = &arena.plan;
@@ -381,6 +391,7 @@ impl Special {
             steps,
             cursor: 0,
             touched: vec![0; touched_words],
+            writes: SlabWrites::new(slab_stores),
             counters: AccessCounters::default(),
             tape_hits: 0,
             phase: 0,
@@ -936,7 +947,10 @@ impl Special {
             self.recent.push(clock, sent);
         }
         // Per shard, only the touched rows are visited (their bits), unless the slab is
-        // sent whole: then every row of the shard takes its place in it.
+        // sent whole: then every row of the shard takes its place in it. Timed, for the
+        // choice of stores (`slab_writes.rs`).
+        let streaming = self.writes.streaming();
+        let started = std::time::Instant::now();
         let mut slabs = Vec::with_capacity(self.shard_blocks.len());
         for shard in 0..self.shard_blocks.len() {
             let bytes = self.shard_bytes[shard];
@@ -952,17 +966,23 @@ impl Special {
             } else {
                 Some(self.touched_bytes(shard)).filter(|&t| t + 4 * count < bytes)
             };
-            let slab = sparse.map(|size| self.sparse_slab(shard, count, size));
+            let slab = sparse.map(|size| self.sparse_slab(shard, count, size, streaming));
             if bytes > 0 {
                 if slab.is_some() {
                     self.counters.partial_slabs += 1;
                 } else {
                     self.counters.whole_slabs += 1;
                 }
+                self.counters.streamed_slabs += u64::from(streaming);
             }
-            slabs.push(slab.unwrap_or_else(|| self.whole_slab(shard)));
+            slabs.push(slab.unwrap_or_else(|| self.whole_slab(shard, streaming)));
         }
         self.touched.fill(0);
+        if streaming {
+            stream::fence(); // the slabs' streaming stores, before they are sent
+        }
+        let written = slabs.iter().map(|s| s.bytes.len()).sum();
+        self.writes.record(streaming, written, started.elapsed());
         slabs
     }
 
@@ -979,7 +999,7 @@ impl Special {
     /// The slab of `shard`'s `count` touched rows with their positions, built in capacity
     /// for `size` bytes of rows (at least theirs, so it never grows). Clears the flags of
     /// the blocks it takes.
-    fn sparse_slab(&mut self, shard: usize, count: usize, size: usize) -> Slab {
+    fn sparse_slab(&mut self, shard: usize, count: usize, size: usize, streaming: bool) -> Slab {
         let range = self.shard_blocks[shard].clone();
         let mut rows = Vec::with_capacity(count);
         let mut out = Vec::with_capacity(size / 8);
@@ -996,7 +1016,7 @@ impl Special {
                 ),
             };
             self.words[b + 1] &= !TOUCHED;
-            take_delta(&mut self.words[delta], &mut out);
+            take_delta(&mut self.words[delta], &mut out, streaming);
             rows.push((r - range.start) as u32);
         }
         Slab {
@@ -1007,7 +1027,7 @@ impl Special {
 
     /// `shard`'s whole slab: every row's delta in order, zeros where untouched. Clears
     /// the blocks' flags.
-    fn whole_slab(&mut self, shard: usize) -> Slab {
+    fn whole_slab(&mut self, shard: usize, streaming: bool) -> Slab {
         let (range, bytes) = (self.shard_blocks[shard].clone(), self.shard_bytes[shard]);
         let mut runs = RunCursor::new(self, range.start);
         let mut out = Vec::with_capacity(bytes / 8);
@@ -1019,7 +1039,7 @@ impl Special {
                 let b = entry as usize;
                 let delta = block_parts(&self.words, self.views, b).1;
                 if touched(r) {
-                    take_delta(&mut self.words[delta], &mut out);
+                    take_delta(&mut self.words[delta], &mut out, streaming);
                 } else {
                     out.resize(out.len() + delta.len(), 0);
                 }
@@ -1195,11 +1215,12 @@ fn mark_touched(header: &mut [u64], touched: &mut [u64]) {
     touched[r / 64] |= 1 << (r % 64);
 }
 
-/// Appends the delta words `delta` to a slab's `out` and zeroes them: the next clock's
+/// Appends the delta words `delta` to a slab's `out` (with streaming stores if
+/// `streaming`: [`Special::take_slabs`] fences them) and zeroes them: the next clock's
 /// delta starts at zero (see [`add_to_block_in`]).
 #[inline(always)]
-fn take_delta(delta: &mut [u64], out: &mut Vec<u64>) {
-    out.extend_from_slice(delta);
+fn take_delta(delta: &mut [u64], out: &mut Vec<u64>, streaming: bool) {
+    stream::extend(out, delta, streaming);
     delta.fill(0);
 }
 

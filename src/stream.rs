@@ -1,0 +1,59 @@
+//! Streaming stores: writing a buffer that another thread reads next (a CLOCK's update
+//! slab, which a shard adds into its arena) without first reading each of its cache lines
+//! into this core's cache. A plain store to a line not in the cache reads the line in
+//! (from memory or another core) before it overwrites it; a streaming store collects whole
+//! lines in write-combining buffers and writes them out. Elsewhere than x86_64, plain
+//! copies.
+
+/// Appends `src` to `out`, with streaming stores if `streaming`. After streaming stores,
+/// call [`fence`] before another thread may read `out`: they are not ordered with the
+/// ordinary stores after them.
+#[inline(always)]
+pub(crate) fn extend(out: &mut Vec<u64>, src: &[u64], streaming: bool) {
+    #[cfg(target_arch = "x86_64")]
+    if streaming {
+        out.reserve(src.len());
+        let at = out.len();
+        let dst = out.spare_capacity_mut()[..src.len()]
+            .as_mut_ptr()
+            .cast::<i64>();
+        for (i, &word) in src.iter().enumerate() {
+            // SAFETY: `dst` has room for `src.len()` words (reserved, and sliced to that
+            // length just above); `movnti` is SSE2, part of x86_64.
+            unsafe { std::arch::x86_64::_mm_stream_si64(dst.add(i), word as i64) };
+        }
+        // SAFETY: the `src.len()` words after `at` were all written just above.
+        unsafe { out.set_len(at + src.len()) };
+        return;
+    }
+    let _ = streaming;
+    out.extend_from_slice(src);
+}
+
+/// Orders every streaming store this thread made before every store after it (`sfence`),
+/// so that a thread that sees a later store (a message sent) sees the streamed data too.
+#[inline(always)]
+pub(crate) fn fence() {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `sfence` only orders stores; SSE is part of x86_64.
+    unsafe {
+        std::arch::x86_64::_mm_sfence()
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_ways_append_the_same_words() {
+        for streaming in [false, true] {
+            let mut out = vec![7u64, 8];
+            extend(&mut out, &[1, 2, 3], streaming);
+            extend(&mut out, &[], streaming);
+            extend(&mut out, &[u64::MAX], streaming);
+            fence();
+            assert_eq!(out, [7, 8, 1, 2, 3, u64::MAX], "streaming {streaming}");
+        }
+    }
+}
