@@ -570,13 +570,7 @@ fn eight_byte_rows_cost_no_more_bookkeeping_than_their_data() {
 /// deviates from the gathered one, and tapes truncated to a budget.
 #[test]
 fn accesses_off_the_tape_are_counted() {
-    let program: Program = (0..2)
-        .map(|_| {
-            vec![(0..ROWS)
-                .flat_map(|r| [Op::Read(0, r), Op::Update(0, r)])
-                .collect()]
-        })
-        .collect();
+    let program = read_update_every_row();
     // The real iteration reads a row the virtual one never touched, once per worker.
     let mut real = program.clone();
     for w in &mut real {
@@ -676,11 +670,18 @@ fn stats_of(
     specs: Specializations,
     tape_budget: Option<usize>,
 ) -> iterstore::Stats {
+    let mut config = Config::new(2).with_mode(mode).with_specializations(specs);
+    config.contention_threshold = 0.5;
+    config.tape_budget = tape_budget;
+    stats_with(real, gathered, config)
+}
+
+/// The cluster's statistics after 3 iterations of `real` on a store of `config` (2
+/// workers), the pattern gathered from `gathered` in virtual mode.
+fn stats_with(real: &Program, gathered: &Program, config: Config) -> iterstore::Stats {
     let (program, gathered) = (real.clone(), gathered.clone());
     within(30, move || {
-        let mut config = Config::new(2).with_mode(mode).with_specializations(specs);
-        config.contention_threshold = 0.5;
-        config.tape_budget = tape_budget;
+        let mode = config.mode;
         let mut cluster = Cluster::start(config).unwrap();
         let t = Tables::create(&mut cluster).unwrap();
         if mode == Mode::Virtual {
@@ -699,30 +700,13 @@ fn stats_of(
 /// too small to time plainly.
 #[test]
 fn streaming_slab_stores_are_taken_when_asked_for() {
-    let program: Program = (0..2)
-        .map(|_| {
-            vec![(0..ROWS)
-                .flat_map(|r| [Op::Read(0, r), Op::Update(0, r)])
-                .collect()]
-        })
-        .collect();
+    let program = read_update_every_row();
     let streamed = |stores: SlabStores| {
-        let program = program.clone();
-        within(30, move || {
-            let mut config = Config::new(2)
-                .with_mode(Mode::Virtual)
-                .with_slab_stores(stores);
-            config.shards = 2;
-            let mut cluster = Cluster::start(config).unwrap();
-            let t = Tables::create(&mut cluster).unwrap();
-            cluster
-                .virtual_iteration(|w| iteration(w, &t, &program, 0))
-                .unwrap();
-            for it in 0..3 {
-                cluster.run(|w| iteration(w, &t, &program, it)).unwrap();
-            }
-            cluster.stats()
-        })
+        let mut config = Config::new(2)
+            .with_mode(Mode::Virtual)
+            .with_slab_stores(stores);
+        config.shards = 2;
+        stats_with(&program, &program, config)
     };
     let on = streamed(SlabStores::Streaming);
     assert!(on.partial_slabs + on.whole_slabs > 0, "{on:?}");
@@ -736,6 +720,17 @@ fn streaming_slab_stores_are_taken_when_asked_for() {
         assert!(off.partial_slabs + off.whole_slabs > 0, "{off:?}");
         assert_eq!(off.streamed_slabs, 0, "{stores:?}: {off:?}");
     }
+}
+
+/// Two workers, each reading then updating every row of table 0 in one clock.
+fn read_update_every_row() -> Program {
+    (0..2)
+        .map(|_| {
+            vec![(0..ROWS)
+                .flat_map(|r| [Op::Read(0, r), Op::Update(0, r)])
+                .collect()]
+        })
+        .collect()
 }
 
 /// [`stats_of`] for virtual mode with every specialization and no tape budget, the run
