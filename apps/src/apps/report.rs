@@ -306,7 +306,7 @@ fn slab_stores_json<S: Serializer>(s: &iterstore::SlabStores, ser: S) -> Result<
     ser.serialize_str(match s {
         iterstore::SlabStores::Plain => "plain",
         iterstore::SlabStores::Streaming => "streaming",
-        _ => "auto",
+        iterstore::SlabStores::Auto => "auto",
     })
 }
 
