@@ -231,7 +231,7 @@ pub enum SlabStores {
     /// core's cache).
     Plain,
     /// Streaming (non-temporal) stores, which write whole lines without reading them
-    /// first (x86_64; elsewhere plain stores).
+    /// first (x86_64; elsewhere every setting writes plainly).
     Streaming,
 }
 

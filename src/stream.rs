@@ -5,6 +5,10 @@
 //! lines in write-combining buffers and writes them out. Elsewhere than x86_64, plain
 //! copies.
 
+/// Whether this platform has streaming stores (elsewhere [`extend`] always copies
+/// plainly).
+pub(crate) const AVAILABLE: bool = cfg!(target_arch = "x86_64");
+
 /// Appends `src` to `out`, with streaming stores if `streaming`. After streaming stores,
 /// call [`fence`] before another thread may read `out`: they are not ordered with the
 /// ordinary stores after them.

@@ -699,6 +699,7 @@ fn stats_with(real: &Program, gathered: &Program, config: Config) -> iterstore::
 /// Streaming slab stores are used when asked for (and counted), and `Auto` writes slabs
 /// too small to time plainly.
 #[test]
+#[cfg(target_arch = "x86_64")]
 fn streaming_slab_stores_are_taken_when_asked_for() {
     let program = read_update_every_row();
     let streamed = |stores: SlabStores| {
