@@ -12,7 +12,7 @@
 //! streamed takes costs less than [`FASTER`] times that of its plain ones.
 
 use crate::SlabStores;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Takes smaller than this (bytes) are not timed: too short to tell the ways apart.
 const MIN_BYTES: usize = 32 << 10;
@@ -87,6 +87,11 @@ impl SlabWrites {
             SlabStores::Streaming => true,
             SlabStores::Auto => self.streaming != (self.since_probe >= PROBE_EVERY),
         }
+    }
+
+    /// The start of a take's timing: only `Auto` times its takes.
+    pub(crate) fn timer(&self) -> Option<Instant> {
+        (self.mode == SlabStores::Auto).then(Instant::now)
     }
 
     /// Records a take of `bytes` bytes, written with streaming stores if `streamed`, that
