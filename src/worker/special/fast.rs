@@ -13,7 +13,6 @@
 use super::{
     add_cols_to_block_in, add_to_block_in, bit, block_span, row_at, rows_at, run_step, RowAt,
     Special, AHEAD, COUNT_SHIFT, HEADER_WORDS, INDEX_SHIFT, NONE, RUN_ROW, RUN_STEP, SLOT_STEP,
-    TOUCHED,
 };
 
 /// Words of a block [`Special::advance`] prefetches: three cache lines.
@@ -200,7 +199,7 @@ impl Special {
             view: &bytemuck::cast_slice(view)[..n],
             delta: &bytemuck::cast_slice(delta)[..n],
             row_words,
-            add_delta: !T::TYPE.exact() && header[1] & TOUCHED != 0,
+            add_delta: !T::TYPE.exact() && bit(&self.touched, (header[1] >> INDEX_SHIFT) as usize),
         })
     }
 

@@ -1,6 +1,7 @@
 //! A worker's specialized state: one contiguous buffer of **blocks**, one per row the
 //! worker updates (in arena order), each a small header (the row's key, its view's data
-//! clock, a touched flag) followed by the row's view and this clock's delta; per-thread
+//! clock, its index, whose bit in [`Special::touched`] says whether it was updated in this
+//! clock) followed by the row's view and this clock's delta; per-thread
 //! copies of contended rows; and the read path through the [`ProcessArena`].
 //!
 //! Rows of 8 bytes or less (PageRank's ranks one vertex a row) share a block: a **run**
@@ -8,8 +9,8 @@
 //! arena order within one refresh chunk and shard, under one header (naming the run's
 //! first row), their views then their deltas. A step names a run's row by the run's
 //! number ([`Special::runs`]) and the row's offset in it; the row's key is checked as the
-//! header's row plus the row's 4-byte id offset, its entry in [`Special::blocks`]; its
-//! touched flag is its bit in [`Special::touched`], and its arena word for a refresh is
+//! header's row plus the row's 4-byte id offset, its entry in [`Special::blocks`]; like
+//! every row's, its touched bit is in [`Special::touched`], and its arena word for a refresh is
 //! the plan's. So the per-row bookkeeping of such rows (those 4 bytes, and a 32-byte
 //! header over up to 64 rows) is no larger than the row.
 //!
@@ -51,13 +52,12 @@ const RUN_ROW: u32 = 1 << 31;
 /// How many steps ahead of the cursor blocks are prefetched.
 const AHEAD: usize = 16;
 
-/// Words (8 bytes) of a block header: `row`, `table | touched << 32 | run << 33 | index <<
-/// 34`, view data clock, `slot | len << 32` (`len`: the row's size in bytes; `index`: the
-/// row's position in arena order, its bit in [`Special::touched`]). A run's header names
-/// its first row, its `slot` is the run's number, and `len` is 16 bits followed by the
-/// run's number of rows; its touched flag says that some row of it is.
+/// Words (8 bytes) of a block header: `row`, `table | run << 33 | index << 34`, view
+/// data clock, `slot | len << 32` (`len`: the row's size in bytes; `index`: the row's
+/// position in arena order, its bit in [`Special::touched`], which says whether the row
+/// was updated in this clock). A run's header names its first row, its `slot` is the
+/// run's number, and `len` is 16 bits followed by the run's number of rows.
 const HEADER_WORDS: usize = 4;
-const TOUCHED: u64 = 1 << 32;
 const RUN: u64 = 1 << 33;
 const INDEX_SHIFT: u32 = 34;
 /// Where a run's number of rows starts in its header's last word.
@@ -577,18 +577,16 @@ impl Special {
         self.arena.plan.updates[self.worker][at.index]
     }
 
-    /// Whether the row at `at` was updated in this clock: its block's flag, or in a run
-    /// its bit.
+    /// Whether the row at `at` was updated in this clock (its bit).
     #[inline(always)]
     fn row_touched(&self, at: RowAt) -> bool {
-        row_touched(&self.words, &self.touched, at)
+        bit(&self.touched, at.index)
     }
 
     /// [`row_touched`](Self::row_touched) in `sent`, blocks as
     /// [`take_slabs`](Self::take_slabs) kept them (the touched bits after the words).
     fn sent_touched(&self, sent: &[u64], at: RowAt) -> bool {
-        let (words, bits) = sent.split_at(self.words.len());
-        row_touched(words, bits, at)
+        bit(&sent[self.words.len()..], at.index)
     }
 
     /// Copies the row at `place` (a snapshot with data clock `>= required`) into `dst`,
@@ -774,8 +772,7 @@ impl Special {
             let view: &mut [u8] =
                 &mut bytemuck::cast_slice_mut(&mut head[at.view..at.view + row_words])[..len];
             for sent in self.recent.missing_from(data_clock) {
-                let (words, bits) = sent.split_at(words_len);
-                if row_touched(words, bits, at) {
+                if bit(&sent[words_len..], at.index) {
                     let sent_delta = &sent[at.delta..at.delta + row_words];
                     elem.add(view, &bytemuck::cast_slice(sent_delta)[..len]);
                 }
@@ -911,7 +908,6 @@ impl Special {
             return false;
         }
         self.touched[at.index / 64] |= 1 << (at.index % 64);
-        self.words[at.block + 1] |= TOUCHED;
         self.words[at.delta] = 0;
         true
     }
@@ -940,7 +936,7 @@ impl Special {
     /// or, when that is smaller, only the touched rows with their positions.
     pub(crate) fn take_slabs(&mut self, clock: Clock, keep_recent: bool) -> Vec<Slab> {
         if keep_recent {
-            // The touched bits go with the blocks: a run's rows are flagged only there.
+            // The touched bits go with the blocks: they say which rows were updated.
             let mut sent = Vec::with_capacity(self.words.len() + self.touched.len());
             sent.extend_from_slice(&self.words);
             sent.extend_from_slice(&self.touched);
@@ -999,25 +995,20 @@ impl Special {
     }
 
     /// The slab of `shard`'s `count` touched rows with their positions, built in capacity
-    /// for `size` bytes of rows (at least theirs, so it never grows). Clears the flags of
-    /// the blocks it takes.
+    /// for `size` bytes of rows (at least theirs, so it never grows).
     fn sparse_slab(&mut self, shard: usize, count: usize, size: usize, streaming: bool) -> Slab {
         let range = self.shard_blocks[shard].clone();
         let mut rows = Vec::with_capacity(count);
         let mut out = Vec::with_capacity(size / 8);
         let mut runs = RunCursor::new(self, range.start);
         for r in set_bits(&self.touched, range.clone()) {
-            let (b, delta) = match self.blocks[r] {
+            let delta = match self.blocks[r] {
                 e if e & RUN_ROW != 0 => {
-                    let (b, first, deltas) = runs.run_of(self, r);
-                    (b, deltas + r - first..deltas + r - first + 1)
+                    let (_, first, deltas) = runs.run_of(self, r);
+                    deltas + r - first..deltas + r - first + 1
                 }
-                b => (
-                    b as usize,
-                    block_parts(&self.words, self.views, b as usize).1,
-                ),
+                b => block_parts(&self.words, self.views, b as usize).1,
             };
-            self.words[b + 1] &= !TOUCHED;
             take_delta(&mut self.words[delta], &mut out, streaming);
             rows.push((r - range.start) as u32);
         }
@@ -1027,8 +1018,7 @@ impl Special {
         }
     }
 
-    /// `shard`'s whole slab: every row's delta in order, zeros where untouched. Clears
-    /// the blocks' flags.
+    /// `shard`'s whole slab: every row's delta in order, zeros where untouched.
     fn whole_slab(&mut self, shard: usize, streaming: bool) -> Slab {
         let (range, bytes) = (self.shard_blocks[shard].clone(), self.shard_bytes[shard]);
         let mut runs = RunCursor::new(self, range.start);
@@ -1045,7 +1035,6 @@ impl Special {
                 } else {
                     out.resize(out.len() + delta.len(), 0);
                 }
-                self.words[b + 1] &= !TOUCHED;
                 r += 1;
                 continue;
             }
@@ -1058,7 +1047,6 @@ impl Special {
                     .zip(run_deltas)
                     .map(|(i, &delta)| if touched(i) { delta } else { 0 }),
             );
-            self.words[b + 1] &= !TOUCHED;
             r = end;
         }
         Slab {
@@ -1165,7 +1153,7 @@ fn split_block<T: Element>(
 /// Adds `delta` at element `column` of the row of `width` `T`s whose block is `block`
 /// ([`block_words`]): into its delta, which is zero at the start of every clock (a CLOCK
 /// zeroes what it takes), and, for integers, into a filled view; marks the block touched
-/// (flag and bit). No branch on whether this is the clock's first update of the row:
+/// (its bit). No branch on whether this is the clock's first update of the row:
 /// one was mispredicted often enough to cost MF 4 % an iteration.
 #[inline(always)]
 fn add_to_block_in<T: Element>(
@@ -1208,11 +1196,10 @@ fn add_cols_to_block_in<T: Element>(
     }
 }
 
-/// Marks the block with `header` touched in this clock: its flag, and its bit in
-/// `touched` (the index its header holds).
+/// Marks the block with `header` touched in this clock: its bit in `touched` (the index
+/// its header holds).
 #[inline(always)]
-fn mark_touched(header: &mut [u64], touched: &mut [u64]) {
-    header[1] |= TOUCHED;
+fn mark_touched(header: &[u64], touched: &mut [u64]) {
     let r = (header[1] >> INDEX_SHIFT) as usize;
     touched[r / 64] |= 1 << (r % 64);
 }
@@ -1320,17 +1307,6 @@ fn rows_at(b: usize, words: usize, views: bool) -> (usize, usize) {
 fn run_step_of(words: &[u64], b: usize, index: usize) -> u32 {
     let (run, first) = (words[b + 3] as u32, (words[b + 1] >> INDEX_SHIFT) as u32);
     RUN_STEP | run << RUN_SHIFT | (index as u32 - first)
-}
-
-/// Whether the row at `at` of `words` is touched, `bits` being the touched bits of its
-/// rows.
-#[inline(always)]
-fn row_touched(words: &[u64], bits: &[u64], at: RowAt) -> bool {
-    if words[at.block + 1] & RUN == 0 {
-        words[at.block + 1] & TOUCHED != 0
-    } else {
-        bit(bits, at.index)
-    }
 }
 
 /// Bit `r` of `bits`.
