@@ -68,6 +68,13 @@ pub struct Stats {
     /// Of the update slabs (whole and partial), those written with streaming stores
     /// ([`Config::slab_stores`](crate::Config::slab_stores)).
     pub streamed_slabs: u64,
+    /// `read_update`s of specialized workers served on the fast path: the rows lent
+    /// without a copy (the pattern's next accesses were theirs, their views fresh).
+    pub lent_read_updates: u64,
+    /// `read_update`s of specialized workers that took the general path (rows copied,
+    /// then the READs and UPDATEs one by one): a view to refresh first (once per chunk
+    /// and clock), or accesses off the pattern.
+    pub copied_read_updates: u64,
     /// Times a worker waiting for an answer took, on its own thread, the messages queued
     /// for one of this process's shards: with several shards, the work a CLOCK releases
     /// (applying the clock's updates and the refreshes they answer) is shared this way
@@ -1240,6 +1247,8 @@ impl Cluster {
             whole_slabs: self.counters.whole_slabs,
             partial_slabs: self.counters.partial_slabs,
             streamed_slabs: self.counters.streamed_slabs,
+            lent_read_updates: self.counters.lent_read_updates,
+            copied_read_updates: self.counters.copied_read_updates,
             helped_drains: self.shared.helped.load(Ordering::Relaxed),
             tape_truncated: self.tape_truncated,
             memory,

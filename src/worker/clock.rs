@@ -19,6 +19,7 @@ impl Worker<'_> {
         if self.virtual_only {
             return Ok(());
         }
+        self.release_held();
         let placement = self.shared.placement();
         let shards = placement.shards();
         let mut per_shard: Vec<RowBatch> = (0..shards).map(|_| Vec::new()).collect();

@@ -12,6 +12,9 @@ impl<'a> Worker<'a> {
     /// worker's own updates.
     #[inline(always)]
     pub(super) fn read_generic<T: Element>(&mut self, key: RowKey, out: &mut [T]) -> Result<()> {
+        if self.read_held(key, out) {
+            return Ok(());
+        }
         let data_clock = self.fetch_fresh(key, |data| out.copy_from_slice(data.cast()))?;
         self.add_own(key, data_clock, out);
         Ok(())
@@ -26,6 +29,9 @@ impl<'a> Worker<'a> {
         meta: &TableMeta,
         f: impl FnOnce(&[T]) -> R,
     ) -> Result<R> {
+        if let Some(row) = self.held_row(key) {
+            return Ok(f(row.cast()));
+        }
         let own = self.oplog.contains_key(&key) || self.recent.all().any(|l| l.contains_key(&key));
         if !own {
             let entry = self.fresh_entry(key)?;
@@ -40,6 +46,7 @@ impl<'a> Worker<'a> {
     /// [`update`](Self::update) through the generic store: into this worker's op log.
     #[inline(always)]
     pub(super) fn update_generic<T: Element>(&mut self, key: RowKey, delta: &[T]) {
+        self.add_to_held(key, 0, delta);
         match self.oplog.entry(key) {
             std::collections::hash_map::Entry::Occupied(mut e) => {
                 T::add_slice(e.get_mut().cast_mut(), delta);

@@ -7,6 +7,7 @@
 
 mod clock;
 mod generic;
+mod held;
 mod messages;
 mod sent;
 mod special;
@@ -55,6 +56,11 @@ pub struct Worker<'a> {
     /// A row's worth of words for `read_with` when it cannot lend the row (grown, never
     /// shrunk; see [`scratch_of`]).
     scratch: Vec<u64>,
+    /// Float rows held in this clock outside the specialized store's views, as this
+    /// worker sees them (see [`Worker::read_update`] and `held.rs`).
+    held: Oplog,
+    /// Words for the rows of a `read_update` off its fast path (grown, never shrunk).
+    held_scratch: Vec<u64>,
     /// Where accesses are logged while the pattern is being gathered.
     log: Option<AccessLog>,
     /// In a virtual iteration: reads return zeros, updates are dropped, nothing is sent.
@@ -112,24 +118,16 @@ impl<'a> Worker<'a> {
             oplog: Oplog::default(),
             recent: Sent::default(),
             scratch: Vec::new(),
+            held: Oplog::default(),
+            held_scratch: Vec::new(),
             round: 0,
             log: (role != Role::Normal).then(AccessLog::default),
             virtual_only: role == Role::Virtual,
             special: match role {
                 Role::Virtual => None,
                 _ => shared.arena().map(|arena| {
-                    let specs = shared.config.specializations;
-                    let build = |tape| {
-                        Special::new(
-                            arena.clone(),
-                            tables,
-                            id,
-                            specs.contiguous_index,
-                            specs.thread_caches,
-                            shared.config.slab_stores,
-                            tape,
-                        )
-                    };
+                    let build =
+                        |tape| Special::new(arena.clone(), tables, id, &shared.config, tape);
                     match kept {
                         // The same plan as last run: reuse the structures built for it.
                         Kept::Built(mut sp) if Arc::ptr_eq(&sp.arena, &arena) => {
@@ -218,9 +216,10 @@ impl<'a> Worker<'a> {
         if checked && self.log.is_none() && self.special.is_some() {
             let required = self.required();
             // Asked only for a row without a block: whether the generic op log holds no
-            // updates (of this clock or recent ones) such a read would have to add.
-            let (oplog, recent) = (&self.oplog, &self.recent);
-            let generic = || oplog.is_empty() && recent.is_empty();
+            // updates (of this clock or recent ones) such a read would have to add, and
+            // no row is held outside the views.
+            let (oplog, recent, held) = (&self.oplog, &self.recent, &self.held);
+            let generic = || oplog.is_empty() && recent.is_empty() && held.is_empty();
             if let Some(sp) = &mut self.special {
                 if sp.read_fast(table.key(row), required, generic, out) {
                     return Ok(());
@@ -253,7 +252,11 @@ impl<'a> Worker<'a> {
             out.fill(T::default());
             return Ok(());
         }
-        match self.special_place(key) {
+        let place = self.special_place(key);
+        if self.read_held(key, out) {
+            return Ok(());
+        }
+        match place {
             Some(place) => {
                 let data_clock = self.read_special(place, out)?;
                 self.add_own(key, data_clock, out);
@@ -278,8 +281,8 @@ impl<'a> Worker<'a> {
         let mut f = f;
         if table.cluster == self.cluster && self.log.is_none() && self.special.is_some() {
             let required = self.required();
-            let (oplog, recent) = (&self.oplog, &self.recent);
-            let generic = || oplog.is_empty() && recent.is_empty();
+            let (oplog, recent, held) = (&self.oplog, &self.recent, &self.held);
+            let generic = || oplog.is_empty() && recent.is_empty() && held.is_empty();
             if let Some(sp) = &mut self.special {
                 let scratch = (&mut self.scratch, table.width);
                 match sp.read_with_fast(table.key(row), required, generic, scratch, f) {
@@ -320,7 +323,11 @@ impl<'a> Worker<'a> {
             let zeros = vec![T::default(); meta.width];
             return Ok(f(&zeros));
         }
-        let Some(place) = self.special_place(key) else {
+        let place = self.special_place(key);
+        if let Some(row) = self.held_row(key) {
+            return Ok(f(row.cast()));
+        }
+        let Some(place) = place else {
             return self.read_with_generic(key, meta, f);
         };
         let required = self.required();
@@ -357,7 +364,11 @@ impl<'a> Worker<'a> {
     #[inline(always)]
     pub fn update<T: Element>(&mut self, table: &Table<T>, row: u64, delta: &[T]) -> Result<()> {
         // As in `read`: the fast path needs only the cluster and width checked.
-        if table.cluster == self.cluster && delta.len() == table.width && self.log.is_none() {
+        if table.cluster == self.cluster
+            && delta.len() == table.width
+            && self.log.is_none()
+            && self.held.is_empty()
+        {
             if let Some(sp) = &mut self.special {
                 if sp.update_fast(table.key(row), delta.len(), 0, delta) {
                     return Ok(());
@@ -393,6 +404,7 @@ impl<'a> Worker<'a> {
         if let Some(place) = self.special_place(key) {
             if let Some(sp) = &mut self.special {
                 if sp.update(place, 0, delta) {
+                    self.add_to_held(key, 0, delta);
                     return Ok(());
                 }
             }
@@ -428,6 +440,7 @@ impl<'a> Worker<'a> {
         let width = table.width;
         if self.log.is_none()
             && table.cluster == self.cluster
+            && self.held.is_empty()
             && cols.iter().all(|&(c, _)| c < width)
         {
             // A planned step matched by table id and row is a table of this cluster.
@@ -465,6 +478,9 @@ impl<'a> Worker<'a> {
         let place = self.special_place(key);
         if cols.is_empty() {
             return Ok(());
+        }
+        for &(column, delta) in cols {
+            self.add_to_held(key, column, std::slice::from_ref(&delta));
         }
         if let Some(place) = place {
             if let Some(sp) = &mut self.special {

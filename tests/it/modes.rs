@@ -15,6 +15,9 @@ enum Op {
     Update(u8, u64),
     /// Column 0 or 1 alone (`update_col`), no column (2) or both (3) (`update_cols`).
     UpdateCol(u8, u64, usize),
+    /// `read_update` of the row alone (0), with the next row of a table of the same
+    /// element type (1), or of the row twice (2).
+    ReadUpdate(u8, u64, u8),
 }
 
 /// `program[w][k]`: the ops of worker `w` during clock `k` of one iteration.
@@ -30,6 +33,7 @@ fn op() -> impl Strategy<Value = Op> {
         ((0u8..TABLES), (0..ROWS)).prop_map(|(t, r)| Op::Read(t, r)),
         ((0u8..TABLES), (0..ROWS)).prop_map(|(t, r)| Op::Update(t, r)),
         ((0u8..TABLES), (0..ROWS), (0usize..4)).prop_map(|(t, r, c)| Op::UpdateCol(t, r, c)),
+        ((0u8..TABLES), (0..ROWS), (0u8..3)).prop_map(|(t, r, k)| Op::ReadUpdate(t, r, k)),
     ]
 }
 
@@ -228,6 +232,17 @@ fn iteration(
                     _ => w.update_cols(&t.n, r, &[(0, v), (0, -v * 0.25)])?,
                 },
                 Op::UpdateCol(_, r, c) => update_cols(w, &t.m, r, c, v as i32)?,
+                Op::ReadUpdate(tab, r, k) => {
+                    let next = if k == 2 { r } else { (r + 1) % ROWS };
+                    match tab {
+                        // f64 rows of two widths, paired with each other.
+                        0 => read_update(w, (&t.f, r), (&t.n, next), k, v, &mut seen)?,
+                        3 => read_update(w, (&t.n, r), (&t.f, next), k, v, &mut seen)?,
+                        1 => read_update(w, (&t.g, r), (&t.g, next), k, v as f32, &mut seen)?,
+                        2 => read_update(w, (&t.i, r), (&t.i, next), k, v as i64, &mut seen)?,
+                        _ => read_update(w, (&t.m, r), (&t.m, next), k, v as i32, &mut seen)?,
+                    }
+                }
             }
         }
         w.clock()?;
@@ -249,6 +264,45 @@ fn update_cols<T: iterstore::Element + std::ops::Neg<Output = T>>(
         2 => w.update_cols(table, row, &[]),
         _ => w.update_cols(table, row, &[(1, v), (0, -v)]),
     }
+}
+
+/// `read_update` of `a`'s row alone (`k == 0`) or with `b`'s (else), recording the
+/// bits it reads; the deltas are `v` and its multiples, not the rows read (so that
+/// under SSP the final tables do not depend on timing).
+fn read_update<T: iterstore::Element + Copy + std::ops::Add<Output = T>>(
+    w: &mut Worker<'_>,
+    (a, ra): (&Table<T>, u64),
+    (b, rb): (&Table<T>, u64),
+    k: u8,
+    v: T,
+    seen: &mut Vec<u64>,
+) -> iterstore::Result<()> {
+    let bits = |x: &T| {
+        let mut word = [0u8; 8];
+        let raw = bytemuck::bytes_of(x);
+        word[..raw.len()].copy_from_slice(raw);
+        u64::from_le_bytes(word)
+    };
+    let fill = |d: &mut [T]| {
+        let mut x = v;
+        for e in d {
+            *e = x;
+            x = x + v;
+        }
+    };
+    let mut da = vec![T::default(); a.width()];
+    if k == 0 {
+        return w.read_update([(a, ra)], [&mut da], |[x], [d]| {
+            seen.extend(x.iter().map(bits));
+            fill(d);
+        });
+    }
+    let mut db = vec![T::default(); b.width()];
+    w.read_update([(a, ra), (b, rb)], [&mut da, &mut db], |[x, y], [d, e]| {
+        seen.extend(x.iter().chain(y).map(bits));
+        fill(d);
+        fill(e);
+    })
 }
 
 /// What a run produced: per iteration per worker the read values, and the final tables.
@@ -832,12 +886,23 @@ fn float_rows_keep_read_my_writes_under_ssp() {
                     let mut row = [0.0f32; 3];
                     for clock in 0..CLOCKS {
                         for n in 0..2 {
+                            // Two updates a step, the second through a held row.
                             w.update(&t, me, &[1.0, 2.0, 0.5])?;
+                            let mine = (w.current_clock() as usize * 4 + n * 2 + 1) as f32;
+                            let mut held = 0.0;
+                            let mut d = [0.0f32; 3];
+                            w.read_update([(&t, me)], [&mut d], |[r], [d]| {
+                                held = r[0];
+                                d.copy_from_slice(&[1.0, 2.0, 0.5]);
+                            })?;
                             w.read(&t, me, &mut row)?;
                             w.read(&t, other, &mut [0.0; 3])?;
-                            let mine = (w.current_clock() as usize * 2 + n + 1) as f32;
-                            if counted && row[0] != mine {
-                                bad.push(format!("clock {clock}: read {} want {mine}", row[0]));
+                            if counted && (held != mine || row[0] != mine + 1.0) {
+                                bad.push(format!(
+                                    "clock {clock}: read {held} then {} want {mine} then {}",
+                                    row[0],
+                                    mine + 1.0
+                                ));
                             }
                         }
                         w.clock()?;
@@ -1086,4 +1151,207 @@ fn waiting_workers_take_the_work_a_clock_releases_on_other_shards() {
 fn a_worker_done_with_a_run_takes_a_share_of_the_last_clock() {
     let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
     assert_late_clocks_helped(1, false, cpus >= 2);
+}
+
+/// Per worker, clocks of `read_update`s of every table (alone, with another row and of
+/// one row twice) between plain reads and updates of the same rows, so held rows are
+/// read, updated and held again in every mode.
+fn read_update_program() -> Program {
+    let clock: Vec<Op> = (0u8..TABLES)
+        .flat_map(|t| {
+            [
+                Op::Read(t, 0),
+                Op::ReadUpdate(t, 1, 1),
+                Op::Update(t, 1),
+                Op::UpdateCol(t, 2, 3),
+                Op::Read(t, 1),
+                Op::Read(t, 2),
+                Op::ReadUpdate(t, 1, 0),
+                Op::ReadUpdate(t, 2, 2),
+                Op::Read(t, 2),
+                Op::Update(t, 2),
+                Op::ReadUpdate(t, 2, 1),
+                // Updated, its view fresh, then held: the copy starts with the update.
+                Op::Update(t, 4),
+                Op::Read(t, 4),
+                Op::ReadUpdate(t, 4, 0),
+                Op::Read(t, 4),
+            ]
+        })
+        .collect();
+    vec![vec![clock.clone(), clock]; 2]
+}
+
+#[test]
+fn read_update_holds_rows_alike_in_every_mode() {
+    let program = read_update_program();
+    assert_same_everywhere(&program, &program).unwrap();
+    assert_same_everywhere(&program, &deviate(&program)).unwrap();
+    // The specialized store lends rows with blocks once their views are fresh (a
+    // clock's first read of a row refreshes its chunk: here plain reads of every row
+    // first); a run's rows (tables `n`, `m`) take the general path, counted as copied.
+    // Without views it copies them all.
+    let wide_op = |op: &Op| match *op {
+        // Table `f` pairs with `n` (runs) but when alone.
+        Op::ReadUpdate(t, _, k) => t == 1 || t == 2 || (t == 0 && k == 0),
+        Op::Read(t, _) | Op::Update(t, _) | Op::UpdateCol(t, _, _) => t < 3,
+    };
+    let fresh = (0u8..3).flat_map(|t| (0..4).map(move |r| Op::Read(t, r)));
+    let wide_clock: Vec<Op> = fresh
+        .chain(program[0][0].iter().copied().filter(wide_op))
+        .collect();
+    let wide: Program = vec![vec![wide_clock.clone(), wide_clock]; 2];
+    let lent = virtual_stats(&wide);
+    assert!(lent.lent_read_updates > 0, "{lent:?}");
+    assert_eq!(lent.copied_read_updates, 0, "{lent:?}");
+    let runs = virtual_stats(&program);
+    assert!(runs.copied_read_updates > 0, "{runs:?}");
+    let mut no_views = Specializations::ALL;
+    no_views.thread_caches = false;
+    let copied = stats_of(&program, &program, Mode::Virtual, no_views, None);
+    assert_eq!(copied.lent_read_updates, 0, "{copied:?}");
+    assert_eq!(
+        copied.copied_read_updates,
+        runs.lent_read_updates + runs.copied_read_updates,
+        "{copied:?}"
+    );
+    let generic = stats_of(
+        &program,
+        &program,
+        Mode::Generic,
+        Specializations::ALL,
+        None,
+    );
+    assert_eq!(
+        (generic.lent_read_updates, generic.copied_read_updates),
+        (0, 0),
+        "generic workers are not specialized: {generic:?}"
+    );
+}
+
+#[test]
+fn a_held_row_adds_each_update_to_the_worker_s_copy() {
+    // 1 + 1e-16 rounds to 1 (half an ulp of 1 is 1.1e-16) but 1 + 2e-16 does not: a held
+    // row, to which each update is added, reads 1 after two such updates; a row that
+    // is not held reads its snapshot plus the summed updates.
+    let mut no_views = Specializations::ALL;
+    no_views.thread_caches = false;
+    let configs = [
+        (Mode::Generic, Specializations::ALL),
+        (Mode::Virtual, Specializations::ALL),
+        (Mode::Virtual, no_views),
+    ];
+    for (mode, specs) in configs {
+        let got = within(30, move || {
+            let config = Config::new(1).with_mode(mode).with_specializations(specs);
+            let mut cluster = Cluster::start(config).unwrap();
+            let t = cluster.create_table::<f64>("t", 1).unwrap();
+            cluster
+                .init_run(|w| {
+                    w.update(&t, 0, &[1.0])?;
+                    w.update(&t, 1, &[1.0])?;
+                    w.clock()
+                })
+                .unwrap();
+            let iteration = |w: &mut Worker<'_>| {
+                let mut d = [0.0];
+                // Row 0 is held, then updated twice more; row 1 only read and updated.
+                w.read_update([(&t, 0)], [&mut d], |_, [d]| d[0] = 0.0)?;
+                w.update(&t, 0, &[1e-16])?;
+                w.update(&t, 0, &[1e-16])?;
+                let mut held = [0.0];
+                w.read(&t, 0, &mut held)?;
+                let lent = w.read_with(&t, 0, |row| row[0])?;
+                let mut plain = [0.0];
+                w.read(&t, 1, &mut plain)?;
+                w.update(&t, 1, &[1e-16])?;
+                w.update(&t, 1, &[1e-16])?;
+                w.read(&t, 1, &mut plain)?;
+                w.clock()?;
+                Ok((held[0], lent, plain[0]))
+            };
+            if mode == Mode::Virtual {
+                cluster.virtual_iteration(iteration).unwrap();
+            }
+            let first = cluster.run(iteration).unwrap();
+            // The next clock reads the summed updates from the servers, in every mode.
+            let mut after = [0.0];
+            let next = cluster.run(|w| w.read(&t, 0, &mut after.clone()).map(|_| ()));
+            next.unwrap();
+            let snap = cluster.snapshot(&t).unwrap();
+            after[0] = snap.iter().find(|(r, _)| *r == 0).unwrap().1[0];
+            (first[0], after[0])
+        });
+        let ((held, lent, plain), stored) = got;
+        assert_eq!(held, 1.0, "{mode:?} {specs:?}");
+        assert_eq!(lent, 1.0, "{mode:?} {specs:?}");
+        assert_eq!(plain, 1.0 + 2e-16, "{mode:?} {specs:?}");
+        assert_eq!(stored, 1.0 + 2e-16, "{mode:?} {specs:?}: the log sums them");
+    }
+}
+
+#[test]
+fn held_rows_keep_every_update_under_ssp_when_their_chunk_is_refilled() {
+    // One worker holds one of two rows of a chunk each clock and updates the other; a
+    // CLOCK marks the held row's view stale, so the next clock's first read of it refills
+    // the chunk after the other row was held: the refill must add that row's updates
+    // back. Every read is the exact count of the worker's updates of the row.
+    for staleness in [
+        Staleness::Bounded(1),
+        Staleness::Bounded(2),
+        Staleness::Unbounded,
+    ] {
+        for variant in variants() {
+            let name = variant.name;
+            let bad = within(30, move || {
+                let mut config = Config::new(1)
+                    .with_shards(1)
+                    .with_mode(variant.mode)
+                    .with_specializations(variant.specs)
+                    .with_staleness(staleness);
+                config.prefetch_chunks = 1; // both rows in one chunk
+                let mut cluster = Cluster::start(config).unwrap();
+                let t: Table<f32> = cluster.create_table("t", 3).unwrap(); // not a run
+                let step = |w: &mut Worker<'_>, counted: bool| -> iterstore::Result<Vec<String>> {
+                    let mut bad = Vec::new();
+                    let mut check = |what: &str, got: f32, want: u64| {
+                        if counted && got != want as f32 {
+                            bad.push(format!("{what}: {got}, want {want}"));
+                        }
+                    };
+                    for clock in 0..4u64 {
+                        let (held, other) = (clock % 2, 1 - clock % 2);
+                        let done = w.current_clock();
+                        let mut d = [0.0f32; 3];
+                        let mut seen = 0.0;
+                        w.read_update([(&t, held)], [&mut d], |[r], [d]| {
+                            seen = r[0];
+                            d.fill(1.0);
+                        })?;
+                        check("held before", seen, done);
+                        let mut row = [0.0f32; 3];
+                        w.read(&t, other, &mut row)?;
+                        check("other", row[0], done);
+                        w.read(&t, held, &mut row)?;
+                        check("held after its update", row[0], done + 1);
+                        w.update(&t, other, &[1.0; 3])?;
+                        w.clock()?;
+                    }
+                    Ok(bad)
+                };
+                if variant.mode == Mode::Virtual {
+                    cluster
+                        .virtual_iteration(|w| step(w, false).map(drop))
+                        .unwrap();
+                }
+                let mut bad = Vec::new();
+                for _ in 0..2 {
+                    bad.extend(cluster.run(|w| step(w, true)).unwrap().concat());
+                }
+                cluster.shutdown().unwrap();
+                bad
+            });
+            assert!(bad.is_empty(), "{name} {staleness:?}: {bad:?}");
+        }
+    }
 }

@@ -10,11 +10,12 @@
 //! [`clocks`]`(n)` mini-batches: by default the range [`partition`]`(n, W, w)` of the
 //! ratings in their given order, cut into equal mini-batches ([`mini_batch`]). For each rating
 //! `(u, i, x)` of a mini-batch it READs `L_u` and `R_i`, computes the step with
-//! [`sgd_step`] and UPDATEs both rows by the deltas; after each mini-batch it CLOCKs, so an
-//! iteration makes [`clocks`]`(n)` clocks. A READ includes the worker's own earlier
-//! UPDATEs, so under BSP each worker runs sequential AdaGrad on the start-of-clock model,
-//! exactly like [`crate::limit::mf`] (up to float rounding: the store sums a worker's
-//! deltas of a row before adding them to it).
+//! [`sgd_step`] and UPDATEs both rows by the deltas, all in one
+//! [`Worker::read_update`]; after each mini-batch it CLOCKs, so an iteration makes
+//! [`clocks`]`(n)` clocks. A READ includes the worker's own earlier UPDATEs, and the rows
+//! `read_update` holds take each step as it comes, so under BSP each worker runs
+//! sequential AdaGrad on the start-of-clock model exactly like [`crate::limit::mf`], bit
+//! for bit. On the specialized fast path the rows are lent, not copied.
 //!
 //! **Initialisation.** Every row receives [`init_row`] through one UPDATE by one worker: the
 //! first worker whose ratings touch it, so initialisation writes rows the worker will use
@@ -91,11 +92,9 @@ struct Tables {
     items: Table<f32>,
 }
 
-/// One worker's scratch rows.
+/// One worker's scratch rows: a step's deltas of the user's and the item's row.
 #[derive(Clone)]
 struct Scratch {
-    l: Vec<f32>,
-    r: Vec<f32>,
     dl: Vec<f32>,
     dr: Vec<f32>,
 }
@@ -103,8 +102,6 @@ struct Scratch {
 impl Scratch {
     fn new(width: usize) -> Self {
         Self {
-            l: vec![0.0; width],
-            r: vec![0.0; width],
             dl: vec![0.0; width],
             dr: vec![0.0; width],
         }
@@ -136,13 +133,10 @@ fn iteration(
     for b in 0..st.clocks {
         for r in layout.batch(id, b) {
             let (u, i) = (u64::from(r.user), u64::from(r.item));
-            w.read(&t.users, u, &mut s.l)?;
-            w.read(&t.items, i, &mut s.r)?;
-            sgd_step(
-                st.params, st.mean, &s.l, &s.r, r.value, &mut s.dl, &mut s.dr,
-            );
-            w.update(&t.users, u, &s.dl)?;
-            w.update(&t.items, i, &s.dr)?;
+            let rows = [(&t.users, u), (&t.items, i)];
+            w.read_update(rows, [&mut s.dl, &mut s.dr], |[l, rr], [dl, dr]| {
+                sgd_step(st.params, st.mean, l, rr, r.value, dl, dr);
+            })?;
         }
         w.clock()?;
     }

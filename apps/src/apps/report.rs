@@ -149,6 +149,10 @@ pub struct StoreReport {
     pub partial_slabs: u64,
     /// Of the update slabs, those written with streaming stores (`--slab-stores`).
     pub streamed_slabs: u64,
+    /// `read_update`s served on the fast path (rows lent, no copy).
+    pub lent_read_updates: u64,
+    /// `read_update`s that took the general path (a view to refresh, or off the pattern).
+    pub copied_read_updates: u64,
     /// Bytes this process sent to the cluster's other processes (0 in one process).
     pub bytes_sent: u64,
     /// Bytes this process received from the other processes.
@@ -391,6 +395,8 @@ impl RunReport {
             whole_slabs: stats.whole_slabs,
             partial_slabs: stats.partial_slabs,
             streamed_slabs: stats.streamed_slabs,
+            lent_read_updates: stats.lent_read_updates,
+            copied_read_updates: stats.copied_read_updates,
             bytes_sent: stats.bytes_sent,
             bytes_received: stats.bytes_received,
             frames_sent: stats.frames_sent,
@@ -595,6 +601,14 @@ impl RunReport {
         );
         if let Some(peak) = self.memory.peak_rss_bytes {
             line += &format!(", peak RSS {:.1} MB", peak as f64 / 1e6);
+        }
+        let read_updates = st.lent_read_updates + st.copied_read_updates;
+        if read_updates > 0 {
+            line += &format!(
+                "\nstore: {:.1}% of read_updates lent their rows (the rest refreshed a view \
+                 first or were off the pattern)",
+                100.0 * st.lent_read_updates as f64 / read_updates as f64
+            );
         }
         if st.tape_truncated > 0 {
             line += &format!(

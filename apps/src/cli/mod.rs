@@ -48,7 +48,8 @@ gathered access pattern's size, store (accesses by path: tape_accesses, indexed_
 unplanned_accesses; tape_truncated; row_fetches, arena_refreshes, clock_refreshes; whole_ and
 partial_chunk_refreshes, whole_ and partial_slabs (what refreshes and CLOCKs shipped:
 everything, or only what changed); streamed_slabs (slabs written with streaming stores,
-`--slab-stores`); local_chunk_refreshes (refreshes its own shards wrote
+`--slab-stores`); lent_read_updates and copied_read_updates (read_updates served on the
+fast path, rows lent, or through the general path); local_chunk_refreshes (refreshes its own shards wrote
 into its arena directly); this process's
 bytes_sent, bytes_received, frames_sent, frames_received; send_waits (sends that waited
 for a slow peer to read) and peak_queued_bytes (most bytes queued for one peer)), traffic

@@ -32,9 +32,12 @@ struct FreshBlock<'a, T> {
     /// Words of each row.
     row_words: usize,
     /// Whether the view is not yet the row as this worker sees it (a float row touched
-    /// this clock): `read_with` then builds the row in scratch instead of lending the
-    /// view. (`read_fast` adds every float row's delta, zero when untouched.)
+    /// this clock and not held): `read_with` then builds the row in scratch instead of
+    /// lending the view. (`read_fast` adds every float row's delta, zero when untouched,
+    /// unless the row is held.)
     add_delta: bool,
+    /// Whether the row is a held float row: its view is the row as this worker sees it.
+    held: bool,
 }
 
 impl Special {
@@ -67,8 +70,9 @@ impl Special {
             return false;
         };
         self.prefetch_for_read(fresh.row_words);
-        if T::TYPE.exact() {
-            T::copy_row(dst, fresh.view); // integer views hold this worker's updates
+        if T::TYPE.exact() || fresh.held {
+            // Integer views hold this worker's updates, and so does a held row's.
+            T::copy_row(dst, fresh.view);
         } else {
             // Floats: the snapshot plus this clock's delta, in one pass, whether or not
             // the row was updated in this clock (an untouched delta is zero, and adding
@@ -166,6 +170,91 @@ impl Special {
         Ok(r)
     }
 
+    /// The fast path of [`Worker::read_update`] that follows the pattern: if the next
+    /// `2 N` steps are the blocks of `rows` (each `(key, width)`) then the same blocks
+    /// again, and every view is fresh enough for `required`, holds each row (`held.rs`),
+    /// calls `f` with their views and `deltas`, adds each delta to its row (view and
+    /// delta: the rows are held) and moves past the `2 N` steps. Otherwise changes
+    /// nothing and gives `f` back. Each delta has its row's width.
+    ///
+    /// [`Worker::read_update`]: crate::Worker::read_update
+    #[inline(always)]
+    pub(crate) fn read_update_fast<T, R, const N: usize, F>(
+        &mut self,
+        rows: [(RowKey, usize); N],
+        required: Clock,
+        deltas: &mut [&mut [T]; N],
+        f: F,
+    ) -> std::result::Result<R, F>
+    where
+        T: Element,
+        F: FnOnce([&[T]; N], [&mut [T]; N]) -> R,
+    {
+        if !self.serves_reads::<T>() {
+            return Err(f);
+        }
+        let c = self.cursor;
+        let Some(steps) = self.steps.get(c..c + 2 * N) else {
+            return Err(f);
+        };
+        // Per row: its block's first word, its index (touched and held bits) and the
+        // words of its view (the delta follows).
+        let mut at = [(0usize, 0usize, 0usize); N];
+        for (i, &(key, n)) in rows.iter().enumerate() {
+            let step = steps[i];
+            if step >= RUN_STEP || steps[N + i] != step {
+                return Err(f);
+            }
+            let (b, row_words) = (step as usize, padded_words(n * size_of::<T>()));
+            let Some(block) = self.words.get(b..b + HEADER_WORDS + 2 * row_words) else {
+                return Err(f);
+            };
+            let clock = block[2];
+            if block[0] != key.row
+                || block[1] as u32 != key.table
+                || clock == Clock::MAX
+                || clock < required
+            {
+                return Err(f);
+            }
+            at[i] = (b, (block[1] >> INDEX_SHIFT) as usize, row_words);
+        }
+        if !T::TYPE.exact() {
+            for (i, &(b, index, row_words)) in at.iter().enumerate() {
+                self.hold_fresh::<T>(b, index, row_words, rows[i].1);
+            }
+            self.any_held = true;
+        }
+        let mut views: [&[T]; N] = [&[]; N];
+        for (view, &(b, _, row_words)) in views.iter_mut().zip(&at) {
+            let b = b + HEADER_WORDS;
+            *view = bytemuck::cast_slice(&self.words[b..b + row_words]);
+        }
+        for (view, &(_, n)) in views.iter_mut().zip(&rows) {
+            *view = &view[..n];
+        }
+        let r = f(views, deltas.each_mut().map(|d| &mut **d));
+        // The blocks a read a step ahead would prefetch, as reads do.
+        for (k, &(_, _, row_words)) in at.iter().enumerate() {
+            let words = (HEADER_WORDS + row_words).clamp(PREFETCH_WORDS, MAX_PREFETCH_WORDS);
+            self.prefetch_step(c + k + 1 + AHEAD, words);
+        }
+        // Every row is held now (integers' views hold this worker's updates anyway):
+        // each delta goes into the view and into the clock's delta.
+        for (&(b, index, row_words), delta) in at.iter().zip(deltas.iter()) {
+            let n = delta.len();
+            let rows = &mut self.words[b + HEADER_WORDS..b + HEADER_WORDS + 2 * row_words];
+            let (view, sum) = rows.split_at_mut(row_words);
+            T::add_slice(&mut bytemuck::cast_slice_mut::<u64, T>(view)[..n], delta);
+            T::add_slice(&mut bytemuck::cast_slice_mut::<u64, T>(sum)[..n], delta);
+            self.touched[index / 64] |= 1 << (index % 64);
+        }
+        self.counters.lent_read_updates += 1;
+        self.cursor = c + 2 * N - 1;
+        self.step_cursor();
+        Ok(r)
+    }
+
     /// The block named by `step` if it is `key`'s, its view holds a snapshot fresh enough
     /// for `required`, and a read can be served from it alone ([`serves_reads`]). `n`: the
     /// row's width.
@@ -195,11 +284,14 @@ impl Special {
             return None;
         }
         let (view, delta) = rows.split_at(row_words);
+        let index = (header[1] >> INDEX_SHIFT) as usize;
+        let held = !T::TYPE.exact() && bit(&self.held, index);
         Some(FreshBlock {
             view: &bytemuck::cast_slice(view)[..n],
             delta: &bytemuck::cast_slice(delta)[..n],
             row_words,
-            add_delta: !T::TYPE.exact() && bit(&self.touched, (header[1] >> INDEX_SHIFT) as usize),
+            add_delta: !T::TYPE.exact() && !held && bit(&self.touched, index),
+            held,
         })
     }
 
@@ -216,10 +308,10 @@ impl Special {
         delta: &[T],
     ) -> bool {
         let views = self.views;
-        let Some((block, touched)) = self.next_block::<T>(key, width) else {
+        let Some((block, bits)) = self.next_block::<T>(key, width) else {
             return self.update_run(key, width, column, delta);
         };
-        add_to_block_in(block, touched, views, width, column, delta);
+        add_to_block_in(block, bits, views, width, column, delta);
         self.step_cursor();
         true
     }
@@ -238,24 +330,26 @@ impl Special {
         cols: &[(usize, T)],
     ) -> bool {
         let views = self.views;
-        let Some((block, touched)) = self.next_block::<T>(key, width) else {
+        let Some((block, bits)) = self.next_block::<T>(key, width) else {
             return self.update_cols_run(key, cols);
         };
         if !cols.is_empty() {
-            add_cols_to_block_in(block, touched, views, width, cols);
+            add_cols_to_block_in(block, bits, views, width, cols);
         }
         self.step_cursor();
         true
     }
 
     /// The words of `key`'s block (a row of `width` `T`s) if the next step is that block
-    /// (the step an UPDATE that follows the pattern takes), with the touched bits.
+    /// (the step an UPDATE that follows the pattern takes), with the touched and held
+    /// bits.
     #[inline(always)]
+    #[allow(clippy::type_complexity)]
     fn next_block<T: Element>(
         &mut self,
         key: RowKey,
         width: usize,
-    ) -> Option<(&mut [u64], &mut [u64])> {
+    ) -> Option<(&mut [u64], (&mut [u64], &[u64]))> {
         let step = *self.steps.get(self.cursor)?;
         if step >= RUN_STEP {
             return None;
@@ -263,7 +357,8 @@ impl Special {
         let block = self
             .words
             .get_mut(block_span::<T>(step as usize, width, self.views))?;
-        (block[0] == key.row && block[1] as u32 == key.table).then_some((block, &mut self.touched))
+        (block[0] == key.row && block[1] as u32 == key.table)
+            .then_some((block, (&mut self.touched[..], &self.held[..])))
     }
 
     /// Moves to the next step and prefetches what a step [`AHEAD`] will touch: a block's
@@ -301,7 +396,13 @@ impl Special {
     /// next one (a plan slot's arena row when that step is a slot's).
     #[inline(always)]
     fn prefetch_ahead(&self, words: usize) {
-        if let Some(&ahead) = self.steps.get(self.cursor + 1 + AHEAD) {
+        self.prefetch_step(self.cursor + 1 + AHEAD, words);
+    }
+
+    /// [`prefetch_ahead`](Self::prefetch_ahead) of step `at`.
+    #[inline(always)]
+    fn prefetch_step(&self, at: usize, words: usize) {
+        if let Some(&ahead) = self.steps.get(at) {
             if ahead < RUN_STEP {
                 // The first three lines unrolled (all a narrow row's block needs), then
                 // the rest of a wide row's view.
@@ -350,7 +451,7 @@ impl Special {
     /// The view of the run's row `step` names, if it is `key`'s and its view is fresh
     /// enough for `required` and serves a read alone (as [`fresh_block`]), as `n`
     /// elements; with the row's delta if a read must add it (a float row touched in this
-    /// clock).
+    /// clock and not held).
     ///
     /// [`fresh_block`]: Self::fresh_block
     #[inline(always)]
@@ -371,7 +472,8 @@ impl Special {
             return None;
         }
         let word = |w: usize| &bytemuck::cast_slice::<u64, T>(&self.words[w..=w])[..n];
-        let delta = (!exact && self.run_row_touched(at)).then(|| word(at.delta));
+        let own_apart = !exact && !self.is_held(at) && self.run_row_touched(at);
+        let delta = own_apart.then(|| word(at.delta));
         Some((word(at.view), delta))
     }
 

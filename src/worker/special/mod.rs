@@ -23,6 +23,7 @@
 //! arena, the generic-shaped `read`/`update` and CLOCK's slabs.
 
 mod fast;
+mod held;
 mod slab_writes;
 
 use slab_writes::SlabWrites;
@@ -172,6 +173,19 @@ pub(crate) struct Special {
     /// The blocks touched in this clock, a bit per block (by index in arena order), so a
     /// CLOCK visits only those.
     touched: Vec<u64>,
+    /// The rows held in this clock ([`Worker::read_update`]), a bit per row as in
+    /// `touched`: a held float row's view is this worker's copy of the row, its updates
+    /// added to it as they come (`held.rs`).
+    ///
+    /// [`Worker::read_update`]: crate::Worker::read_update
+    held: Vec<u64>,
+    /// Whether a bit of `held` may be set (cleared with them at a CLOCK).
+    any_held: bool,
+    /// Whether staleness is above zero: then a view may be refilled after its row was
+    /// held in the clock (its chunk went stale as a whole, or some of its views were
+    /// marked stale at a CLOCK), and a refill adds the held rows' updates back. Under
+    /// BSP a chunk is refilled once a clock, before any of its rows is read.
+    ssp: bool,
     /// Whether the slabs are written with plain or streaming stores.
     writes: SlabWrites,
     /// How accesses found their rows (observability: a specialization that silently
@@ -201,6 +215,12 @@ pub(crate) struct AccessCounters {
     pub(crate) partial_slabs: u64,
     /// Of the slabs, those written with streaming stores ([`crate::SlabStores`]).
     pub(crate) streamed_slabs: u64,
+    /// `read_update`s served on the fast path: rows lent, each delta added once to the
+    /// row and once to the update log.
+    pub(crate) lent_read_updates: u64,
+    /// `read_update`s that took the general path (rows copied out, then READs and
+    /// UPDATEs one by one): a stale view to refresh, or accesses off the pattern.
+    pub(crate) copied_read_updates: u64,
 }
 
 impl std::ops::AddAssign for AccessCounters {
@@ -211,6 +231,8 @@ impl std::ops::AddAssign for AccessCounters {
         self.whole_slabs += other.whole_slabs;
         self.partial_slabs += other.partial_slabs;
         self.streamed_slabs += other.streamed_slabs;
+        self.lent_read_updates += other.lent_read_updates;
+        self.copied_read_updates += other.copied_read_updates;
     }
 }
 
@@ -240,19 +262,19 @@ impl std::ops::AddAssign for WorkerMemory {
 }
 
 impl Special {
-    /// State for worker `worker` of a store with `tables`; `deltas`: keep a block (delta
-    /// buffer) per row it updates; `views`: with a private view of the row (thread
-    /// caches). `tape`: the worker's op tape (plan slots, see [`crate::plan::tapes`]),
-    /// turned into its steps in place.
+    /// State for worker `worker` of a store with `tables` configured by `config`: a block
+    /// (delta buffer) per row it updates with the contiguous index on, with a private
+    /// view of the row with thread caches on. `tape`: the worker's op tape (plan slots,
+    /// see [`crate::plan::tapes`]), turned into its steps in place.
     pub(crate) fn new(
         arena: Arc<ProcessArena>,
         tables: &[TableMeta],
         worker: usize,
-        deltas: bool,
-        views: bool,
-        slab_stores: crate::SlabStores,
+        config: &crate::Config,
         tape: Vec<u32>,
     ) -> Self {
+        let deltas = config.specializations.contiguous_index;
+        let views = config.specializations.thread_caches;
         let plan = &arena.plan;
         let none: &[u32] = &[];
         let updates = plan.updates.get(worker).map_or(none, Vec::as_slice);
@@ -391,7 +413,10 @@ impl Special {
             steps,
             cursor: 0,
             touched: vec![0; touched_words],
-            writes: SlabWrites::new(slab_stores),
+            held: vec![0; touched_words],
+            any_held: false,
+            writes: SlabWrites::new(config.slab_stores),
+            ssp: config.staleness != crate::Staleness::BSP,
             counters: AccessCounters::default(),
             tape_hits: 0,
             phase: 0,
@@ -453,7 +478,7 @@ impl Special {
             blocks: self.words.capacity() * 8
                 + self.blocks.capacity() * 4
                 + self.runs.capacity() * 4
-                + self.touched.capacity() * 8
+                + (self.touched.capacity() + self.held.capacity()) * 8
                 + self.chunk_views.iter().map(|v| v.capacity()).sum::<usize>()
                     * size_of::<ViewRow>(),
             slots: self.slots.capacity() * size_of::<WorkerSlot>(),
@@ -495,11 +520,29 @@ impl Special {
     /// [`place`](Self::place) of a key off the expected sequence.
     #[cold]
     fn deviate(&mut self, key: RowKey) -> Option<Place> {
-        let Some(slot) = self.arena.slot(key) else {
+        let Some((place, step)) = self.locate(key) else {
             self.counters.unplanned += 1;
             return None;
         };
         self.counters.indexed += 1;
+        // Resynchronise if this is where an iteration starts.
+        if self.steps.first() == Some(&step) {
+            self.move_cursor(1 % self.steps.len());
+            // The step just matched was a deviation, not a hit.
+            self.tape_hits = self.tape_hits.wrapping_sub(self.cursor as u64);
+        }
+        Some(place)
+    }
+
+    /// Where `key` lives, found in the plan's index (the cursor does not move).
+    pub(crate) fn locate_place(&self, key: RowKey) -> Option<Place> {
+        self.locate(key).map(|(place, _)| place)
+    }
+
+    /// Where `key` lives, found in the plan's index (the cursor does not move), with the
+    /// step that names it; `None` if the plan does not hold it.
+    fn locate(&self, key: RowKey) -> Option<(Place, u32)> {
+        let slot = self.arena.slot(key)?;
         let block = self.slots[slot as usize].block;
         let b = block as usize;
         // A run's row: its step, from its index in arena order.
@@ -512,22 +555,17 @@ impl Special {
             _ => None,
         };
         let offset = run_row.map_or(0, |step| run_step(step).1);
-        // Resynchronise if this is where an iteration starts.
         let step = match run_row {
             _ if block == NONE => slot | SLOT_STEP,
             Some(step) => step,
             None => block,
         };
-        if self.steps.first() == Some(&step) {
-            self.move_cursor(1 % self.steps.len());
-            // The step just matched was a deviation, not a hit.
-            self.tape_hits = self.tape_hits.wrapping_sub(self.cursor as u64);
-        }
-        Some(Place {
+        let place = Place {
             slot,
             block,
             offset: offset as u32,
-        })
+        };
+        Some((place, step))
     }
 
     /// What plan slot `slot` (below the plan's slots) resolves to for this worker.
@@ -630,9 +668,10 @@ impl Special {
         place: Place,
         required: Clock,
     ) -> Result<Option<(&[T], Clock)>> {
-        // Only where adding updates one by one equals adding their sum: a float view
-        // would read other bits than the generic store (snapshot + summed updates).
-        if !T::TYPE.exact() {
+        // Only where adding updates one by one equals adding their sum, or the row is
+        // held: another float view would read other bits than the generic store
+        // (snapshot + summed updates).
+        if !T::TYPE.exact() && (place.block == NONE || !self.is_held(self.row_of(place))) {
             return Ok(None);
         }
         let Some(clock) = self.fresh_view(shared, place, required)? else {
@@ -648,8 +687,8 @@ impl Special {
     /// Copies the row at `place` into `dst` from this worker's view (refreshed first if
     /// older than `required`), with this worker's updates; returns the snapshot's data
     /// clock, or `None` if the row has no view. Float views hold the snapshot alone (the
-    /// updates are added on each read, as the generic store adds them); integer views
-    /// already include them.
+    /// updates are added on each read, as the generic store adds them) unless the row is
+    /// held; integer views already include them.
     #[inline(always)]
     pub(crate) fn read_view<T: Element>(
         &mut self,
@@ -667,7 +706,9 @@ impl Special {
         let view = &self.words[at.view..at.view + row_words];
         let view_row = &bytemuck::cast_slice::<u64, T>(view)[..n];
         let touched = self.row_touched(at);
-        if !T::TYPE.exact() && touched && self.recent.is_empty() {
+        if !T::TYPE.exact() && self.is_held(at) {
+            T::copy_row(dst, view_row); // this worker's copy
+        } else if !T::TYPE.exact() && touched && self.recent.is_empty() {
             // The common float case in one pass: the snapshot plus this clock's delta (the
             // same additions as copying, then adding the delta).
             let delta = &self.words[at.delta..at.delta + row_words];
@@ -747,11 +788,11 @@ impl Special {
             words[row.block as usize + 2] = clock;
             exact |= row.elem.exact();
         }
-        if exact {
-            // Integer views hold this worker's own updates too.
+        if exact || (self.any_held && self.ssp) {
+            // Integer views hold this worker's own updates too, and so do held rows'.
             for i in 0..self.chunk_views[info.chunk as usize].len() {
                 let row = self.chunk_views[info.chunk as usize][i];
-                if row.elem.exact() {
+                if row.elem.exact() || (self.ssp && self.holds_in(row.block as usize)) {
                     self.add_own_to_view(row.block as usize, clock, row.elem);
                 }
             }
@@ -760,12 +801,16 @@ impl Special {
     }
 
     /// Adds to the views of the block at word `b` (snapshots at `data_clock` of rows of
-    /// `elem`s) this worker's updates they lack.
+    /// `elem`s) this worker's updates they lack: to every row's of integers, to held
+    /// rows' of floats.
     fn add_own_to_view(&mut self, b: usize, data_clock: Clock, elem: ElemType) {
         let (len, count) = block_shape(&self.words, b);
         let row_words = padded_words(len);
         for offset in 0..count {
             let at = row_at(&self.words, self.views, b, offset);
+            if !elem.exact() && !self.is_held(at) {
+                continue;
+            }
             let touched = self.row_touched(at);
             let words_len = self.words.len();
             let (head, tail) = self.words.split_at_mut(at.delta);
@@ -857,7 +902,8 @@ impl Special {
     #[inline(always)]
     fn add_to_block<T: Element>(&mut self, b: usize, width: usize, column: usize, delta: &[T]) {
         let block = block_words::<T>(&mut self.words, self.views, b, width);
-        add_to_block_in(block, &mut self.touched, self.views, width, column, delta);
+        let bits = (&mut self.touched[..], &self.held[..]);
+        add_to_block_in(block, bits, self.views, width, column, delta);
     }
 
     /// [`add_to_block`](Self::add_to_block) of a run's row at `at` (one word), touched by
@@ -865,7 +911,7 @@ impl Special {
     #[inline(always)]
     fn add_to_run<T: Element>(&mut self, at: RowAt, width: usize, column: usize, delta: &[T]) {
         let cols = column..column + delta.len();
-        if T::TYPE.exact() && self.views && self.words[at.block + 2] != Clock::MAX {
+        if self.folds::<T>(at) {
             let view = std::slice::from_mut(&mut self.words[at.view]);
             T::add_slice(
                 &mut bytemuck::cast_slice_mut::<u64, T>(view)[cols.clone()],
@@ -885,7 +931,7 @@ impl Special {
     /// [`add_cols_to_block_in`] of a run's row at `at` (one word).
     #[inline(always)]
     fn add_cols_to_run<T: Element>(&mut self, at: RowAt, cols: &[(usize, T)]) {
-        if T::TYPE.exact() && self.views && self.words[at.block + 2] != Clock::MAX {
+        if self.folds::<T>(at) {
             let view = std::slice::from_mut(&mut self.words[at.view]);
             let view = bytemuck::cast_slice_mut::<u64, T>(view);
             for &(column, delta) in cols {
@@ -898,6 +944,15 @@ impl Special {
         for &(column, delta) in cols {
             row[column] = row[column].add(delta);
         }
+    }
+
+    /// Whether an update of the run's row at `at` goes into its view too: a filled view of
+    /// integers, or of a held row.
+    #[inline(always)]
+    fn folds<T: Element>(&self, at: RowAt) -> bool {
+        (T::TYPE.exact() || self.is_held(at))
+            && self.views
+            && self.words[at.block + 2] != Clock::MAX
     }
 
     /// Marks a run's row at `at` touched; on its first update in the clock (returns
@@ -974,6 +1029,7 @@ impl Special {
             slabs.push(slab.unwrap_or_else(|| self.whole_slab(shard, streaming)));
         }
         self.touched.fill(0);
+        self.release_held(keep_recent);
         if streaming {
             stream::fence(); // the slabs' streaming stores, before they are sent
         }
@@ -1152,13 +1208,14 @@ fn split_block<T: Element>(
 
 /// Adds `delta` at element `column` of the row of `width` `T`s whose block is `block`
 /// ([`block_words`]): into its delta, which is zero at the start of every clock (a CLOCK
-/// zeroes what it takes), and, for integers, into a filled view; marks the block touched
-/// (its bit). No branch on whether this is the clock's first update of the row:
-/// one was mispredicted often enough to cost MF 4 % an iteration.
+/// zeroes what it takes), and, for integers or a held row, into a filled view; marks the
+/// block touched (its bit in the first of `(touched, held)`). No branch on whether this
+/// is the clock's first update of the row: one was mispredicted often enough to cost MF
+/// 4 % an iteration.
 #[inline(always)]
 fn add_to_block_in<T: Element>(
     block: &mut [u64],
-    touched: &mut [u64],
+    (touched, held): (&mut [u64], &[u64]),
     views: bool,
     width: usize,
     column: usize,
@@ -1166,7 +1223,7 @@ fn add_to_block_in<T: Element>(
 ) {
     let cols = column..column + delta.len();
     let (header, view, row) = split_block::<T>(block, views, width);
-    if T::TYPE.exact() && views && header[2] != Clock::MAX {
+    if folds_block::<T>(header, held, views) {
         let view = bytemuck::cast_slice_mut::<u64, T>(view);
         T::add_slice(&mut view[cols.clone()], delta);
     }
@@ -1174,17 +1231,25 @@ fn add_to_block_in<T: Element>(
     T::add_slice(&mut row[cols], delta);
 }
 
+/// Whether an update of the block with `header` goes into its view too: a filled view
+/// of integers, or of a row held (its bit in `held`).
+#[inline(always)]
+fn folds_block<T: Element>(header: &[u64], held: &[u64], views: bool) -> bool {
+    let held = || bit(held, (header[1] >> INDEX_SHIFT) as usize);
+    (T::TYPE.exact() || held()) && views && header[2] != Clock::MAX
+}
+
 /// [`add_to_block_in`] of each `(column, delta)` of `cols` (columns below `width`).
 #[inline(always)]
 fn add_cols_to_block_in<T: Element>(
     block: &mut [u64],
-    touched: &mut [u64],
+    (touched, held): (&mut [u64], &[u64]),
     views: bool,
     width: usize,
     cols: &[(usize, T)],
 ) {
     let (header, view, row) = split_block::<T>(block, views, width);
-    if T::TYPE.exact() && views && header[2] != Clock::MAX {
+    if folds_block::<T>(header, held, views) {
         let view = bytemuck::cast_slice_mut::<u64, T>(view);
         for &(column, delta) in cols {
             view[column] = view[column].add(delta);

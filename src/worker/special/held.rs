@@ -1,0 +1,156 @@
+//! Held rows of a specialized worker ([`Worker::read_update`]): a float row read through
+//! `read_update` is *held* for the rest of the clock. Its view becomes this worker's copy
+//! of the row (the snapshot plus the worker's updates so far, added once), and every
+//! later update of the row in the clock is added to that copy as well as to the delta,
+//! so a read of it is the view as it is and `read_update` lends it without a copy. A
+//! hand-written SGD loop keeps its rows the same way; the generic store holds rows in
+//! the worker's held map with the same additions, so reads are bit-identical across
+//! modes.
+//!
+//! Integer rows need no holding: their views always include the worker's updates (one
+//! by one or summed, integers add up alike). A CLOCK releases every held row; under SSP,
+//! where a view may serve the next clocks too, it also marks the held rows' views stale,
+//! since they now hold updates a later snapshot includes.
+//!
+//! [`Worker::read_update`]: crate::Worker::read_update
+
+use super::{
+    bit, block_shape, count_bits, RowAt, RunCursor, Special, HEADER_WORDS, INDEX_SHIFT, NONE, RUN,
+    RUN_ROW,
+};
+use crate::client::ClientShared;
+use crate::consistency::Clock;
+use crate::slot::padded_words;
+use crate::{Element, Result, RowKey};
+
+impl Special {
+    /// Whether the row at `at` is held in this clock.
+    #[inline(always)]
+    pub(super) fn is_held(&self, at: RowAt) -> bool {
+        bit(&self.held, at.index)
+    }
+
+    /// Counts a `read_update` that took the general path.
+    pub(crate) fn count_copied_read_update(&mut self) {
+        self.counters.copied_read_updates += 1;
+    }
+
+    /// Whether a row of the block at word `b` is held.
+    #[inline(always)]
+    pub(super) fn holds_in(&self, b: usize) -> bool {
+        if !self.any_held {
+            return false;
+        }
+        let first = (self.words[b + 1] >> INDEX_SHIFT) as usize;
+        if self.words[b + 1] & RUN == 0 {
+            return bit(&self.held, first);
+        }
+        count_bits(&self.held, first..first + block_shape(&self.words, b).1) > 0
+    }
+
+    /// Holds `key`'s row (a row of `T`s) if this worker keeps a view of it: refreshes the
+    /// view first if older than `required`, then makes it the worker's copy. Returns
+    /// `false` (holding nothing) when the row has no view here, so the worker holds it in
+    /// its held map instead. The cursor does not move.
+    pub(crate) fn hold<T: Element>(
+        &mut self,
+        shared: &ClientShared,
+        key: RowKey,
+        required: Clock,
+    ) -> Result<bool> {
+        let Some((place, _)) = self.locate(key) else {
+            return Ok(false);
+        };
+        if place.block == NONE || !self.views {
+            return Ok(false);
+        }
+        let Some(clock) = self.fresh_view(shared, place, required)? else {
+            return Ok(false);
+        };
+        if !T::TYPE.exact() {
+            self.hold_at::<T>(self.row_of(place), clock);
+        }
+        Ok(true)
+    }
+
+    /// Makes the view of the float row at `at` (a snapshot at `data_clock`) this worker's
+    /// copy, if it is not yet: adds the worker's updates the snapshot lacks (sent ones
+    /// under SSP, oldest first, then this clock's delta: the additions a read makes) and
+    /// sets the row's held bit.
+    #[inline(never)]
+    pub(super) fn hold_at<T: Element>(&mut self, at: RowAt, data_clock: Clock) {
+        if self.is_held(at) {
+            return;
+        }
+        self.held[at.index / 64] |= 1 << (at.index % 64);
+        self.any_held = true;
+        let n = block_shape(&self.words, at.block).0 / size_of::<T>();
+        let row_words = padded_words(n * size_of::<T>());
+        let words_len = self.words.len();
+        let touched = self.row_touched(at);
+        let (head, tail) = self.words.split_at_mut(at.delta);
+        let view =
+            &mut bytemuck::cast_slice_mut::<u64, T>(&mut head[at.view..at.view + row_words])[..n];
+        for sent in self.recent.missing_from(data_clock) {
+            if bit(&sent[words_len..], at.index) {
+                let sent_delta = &sent[at.delta..at.delta + row_words];
+                T::add_slice(view, &bytemuck::cast_slice(sent_delta)[..n]);
+            }
+        }
+        if touched {
+            T::add_slice(view, &bytemuck::cast_slice(&tail[..row_words])[..n]);
+        }
+    }
+
+    /// Releases every held row at a CLOCK. `keep_recent` (SSP): a held row's view holds
+    /// the updates just sent, which a later snapshot includes too, so it is marked stale
+    /// and the next read refills it; under BSP every view is refilled in the next clock
+    /// anyway.
+    pub(super) fn release_held(&mut self, keep_recent: bool) {
+        if !self.any_held {
+            return;
+        }
+        if keep_recent {
+            let mut runs = RunCursor::new(self, 0);
+            for w in 0..self.held.len() {
+                let mut bits = self.held[w];
+                while bits != 0 {
+                    let r = w * 64 + bits.trailing_zeros() as usize;
+                    bits &= bits - 1;
+                    let b = match self.blocks[r] {
+                        e if e & RUN_ROW != 0 => runs.run_of(self, r).0,
+                        b => b as usize,
+                    };
+                    self.words[b + 2] = Clock::MAX;
+                }
+            }
+        }
+        self.held.fill(0);
+        self.any_held = false;
+    }
+
+    /// Holds the float row of the block at word `b` (index `index`, a view of
+    /// `row_words` words, `n` elements) for a fast `read_update`: its view is fresh and
+    /// no sent updates wait to be added (SSP keeps reads off the fast path then), so
+    /// making it this worker's copy only adds this clock's delta, if the row was updated
+    /// and not yet held. Sets the held bit whether or not it was set: a branch on it
+    /// (taken at each row's first access in a clock) would be mispredicted often.
+    #[inline(always)]
+    pub(super) fn hold_fresh<T: Element>(
+        &mut self,
+        b: usize,
+        index: usize,
+        row_words: usize,
+        n: usize,
+    ) {
+        let (w, mask) = (index / 64, 1u64 << (index % 64));
+        let held = self.held[w];
+        self.held[w] = held | mask;
+        if self.touched[w] & !held & mask != 0 {
+            let rows = &mut self.words[b + HEADER_WORDS..b + HEADER_WORDS + 2 * row_words];
+            let (view, delta) = rows.split_at_mut(row_words);
+            let delta = &bytemuck::cast_slice::<u64, T>(delta)[..n];
+            T::add_slice(&mut bytemuck::cast_slice_mut::<u64, T>(view)[..n], delta);
+        }
+    }
+}
