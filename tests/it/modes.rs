@@ -1291,11 +1291,11 @@ fn a_held_row_adds_each_update_to_the_worker_s_copy() {
 }
 
 #[test]
-fn held_rows_keep_every_update_under_ssp_when_their_chunk_is_refilled() {
-    // One worker holds one of two rows of a chunk each clock and updates the other; a
-    // CLOCK marks the held row's view stale, so the next clock's first read of it refills
-    // the chunk after the other row was held: the refill must add that row's updates
-    // back. Every read is the exact count of the worker's updates of the row.
+fn held_rows_keep_every_update_under_ssp_across_clocks_and_refills() {
+    // One worker holds one of two rows of a chunk each clock and updates the other: a
+    // row stays held while its view serves reads (across clocks, under SSP) and a refill
+    // of its chunk releases it, the view a snapshot again. Every read is the exact count
+    // of the worker's updates of the row, whichever way it is held or released.
     for staleness in [
         Staleness::Bounded(1),
         Staleness::Bounded(2),

@@ -11,8 +11,9 @@
 //! else.
 
 use super::{
-    add_cols_to_block_in, add_to_block_in, bit, block_span, row_at, rows_at, run_step, RowAt,
-    Special, AHEAD, COUNT_SHIFT, HEADER_WORDS, INDEX_SHIFT, NONE, RUN_ROW, RUN_STEP, SLOT_STEP,
+    add_cols_to_block_in, add_to_block_in, bit, block_span, held_in, row_at, rows_at, run_step,
+    RowAt, Special, AHEAD, COUNT_SHIFT, HEADER_WORDS, INDEX_SHIFT, NONE, RUN_ROW, RUN_STEP,
+    SLOT_STEP,
 };
 
 /// Words of a block [`Special::advance`] prefetches: three cache lines.
@@ -223,7 +224,6 @@ impl Special {
             for (i, &(b, index, row_words)) in at.iter().enumerate() {
                 self.hold_fresh::<T>(b, index, row_words, rows[i].1);
             }
-            self.any_held = true;
         }
         let mut views: [&[T]; N] = [&[]; N];
         for (view, &(b, _, row_words)) in views.iter_mut().zip(&at) {
@@ -285,7 +285,7 @@ impl Special {
         }
         let (view, delta) = rows.split_at(row_words);
         let index = (header[1] >> INDEX_SHIFT) as usize;
-        let held = !T::TYPE.exact() && bit(&self.held, index);
+        let held = !T::TYPE.exact() && self.holds && held_in(&self.touched, &self.dirty, index);
         Some(FreshBlock {
             view: &bytemuck::cast_slice(view)[..n],
             delta: &bytemuck::cast_slice(delta)[..n],
@@ -341,15 +341,15 @@ impl Special {
     }
 
     /// The words of `key`'s block (a row of `width` `T`s) if the next step is that block
-    /// (the step an UPDATE that follows the pattern takes), with the touched and held
-    /// bits.
+    /// (the step an UPDATE that follows the pattern takes), with the touched and dirty
+    /// bits and whether the worker holds rows.
     #[inline(always)]
     #[allow(clippy::type_complexity)]
     fn next_block<T: Element>(
         &mut self,
         key: RowKey,
         width: usize,
-    ) -> Option<(&mut [u64], (&mut [u64], &[u64]))> {
+    ) -> Option<(&mut [u64], (&mut [u64], &mut [u64], bool))> {
         let step = *self.steps.get(self.cursor)?;
         if step >= RUN_STEP {
             return None;
@@ -357,8 +357,10 @@ impl Special {
         let block = self
             .words
             .get_mut(block_span::<T>(step as usize, width, self.views))?;
-        (block[0] == key.row && block[1] as u32 == key.table)
-            .then_some((block, (&mut self.touched[..], &self.held[..])))
+        (block[0] == key.row && block[1] as u32 == key.table).then_some((
+            block,
+            (&mut self.touched[..], &mut self.dirty[..], self.holds),
+        ))
     }
 
     /// Moves to the next step and prefetches what a step [`AHEAD`] will touch: a block's

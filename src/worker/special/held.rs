@@ -15,7 +15,7 @@
 //! [`Worker::read_update`]: crate::Worker::read_update
 
 use super::{
-    bit, block_shape, count_bits, RowAt, RunCursor, Special, HEADER_WORDS, INDEX_SHIFT, NONE, RUN,
+    bit, block_shape, held_in, RowAt, RunCursor, Special, HEADER_WORDS, INDEX_SHIFT, NONE, RUN,
     RUN_ROW,
 };
 use crate::client::ClientShared;
@@ -27,7 +27,7 @@ impl Special {
     /// Whether the row at `at` is held in this clock.
     #[inline(always)]
     pub(super) fn is_held(&self, at: RowAt) -> bool {
-        bit(&self.held, at.index)
+        self.holds && held_in(&self.touched, &self.dirty, at.index)
     }
 
     /// Counts a `read_update` that took the general path.
@@ -36,16 +36,18 @@ impl Special {
     }
 
     /// Whether a row of the block at word `b` is held.
-    #[inline(always)]
     pub(super) fn holds_in(&self, b: usize) -> bool {
-        if !self.any_held {
-            return false;
-        }
         let first = (self.words[b + 1] >> INDEX_SHIFT) as usize;
-        if self.words[b + 1] & RUN == 0 {
-            return bit(&self.held, first);
-        }
-        count_bits(&self.held, first..first + block_shape(&self.words, b).1) > 0
+        let count = block_shape(&self.words, b).1;
+        self.holds && (first..first + count).any(|r| held_in(&self.touched, &self.dirty, r))
+    }
+
+    /// Starts keeping the `dirty` bits, at this worker's first `read_update`: every row
+    /// updated so far in this clock was updated while not held.
+    #[inline(never)]
+    fn start_holding(&mut self) {
+        self.holds = true;
+        self.dirty.copy_from_slice(&self.touched);
     }
 
     /// Holds `key`'s row (a row of `T`s) if this worker keeps a view of it: refreshes the
@@ -75,15 +77,15 @@ impl Special {
 
     /// Makes the view of the float row at `at` (a snapshot at `data_clock`) this worker's
     /// copy, if it is not yet: adds the worker's updates the snapshot lacks (sent ones
-    /// under SSP, oldest first, then this clock's delta: the additions a read makes) and
-    /// sets the row's held bit.
-    #[inline(never)]
+    /// under SSP, oldest first, then this clock's delta: the additions a read makes),
+    /// and marks the row held (touched, with a zero delta if it was not, and not dirty).
     pub(super) fn hold_at<T: Element>(&mut self, at: RowAt, data_clock: Clock) {
+        if !self.holds {
+            self.start_holding();
+        }
         if self.is_held(at) {
             return;
         }
-        self.held[at.index / 64] |= 1 << (at.index % 64);
-        self.any_held = true;
         let n = block_shape(&self.words, at.block).0 / size_of::<T>();
         let row_words = padded_words(n * size_of::<T>());
         let words_len = self.words.len();
@@ -100,20 +102,52 @@ impl Special {
         if touched {
             T::add_slice(view, &bytemuck::cast_slice(&tail[..row_words])[..n]);
         }
+        if self.words[at.block + 1] & RUN != 0 {
+            self.start_run_row(at); // touched, its delta zeroed if it was not
+        } else {
+            self.touched[at.index / 64] |= 1 << (at.index % 64);
+        }
+        self.dirty[at.index / 64] &= !(1 << (at.index % 64));
     }
 
-    /// Releases every held row at a CLOCK. `keep_recent` (SSP): a held row's view holds
-    /// the updates just sent, which a later snapshot includes too, so it is marked stale
-    /// and the next read refills it; under BSP every view is refilled in the next clock
-    /// anyway.
+    /// Readies the rows of the blocks at words `blocks` (fresh views, each a row of
+    /// `widths` elements) for a fast `read_update`: a row updated in this clock while not
+    /// held gets its delta added to its view, which then is the worker's copy (no sent
+    /// updates wait to be added: SSP keeps floats off the fast path). No bit is written
+    /// for a row already held or not yet updated: the update that follows marks it held.
+    #[inline(always)]
+    pub(super) fn hold_fresh<T: Element>(
+        &mut self,
+        b: usize,
+        index: usize,
+        row_words: usize,
+        n: usize,
+    ) {
+        if !self.holds {
+            self.start_holding();
+        }
+        let (w, mask) = (index / 64, 1u64 << (index % 64));
+        if self.dirty[w] & mask != 0 {
+            self.dirty[w] &= !mask;
+            let rows = &mut self.words[b + HEADER_WORDS..b + HEADER_WORDS + 2 * row_words];
+            let (view, delta) = rows.split_at_mut(row_words);
+            let delta = &bytemuck::cast_slice::<u64, T>(delta)[..n];
+            T::add_slice(&mut bytemuck::cast_slice_mut::<u64, T>(view)[..n], delta);
+        }
+    }
+
+    /// Releases every held row at a CLOCK, before its touched bits are cleared.
+    /// `keep_recent` (SSP): a held row's view holds the updates just sent, which a later
+    /// snapshot includes too, so it is marked stale and the next read refills it. Under
+    /// BSP every view is refilled in the next clock anyway.
     pub(super) fn release_held(&mut self, keep_recent: bool) {
-        if !self.any_held {
+        if !self.holds {
             return;
         }
         if keep_recent {
             let mut runs = RunCursor::new(self, 0);
-            for w in 0..self.held.len() {
-                let mut bits = self.held[w];
+            for w in 0..self.touched.len() {
+                let mut bits = self.touched[w] & !self.dirty[w];
                 while bits != 0 {
                     let r = w * 64 + bits.trailing_zeros() as usize;
                     bits &= bits - 1;
@@ -125,32 +159,6 @@ impl Special {
                 }
             }
         }
-        self.held.fill(0);
-        self.any_held = false;
-    }
-
-    /// Holds the float row of the block at word `b` (index `index`, a view of
-    /// `row_words` words, `n` elements) for a fast `read_update`: its view is fresh and
-    /// no sent updates wait to be added (SSP keeps reads off the fast path then), so
-    /// making it this worker's copy only adds this clock's delta, if the row was updated
-    /// and not yet held. Sets the held bit whether or not it was set: a branch on it
-    /// (taken at each row's first access in a clock) would be mispredicted often.
-    #[inline(always)]
-    pub(super) fn hold_fresh<T: Element>(
-        &mut self,
-        b: usize,
-        index: usize,
-        row_words: usize,
-        n: usize,
-    ) {
-        let (w, mask) = (index / 64, 1u64 << (index % 64));
-        let held = self.held[w];
-        self.held[w] = held | mask;
-        if self.touched[w] & !held & mask != 0 {
-            let rows = &mut self.words[b + HEADER_WORDS..b + HEADER_WORDS + 2 * row_words];
-            let (view, delta) = rows.split_at_mut(row_words);
-            let delta = &bytemuck::cast_slice::<u64, T>(delta)[..n];
-            T::add_slice(&mut bytemuck::cast_slice_mut::<u64, T>(view)[..n], delta);
-        }
+        self.dirty.fill(0);
     }
 }

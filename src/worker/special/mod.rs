@@ -173,14 +173,16 @@ pub(crate) struct Special {
     /// The blocks touched in this clock, a bit per block (by index in arena order), so a
     /// CLOCK visits only those.
     touched: Vec<u64>,
-    /// The rows held in this clock ([`Worker::read_update`]), a bit per row as in
-    /// `touched`: a held float row's view is this worker's copy of the row, its updates
-    /// added to it as they come (`held.rs`).
+    /// Once the worker holds rows ([`Worker::read_update`], `held.rs`): the rows updated
+    /// in this clock while not held, a bit per row as in `touched`. A row is held when
+    /// it is touched and not dirty: a `read_update` clears its bit (adding its delta to
+    /// the view, which becomes the worker's copy), an update of a row not held sets it.
     ///
     /// [`Worker::read_update`]: crate::Worker::read_update
-    held: Vec<u64>,
-    /// Whether a bit of `held` may be set (cleared with them at a CLOCK).
-    any_held: bool,
+    dirty: Vec<u64>,
+    /// Whether this worker has held a row (called `read_update`): until then `dirty` is
+    /// not kept and no row is held, so the other paths pay nothing for it.
+    holds: bool,
     /// Whether staleness is above zero: then a view may be refilled after its row was
     /// held in the clock (its chunk went stale as a whole, or some of its views were
     /// marked stale at a CLOCK), and a refill adds the held rows' updates back. Under
@@ -413,8 +415,8 @@ impl Special {
             steps,
             cursor: 0,
             touched: vec![0; touched_words],
-            held: vec![0; touched_words],
-            any_held: false,
+            dirty: vec![0; touched_words],
+            holds: false,
             writes: SlabWrites::new(config.slab_stores),
             ssp: config.staleness != crate::Staleness::BSP,
             counters: AccessCounters::default(),
@@ -478,7 +480,7 @@ impl Special {
             blocks: self.words.capacity() * 8
                 + self.blocks.capacity() * 4
                 + self.runs.capacity() * 4
-                + (self.touched.capacity() + self.held.capacity()) * 8
+                + (self.touched.capacity() + self.dirty.capacity()) * 8
                 + self.chunk_views.iter().map(|v| v.capacity()).sum::<usize>()
                     * size_of::<ViewRow>(),
             slots: self.slots.capacity() * size_of::<WorkerSlot>(),
@@ -788,7 +790,7 @@ impl Special {
             words[row.block as usize + 2] = clock;
             exact |= row.elem.exact();
         }
-        if exact || (self.any_held && self.ssp) {
+        if exact || (self.holds && self.ssp) {
             // Integer views hold this worker's own updates too, and so do held rows'.
             for i in 0..self.chunk_views[info.chunk as usize].len() {
                 let row = self.chunk_views[info.chunk as usize][i];
@@ -902,7 +904,7 @@ impl Special {
     #[inline(always)]
     fn add_to_block<T: Element>(&mut self, b: usize, width: usize, column: usize, delta: &[T]) {
         let block = block_words::<T>(&mut self.words, self.views, b, width);
-        let bits = (&mut self.touched[..], &self.held[..]);
+        let bits = (&mut self.touched[..], &mut self.dirty[..], self.holds);
         add_to_block_in(block, bits, self.views, width, column, delta);
     }
 
@@ -947,12 +949,11 @@ impl Special {
     }
 
     /// Whether an update of the run's row at `at` goes into its view too: a filled view of
-    /// integers, or of a held row.
+    /// integers, or of a held row ([`fold_update`]). Call before the update marks it.
     #[inline(always)]
-    fn folds<T: Element>(&self, at: RowAt) -> bool {
-        (T::TYPE.exact() || self.is_held(at))
-            && self.views
-            && self.words[at.block + 2] != Clock::MAX
+    fn folds<T: Element>(&mut self, at: RowAt) -> bool {
+        let fold = fold_update::<T>((&self.touched, &mut self.dirty, self.holds), at.index);
+        fold && self.views && self.words[at.block + 2] != Clock::MAX
     }
 
     /// Marks a run's row at `at` touched; on its first update in the clock (returns
@@ -1028,8 +1029,8 @@ impl Special {
             }
             slabs.push(slab.unwrap_or_else(|| self.whole_slab(shard, streaming)));
         }
-        self.touched.fill(0);
         self.release_held(keep_recent);
+        self.touched.fill(0);
         if streaming {
             stream::fence(); // the slabs' streaming stores, before they are sent
         }
@@ -1209,13 +1210,13 @@ fn split_block<T: Element>(
 /// Adds `delta` at element `column` of the row of `width` `T`s whose block is `block`
 /// ([`block_words`]): into its delta, which is zero at the start of every clock (a CLOCK
 /// zeroes what it takes), and, for integers or a held row, into a filled view; marks the
-/// block touched (its bit in the first of `(touched, held)`). No branch on whether this
-/// is the clock's first update of the row: one was mispredicted often enough to cost MF
-/// 4 % an iteration.
+/// block touched (its bit in the first of `(touched, dirty, holds)`, see
+/// [`fold_update`]). No branch on whether this is the clock's first update of the row:
+/// one was mispredicted often enough to cost MF 4 % an iteration.
 #[inline(always)]
 fn add_to_block_in<T: Element>(
     block: &mut [u64],
-    (touched, held): (&mut [u64], &[u64]),
+    (touched, dirty, holds): (&mut [u64], &mut [u64], bool),
     views: bool,
     width: usize,
     column: usize,
@@ -1223,7 +1224,8 @@ fn add_to_block_in<T: Element>(
 ) {
     let cols = column..column + delta.len();
     let (header, view, row) = split_block::<T>(block, views, width);
-    if folds_block::<T>(header, held, views) {
+    let r = (header[1] >> INDEX_SHIFT) as usize;
+    if fold_update::<T>((touched, dirty, holds), r) && views && header[2] != Clock::MAX {
         let view = bytemuck::cast_slice_mut::<u64, T>(view);
         T::add_slice(&mut view[cols.clone()], delta);
     }
@@ -1231,25 +1233,44 @@ fn add_to_block_in<T: Element>(
     T::add_slice(&mut row[cols], delta);
 }
 
-/// Whether an update of the block with `header` goes into its view too: a filled view
-/// of integers, or of a row held (its bit in `held`).
+/// Whether an update of row `r` (by index) goes into its view: always for integers (a
+/// filled view holds the worker's updates), for floats if the row is held ([`held_in`]);
+/// an update of a float row not held marks it dirty. `holds`: whether the worker holds
+/// rows at all (else `dirty` is not kept and nothing is held).
 #[inline(always)]
-fn folds_block<T: Element>(header: &[u64], held: &[u64], views: bool) -> bool {
-    let held = || bit(held, (header[1] >> INDEX_SHIFT) as usize);
-    (T::TYPE.exact() || held()) && views && header[2] != Clock::MAX
+fn fold_update<T: Element>((touched, dirty, holds): (&[u64], &mut [u64], bool), r: usize) -> bool {
+    if T::TYPE.exact() {
+        return true;
+    }
+    if !holds {
+        return false;
+    }
+    let held = held_in(touched, dirty, r);
+    if !held {
+        dirty[r / 64] |= 1 << (r % 64);
+    }
+    held
+}
+
+/// Whether row `r` is held, for a worker that holds rows: updated in this clock, and
+/// never while not held (see [`Special::dirty`]).
+#[inline(always)]
+fn held_in(touched: &[u64], dirty: &[u64], r: usize) -> bool {
+    bit(touched, r) && !bit(dirty, r)
 }
 
 /// [`add_to_block_in`] of each `(column, delta)` of `cols` (columns below `width`).
 #[inline(always)]
 fn add_cols_to_block_in<T: Element>(
     block: &mut [u64],
-    (touched, held): (&mut [u64], &[u64]),
+    (touched, dirty, holds): (&mut [u64], &mut [u64], bool),
     views: bool,
     width: usize,
     cols: &[(usize, T)],
 ) {
     let (header, view, row) = split_block::<T>(block, views, width);
-    if folds_block::<T>(header, held, views) {
+    let r = (header[1] >> INDEX_SHIFT) as usize;
+    if fold_update::<T>((touched, dirty, holds), r) && views && header[2] != Clock::MAX {
         let view = bytemuck::cast_slice_mut::<u64, T>(view);
         for &(column, delta) in cols {
             view[column] = view[column].add(delta);
