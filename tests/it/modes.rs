@@ -873,55 +873,38 @@ fn float_rows_keep_read_my_writes_under_ssp() {
     for staleness in [Staleness::Bounded(1), Staleness::Bounded(3)] {
         for variant in variants() {
             let name = variant.name;
-            let failures = within(30, move || {
-                let config = Config::new(2)
-                    .with_mode(variant.mode)
-                    .with_specializations(variant.specs)
-                    .with_staleness(staleness);
-                let mut cluster = Cluster::start(config).unwrap();
-                let t: Table<f32> = cluster.create_table("t", 3).unwrap();
-                let step = |w: &mut Worker<'_>, counted: bool| -> iterstore::Result<Vec<String>> {
-                    let (me, other) = (w.id() as u64, 1 - w.id() as u64);
-                    let mut bad = Vec::new();
-                    let mut row = [0.0f32; 3];
-                    for clock in 0..CLOCKS {
-                        for n in 0..2 {
-                            // Two updates a step, the second through a held row.
-                            w.update(&t, me, &[1.0, 2.0, 0.5])?;
-                            let mine = (w.current_clock() as usize * 4 + n * 2 + 1) as f32;
-                            let mut held = 0.0;
-                            let mut d = [0.0f32; 3];
-                            w.read_update([(&t, me)], [&mut d], |[r], [d]| {
-                                held = r[0];
-                                d.copy_from_slice(&[1.0, 2.0, 0.5]);
-                            })?;
-                            w.read(&t, me, &mut row)?;
-                            w.read(&t, other, &mut [0.0; 3])?;
-                            if counted && (held != mine || row[0] != mine + 1.0) {
-                                bad.push(format!(
-                                    "clock {clock}: read {held} then {} want {mine} then {}",
-                                    row[0],
-                                    mine + 1.0
-                                ));
-                            }
-                        }
-                        w.clock()?;
-                    }
-                    Ok(bad)
-                };
-                if variant.mode == Mode::Virtual {
-                    cluster
-                        .virtual_iteration(|w| step(w, false).map(drop))
-                        .unwrap();
-                }
+            let config = Config::new(2)
+                .with_mode(variant.mode)
+                .with_specializations(variant.specs)
+                .with_staleness(staleness);
+            let failures = ssp_failures(config, 3, move |w, t, counted| {
+                let (me, other) = (w.id() as u64, 1 - w.id() as u64);
                 let mut bad = Vec::new();
-                for _ in 0..3 {
-                    for b in cluster.run(|w| step(w, true)).unwrap() {
-                        bad.extend(b);
+                let mut row = [0.0f32; 3];
+                for clock in 0..CLOCKS {
+                    for n in 0..2 {
+                        // Two updates a step, the second through a held row.
+                        w.update(t, me, &[1.0, 2.0, 0.5])?;
+                        let mine = (w.current_clock() as usize * 4 + n * 2 + 1) as f32;
+                        let mut held = 0.0;
+                        let mut d = [0.0f32; 3];
+                        w.read_update([(t, me)], [&mut d], |[r], [d]| {
+                            held = r[0];
+                            d.copy_from_slice(&[1.0, 2.0, 0.5]);
+                        })?;
+                        w.read(t, me, &mut row)?;
+                        w.read(t, other, &mut [0.0; 3])?;
+                        if counted && (held != mine || row[0] != mine + 1.0) {
+                            bad.push(format!(
+                                "clock {clock}: read {held} then {} want {mine} then {}",
+                                row[0],
+                                mine + 1.0
+                            ));
+                        }
                     }
+                    w.clock()?;
                 }
-                cluster.shutdown().unwrap();
-                bad
+                Ok(bad)
             });
             assert!(failures.is_empty(), "{name} {staleness:?}: {failures:?}");
         }
@@ -1303,55 +1286,67 @@ fn held_rows_keep_every_update_under_ssp_across_clocks_and_refills() {
     ] {
         for variant in variants() {
             let name = variant.name;
-            let bad = within(30, move || {
-                let mut config = Config::new(1)
-                    .with_shards(1)
-                    .with_mode(variant.mode)
-                    .with_specializations(variant.specs)
-                    .with_staleness(staleness);
-                config.prefetch_chunks = 1; // both rows in one chunk
-                let mut cluster = Cluster::start(config).unwrap();
-                let t: Table<f32> = cluster.create_table("t", 3).unwrap(); // not a run
-                let step = |w: &mut Worker<'_>, counted: bool| -> iterstore::Result<Vec<String>> {
-                    let mut bad = Vec::new();
-                    let mut check = |what: &str, got: f32, want: u64| {
-                        if counted && got != want as f32 {
-                            bad.push(format!("{what}: {got}, want {want}"));
-                        }
-                    };
-                    for clock in 0..4u64 {
-                        let (held, other) = (clock % 2, 1 - clock % 2);
-                        let done = w.current_clock();
-                        let mut d = [0.0f32; 3];
-                        let mut seen = 0.0;
-                        w.read_update([(&t, held)], [&mut d], |[r], [d]| {
-                            seen = r[0];
-                            d.fill(1.0);
-                        })?;
-                        check("held before", seen, done);
-                        let mut row = [0.0f32; 3];
-                        w.read(&t, other, &mut row)?;
-                        check("other", row[0], done);
-                        w.read(&t, held, &mut row)?;
-                        check("held after its update", row[0], done + 1);
-                        w.update(&t, other, &[1.0; 3])?;
-                        w.clock()?;
-                    }
-                    Ok(bad)
-                };
-                if variant.mode == Mode::Virtual {
-                    cluster
-                        .virtual_iteration(|w| step(w, false).map(drop))
-                        .unwrap();
-                }
+            let mut config = Config::new(1)
+                .with_shards(1)
+                .with_mode(variant.mode)
+                .with_specializations(variant.specs)
+                .with_staleness(staleness);
+            config.prefetch_chunks = 1; // both rows (of 3 floats: not a run) in one chunk
+            let bad = ssp_failures(config, 2, move |w, t, counted| {
                 let mut bad = Vec::new();
-                for _ in 0..2 {
-                    bad.extend(cluster.run(|w| step(w, true)).unwrap().concat());
+                let mut check = |what: &str, got: f32, want: u64| {
+                    if counted && got != want as f32 {
+                        bad.push(format!("{what}: {got}, want {want}"));
+                    }
+                };
+                for clock in 0..4u64 {
+                    let (held, other) = (clock % 2, 1 - clock % 2);
+                    let done = w.current_clock();
+                    let mut d = [0.0f32; 3];
+                    let mut seen = 0.0;
+                    w.read_update([(t, held)], [&mut d], |[r], [d]| {
+                        seen = r[0];
+                        d.fill(1.0);
+                    })?;
+                    check("held before", seen, done);
+                    let mut row = [0.0f32; 3];
+                    w.read(t, other, &mut row)?;
+                    check("other", row[0], done);
+                    w.read(t, held, &mut row)?;
+                    check("held after its update", row[0], done + 1);
+                    w.update(t, other, &[1.0; 3])?;
+                    w.clock()?;
                 }
-                cluster.shutdown().unwrap();
-                bad
+                Ok(bad)
             });
             assert!(bad.is_empty(), "{name} {staleness:?}: {bad:?}");
         }
     }
+}
+
+/// Runs `step` on every worker of a cluster of `config` with a table `t` of 3 floats: once
+/// through a virtual iteration in virtual mode (`counted` false: reads of zeros), then
+/// `runs` runs; returns the failures the runs reported.
+fn ssp_failures<F>(config: Config, runs: usize, step: F) -> Vec<String>
+where
+    F: Fn(&mut Worker<'_>, &Table<f32>, bool) -> iterstore::Result<Vec<String>>
+        + Send
+        + Sync
+        + 'static,
+{
+    within(30, move || {
+        let mode = config.mode;
+        let mut cluster = Cluster::start(config).unwrap();
+        let t: Table<f32> = cluster.create_table("t", 3).unwrap();
+        if mode == Mode::Virtual {
+            let gather = |w: &mut Worker<'_>| step(w, &t, false).map(drop);
+            cluster.virtual_iteration(gather).unwrap();
+        }
+        let mut bad = Vec::new();
+        for _ in 0..runs {
+            bad.extend(cluster.run(|w| step(w, &t, true)).unwrap().concat());
+        }
+        cluster.shutdown().unwrap();
+        bad
+    })
 }
