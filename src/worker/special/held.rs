@@ -8,9 +8,15 @@
 //! modes.
 //!
 //! Integer rows need no holding: their views always include the worker's updates (one
-//! by one or summed, integers add up alike). A CLOCK releases every held row; under SSP,
-//! where a view may serve the next clocks too, it also marks the held rows' views stale,
-//! since they now hold updates a later snapshot includes.
+//! by one or summed, integers add up alike). The state is two bitmaps by row index: the
+//! touched bits every worker keeps, and, once a worker holds rows, `dirty` bits for rows
+//! updated while not held. A row is held when touched and not dirty, so holding a row on
+//! the fast path writes nothing the UPDATE that follows does not write anyway. A CLOCK
+//! releases every held row (it clears both bitmaps); under SSP, where a view may serve
+//! the next clocks too, it also marks the held rows' views stale, since they now hold
+//! updates a later snapshot includes, and a chunk refilled while rows of it are held
+//! (unbounded staleness moves the required clock within a clock) adds their updates
+//! back.
 //!
 //! [`Worker::read_update`]: crate::Worker::read_update
 
