@@ -12,7 +12,7 @@
 //! summed, their updates add up alike.
 
 use super::{scratch_of, Worker};
-use crate::{AlignedBuf, Element, Error, Result, RowKey, Table};
+use crate::{AlignedBuf, Element, Result, RowKey, Table};
 
 impl Worker<'_> {
     /// READs each row of `rows`, calls `f` with them and with `deltas` (one per row, each
@@ -96,15 +96,7 @@ impl Worker<'_> {
         f: impl FnOnce([&[T]; N], [&mut [T]; N]) -> R,
     ) -> Result<R> {
         for ((table, row), delta) in rows.iter().zip(&deltas) {
-            let meta = self.check(table, *row, table.width)?;
-            if delta.len() != table.width {
-                return Err(Error::WidthMismatch {
-                    table: meta.name.clone(),
-                    row: *row,
-                    expected: table.width,
-                    actual: delta.len(),
-                });
-            }
+            self.check(table, *row, delta.len())?;
         }
         if let Some(sp) = self.special.as_mut().filter(|_| self.log.is_none()) {
             sp.count_copied_read_update();
@@ -173,16 +165,9 @@ impl Worker<'_> {
     /// Copies `key`'s held row into `out` if it is held here; `false` if not.
     #[inline]
     pub(super) fn read_held<T: Element>(&self, key: RowKey, out: &mut [T]) -> bool {
-        if self.held.is_empty() {
-            return false;
-        }
-        match self.held.get(&key) {
-            Some(row) => {
-                out.copy_from_slice(row.cast());
-                true
-            }
-            None => false,
-        }
+        self.held_row(key)
+            .map(|row| out.copy_from_slice(row.cast()))
+            .is_some()
     }
 
     /// `key`'s held row, if it is held here.

@@ -20,13 +20,9 @@
 //!
 //! [`Worker::read_update`]: crate::Worker::read_update
 
-use super::{
-    bit, block_shape, held_in, RowAt, RunCursor, Special, HEADER_WORDS, INDEX_SHIFT, NONE, RUN,
-    RUN_ROW,
-};
+use super::{held_in, RowAt, RunCursor, Special, HEADER_WORDS, NONE, RUN, RUN_ROW};
 use crate::client::ClientShared;
 use crate::consistency::Clock;
-use crate::slot::padded_words;
 use crate::{Element, Result, RowKey};
 
 impl Special {
@@ -39,13 +35,6 @@ impl Special {
     /// Counts a `read_update` that took the general path.
     pub(crate) fn count_copied_read_update(&mut self) {
         self.counters.copied_read_updates += 1;
-    }
-
-    /// Whether a row of the block at word `b` is held.
-    pub(super) fn holds_in(&self, b: usize) -> bool {
-        let first = (self.words[b + 1] >> INDEX_SHIFT) as usize;
-        let count = block_shape(&self.words, b).1;
-        self.holds && (first..first + count).any(|r| held_in(&self.touched, &self.dirty, r))
     }
 
     /// Starts keeping the `dirty` bits, at this worker's first `read_update`: every row
@@ -92,22 +81,7 @@ impl Special {
         if self.is_held(at) {
             return;
         }
-        let n = block_shape(&self.words, at.block).0 / size_of::<T>();
-        let row_words = padded_words(n * size_of::<T>());
-        let words_len = self.words.len();
-        let touched = self.row_touched(at);
-        let (head, tail) = self.words.split_at_mut(at.delta);
-        let view =
-            &mut bytemuck::cast_slice_mut::<u64, T>(&mut head[at.view..at.view + row_words])[..n];
-        for sent in self.recent.missing_from(data_clock) {
-            if bit(&sent[words_len..], at.index) {
-                let sent_delta = &sent[at.delta..at.delta + row_words];
-                T::add_slice(view, &bytemuck::cast_slice(sent_delta)[..n]);
-            }
-        }
-        if touched {
-            T::add_slice(view, &bytemuck::cast_slice(&tail[..row_words])[..n]);
-        }
+        self.add_own_to_row(at, data_clock, T::TYPE);
         if self.words[at.block + 1] & RUN != 0 {
             self.start_run_row(at); // touched, its delta zeroed if it was not
         } else {
@@ -116,10 +90,10 @@ impl Special {
         self.dirty[at.index / 64] &= !(1 << (at.index % 64));
     }
 
-    /// Readies the rows of the blocks at words `blocks` (fresh views, each a row of
-    /// `widths` elements) for a fast `read_update`: a row updated in this clock while not
-    /// held gets its delta added to its view, which then is the worker's copy (no sent
-    /// updates wait to be added: SSP keeps floats off the fast path). No bit is written
+    /// Readies the float row of the block at word `b` (index `index`, a fresh view of
+    /// `row_words` words, `n` elements) for a fast `read_update`: a row updated in this
+    /// clock while not held gets its delta added to its view, which then is the worker's
+    /// copy (no sent updates wait to be added: SSP keeps floats off the fast path). No bit is written
     /// for a row already held or not yet updated: the update that follows marks it held.
     #[inline(always)]
     pub(super) fn hold_fresh<T: Element>(

@@ -794,7 +794,8 @@ impl Special {
             // Integer views hold this worker's own updates too, and so do held rows'.
             for i in 0..self.chunk_views[info.chunk as usize].len() {
                 let row = self.chunk_views[info.chunk as usize][i];
-                if row.elem.exact() || (self.ssp && self.holds_in(row.block as usize)) {
+                // (`add_own_to_view` passes over float rows not held.)
+                if row.elem.exact() || self.ssp {
                     self.add_own_to_view(row.block as usize, clock, row.elem);
                 }
             }
@@ -806,28 +807,36 @@ impl Special {
     /// `elem`s) this worker's updates they lack: to every row's of integers, to held
     /// rows' of floats.
     fn add_own_to_view(&mut self, b: usize, data_clock: Clock, elem: ElemType) {
-        let (len, count) = block_shape(&self.words, b);
-        let row_words = padded_words(len);
+        let count = block_shape(&self.words, b).1;
         for offset in 0..count {
             let at = row_at(&self.words, self.views, b, offset);
-            if !elem.exact() && !self.is_held(at) {
-                continue;
+            if elem.exact() || self.is_held(at) {
+                self.add_own_to_row(at, data_clock, elem);
             }
-            let touched = self.row_touched(at);
-            let words_len = self.words.len();
-            let (head, tail) = self.words.split_at_mut(at.delta);
-            let view: &mut [u8] =
-                &mut bytemuck::cast_slice_mut(&mut head[at.view..at.view + row_words])[..len];
-            for sent in self.recent.missing_from(data_clock) {
-                if bit(&sent[words_len..], at.index) {
-                    let sent_delta = &sent[at.delta..at.delta + row_words];
-                    elem.add(view, &bytemuck::cast_slice(sent_delta)[..len]);
-                }
+        }
+    }
+
+    /// Adds to the view of the row at `at` (a snapshot at `data_clock` of `elem`s) this
+    /// worker's updates it lacks: the sent ones of clocks from `data_clock` on (SSP),
+    /// oldest first, then this clock's delta if the row was updated — the additions a
+    /// read makes.
+    fn add_own_to_row(&mut self, at: RowAt, data_clock: Clock, elem: ElemType) {
+        let len = block_shape(&self.words, at.block).0;
+        let row_words = padded_words(len);
+        let touched = self.row_touched(at);
+        let words_len = self.words.len();
+        let (head, tail) = self.words.split_at_mut(at.delta);
+        let view: &mut [u8] =
+            &mut bytemuck::cast_slice_mut(&mut head[at.view..at.view + row_words])[..len];
+        for sent in self.recent.missing_from(data_clock) {
+            if bit(&sent[words_len..], at.index) {
+                let sent_delta = &sent[at.delta..at.delta + row_words];
+                elem.add(view, &bytemuck::cast_slice(sent_delta)[..len]);
             }
-            if touched {
-                let delta_row: &[u8] = bytemuck::cast_slice(&tail[..row_words]);
-                elem.add(view, &delta_row[..len]);
-            }
+        }
+        if touched {
+            let delta_row: &[u8] = bytemuck::cast_slice(&tail[..row_words]);
+            elem.add(view, &delta_row[..len]);
         }
     }
 
