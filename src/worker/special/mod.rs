@@ -157,6 +157,9 @@ pub(crate) struct Special {
     shard_min_row: Vec<usize>,
     /// Per shard: the bytes of its widest padded row (a sparse slab's capacity).
     shard_max_row: Vec<usize>,
+    /// Per shard: the words of its rows when its blocks are each one row (no runs), all
+    /// of one width: a CLOCK takes their deltas without reading the blocks' headers.
+    shard_row_words: Vec<Option<usize>>,
     /// Per refresh chunk of the arena: the rows in it this worker keeps a view of.
     chunk_views: Vec<Vec<ViewRow>>,
     /// Sent updates kept for read-my-writes under SSP: the blocks as they were sent.
@@ -359,6 +362,16 @@ impl Special {
                 words.resize(b + block_words(&(first, count)), 0);
             }
         }
+        let shard_row_words = (0..plan.shards.len())
+            .map(|s| {
+                let plain = shard_bytes[s] > 0
+                    && shard_min_row[s] == shard_max_row[s]
+                    && blocks[shard_blocks[s].clone()]
+                        .iter()
+                        .all(|&e| e & RUN_ROW == 0);
+                plain.then_some(shard_max_row[s] / 8)
+            })
+            .collect();
         for (min, &bytes) in shard_min_row.iter_mut().zip(&shard_bytes) {
             if bytes == 0 {
                 *min = 0; // a shard this worker updates no row of
@@ -403,6 +416,7 @@ impl Special {
             shard_bytes,
             shard_min_row,
             shard_max_row,
+            shard_row_words,
             shard_blocks,
             chunk_views,
             recent: Sent::default(),
@@ -1066,6 +1080,21 @@ impl Special {
         let range = self.shard_blocks[shard].clone();
         let mut rows = Vec::with_capacity(count);
         let mut out = Vec::with_capacity(size / 8);
+        if let (Some(n), false) = (self.shard_row_words[shard], streaming) {
+            // Every block of the shard is one row of `n` words: its delta is at the same
+            // offset in each, and is taken without decoding the block's header.
+            let at = HEADER_WORDS + if self.views { n } else { 0 };
+            let (blocks, words) = (&self.blocks, &mut self.words);
+            for r in set_bits(&self.touched, range.clone()) {
+                let delta = blocks[r] as usize + at;
+                stream::take(&mut words[delta..delta + n], &mut out);
+                rows.push((r - range.start) as u32);
+            }
+            return Slab {
+                bytes: AlignedBuf::from_word_vec(out),
+                rows: Some(rows),
+            };
+        }
         let mut runs = RunCursor::new(self, range.start);
         for r in set_bits(&self.touched, range.clone()) {
             let delta = match self.blocks[r] {
