@@ -95,10 +95,20 @@ fn scatter<'a>(
     }
 }
 
-/// Stores `src` through `conv` into `dst` (relaxed stores), as far as both go.
+/// Stores `src` through `conv` into `dst` (relaxed stores), as far as both go: four
+/// words a step, as [`ArenaWords::copy_row`] loads them (atomic stores are not merged
+/// into vector ones; unrolled, the loop's own work stops dominating a row of a few words).
 #[inline(always)]
 fn store(dst: &[AtomicU64], src: &[u64], conv: impl Fn(u64) -> u64) {
-    for (d, &s) in dst.iter().zip(src) {
+    let n = dst.len().min(src.len());
+    let (dq, dr) = dst[..n].as_chunks::<4>();
+    let (sq, sr) = src[..n].as_chunks::<4>();
+    for (d, s) in dq.iter().zip(sq) {
+        for k in 0..4 {
+            d[k].store(conv(s[k]), Ordering::Relaxed);
+        }
+    }
+    for (d, &s) in dr.iter().zip(sr) {
         d.store(conv(s), Ordering::Relaxed);
     }
 }
@@ -823,6 +833,18 @@ mod tests {
         assert_eq!(local.local_refreshes.load(Ordering::Relaxed), 4);
         assert_eq!(sent.local_refreshes.load(Ordering::Relaxed), 0);
         assert_eq!(local.partial_refreshes.load(Ordering::Relaxed), 3);
+    }
+
+    #[test]
+    fn store_writes_every_word_through_conv_as_far_as_both_go() {
+        for n in 0..11u64 {
+            let words: Vec<AtomicU64> = (0..n + 1).map(|_| AtomicU64::new(0)).collect();
+            let src: Vec<u64> = (1..=n).collect();
+            store(&words, &src, |w| w * 10);
+            let got: Vec<u64> = words.iter().map(|w| w.load(Ordering::Relaxed)).collect();
+            let want: Vec<u64> = (1..=n).map(|w| w * 10).chain([0]).collect();
+            assert_eq!(got, want);
+        }
     }
 
     #[test]
