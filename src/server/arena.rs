@@ -23,7 +23,7 @@
 use crate::consistency::Clock;
 use crate::msg::{ProcessId, WorkerId};
 use crate::slot::padded;
-use crate::{AlignedBuf, ElemType, RowKey, TableMeta};
+use crate::{AlignedBuf, ElemType, Element, RowKey, TableMeta};
 use rustc_hash::FxHashMap;
 use std::ops::Range;
 use std::sync::Arc;
@@ -36,8 +36,25 @@ struct Row {
     elem: ElemType,
 }
 
+/// The rows of one worker's update slab ([`SlabLayout`]), shared by the slabs laid out
+/// for it.
+pub(crate) type Layout = Arc<SlabLayout>;
+
 /// The rows of one worker's update slab, as arena row numbers in slab order.
-pub(crate) type Layout = Arc<[u32]>;
+#[derive(Debug, Default)]
+pub(crate) struct SlabLayout {
+    rows: Box<[u32]>,
+    /// When every row has one padded width (words) and one element type: those. A slab
+    /// of such rows is sized and added without looking at each row's shape.
+    uniform: Option<(usize, ElemType)>,
+}
+
+impl SlabLayout {
+    /// Rows in the layout.
+    pub(crate) fn len(&self) -> usize {
+        self.rows.len()
+    }
+}
 
 /// What a process asks for in [`Msg::Specialize`](crate::msg::Msg::Specialize).
 #[derive(Debug)]
@@ -232,7 +249,16 @@ impl ArenaShard {
         }
         let updaters = updaters
             .into_iter()
-            .map(|(w, slots)| (w, slots.iter().map(|&s| rows[s as usize]).collect()))
+            .map(|(w, slots)| {
+                let rows: Box<[u32]> = slots.iter().map(|&s| rows[s as usize]).collect();
+                let shape = |r: &u32| {
+                    let row = self.rows[*r as usize];
+                    (padded(row.len) / 8, row.elem)
+                };
+                let first = rows.first().map(shape);
+                let uniform = first.filter(|&f| f.0 > 0 && rows.iter().all(|r| shape(r) == f));
+                (w, Arc::new(SlabLayout { rows, uniform }))
+            })
             .collect();
         self.subs.insert(
             process,
@@ -345,11 +371,31 @@ impl ArenaShard {
     /// sparse slab holds only touched rows, so its deltas are added without that check.
     pub(crate) fn apply_slab(
         &mut self,
-        layout: &[u32],
+        layout: &SlabLayout,
         positions: Option<&[u32]>,
         slab: &AlignedBuf,
         now: Clock,
     ) -> Result<(), String> {
+        if let Some((words, elem)) = layout.uniform {
+            let count = positions.map_or(layout.rows.len(), <[u32]>::len);
+            if count * words * 8 != slab.len() {
+                return Err(format!(
+                    "update slab has {} bytes, its layout {}",
+                    slab.len(),
+                    count * words * 8
+                ));
+            }
+            let rows = &layout.rows;
+            match positions {
+                None => self.add_uniform(elem, rows.iter().copied(), words, slab, now, true),
+                Some(p) => {
+                    let at = p.iter().map(|&p| rows[p as usize]);
+                    self.add_uniform(elem, at, words, slab, now, false);
+                }
+            }
+            return Ok(());
+        }
+        let layout = &layout.rows;
         match positions {
             None => self.apply_rows(layout.iter().copied(), slab, now, true),
             // A sparse slab holds only touched rows: checking them for zeros is wasted.
@@ -399,6 +445,49 @@ impl ArenaShard {
             self.changed[r as usize] = now;
         }
         Ok(())
+    }
+
+    /// [`apply_rows`](Self::apply_rows) of rows of `words` words of `elem`s each (a
+    /// uniform layout's, the slab's size already checked): each delta added without
+    /// looking up the row's shape or dispatching on its element type.
+    fn add_uniform(
+        &mut self,
+        elem: ElemType,
+        rows: impl Iterator<Item = u32>,
+        words: usize,
+        slab: &AlignedBuf,
+        now: Clock,
+        skip_zeros: bool,
+    ) {
+        match elem {
+            ElemType::F32 => self.add_uniform_as::<f32>(rows, words, slab, now, skip_zeros),
+            ElemType::F64 => self.add_uniform_as::<f64>(rows, words, slab, now, skip_zeros),
+            ElemType::I32 => self.add_uniform_as::<i32>(rows, words, slab, now, skip_zeros),
+            ElemType::I64 => self.add_uniform_as::<i64>(rows, words, slab, now, skip_zeros),
+        }
+    }
+
+    /// [`add_uniform`](Self::add_uniform) of `T`s.
+    #[inline(always)]
+    fn add_uniform_as<T: Element>(
+        &mut self,
+        rows: impl Iterator<Item = u32>,
+        words: usize,
+        slab: &AlignedBuf,
+        now: Clock,
+        skip_zeros: bool,
+    ) {
+        for (r, delta) in rows.zip(slab.words().chunks_exact(words)) {
+            if skip_zeros && delta.iter().fold(0, |acc, &w| acc | w) == 0 {
+                continue;
+            }
+            let start = self.rows[r as usize].offset / 8;
+            T::add_slice(
+                bytemuck::cast_slice_mut(&mut self.arena[start..start + words]),
+                bytemuck::cast_slice(delta),
+            );
+            self.changed[r as usize] = now;
+        }
     }
 
     /// The epoch of `process`'s subscription and, per chunk, the clocks of an iteration
@@ -552,6 +641,45 @@ mod tests {
         assert_eq!(whole(1, 0).cast::<i32>(), &[7, 0]);
         assert_eq!(whole(1, 1).cast::<i32>(), &[41, 0, 5, 0]);
         assert_eq!(a.row(RowKey::new(0, 4)), Some(&41i32.to_le_bytes()[..]));
+    }
+
+    #[test]
+    fn a_layout_of_one_shape_adds_its_slabs_as_one_of_several_does() {
+        let f32s = |id: u32, width: usize| TableMeta {
+            id,
+            name: format!("t{id}"),
+            width,
+            elem: ElemType::F32,
+        };
+        // Table 0: three f32s a row (two words padded); table 1: two (one word).
+        let t = vec![Some(f32s(0, 3)), Some(f32s(1, 2))];
+        let k = [RowKey::new(0, 0), RowKey::new(0, 1), RowKey::new(1, 0)];
+        let mut a = ArenaShard::default();
+        let updaters = vec![(0, vec![0, 1]), (1, vec![0, 2])];
+        a.subscribe(&t, req(0, 1, &k, &[3], updaters), |_| None)
+            .unwrap();
+        let (one, mixed) = (a.layout(0, 1, 0).unwrap(), a.layout(0, 1, 1).unwrap());
+        assert_eq!(one.uniform, Some((2, ElemType::F32)));
+        assert_eq!(mixed.uniform, None);
+        let slab = |v: &[f32]| AlignedBuf::from_slice(v);
+        a.apply_slab(&one, None, &slab(&[1., 2., 3., 0., 4., 5., 6., 0.]), 1)
+            .unwrap();
+        a.apply_slab(&one, Some(&[1]), &slab(&[0.5, 0.5, 0.5, 0.]), 2)
+            .unwrap();
+        a.apply_slab(&mixed, None, &slab(&[1., 1., 1., 0., 7., 8.]), 3)
+            .unwrap();
+        let row =
+            |a: &ArenaShard, key| bytemuck::cast_slice::<u8, f32>(a.row(key).unwrap()).to_vec();
+        assert_eq!(row(&a, k[0]), [2., 3., 4.]);
+        assert_eq!(row(&a, k[1]), [4.5, 5.5, 6.5]);
+        assert_eq!(row(&a, k[2]), [7., 8.]);
+        assert_eq!(a.changed[..3], [3, 2, 3]);
+        // A slab of the wrong size is refused whole, uniform or not.
+        for layout in [&one, &mixed] {
+            let err = a.apply_slab(layout, None, &slab(&[1.; 10]), 4);
+            assert!(err.unwrap_err().contains("update slab has"));
+        }
+        assert_eq!(row(&a, k[0]), [2., 3., 4.]);
     }
 
     #[test]
