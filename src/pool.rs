@@ -11,8 +11,11 @@
 //! microseconds), and waking a sleeping thread costs tens of microseconds on a virtual
 //! machine, twice a run (the workers at its start, the caller at its end). So both sides
 //! *yield* for a while before they sleep: a worker for [`WORKER_SPIN`] after its part of
-//! a run (the next run usually starts sooner), the caller for [`CALLER_SPIN`] while the
-//! run is under way. A yielding thread gives its core to any thread with work, so this
+//! a run (the next run usually starts sooner), the caller while the run is under way:
+//! for [`CALLER_SPIN`], or, when the last run took longer but at most
+//! [`CALLER_SPIN_MAX`], for half as long again as it ([`caller_spin`]), so that the end
+//! of a run of a few milliseconds finds the caller awake (an MF iteration of 3 ms ended
+//! 20 µs sooner). A yielding thread gives its core to any thread with work, so this
 //! costs the workers little; past the bound both sleep on a condition variable, with the
 //! generation or count they wait on changed under its lock (no wake-up is lost). With
 //! [`crate::Config::yield_waits`] off both sleep at once.
@@ -28,8 +31,21 @@ use std::time::{Duration, Instant};
 
 /// How long a worker yields for the next run before it sleeps.
 const WORKER_SPIN: Duration = Duration::from_millis(1);
-/// How long the caller yields for a run to finish before it sleeps.
+/// How long the caller yields for a run to finish before it sleeps, at least.
 const CALLER_SPIN: Duration = Duration::from_millis(2);
+/// The longest last run the caller yields through the next one for ([`caller_spin`]):
+/// past it, a wake-up is a negligible part of a run.
+const CALLER_SPIN_MAX: Duration = Duration::from_millis(20);
+
+/// How long the caller yields for a run to finish before it sleeps, the last run having
+/// taken `last`: [`CALLER_SPIN`], or half as long again as `last` (and a millisecond)
+/// when that is longer and `last` is at most [`CALLER_SPIN_MAX`].
+fn caller_spin(last: Duration) -> Duration {
+    if last > CALLER_SPIN_MAX {
+        return CALLER_SPIN;
+    }
+    (last * 3 / 2 + Duration::from_millis(1)).max(CALLER_SPIN)
+}
 
 /// One run's work: worker `w` calls it with `w`. Borrowed from the caller of
 /// [`WorkerPool::on_each`], which does not return before every worker is done with it.
@@ -62,18 +78,20 @@ struct Shared {
 pub(crate) struct WorkerPool {
     shared: Arc<Shared>,
     threads: Vec<JoinHandle<()>>,
-    /// How long the caller yields for a run's end ([`CALLER_SPIN`], or zero).
-    caller_spin: Duration,
+    /// Whether the caller yields for a run's end before it sleeps ([`caller_spin`]).
+    caller_yields: bool,
+    /// How long the last run took (zero before the first).
+    last_run: Duration,
 }
 
 impl WorkerPool {
     /// Starts `workers` threads named `iterstore-worker-<w>`; waits yield before they
     /// sleep if `yield_waits` ([`crate::Config::yield_waits`]).
     pub(crate) fn start(workers: usize, yield_waits: bool) -> Result<Self> {
-        let (worker_spin, caller_spin) = if yield_waits {
-            (WORKER_SPIN, CALLER_SPIN)
+        let worker_spin = if yield_waits {
+            WORKER_SPIN
         } else {
-            (Duration::ZERO, Duration::ZERO)
+            Duration::ZERO
         };
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
@@ -90,7 +108,8 @@ impl WorkerPool {
         let mut pool = WorkerPool {
             shared,
             threads: Vec::with_capacity(workers),
-            caller_spin,
+            caller_yields: yield_waits,
+            last_run: Duration::ZERO,
         };
         for w in 0..workers {
             let shared = pool.shared.clone();
@@ -172,8 +191,9 @@ impl WorkerPool {
         }
         s.started.notify_all();
         // Wait for every worker: yield first, then sleep.
-        let spin_until = Instant::now() + self.caller_spin;
-        while !self.caller_spin.is_zero()
+        let started = Instant::now();
+        let spin_until = started + caller_spin(self.last_run);
+        while self.caller_yields
             && s.remaining.load(Ordering::Acquire) != 0
             && Instant::now() < spin_until
         {
@@ -187,6 +207,7 @@ impl WorkerPool {
                 .unwrap_or_else(PoisonError::into_inner);
         }
         drop(done);
+        self.last_run = started.elapsed();
         lock(&s.state).job = None;
         outputs
             .into_iter()
@@ -257,6 +278,22 @@ impl Drop for WorkerPool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_caller_yields_through_a_run_as_long_as_the_last_short_one() {
+        let ms = Duration::from_millis;
+        assert_eq!(caller_spin(Duration::ZERO), CALLER_SPIN);
+        assert_eq!(caller_spin(ms(3)), ms(3) * 3 / 2 + ms(1));
+        assert_eq!(
+            caller_spin(CALLER_SPIN_MAX),
+            CALLER_SPIN_MAX * 3 / 2 + ms(1)
+        );
+        assert_eq!(caller_spin(CALLER_SPIN_MAX + ms(1)), CALLER_SPIN);
+        // The pool keeps how long its last run took.
+        let mut pool = WorkerPool::start(2, true).unwrap();
+        pool.on_each(vec![(), ()], |_, ()| std::thread::sleep(ms(5)));
+        assert!(pool.last_run >= ms(5), "{:?}", pool.last_run);
+    }
 
     #[test]
     fn threads_persist_across_runs_and_panics_stay_in_their_worker() {
