@@ -364,12 +364,8 @@ impl Special {
         }
         let shard_row_words = (0..plan.shards.len())
             .map(|s| {
-                let plain = shard_bytes[s] > 0
-                    && shard_min_row[s] == shard_max_row[s]
-                    && blocks[shard_blocks[s].clone()]
-                        .iter()
-                        .all(|&e| e & RUN_ROW == 0);
-                plain.then_some(shard_max_row[s] / 8)
+                let rows = (shard_min_row[s], shard_max_row[s]);
+                plain_row_words(&blocks[shard_blocks[s].clone()], rows)
             })
             .collect();
         for (min, &bytes) in shard_min_row.iter_mut().zip(&shard_bytes) {
@@ -1337,6 +1333,14 @@ fn take_delta(delta: &mut [u64], out: &mut Vec<u64>, streaming: bool) {
     delta.fill(0);
 }
 
+/// The words of a shard's rows if its `blocks` (entries of [`Special::blocks`]) are each
+/// one row (no runs) and its rows' padded bytes `(narrowest, widest)` are one width.
+fn plain_row_words(blocks: &[u32], (narrowest, widest): (usize, usize)) -> Option<usize> {
+    let plain =
+        !blocks.is_empty() && narrowest == widest && blocks.iter().all(|&e| e & RUN_ROW == 0);
+    plain.then_some(widest / 8)
+}
+
 /// How many bits of `bits` are set in `range`.
 fn count_bits(bits: &[u64], range: Range<usize>) -> usize {
     if range.is_empty() {
@@ -1534,7 +1538,15 @@ fn wait_fresh(
 
 #[cfg(test)]
 mod tests {
-    use super::{count_bits, set_bits};
+    use super::{count_bits, plain_row_words, set_bits, RUN_ROW};
+
+    #[test]
+    fn a_shard_is_plain_when_its_blocks_are_single_rows_of_one_width() {
+        assert_eq!(plain_row_words(&[0, 40, 80], (72, 72)), Some(9));
+        assert_eq!(plain_row_words(&[0, 40, 80], (64, 72)), None);
+        assert_eq!(plain_row_words(&[0, RUN_ROW | 1, 80], (8, 8)), None);
+        assert_eq!(plain_row_words(&[], (0, 0)), None);
+    }
 
     #[test]
     fn count_bits_counts_the_range_s_bits_only() {
