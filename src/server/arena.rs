@@ -378,13 +378,7 @@ impl ArenaShard {
     ) -> Result<(), String> {
         if let Some((words, elem)) = layout.uniform {
             let count = positions.map_or(layout.rows.len(), <[u32]>::len);
-            if count * words * 8 != slab.len() {
-                return Err(format!(
-                    "update slab has {} bytes, its layout {}",
-                    slab.len(),
-                    count * words * 8
-                ));
-            }
+            check_slab_size(slab, count * words * 8)?;
             let rows = &layout.rows;
             match positions {
                 None => self.add_uniform(elem, rows.iter().copied(), words, slab, now, true),
@@ -421,12 +415,7 @@ impl ArenaShard {
             .clone()
             .map(|r| padded(self.rows[r as usize].len))
             .sum();
-        if expected != slab.len() {
-            return Err(format!(
-                "update slab has {} bytes, its layout {expected}",
-                slab.len()
-            ));
-        }
+        check_slab_size(slab, expected)?;
         // Word by word: rows are whole padded words in the arena and in the slab, and
         // the padding is zero in both, so adding it as elements changes nothing.
         let src = slab.words();
@@ -436,7 +425,7 @@ impl ArenaShard {
             let words = padded(row.len) / 8;
             let delta = &src[at..at + words];
             at += words;
-            if skip_zeros && delta.iter().fold(0, |acc, &w| acc | w) == 0 {
+            if skip_zeros && is_zero(delta) {
                 continue;
             }
             let start = row.offset / 8;
@@ -478,7 +467,7 @@ impl ArenaShard {
         skip_zeros: bool,
     ) {
         for (r, delta) in rows.zip(slab.words().chunks_exact(words)) {
-            if skip_zeros && delta.iter().fold(0, |acc, &w| acc | w) == 0 {
+            if skip_zeros && is_zero(delta) {
                 continue;
             }
             let start = self.rows[r as usize].offset / 8;
@@ -569,6 +558,23 @@ impl ArenaShard {
             .zip(&self.rows)
             .map(move |(k, r)| (*k, &bytes[r.offset..r.offset + r.len]))
     }
+}
+
+/// A slab of `expected` bytes, or the error that refuses it whole.
+fn check_slab_size(slab: &AlignedBuf, expected: usize) -> Result<(), String> {
+    if slab.len() == expected {
+        return Ok(());
+    }
+    Err(format!(
+        "update slab has {} bytes, its layout {expected}",
+        slab.len()
+    ))
+}
+
+/// Whether a delta is all zero (a whole slab's row its worker did not touch).
+#[inline(always)]
+fn is_zero(delta: &[u64]) -> bool {
+    delta.iter().fold(0, |acc, &w| acc | w) == 0
 }
 
 #[cfg(test)]
