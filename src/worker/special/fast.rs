@@ -12,8 +12,8 @@
 
 use super::{
     add_cols_to_block_in, add_to_block_in, bit, block_span, held_in, row_at, rows_at, run_step,
-    RowAt, Special, AHEAD, COUNT_SHIFT, HEADER_WORDS, INDEX_SHIFT, NONE, RUN_ROW, RUN_STEP,
-    SLOT_STEP,
+    RowAt, Special, AHEAD, COUNT_SHIFT, HEADER_WORDS, INDEX_SHIFT, LEN_SHIFT, NONE, RUN_ROW,
+    RUN_STEP, SLOT_STEP,
 };
 
 /// Words of a block [`Special::advance`] prefetches: three cache lines.
@@ -199,9 +199,12 @@ impl Special {
             return Err(f);
         };
         // Per row: its block's first word, its index (touched and held bits) and the
-        // words of its view (the delta follows). Each block is bounds-checked once,
-        // here; the views and deltas below are then taken without a check and a cast
-        // each (`row_in`): those measured 2-4 % of an MF iteration.
+        // words of its view (the delta follows). No bounds checks, on the invariant of
+        // `Special::steps`: a block step names a whole block inside `words` whose rows
+        // have its table's size; the block matched below is `key`'s, so of `key`'s table,
+        // whose rows are `n` `T`s (the caller's handle and width, checked against the
+        // table by `Worker::read_update`). Its view and delta are taken as rows without
+        // a check and a cast each (`row_in`): those measured 3-4 % of an MF iteration.
         let mut at = [(0usize, 0usize, 0usize); N];
         for (i, &(key, n)) in rows.iter().enumerate() {
             let step = steps[i];
@@ -209,14 +212,7 @@ impl Special {
                 return Err(f);
             }
             let b = step as usize;
-            // At most `usize::MAX / 8 + 1` words a row, so the sum below cannot overflow
-            // (`b` is below 2^30).
-            let row_words = padded_words(n.saturating_mul(size_of::<T>()));
-            if b + HEADER_WORDS + 2 * row_words > self.words.len() {
-                return Err(f);
-            }
-            // SAFETY: the block's header, view and delta are inside `words` (checked
-            // just above).
+            // SAFETY: a block step's header lies inside `words` (see above).
             let header = unsafe { self.words.get_unchecked(b..b + HEADER_WORDS) };
             let clock = header[2];
             if header[0] != key.row
@@ -226,6 +222,9 @@ impl Special {
             {
                 return Err(f);
             }
+            let row_words = padded_words(n * size_of::<T>());
+            debug_assert_eq!((header[3] >> LEN_SHIFT) as usize, n * size_of::<T>());
+            debug_assert!(b + HEADER_WORDS + 2 * row_words <= self.words.len());
             at[i] = (b, (header[1] >> INDEX_SHIFT) as usize, row_words);
         }
         if !T::TYPE.exact() {
@@ -235,8 +234,8 @@ impl Special {
         }
         let mut views: [&[T]; N] = [&[]; N];
         for (view, (&(b, _, _), &(_, n))) in views.iter_mut().zip(at.iter().zip(&rows)) {
-            // SAFETY: the view's `row_words` words (holding `n` `T`s) follow the header
-            // inside the block checked above.
+            // SAFETY: the block's view (`n` `T`s) follows its header inside `words`
+            // (see above).
             *view = unsafe { row_in(&self.words, b + HEADER_WORDS, n) };
         }
         let r = f(views, deltas.each_mut().map(|d| &mut **d));
@@ -250,8 +249,8 @@ impl Special {
         for (i, (&(b, index, row_words), delta)) in at.iter().zip(deltas.iter()).enumerate() {
             let (view, sum) = (b + HEADER_WORDS, b + HEADER_WORDS + row_words);
             let n = rows[i].1.min(delta.len());
-            // SAFETY: view and delta (`row_words` words each, `n` `T`s) lie inside the
-            // block checked above.
+            // SAFETY: the block's view and delta (`row_words` words each, `n` `T`s)
+            // follow its header inside `words` (see above).
             unsafe {
                 T::add_slice(row_in_mut(&mut self.words, view, n), &delta[..n]);
                 T::add_slice(row_in_mut(&mut self.words, sum, n), &delta[..n]);

@@ -61,6 +61,8 @@ const AHEAD: usize = 16;
 const HEADER_WORDS: usize = 4;
 const RUN: u64 = 1 << 33;
 const INDEX_SHIFT: u32 = 34;
+/// Where the row's size in bytes starts in a block header's last word.
+const LEN_SHIFT: u32 = 32;
 /// Where a run's number of rows starts in its header's last word.
 const COUNT_SHIFT: u32 = 48;
 
@@ -170,6 +172,13 @@ pub(crate) struct Special {
     /// This worker's accesses of one iteration: a block's first word, or a slot with
     /// [`SLOT_STEP`] set. 4 bytes per access, so walking the sequence costs little memory
     /// bandwidth.
+    ///
+    /// **Invariant** (checked where the steps are made, [`check_steps`]): a step below
+    /// [`RUN_STEP`] is the first word of a block of one row lying wholly inside `words`
+    /// (header, then a view, with views on, and a delta of the row's size) whose row
+    /// size is its table's (width times element size); `words` and `steps` never change
+    /// length afterwards. `read_update_fast` reads blocks without bounds checks on the
+    /// strength of it.
     steps: Vec<u32>,
     /// Position in `steps`.
     cursor: usize,
@@ -357,7 +366,7 @@ impl Special {
                     slot.key.row,
                     u64::from(slot.key.table) | flag | (first as u64) << INDEX_SHIFT,
                     Clock::MAX,
-                    last | (slot.len as u64) << 32,
+                    last | (slot.len as u64) << LEN_SHIFT,
                 ]);
                 words.resize(b + block_words(&(first, count)), 0);
             }
@@ -401,6 +410,7 @@ impl Special {
                 b => b,
             };
         }
+        check_steps(&steps, &words, views_per, tables);
         let touched_words = blocks.len().div_ceil(64);
         Special {
             worker,
@@ -1382,16 +1392,38 @@ fn range_mask(range: &Range<usize>, w: usize) -> u64 {
     lo & hi
 }
 
+/// Checks the invariant of [`Special::steps`]: every block step of `steps` is the first
+/// word of a one-row block of `words` whose header, and rows (`rows_per`: the delta,
+/// and the view with views on) of its table's row size, lie inside `words`. The blocks
+/// are laid out so; this makes sure of it once, since `read_update_fast` reads them
+/// unchecked (a failure is a bug in the layout, not in anything a user gave).
+fn check_steps(steps: &[u32], words: &[u64], rows_per: usize, tables: &[TableMeta]) {
+    for &step in steps.iter().filter(|&&s| s < RUN_STEP) {
+        let b = step as usize;
+        let whole = words.get(b..b + HEADER_WORDS).is_some_and(|header| {
+            let len = (header[3] >> LEN_SHIFT) as usize;
+            let table = tables.get(header[1] as u32 as usize);
+            header[1] & RUN == 0
+                && table.is_some_and(|t| t.row_bytes() == len)
+                && b + HEADER_WORDS + padded_words(len) * rows_per <= words.len()
+        });
+        assert!(
+            whole,
+            "op tape step {b} is not a whole block of the worker's buffer"
+        );
+    }
+}
+
 /// The size in bytes of a row of the block at word `b` of `words`, and its rows (more
 /// than one in a run).
 #[inline(always)]
 fn block_shape(words: &[u64], b: usize) -> (usize, usize) {
     let last = words[b + 3];
     if words[b + 1] & RUN == 0 {
-        ((last >> 32) as usize, 1)
+        ((last >> LEN_SHIFT) as usize, 1)
     } else {
         (
-            ((last >> 32) & 0xffff) as usize,
+            ((last >> LEN_SHIFT) & 0xffff) as usize,
             (last >> COUNT_SHIFT) as usize,
         )
     }
@@ -1538,7 +1570,48 @@ fn wait_fresh(
 
 #[cfg(test)]
 mod tests {
-    use super::{count_bits, plain_row_words, set_bits, RUN_ROW};
+    use super::{
+        check_steps, count_bits, plain_row_words, set_bits, HEADER_WORDS, LEN_SHIFT, RUN, RUN_ROW,
+        RUN_STEP, SLOT_STEP,
+    };
+    use crate::{ElemType, TableMeta};
+
+    #[test]
+    fn op_tape_steps_must_name_whole_blocks_of_their_tables_row_size() {
+        // Table 0: three f32s a row (12 bytes, two words padded).
+        let tables = [TableMeta {
+            id: 0,
+            name: "t".into(),
+            width: 3,
+            elem: ElemType::F32,
+        }];
+        let header = |table: u64, len: u64| [7, table, 0, len << LEN_SHIFT];
+        // A block at word 0: header, view and delta of two words each.
+        let mut words = header(0, 12).to_vec();
+        words.resize(HEADER_WORDS + 4, 0);
+        // Slot steps and run steps are not blocks and are not looked at.
+        check_steps(&[0, 0, RUN_STEP + 5, SLOT_STEP | 3], &words, 2, &tables);
+        let refused = |steps: &[u32], words: &[u64], rows_per: usize| {
+            let check = || check_steps(steps, words, rows_per, &tables);
+            std::panic::catch_unwind(check).is_err()
+        };
+        assert!(!refused(&[0], &words, 2));
+        assert!(refused(&[1], &words, 2), "a step inside a block");
+        assert!(
+            refused(&[0], &words[..HEADER_WORDS + 3], 2),
+            "a block cut short"
+        );
+        assert!(refused(&[0], &words, 3), "rows beyond the buffer");
+        let mut wrong_size = words.clone();
+        wrong_size[..HEADER_WORDS].copy_from_slice(&header(0, 8));
+        assert!(refused(&[0], &wrong_size, 2), "a row size not its table's");
+        let mut unknown = words.clone();
+        unknown[..HEADER_WORDS].copy_from_slice(&header(1, 12));
+        assert!(refused(&[0], &unknown, 2), "a table that does not exist");
+        let mut run = words.clone();
+        run[..HEADER_WORDS].copy_from_slice(&header(RUN, 12));
+        assert!(refused(&[0], &run, 2), "a run's block");
+    }
 
     #[test]
     fn a_shard_is_plain_when_its_blocks_are_single_rows_of_one_width() {
