@@ -178,9 +178,16 @@ impl Special {
     /// delta: the rows are held) and moves past the `2 N` steps. Otherwise changes
     /// nothing and gives `f` back. Each delta has its row's width.
     ///
+    /// # Safety
+    ///
+    /// For each `(key, width)` of `rows`, `key.table` is a table of this store whose rows
+    /// are `width` elements of type `T` (as a handle of this cluster and a delta of the
+    /// handle's width make sure): blocks are read without bounds checks, on the size of
+    /// a matching block's rows.
+    ///
     /// [`Worker::read_update`]: crate::Worker::read_update
     #[inline(always)]
-    pub(crate) fn read_update_fast<T, R, const N: usize, F>(
+    pub(crate) unsafe fn read_update_fast<T, R, const N: usize, F>(
         &mut self,
         rows: [(RowKey, usize); N],
         required: Clock,
@@ -202,9 +209,9 @@ impl Special {
         // words of its view (the delta follows). No bounds checks, on the invariant of
         // `Special::steps`: a block step names a whole block inside `words` whose rows
         // have its table's size; the block matched below is `key`'s, so of `key`'s table,
-        // whose rows are `n` `T`s (the caller's handle and width, checked against the
-        // table by `Worker::read_update`). Its view and delta are taken as rows without
-        // a check and a cast each (`row_in`): those measured 3-4 % of an MF iteration.
+        // whose rows are `n` `T`s (this function's contract). Its view and delta are
+        // taken as rows without a check and a cast each (`row_in`): those measured 3-4 %
+        // of an MF iteration.
         let mut at = [(0usize, 0usize, 0usize); N];
         for (i, &(key, n)) in rows.iter().enumerate() {
             let step = steps[i];
