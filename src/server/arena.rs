@@ -14,8 +14,9 @@
 //! sent. A refresh carries only the rows changed since then (with their positions in the
 //! chunk), or the whole chunk when that is smaller or the process has none of it yet; a
 //! row nobody updated is never sent again. Written straight into an arena in this OS
-//! process, a changed row also costs its look-ups on both sides, so such a refresh
-//! copies the whole chunk once most of its rows changed. This is exact because a process's arena is
+//! process, a changed row also costs its look-ups on both sides ([`LOCAL_ROW_BYTES`]
+//! instead of a position's 4 bytes), so such a refresh copies the whole chunk sooner.
+//! This is exact because a process's arena is
 //! written only by these refreshes, which arrive in order (FIFO per pair of processes, or
 //! written by the shard itself as it makes them for a process in its own OS process:
 //! [`ArenaShard::refresh_rows`]), so its copy of a chunk is always the last one sent. Rows start as zeros and only ever have
@@ -513,7 +514,7 @@ impl ArenaShard {
     /// [`refresh`](Self::refresh) as a view of the arena's words, for a process in this
     /// OS process to copy straight into its own arena; recorded as sent. There a changed
     /// row costs its look-ups besides its bytes ([`LOCAL_ROW_BYTES`]), so the whole chunk
-    /// is copied once most of its rows changed.
+    /// is copied once the changed rows' bytes and look-ups reach its size.
     pub(crate) fn refresh_rows(
         &mut self,
         process: ProcessId,
@@ -785,7 +786,7 @@ mod tests {
     }
 
     #[test]
-    fn a_refresh_in_this_process_copies_the_chunk_whole_once_most_rows_changed() {
+    fn a_refresh_in_this_process_copies_the_chunk_whole_sooner_than_a_message() {
         let t = tables();
         let mut a = ArenaShard::default();
         let k = keys(&(0..64).collect::<Vec<_>>());

@@ -1401,9 +1401,10 @@ fn check_steps(steps: &[u32], words: &[u64], rows_per: usize, tables: &[TableMet
     for &step in steps.iter().filter(|&&s| s < RUN_STEP) {
         let b = step as usize;
         let whole = words.get(b..b + HEADER_WORDS).is_some_and(|header| {
-            let len = (header[3] >> LEN_SHIFT) as usize;
+            let (len, rows) = block_shape(words, b);
             let table = tables.get(header[1] as u32 as usize);
             header[1] & RUN == 0
+                && rows == 1
                 && table.is_some_and(|t| t.row_bytes() == len)
                 && b + HEADER_WORDS + padded_words(len) * rows_per <= words.len()
         });
