@@ -254,13 +254,13 @@ impl Special {
         // Every row is held now (integers' views hold this worker's updates anyway):
         // each delta goes into the view and into the clock's delta.
         for (i, (&(b, index, row_words), delta)) in at.iter().zip(deltas.iter()).enumerate() {
-            let (view, sum) = (b + HEADER_WORDS, b + HEADER_WORDS + row_words);
-            let n = rows[i].1.min(delta.len());
+            let (view, sum, n) = (b + HEADER_WORDS, b + HEADER_WORDS + row_words, rows[i].1);
             // SAFETY: the block's view and delta (`row_words` words each, `n` `T`s)
-            // follow its header inside `words` (see above).
+            // follow its header inside `words` (see above). (`delta` has `n` elements
+            // too; `add_slice` would stop at the shorter if not.)
             unsafe {
-                T::add_slice(row_in_mut(&mut self.words, view, n), &delta[..n]);
-                T::add_slice(row_in_mut(&mut self.words, sum, n), &delta[..n]);
+                T::add_slice(row_in_mut(&mut self.words, view, n), delta);
+                T::add_slice(row_in_mut(&mut self.words, sum, n), delta);
             }
             self.touched[index / 64] |= 1 << (index % 64);
         }
