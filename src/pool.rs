@@ -175,14 +175,15 @@ impl WorkerPool {
         let job: &Job<'_> = &job;
         // SAFETY: the job borrows `inputs`, `outputs` and `f` from this frame. Workers
         // only call it between the generation bump below and their decrement of
-        // `remaining`, and this function does not return (nor unwind: nothing between
-        // here and the wait below panics) before `remaining` is 0 and the job is taken
-        // back out of the shared state, so no worker uses it after this frame ends.
-        // `&mut self` keeps any other run from replacing the job meanwhile.
+        // `remaining`. The `Published` guard made before the job is shared waits, when it
+        // is dropped (on return or on unwind alike), until `remaining` is 0 and then takes
+        // the job back out of the shared state, so no worker uses it after this frame
+        // ends. `&mut self` keeps any other run from replacing the job meanwhile.
         let job: &'static Job<'static> =
             unsafe { std::mem::transmute::<&Job<'_>, &'static Job<'static>>(job) };
         let s = &*self.shared;
         s.remaining.store(n, Ordering::Release);
+        let published = Published(s);
         {
             let mut state = lock(&s.state);
             state.job = Some(job);
@@ -199,16 +200,8 @@ impl WorkerPool {
         {
             std::thread::yield_now();
         }
-        let mut done = lock(&s.done);
-        while s.remaining.load(Ordering::Acquire) != 0 {
-            done = s
-                .finished
-                .wait(done)
-                .unwrap_or_else(PoisonError::into_inner);
-        }
-        drop(done);
+        drop(published);
         self.last_run = started.elapsed();
-        lock(&s.state).job = None;
         outputs
             .into_iter()
             .map(|o| {
@@ -217,6 +210,26 @@ impl WorkerPool {
                     .expect("every worker ran its part")
             })
             .collect()
+    }
+}
+
+/// A run's job while it is in the shared state: dropping this waits until every worker
+/// is done with the job and takes it back out, so the frame that lent the job (see
+/// [`Pool::on_each`]) outlives every use of it, even when that frame unwinds.
+struct Published<'a>(&'a Shared);
+
+impl Drop for Published<'_> {
+    fn drop(&mut self) {
+        let s = self.0;
+        let mut done = lock(&s.done);
+        while s.remaining.load(Ordering::Acquire) != 0 {
+            done = s
+                .finished
+                .wait(done)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        drop(done);
+        lock(&s.state).job = None;
     }
 }
 

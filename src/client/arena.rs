@@ -165,9 +165,19 @@ fn atomics(n: usize, v: u64) -> Box<[AtomicU64]> {
 /// `n` zeroed words, allocated zeroed (calloc: untouched pages of a large array are never
 /// faulted in).
 fn zeroed_words(n: usize) -> Box<[AtomicU64]> {
-    let plain = vec![0u64; n].into_boxed_slice();
-    // SAFETY: `AtomicU64` has the size, alignment and bit validity of `u64`.
-    unsafe { Box::from_raw(Box::into_raw(plain) as *mut [AtomicU64]) }
+    if n == 0 {
+        return Box::new([]);
+    }
+    // (`Box::new_zeroed_slice` does this from Rust 1.92.)
+    let layout = std::alloc::Layout::array::<AtomicU64>(n).expect("an arena fits in memory");
+    // SAFETY: `layout` has a non-zero size (`n > 0`).
+    let p = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<AtomicU64>();
+    if p.is_null() {
+        std::alloc::handle_alloc_error(layout);
+    }
+    // SAFETY: `p` is a live allocation of `layout` (`n` `AtomicU64`s, by the global
+    // allocator, as `Box` frees it), and all-zero bytes are a valid `AtomicU64`.
+    unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(p, n)) }
 }
 
 impl ProcessArena {
@@ -677,6 +687,16 @@ mod tests {
     use crate::gather::{Access, AccessLog, AccessPattern};
     use crate::plan::{build, PlanConfig};
     use crate::{ElemType, TableMeta};
+
+    #[test]
+    fn zeroed_words_are_zero_of_any_length() {
+        assert!(zeroed_words(0).is_empty());
+        let w = zeroed_words(1000);
+        assert_eq!(w.len(), 1000);
+        assert!(w.iter().all(|x| x.load(Ordering::Relaxed) == 0));
+        w[999].store(7, Ordering::Relaxed);
+        assert_eq!(w[999].load(Ordering::Relaxed), 7);
+    }
 
     fn arena() -> ProcessArena {
         let mut log = AccessLog::default();

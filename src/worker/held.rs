@@ -77,10 +77,7 @@ impl Worker<'_> {
         if checked && self.log.is_none() && self.held.is_empty() && self.special.is_some() {
             let required = self.required();
             if let Some(sp) = &mut self.special {
-                // SAFETY: every handle is of this cluster (checked above), so its table's
-                // rows are `table.width` elements of its `T` (a handle is made for its
-                // table's element type), the width `keys` carries.
-                match unsafe { sp.read_update_fast(keys, required, &mut deltas, f) } {
+                match sp.read_update_fast(keys, required, &mut deltas, f) {
                     Ok(r) => return Ok(r),
                     Err(back) => f = back,
                 }

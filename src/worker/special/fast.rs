@@ -178,16 +178,14 @@ impl Special {
     /// delta: the rows are held) and moves past the `2 N` steps. Otherwise changes
     /// nothing and gives `f` back. Each delta has its row's width.
     ///
-    /// # Safety
-    ///
-    /// For each `(key, width)` of `rows`, `key.table` is a table of this store whose rows
-    /// are `width` elements of type `T` (as a handle of this cluster and a delta of the
-    /// handle's width make sure): blocks are read without bounds checks, on the size of
-    /// a matching block's rows.
+    /// Blocks are read without bounds checks, on the invariant of `Special::steps` (a
+    /// block step names a whole block inside `words`) and one check per row here: the
+    /// matched block's rows are `width` `T`s (its header's length), so its view and delta
+    /// lie inside the block whatever the caller passes.
     ///
     /// [`Worker::read_update`]: crate::Worker::read_update
     #[inline(always)]
-    pub(crate) unsafe fn read_update_fast<T, R, const N: usize, F>(
+    pub(crate) fn read_update_fast<T, R, const N: usize, F>(
         &mut self,
         rows: [(RowKey, usize); N],
         required: Clock,
@@ -208,8 +206,8 @@ impl Special {
         // Per row: its block's first word, its index (touched and held bits) and the
         // words of its view (the delta follows). No bounds checks, on the invariant of
         // `Special::steps`: a block step names a whole block inside `words` whose rows
-        // have its table's size; the block matched below is `key`'s, so of `key`'s table,
-        // whose rows are `n` `T`s (this function's contract). Its view and delta are
+        // have the size its header records; the block matched below is `key`'s and its
+        // rows are `n` `T`s (checked against the header's length). Its view and delta are
         // taken as rows without a check and a cast each (`row_in`): those measured 3-4 %
         // of an MF iteration.
         let mut at = [(0usize, 0usize, 0usize); N];
@@ -226,11 +224,11 @@ impl Special {
                 || header[1] as u32 != key.table
                 || clock == Clock::MAX
                 || clock < required
+                || (header[3] >> LEN_SHIFT) as usize != n * size_of::<T>()
             {
                 return Err(f);
             }
             let row_words = padded_words(n * size_of::<T>());
-            debug_assert_eq!((header[3] >> LEN_SHIFT) as usize, n * size_of::<T>());
             debug_assert!(b + HEADER_WORDS + 2 * row_words <= self.words.len());
             at[i] = (b, (header[1] >> INDEX_SHIFT) as usize, row_words);
         }
@@ -241,8 +239,8 @@ impl Special {
         }
         let mut views: [&[T]; N] = [&[]; N];
         for (view, (&(b, _, _), &(_, n))) in views.iter_mut().zip(at.iter().zip(&rows)) {
-            // SAFETY: the block's view (`n` `T`s) follows its header inside `words`
-            // (see above).
+            // SAFETY: the block's view (`n` `T`s: its header's length, checked above)
+            // follows its header inside `words` (the steps' invariant).
             *view = unsafe { row_in(&self.words, b + HEADER_WORDS, n) };
         }
         let r = f(views, deltas.each_mut().map(|d| &mut **d));
@@ -255,9 +253,10 @@ impl Special {
         // each delta goes into the view and into the clock's delta.
         for (i, (&(b, index, row_words), delta)) in at.iter().zip(deltas.iter()).enumerate() {
             let (view, sum, n) = (b + HEADER_WORDS, b + HEADER_WORDS + row_words, rows[i].1);
-            // SAFETY: the block's view and delta (`row_words` words each, `n` `T`s)
-            // follow its header inside `words` (see above). (`delta` has `n` elements
-            // too; `add_slice` would stop at the shorter if not.)
+            // SAFETY: the block's view and delta (`row_words` words each, `n` `T`s: its
+            // header's length, checked above) follow its header inside `words` (the
+            // steps' invariant). (`delta` has `n` elements too; `add_slice` would stop at
+            // the shorter if not.)
             unsafe {
                 T::add_slice(row_in_mut(&mut self.words, view, n), delta);
                 T::add_slice(row_in_mut(&mut self.words, sum, n), delta);
