@@ -5,7 +5,7 @@
 //! marshalling. The 8-byte alignment makes a zero-copy `&[T]` view valid for every
 //! [`Element`] type.
 
-use crate::Element;
+use crate::element::Element;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 
@@ -162,6 +162,20 @@ impl<'de> Deserialize<'de> for AlignedBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::element::ElemType;
+
+    #[test]
+    fn add_bytes_aligned_and_unaligned() {
+        let mut dst = AlignedBuf::from_slice(&[1.0f32, 2.0, 3.0]);
+        let src = AlignedBuf::from_slice(&[0.5f32, 0.5, 0.5]);
+        ElemType::F32.add(dst.as_bytes_mut(), src.as_bytes());
+        assert_eq!(dst.cast::<f32>(), &[1.5, 2.5, 3.5]);
+        let mut unaligned = [0u8; 13];
+        unaligned[1..].copy_from_slice(bytemuck::cast_slice::<i32, u8>(&[7, -1, 2]));
+        let mut ints = AlignedBuf::from_slice(&[1i32, 1, 1]);
+        ElemType::I32.add(ints.as_bytes_mut(), &unaligned[1..]);
+        assert_eq!(ints.cast::<i32>(), &[8, 0, 3]);
+    }
 
     #[test]
     fn views_round_trip() {

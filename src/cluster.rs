@@ -10,22 +10,26 @@ mod checkpointing;
 pub use checkpointing::Resumed;
 
 use crate::client::{spawn_comm, ClientShared, ProcessArena};
-use crate::consistency::Clock;
-use crate::error::panic_message;
-use crate::gather::AccessLog;
-use crate::msg::{Endpoint, Msg, ProcessId};
+use crate::config::{Config, Mode};
+use crate::element::Element;
+use crate::error::{panic_message, Error, Result};
+use crate::gather::{AccessLog, AccessPattern};
+use crate::ids::{Clock, ProcessId};
+use crate::membership::{Membership, SHUTDOWN_TIMEOUT};
+use crate::msg::{Endpoint, Msg};
 use crate::net::NetConfig;
 use crate::numa::{self, NumaConfig, NumaPlan, ThreadZones, WorkerPlace};
 use crate::plan::{self, PlanConfig};
 use crate::pool::WorkerPool;
+use crate::server;
 use crate::sync::lock;
-use crate::table::{resolve, Registry};
-use crate::topology::bind::MemBinder;
-use crate::transport::{InProcTransport, Inbox, LocalInboxes, TcpTransport, Transport};
+use crate::table::{resolve, Registry, Table};
+use crate::topology::{bind::MemBinder, Topology};
+use crate::transport::{
+    InProcTransport, Inbox, KindTraffic, LocalInboxes, TcpTransport, Transport,
+};
 use crate::worker::{AccessCounters, Kept, Role, Worker, WorkerMemory};
 use crate::world::World;
-use crate::Topology;
-use crate::{server, AccessPattern, Config, Element, Error, Membership, Mode, Result, Table};
 use crossbeam::channel::unbounded;
 use std::hash::{BuildHasher, Hasher};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -176,23 +180,6 @@ pub struct NumaReport {
     pub remote_fraction: Option<f64>,
     /// The same for hash placement with unpinned threads, same pattern and topology.
     pub baseline_remote_fraction: Option<f64>,
-}
-
-/// Network traffic of one kind of protocol message ([`Cluster::traffic`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[non_exhaustive]
-pub struct KindTraffic {
-    /// The message kind, e.g. `Clock` (a worker's updates of a clock), `SlabRows` (an
-    /// arena refresh), `Rows` (generic row fetches), `RunReady` (the run barrier).
-    pub kind: &'static str,
-    /// Messages of this kind this process sent to other processes.
-    pub messages_sent: u64,
-    /// Their bytes on the wire (frame header included).
-    pub bytes_sent: u64,
-    /// Messages of this kind this process received from other processes.
-    pub messages_received: u64,
-    /// Their bytes on the wire.
-    pub bytes_received: u64,
 }
 
 /// Bytes held by the parts of the specialized state (heap buffers, by capacity). The
@@ -768,7 +755,7 @@ impl Cluster {
     /// # }
     /// ```
     pub fn all_gather<T: Element>(&mut self, values: &[T]) -> Result<Vec<Vec<T>>> {
-        let parts = self.gather_round(crate::AlignedBuf::from_slice(values))?;
+        let parts = self.gather_round(crate::buf::AlignedBuf::from_slice(values))?;
         Ok(parts.iter().map(|b| b.cast::<T>().to_vec()).collect())
     }
 
@@ -776,8 +763,8 @@ impl Cluster {
     /// order (the collective under [`all_gather`](Self::all_gather) and its byte form).
     pub(crate) fn gather_round(
         &mut self,
-        values: crate::AlignedBuf,
-    ) -> Result<Vec<crate::AlignedBuf>> {
+        values: crate::buf::AlignedBuf,
+    ) -> Result<Vec<crate::buf::AlignedBuf>> {
         self.check()?;
         self.gathers += 1;
         let round = self.gathers;
@@ -1019,11 +1006,11 @@ impl Cluster {
             .collect();
         let parts = self.all_gather(&mine)?;
         let tables = self.registry.tables();
-        let mut uses: std::collections::BTreeMap<crate::RowKey, (u64, Vec<u64>)> =
+        let mut uses: std::collections::BTreeMap<crate::ids::RowKey, (u64, Vec<u64>)> =
             std::collections::BTreeMap::new();
         for (p, part) in parts.iter().enumerate() {
             for r in part.chunks_exact(3) {
-                let key = crate::RowKey::new(r[0] as u32, r[1] as u64);
+                let key = crate::ids::RowKey::new(r[0] as u32, r[1] as u64);
                 let Some(meta) = tables.get(key.table as usize) else {
                     continue;
                 };
@@ -1033,7 +1020,7 @@ impl Cluster {
                 entry.1[p] += r[2] as u64;
             }
         }
-        let uses: Vec<(crate::RowKey, u64, Vec<u64>)> =
+        let uses: Vec<(crate::ids::RowKey, u64, Vec<u64>)> =
             uses.into_iter().map(|(k, (b, a))| (k, b, a)).collect();
         let hashed = self.shared.placement().without_overrides();
         if (self.runs > 0 || self.resumed) && hashed.has_restrictions() {
@@ -1295,9 +1282,11 @@ impl Cluster {
         }
         let plan = self.numa.as_ref();
         let topology = match self.topology.source() {
-            crate::TopologySource::ThisMachine => "this machine".to_string(),
-            crate::TopologySource::Fallback => "fallback (no hwloc: one zone)".to_string(),
-            crate::TopologySource::Synthetic(desc) => desc.clone(),
+            crate::topology::TopologySource::ThisMachine => "this machine".to_string(),
+            crate::topology::TopologySource::Fallback => {
+                "fallback (no hwloc: one zone)".to_string()
+            }
+            crate::topology::TopologySource::Synthetic(desc) => desc.clone(),
         };
         Some(NumaReport {
             topology,
@@ -1538,10 +1527,6 @@ impl Drop for Cluster {
         let _ = self.shutdown();
     }
 }
-
-/// How long a process waits at shutdown for the others to leave its shards, unless
-/// [`Membership::shutdown_timeout`] says otherwise.
-pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// A process's shard threads and communication thread.
 #[derive(Default)]

@@ -2,39 +2,12 @@
 //!
 //! This module only describes and checks settings; it starts nothing.
 
-use crate::{Error, Membership, Result, Topology};
+use crate::consistency::Staleness;
+use crate::error::{Error, Result};
+use crate::membership::Membership;
+use crate::numa::WorkerPlacement;
+use crate::topology::Topology;
 use std::time::Duration;
-
-/// How stale a read may be: Stale Synchronous Parallel with bound `s`.
-///
-/// A worker that has completed `c` clocks reads values that include every update made
-/// during clocks `0..=c-s-1` by every worker, plus all of its own updates.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Staleness {
-    /// SSP with this bound; `Bounded(0)` is Bulk Synchronous Parallel.
-    Bounded(u32),
-    /// No bound (fully asynchronous): any cached value is acceptable.
-    Unbounded,
-}
-
-impl Staleness {
-    /// Bulk Synchronous Parallel (`s = 0`).
-    pub const BSP: Staleness = Staleness::Bounded(0);
-}
-
-impl std::str::FromStr for Staleness {
-    type Err = String;
-
-    /// Parses `"0"`, `"3"`, … or `"async"` / `"unbounded"`.
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        match s {
-            "async" | "unbounded" | "inf" => Ok(Staleness::Unbounded),
-            _ => s.parse::<u32>().map(Staleness::Bounded).map_err(|_| {
-                format!("staleness '{s}' is neither a non-negative integer nor 'async'")
-            }),
-        }
-    }
-}
 
 /// How the store obtains and uses the application's access pattern (the IterStore paper's
 /// names in parentheses).
@@ -125,30 +98,6 @@ impl Specializations {
 impl Default for Specializations {
     fn default() -> Self {
         Specializations::ALL
-    }
-}
-
-/// How worker threads are spread over the zones of a [`Topology`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum WorkerPlacement {
-    /// Fill the first zone's cores, then the next zone's (fewest zones, most sharing).
-    #[default]
-    Packed,
-    /// Round-robin over the zones (most memory bandwidth).
-    Spread,
-}
-
-impl std::str::FromStr for WorkerPlacement {
-    type Err = String;
-
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        match s {
-            "packed" => Ok(WorkerPlacement::Packed),
-            "spread" => Ok(WorkerPlacement::Spread),
-            _ => Err(format!(
-                "worker placement '{s}' is neither 'packed' nor 'spread'"
-            )),
-        }
     }
 }
 

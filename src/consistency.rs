@@ -15,13 +15,39 @@
 //!
 //! `net`, `client` and `server` drive these types; nothing here knows about them.
 
-use crate::Staleness;
+use crate::ids::Clock;
 use std::collections::BTreeMap;
 
-/// A clock value (see the module docs).
-pub type Clock = u64;
+/// How stale a read may be: Stale Synchronous Parallel with bound `s`.
+///
+/// A worker that has completed `c` clocks reads values that include every update made
+/// during clocks `0..=c-s-1` by every worker, plus all of its own updates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Staleness {
+    /// SSP with this bound; `Bounded(0)` is Bulk Synchronous Parallel.
+    Bounded(u32),
+    /// No bound (fully asynchronous): any cached value is acceptable.
+    Unbounded,
+}
+
+impl std::str::FromStr for Staleness {
+    type Err = String;
+
+    /// Parses `"0"`, `"3"`, … or `"async"` / `"unbounded"`.
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "async" | "unbounded" | "inf" => Ok(Staleness::Unbounded),
+            _ => s.parse::<u32>().map(Staleness::Bounded).map_err(|_| {
+                format!("staleness '{s}' is neither a non-negative integer nor 'async'")
+            }),
+        }
+    }
+}
 
 impl Staleness {
+    /// Bulk Synchronous Parallel (`s = 0`).
+    pub const BSP: Staleness = Staleness::Bounded(0);
+
     /// The smallest data clock a worker at `worker_clock` may read.
     #[inline]
     pub fn required_data_clock(self, worker_clock: Clock) -> Clock {

@@ -219,7 +219,6 @@ impl Element for i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::AlignedBuf;
 
     /// `sum_into` and `copy_row` of every length around the quads' (whole quads, a tail,
     /// and rows shorter than a quad) write each element's own value and nothing else.
@@ -250,19 +249,6 @@ mod tests {
             i64::sum_into(&mut d, &x, &y);
             assert!(d.iter().all(|&v| v == i64::MAX), "length {n}");
         }
-    }
-
-    #[test]
-    fn add_bytes_aligned_and_unaligned() {
-        let mut dst = AlignedBuf::from_slice(&[1.0f32, 2.0, 3.0]);
-        let src = AlignedBuf::from_slice(&[0.5f32, 0.5, 0.5]);
-        ElemType::F32.add(dst.as_bytes_mut(), src.as_bytes());
-        assert_eq!(dst.cast::<f32>(), &[1.5, 2.5, 3.5]);
-        let mut unaligned = [0u8; 13];
-        unaligned[1..].copy_from_slice(bytemuck::cast_slice::<i32, u8>(&[7, -1, 2]));
-        let mut ints = AlignedBuf::from_slice(&[1i32, 1, 1]);
-        ElemType::I32.add(ints.as_bytes_mut(), &unaligned[1..]);
-        assert_eq!(ints.cast::<i32>(), &[8, 0, 3]);
     }
 
     #[test]

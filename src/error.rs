@@ -163,12 +163,6 @@ impl Error {
     }
 }
 
-impl From<crate::checkpoint::CheckpointError> for Error {
-    fn from(e: crate::checkpoint::CheckpointError) -> Self {
-        Error::checkpoint(e.path(), e)
-    }
-}
-
 /// The message of a caught panic.
 pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     if let Some(s) = payload.downcast_ref::<&str>() {

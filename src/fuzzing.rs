@@ -10,13 +10,18 @@
 //! change in any release. It knows the wire formats only through the functions it
 //! drives, and nothing of clusters, shards or workers.
 
+use crate::buf::AlignedBuf;
+use crate::element::ElemType;
+use crate::ids::RowKey;
 use crate::msg::{Endpoint, Msg, Want};
-use crate::net::frame::{
-    control_frame, decode_data, encode_data, Frame, FrameDecoder, FrameKind, HEADER_LEN,
+use crate::net::{
+    frame::control_frame, frame::decode_data, frame::encode_data, frame::Frame,
+    frame::FrameDecoder, frame::FrameKind, frame::HEADER_LEN, handshake::Done,
+    handshake::Handshake, handshake::Hello, handshake::Refusal, handshake::Role,
+    handshake::HELLO_LEN, handshake::PROOF_LEN,
 };
-use crate::net::handshake::{Done, Handshake, Hello, Refusal, Role, HELLO_LEN, PROOF_LEN};
+use crate::table::TableMeta;
 use crate::transport::Envelope;
-use crate::{AlignedBuf, ElemType, RowKey, TableMeta};
 
 /// The body cap the frame targets decode under unless the input picks a smaller one.
 pub const MAX_FRAME: usize = 64 * 1024;

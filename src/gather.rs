@@ -11,7 +11,7 @@
 //! ([`AccessPattern::take_sequences`]) to resolve them into op tapes, so nothing per access
 //! is kept twice. This module only summarises; it decides nothing.
 
-use crate::RowKey;
+use crate::ids::RowKey;
 use rustc_hash::FxHashMap;
 
 /// What an access did.

@@ -94,6 +94,7 @@ mod error;
 #[doc(hidden)]
 pub mod fuzzing;
 mod gather;
+mod ids;
 mod membership;
 mod msg;
 mod net;
@@ -115,18 +116,20 @@ mod world;
 
 pub use buf::AlignedBuf;
 pub use checkpoint::{newest_checkpoint, ClusterRule};
-pub use cluster::{
-    Cluster, KindTraffic, NumaReport, Resumed, SpecialMemory, Stats, SHUTDOWN_TIMEOUT,
-};
+pub use cluster::{Cluster, NumaReport, Resumed, SpecialMemory, Stats};
 pub use config::{
-    Config, Mode, SlabStores, Specializations, Staleness, WorkerPlacement, MAX_SHARDS, MAX_WORKERS,
-    MESSAGE_TIMEOUT,
+    Config, Mode, SlabStores, Specializations, MAX_SHARDS, MAX_WORKERS, MESSAGE_TIMEOUT,
 };
-pub use consistency::Clock;
+pub use consistency::Staleness;
 pub use element::{ElemType, Element};
 pub use error::{Error, Result};
 pub use gather::{AccessPattern, RowUse};
-pub use membership::{loopback_hosts, parse_hosts, rank_from_env, Membership, Secret, SECRET_ENV};
-pub use table::{RowKey, Table, TableId, TableMeta};
+pub use ids::{Clock, RowKey, TableId};
+pub use membership::{
+    loopback_hosts, parse_hosts, rank_from_env, Membership, Secret, SECRET_ENV, SHUTDOWN_TIMEOUT,
+};
+pub use numa::WorkerPlacement;
+pub use table::{Table, TableMeta};
 pub use topology::{Core, Topology, TopologySource, Zone};
+pub use transport::KindTraffic;
 pub use worker::Worker;

@@ -9,11 +9,15 @@
 //! variable — never a command-line argument, where other users of the machine could read
 //! it — and is never printed.
 
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 use std::fmt;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::Path;
 use std::time::Duration;
+
+/// How long a process waits at shutdown for the others to leave its shards, unless
+/// [`Membership::shutdown_timeout`] says otherwise.
+pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The environment variable [`Secret::from_env`] reads by default.
 pub const SECRET_ENV: &str = "ITERSTORE_SECRET";
@@ -102,7 +106,7 @@ pub struct Membership {
 impl Membership {
     /// Rank `rank` of a cluster at `hosts`, with default time limits (connect within
     /// 30 s; heartbeats every 500 ms; a peer silent for 5 s is lost) and 64 MiB of
-    /// outbound queue per peer; shards wait [`SHUTDOWN_TIMEOUT`](crate::SHUTDOWN_TIMEOUT)
+    /// outbound queue per peer; shards wait [`SHUTDOWN_TIMEOUT`]
     /// at shutdown for the others to leave.
     pub fn new(rank: usize, hosts: Vec<SocketAddr>, secret: Secret) -> Membership {
         Membership {
@@ -113,7 +117,7 @@ impl Membership {
             heartbeat_interval: Duration::from_millis(500),
             heartbeat_timeout: Duration::from_secs(5),
             send_queue_bytes: 64 << 20,
-            shutdown_timeout: crate::cluster::SHUTDOWN_TIMEOUT,
+            shutdown_timeout: SHUTDOWN_TIMEOUT,
         }
     }
 

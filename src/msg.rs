@@ -5,16 +5,10 @@
 //! protocol as a distributed one. Row payloads are [`AlignedBuf`]s: raw little-endian
 //! bytes with no per-element marshalling.
 
-use crate::consistency::Clock;
-use crate::{AlignedBuf, RowKey, TableMeta};
+use crate::buf::AlignedBuf;
+use crate::ids::{Clock, ProcessId, RowKey, ShardId, WorkerId};
+use crate::table::TableMeta;
 use serde::{Deserialize, Serialize};
-
-/// Index of a client process in the cluster.
-pub type ProcessId = u32;
-/// Index of a server shard in the cluster.
-pub type ShardId = u32;
-/// Global index of a worker thread in the cluster.
-pub type WorkerId = u32;
 
 /// A batch of per-row deltas.
 pub type RowBatch = Vec<(RowKey, AlignedBuf)>;
@@ -62,7 +56,7 @@ pub enum Msg {
         /// Elements per row.
         width: usize,
         /// Element type.
-        elem: crate::ElemType,
+        elem: crate::element::ElemType,
     },
 
     /// A process's part of an all-gather (`Cluster::all_gather`): the coordinator answers
@@ -325,7 +319,7 @@ pub enum Msg {
         /// process alike): a receiver takes only messages of its own round.
         round: u64,
         /// The element type the values were sent as.
-        elem: crate::ElemType,
+        elem: crate::element::ElemType,
         /// The values, raw little-endian bytes.
         values: AlignedBuf,
     },

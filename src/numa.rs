@@ -56,9 +56,31 @@ use crate::gather::{AccessPattern, RowUse};
 use crate::placement::stable_hash;
 use crate::plan::Plan;
 use crate::slot::padded;
-use crate::Topology;
+use crate::topology::Topology;
 
-pub(crate) use crate::config::WorkerPlacement;
+/// How worker threads are spread over the zones of a [`Topology`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WorkerPlacement {
+    /// Fill the first zone's cores, then the next zone's (fewest zones, most sharing).
+    #[default]
+    Packed,
+    /// Round-robin over the zones (most memory bandwidth).
+    Spread,
+}
+
+impl std::str::FromStr for WorkerPlacement {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "packed" => Ok(WorkerPlacement::Packed),
+            "spread" => Ok(WorkerPlacement::Spread),
+            _ => Err(format!(
+                "worker placement '{s}' is neither 'packed' nor 'spread'"
+            )),
+        }
+    }
+}
 
 /// What the NUMA planner needs to know about the store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -448,11 +470,13 @@ pub(crate) fn plan(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::element::ElemType;
     use crate::gather::{Access, AccessLog};
+    use crate::ids::RowKey;
     use crate::placement::Placement;
     use crate::plan::{self, PlanConfig};
+    use crate::table::TableMeta;
     use crate::topology::{Core, TopologySource, Zone};
-    use crate::{ElemType, RowKey, TableMeta};
 
     const SHARDS: usize = 2;
 

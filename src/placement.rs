@@ -9,7 +9,7 @@
 //! (`Cluster::create_table_on`): its rows hash over those shards only, and locality
 //! placement leaves them there.
 
-use crate::RowKey;
+use crate::ids::RowKey;
 use rustc_hash::FxHashMap;
 
 /// Which shard holds each row: a stable hash, with per-row overrides and per-table shard

@@ -7,9 +7,10 @@
 //! on synthetic patterns.
 
 use crate::gather::{map_bytes, AccessPattern};
+use crate::ids::RowKey;
 use crate::placement::Placement;
 use crate::slot::padded;
-use crate::{RowKey, TableMeta};
+use crate::table::TableMeta;
 use rustc_hash::FxHashMap;
 use std::ops::Range;
 
@@ -270,8 +271,8 @@ pub(crate) fn build(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::element::ElemType;
     use crate::gather::{Access, AccessLog};
-    use crate::ElemType;
 
     fn tables() -> Vec<TableMeta> {
         vec![

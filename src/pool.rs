@@ -20,9 +20,9 @@
 //! generation or count they wait on changed under its lock (no wake-up is lost). With
 //! [`crate::Config::yield_waits`] off both sleep at once.
 
+use crate::error::{Error, Result};
 use crate::sync::lock;
-use crate::topology::bind::{bind_current_thread, current_affinity};
-use crate::{Error, Result};
+use crate::topology::{bind::bind_current_thread, bind::current_affinity};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
@@ -215,7 +215,7 @@ impl WorkerPool {
 
 /// A run's job while it is in the shared state: dropping this waits until every worker
 /// is done with the job and takes it back out, so the frame that lent the job (see
-/// [`Pool::on_each`]) outlives every use of it, even when that frame unwinds.
+/// [`WorkerPool::on_each`]) outlives every use of it, even when that frame unwinds.
 struct Published<'a>(&'a Shared);
 
 impl Drop for Published<'_> {

@@ -17,8 +17,8 @@
 //! This module knows the bytes of a part, not where the part is stored (that is
 //! `checkpoint`), which shard holds which row, or how rows travel.
 
-use crate::consistency::Clock;
-use crate::{AlignedBuf, RowKey};
+use crate::buf::AlignedBuf;
+use crate::ids::{Clock, RowKey};
 use std::io::{self, Read, Write};
 
 /// The first bytes of every rows part.

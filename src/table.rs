@@ -4,28 +4,11 @@
 //! description the client and the servers share. A handle remembers the cluster it came
 //! from, so a handle from another cluster is rejected instead of silently aliasing a table.
 
-use crate::{ElemType, Element, Error, Result};
+use crate::element::{ElemType, Element};
+use crate::error::{Error, Result};
+use crate::ids::{RowKey, TableId};
 use serde::{Deserialize, Serialize};
 use std::marker::PhantomData;
-
-/// Dense id of a table within a cluster (creation order).
-pub type TableId = u32;
-
-/// Identifies one row of one table.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct RowKey {
-    /// The table.
-    pub table: TableId,
-    /// The row within the table.
-    pub row: u64,
-}
-
-impl RowKey {
-    /// The key of `row` in `table`.
-    pub fn new(table: TableId, row: u64) -> Self {
-        RowKey { table, row }
-    }
-}
 
 /// The untyped description of a table.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -2,7 +2,7 @@
 //! server shards each runs — and the global numbering of workers and shards derived from
 //! it. Every process of a cluster has the same `World`; rank 0 is the coordinator.
 
-use crate::msg::{ProcessId, ShardId, WorkerId};
+use crate::ids::{ProcessId, ShardId, WorkerId};
 use std::ops::Range;
 
 /// The shape of a cluster. Worker `w` of process `p` is global worker `p * workers + w`;

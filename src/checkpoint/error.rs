@@ -4,7 +4,7 @@
 //! resume tells the user what to look at. This module only describes errors; it knows
 //! nothing of how they arise.
 
-use crate::Clock;
+use crate::ids::Clock;
 use std::io;
 use std::path::PathBuf;
 
@@ -186,5 +186,11 @@ impl CheckpointError {
             action,
             source,
         }
+    }
+}
+
+impl From<CheckpointError> for crate::error::Error {
+    fn from(e: CheckpointError) -> Self {
+        crate::error::Error::checkpoint(e.path(), e)
     }
 }

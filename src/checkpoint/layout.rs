@@ -7,7 +7,7 @@
 //! a caller or from a manifest on disk — can reach outside its checkpoint's directory.
 
 use super::CheckpointError;
-use crate::Clock;
+use crate::ids::Clock;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};

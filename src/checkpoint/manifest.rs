@@ -7,7 +7,7 @@
 
 use super::layout::check_part_name;
 use super::{CheckpointError, Meta};
-use crate::Clock;
+use crate::ids::Clock;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::HashSet;
@@ -143,7 +143,7 @@ pub(crate) fn hex(hasher: Sha256) -> String {
 mod tests {
     use super::*;
     use crate::checkpoint::{ClusterShape, TableShape};
-    use crate::ElemType;
+    use crate::element::ElemType;
 
     fn manifest() -> Manifest {
         let meta = Meta {

@@ -5,7 +5,8 @@
 //! does not decide whether an app can resume on a different cluster: the caller says so
 //! with a [`ClusterRule`].
 
-use crate::{ElemType, TableMeta};
+use crate::element::ElemType;
+use crate::table::TableMeta;
 use serde::{Deserialize, Serialize};
 
 /// The run a checkpoint belongs to. Two runs with equal `Meta` (up to the

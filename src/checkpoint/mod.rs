@@ -38,7 +38,7 @@ use std::path::{Path, PathBuf};
 /// contents. Useful before a run (is there something to resume from?) and after a failed
 /// checkpoint (which one is still there?). An unreadable `root` is an
 /// [`Error::Checkpoint`](crate::Error::Checkpoint) naming it.
-pub fn newest_checkpoint(root: &Path) -> crate::Result<Option<PathBuf>> {
+pub fn newest_checkpoint(root: &Path) -> crate::error::Result<Option<PathBuf>> {
     if !layout::exists(root)? {
         return Ok(None);
     }

@@ -11,7 +11,7 @@
 use super::layout::{self, MANIFEST};
 use super::manifest::{hex, MAX_MANIFEST_BYTES};
 use super::{CheckpointError, ClusterRule, Manifest, Meta, PartEntry};
-use crate::Clock;
+use crate::ids::Clock;
 use sha2::{Digest, Sha256};
 use std::fs::{self, File};
 use std::io::{self, BufReader, Read, Take};

@@ -4,7 +4,8 @@
 
 use super::durable::DiskBudget;
 use super::*;
-use crate::{Clock, ElemType};
+use crate::element::ElemType;
+use crate::ids::Clock;
 use std::fs;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};

@@ -20,7 +20,7 @@ use super::durable::{sync_dir, DurableFile};
 use super::layout::{self, check_part_name, dir_name, MANIFEST};
 use super::manifest::is_hex_digest;
 use super::{CheckpointError, Manifest, Meta, PartEntry};
-use crate::Clock;
+use crate::ids::Clock;
 use std::collections::BTreeSet;
 use std::fs;
 use std::io::{self, Write};

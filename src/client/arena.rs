@@ -18,12 +18,12 @@
 //! the pages of its replicated chunks ever take memory.
 
 use super::ClientShared;
-use crate::consistency::Clock;
+use crate::error::{Error, Result};
 use crate::gather::phase_bit;
+use crate::ids::{Clock, RowKey};
 use crate::msg::{Endpoint, Msg, Want};
 use crate::plan::Plan;
 use crate::topology::bind::MemBinder;
-use crate::{Error, Result, RowKey};
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
@@ -684,9 +684,10 @@ enum Target {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::element::ElemType;
     use crate::gather::{Access, AccessLog, AccessPattern};
     use crate::plan::{build, PlanConfig};
-    use crate::{ElemType, TableMeta};
+    use crate::table::TableMeta;
 
     #[test]
     fn zeroed_words_are_zero_of_any_length() {

@@ -4,8 +4,8 @@
 //! replaced only by newer snapshots. With a capacity the cache evicts the least recently
 //! used row; without one it keeps every row it was asked for.
 
-use crate::consistency::Clock;
-use crate::{AlignedBuf, RowKey};
+use crate::buf::AlignedBuf;
+use crate::ids::{Clock, RowKey};
 use dashmap::mapref::one::Ref;
 use dashmap::DashMap;
 use lru::LruCache;

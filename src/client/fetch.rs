@@ -6,10 +6,10 @@
 //! leaves it for that sender, which drains the whole queue into one message per shard.
 
 use super::ClientShared;
-use crate::consistency::Clock;
+use crate::error::Result;
+use crate::ids::{Clock, RowKey};
 use crate::msg::{Endpoint, Msg};
 use crate::sync::lock;
-use crate::{Result, RowKey};
 use rustc_hash::FxHashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;

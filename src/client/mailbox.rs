@@ -30,8 +30,9 @@ use std::time::{Duration, Instant};
 
 use rustc_hash::FxHashMap;
 
-use crate::msg::WorkerId;
-use crate::{AlignedBuf, ElemType};
+use crate::buf::AlignedBuf;
+use crate::element::ElemType;
+use crate::ids::WorkerId;
 
 /// One message waiting in a mailbox.
 #[derive(Debug)]

@@ -16,15 +16,17 @@ pub(crate) use cache::{CacheRef, ProcessCache};
 pub(crate) use fetch::Fetcher;
 pub(crate) use mailbox::{deadline, Empty, Letter, Mailboxes};
 
-use crate::consistency::Clock;
-use crate::error::panic_message;
-use crate::msg::{Endpoint, Msg, ProcessId, ShardId, ShardPart};
+use crate::buf::AlignedBuf;
+use crate::config::Config;
+use crate::error::{panic_message, Error, Result};
+use crate::ids::{Clock, ProcessId, RowKey, ShardId};
+use crate::msg::{Endpoint, Msg, ShardPart};
 use crate::placement::Placement;
 use crate::server::{LocalArena, RefreshRows};
 use crate::sync::lock;
+use crate::table::TableMeta;
 use crate::transport::{DirectClient, Inbound, Inbox, Transport, TransportError};
 use crate::world::World;
-use crate::{AlignedBuf, Config, Error, Result, RowKey, TableMeta};
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -234,7 +236,7 @@ impl ClientShared {
     /// Local worker `worker` (global id) stopped round `round` with an error: this
     /// process's and every other process's receivers stop waiting for it (best effort: a
     /// process that cannot be told has failed the cluster anyway).
-    pub(crate) fn worker_stopped(&self, worker: crate::msg::WorkerId, round: u64) {
+    pub(crate) fn worker_stopped(&self, worker: crate::ids::WorkerId, round: u64) {
         self.mailboxes.stop(worker, round);
         for p in 0..self.world.processes as ProcessId {
             if p != self.process {

@@ -25,13 +25,15 @@
 //! `server::shard`.
 
 use super::Cluster;
+use crate::buf::AlignedBuf;
 use crate::checkpoint::{
-    Checkpoint, CheckpointError, CheckpointWriter, ClusterShape, Meta, PartEntry, PartWriter,
-    TableShape,
+    Checkpoint, CheckpointError, CheckpointWriter, ClusterRule, ClusterShape, Meta, PartEntry,
+    PartWriter, TableShape,
 };
-use crate::consistency::Clock;
+use crate::error::{Error, Result};
+use crate::ids::{Clock, RowKey};
 use crate::msg::Msg;
-use crate::{rows_part, AlignedBuf, ClusterRule, Error, Result, RowKey};
+use crate::rows_part;
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::path::{Path, PathBuf};

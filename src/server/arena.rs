@@ -23,10 +23,11 @@
 //! deltas added, so a row is never `-0.0` and adding an all-zero delta changes nothing:
 //! such deltas (rows a worker's slab covers but it did not touch) are skipped.
 
-use crate::consistency::Clock;
-use crate::msg::{ProcessId, WorkerId};
+use crate::buf::AlignedBuf;
+use crate::element::{ElemType, Element};
+use crate::ids::{Clock, ProcessId, RowKey, WorkerId};
 use crate::slot::padded;
-use crate::{AlignedBuf, ElemType, Element, RowKey, TableMeta};
+use crate::table::TableMeta;
 use rustc_hash::FxHashMap;
 use std::ops::Range;
 use std::sync::Arc;

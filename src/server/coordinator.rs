@@ -2,8 +2,10 @@
 //! assigned once by name, so that every process agrees on them — and the all-gathers it
 //! collects.
 
-use crate::msg::ProcessId;
-use crate::{AlignedBuf, ElemType, TableMeta};
+use crate::buf::AlignedBuf;
+use crate::element::ElemType;
+use crate::ids::ProcessId;
+use crate::table::TableMeta;
 use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
 

@@ -11,8 +11,7 @@
 //! producing it; only the other messages of the same step reach the process after it.
 
 use super::arena::RefreshRows;
-use crate::consistency::Clock;
-use crate::msg::ShardId;
+use crate::ids::{Clock, ShardId};
 
 /// The process arena of the shard's own OS process (see the module docs).
 pub(crate) trait LocalArena: Send + Sync {

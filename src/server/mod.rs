@@ -16,7 +16,8 @@ pub(crate) use arena::RefreshRows;
 pub(crate) use local::LocalArena;
 pub(crate) use shard::Shard;
 
-use crate::msg::{Endpoint, Msg, ProcessId};
+use crate::ids::ProcessId;
+use crate::msg::{Endpoint, Msg};
 use crate::sync::{lock, Signal};
 use crate::transport::{DirectShard, Inbound, Inbox, Transport};
 use crossbeam::channel::{Select, TryRecvError};
@@ -224,9 +225,9 @@ fn attached_cell(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::buf::AlignedBuf;
     use crate::transport::InProcTransport;
     use crate::world::World;
-    use crate::AlignedBuf;
 
     fn gather(round: u64) -> Msg {
         Msg::Gather {

@@ -24,14 +24,16 @@
 use super::arena::{ArenaShard, Layout, Request};
 use super::coordinator::Coordinator;
 use super::LocalArena;
+use crate::buf::AlignedBuf;
 use crate::checkpoint::{CheckpointError, PartEntry, PartWriter};
-use crate::consistency::{Clock, ClockTable, DeferredReads};
+use crate::consistency::{ClockTable, DeferredReads};
 use crate::gather::phase_bit;
-use crate::msg::{Endpoint, Msg, ProcessId, RowBatch, ShardId, Want, WorkerId};
+use crate::ids::{Clock, ProcessId, RowKey, ShardId, WorkerId};
+use crate::msg::{Endpoint, Msg, RowBatch, Want};
 use crate::placement::Placement;
 use crate::rows_part;
+use crate::table::TableMeta;
 use crate::world::World;
-use crate::{AlignedBuf, RowKey, TableMeta};
 use dashmap::DashMap;
 use rustc_hash::{FxBuildHasher, FxHashMap};
 use std::collections::BTreeMap;
@@ -922,7 +924,7 @@ fn check_positions(layout: Layout, positions: &[u32], worker: WorkerId) -> Resul
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ElemType;
+    use crate::element::ElemType;
     use std::sync::Arc;
 
     fn shard_with_table(workers: usize) -> Shard {

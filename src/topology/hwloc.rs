@@ -15,7 +15,7 @@ use hwlocality::object::TopologyObject;
 use hwlocality::Topology as HwlocTopology;
 
 use super::{Core, Topology, TopologySource, Zone};
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 
 /// hwloc's view of the machine this process runs on, restricted to the CPUs the calling
 /// thread may run on (its affinity mask, as `available_parallelism` counts them).

@@ -10,7 +10,7 @@ pub(crate) mod bind;
 #[cfg(feature = "hwloc")]
 mod hwloc;
 
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 
 /// One core: the processing units (hardware threads) it has, by OS index.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -12,7 +12,8 @@
 //! sender drives it if no other thread does (`server::ShardCell`).
 
 use super::{DirectClient, DirectShard, Inbound, Inbox, Transport, TransportError};
-use crate::msg::{Endpoint, Msg, ProcessId, ShardId};
+use crate::ids::{ProcessId, ShardId};
+use crate::msg::{Endpoint, Msg};
 use crossbeam::channel::{unbounded, Sender};
 use std::sync::{RwLock, Weak};
 

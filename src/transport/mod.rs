@@ -18,6 +18,23 @@ pub(crate) use tcp::{Envelope, LocalInboxes, TcpTransport};
 
 use crate::msg::{Endpoint, Msg};
 
+/// Network traffic of one kind of protocol message ([`Cluster::traffic`](crate::Cluster::traffic)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
+pub struct KindTraffic {
+    /// The message kind, e.g. `Clock` (a worker's updates of a clock), `SlabRows` (an
+    /// arena refresh), `Rows` (generic row fetches), `RunReady` (the run barrier).
+    pub kind: &'static str,
+    /// Messages of this kind this process sent to other processes.
+    pub messages_sent: u64,
+    /// Their bytes on the wire (frame header included).
+    pub bytes_sent: u64,
+    /// Messages of this kind this process received from other processes.
+    pub messages_received: u64,
+    /// Their bytes on the wire.
+    pub bytes_received: u64,
+}
+
 /// What an endpoint's thread receives: a protocol message, or a local stop (which never
 /// crosses a network and is not a protocol message: one process stopping its threads
 /// stops nobody else's).
@@ -86,7 +103,7 @@ pub(crate) trait Transport: Send + Sync + 'static {
     /// cannot (one that leaves the process) ignores it.
     fn attach_client(
         &self,
-        _rank: crate::msg::ProcessId,
+        _rank: crate::ids::ProcessId,
         _client: std::sync::Weak<dyn DirectClient>,
     ) {
     }
@@ -96,7 +113,7 @@ pub(crate) trait Transport: Send + Sync + 'static {
     /// thread then only takes what a sender left to it).
     fn attach_shard(
         &self,
-        _id: crate::msg::ShardId,
+        _id: crate::ids::ShardId,
         _shard: std::sync::Weak<dyn DirectShard>,
     ) -> bool {
         false
@@ -141,7 +158,7 @@ pub(crate) trait Transport: Send + Sync + 'static {
     /// Messages and bytes sent to and received from other processes so far, by kind of
     /// message (kinds with none left out; empty for a transport that does not leave the
     /// process).
-    fn traffic_by_kind(&self) -> Vec<crate::KindTraffic> {
+    fn traffic_by_kind(&self) -> Vec<KindTraffic> {
         Vec::new()
     }
 

@@ -10,7 +10,8 @@
 //! layer that fails, fails this process's cluster with an error naming the peer.
 
 use super::{Inbound, Transport, TransportError};
-use crate::msg::{Endpoint, Msg, ProcessId};
+use crate::ids::ProcessId;
+use crate::msg::{Endpoint, Msg};
 use crate::net::{Net, NetConfig, NetError, NetEvent};
 use crate::world::World;
 use crossbeam::channel::Sender;
@@ -150,11 +151,11 @@ impl Transport for TcpTransport {
             .map_err(|_| TransportError::Closed(to))
     }
 
-    fn traffic_by_kind(&self) -> Vec<crate::KindTraffic> {
+    fn traffic_by_kind(&self) -> Vec<super::KindTraffic> {
         Msg::KINDS
             .iter()
             .zip(self.kinds.iter())
-            .map(|(&kind, k)| crate::KindTraffic {
+            .map(|(&kind, k)| super::KindTraffic {
                 kind,
                 messages_sent: k.messages_sent.load(Ordering::Relaxed),
                 bytes_sent: k.bytes_sent.load(Ordering::Relaxed),
@@ -285,8 +286,8 @@ mod tests {
             to,
             tag: 0,
             round: 1,
-            elem: crate::ElemType::F32,
-            values: crate::AlignedBuf::zeroed(4),
+            elem: crate::element::ElemType::F32,
+            values: crate::buf::AlignedBuf::zeroed(4),
         };
         assert!(check(world, 0, 1, &env(Endpoint::Client(0), pass(2, 1))).is_ok());
         let e = check(world, 0, 1, &env(Endpoint::Client(0), pass(4, 1))).unwrap_err();

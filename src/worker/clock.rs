@@ -4,9 +4,10 @@
 
 use super::special::Slab;
 use super::{Special, Worker};
-use crate::consistency::Clock;
+use crate::consistency::Staleness;
+use crate::error::Result;
+use crate::ids::Clock;
 use crate::msg::{Endpoint, Msg, RowBatch};
-use crate::{Result, Staleness};
 
 impl Worker<'_> {
     /// Ends this worker's current clock: its buffered updates are sent, and become visible

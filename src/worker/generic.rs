@@ -3,9 +3,12 @@
 //! the operation log. Rows outside a specialized plan take it too.
 
 use super::Worker;
+use crate::buf::AlignedBuf;
 use crate::client::{CacheRef, WAIT_SLICE};
-use crate::consistency::Clock;
-use crate::{AlignedBuf, Element, Result, RowKey, TableMeta};
+use crate::element::Element;
+use crate::error::Result;
+use crate::ids::{Clock, RowKey};
+use crate::table::TableMeta;
 
 impl<'a> Worker<'a> {
     /// [`read`](Self::read) through the generic store: the process cache, then this

@@ -12,7 +12,11 @@
 //! summed, their updates add up alike.
 
 use super::{scratch_of, Worker};
-use crate::{AlignedBuf, Element, Result, RowKey, Table};
+use crate::buf::AlignedBuf;
+use crate::element::Element;
+use crate::error::Result;
+use crate::ids::RowKey;
+use crate::table::Table;
 
 impl Worker<'_> {
     /// READs each row of `rows`, calls `f` with them and with `deltas` (one per row, each

@@ -9,9 +9,12 @@
 //! the rows an iteration touches must not depend on them.
 
 use super::Worker;
+use crate::buf::AlignedBuf;
 use crate::client::{deadline, Empty, Letter};
-use crate::msg::{Endpoint, Msg, WorkerId};
-use crate::{AlignedBuf, Element, Error, Result};
+use crate::element::Element;
+use crate::error::{Error, Result};
+use crate::ids::WorkerId;
+use crate::msg::{Endpoint, Msg};
 
 impl Worker<'_> {
     /// Sends `values` to worker `to` (a global id, `0..workers()`), tagged `tag`. Never

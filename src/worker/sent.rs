@@ -9,7 +9,7 @@
 //! requires every earlier clock. The generic path keeps its op logs here, the specialized
 //! path its block buffers.
 
-use crate::consistency::Clock;
+use crate::ids::Clock;
 use std::collections::VecDeque;
 
 /// Sent updates by clock (see the module docs), oldest first.

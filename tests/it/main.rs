@@ -8,5 +8,6 @@ mod messages;
 mod modes;
 mod numa;
 mod ssp_props;
+mod tidy;
 mod util;
 mod worker_state;

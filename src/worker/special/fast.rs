@@ -20,11 +20,11 @@ use super::{
 const PREFETCH_WORDS: usize = 24;
 /// The most words of a block a read's advance prefetches (16 cache lines).
 const MAX_PREFETCH_WORDS: usize = 128;
-use crate::consistency::Clock;
+use crate::element::Element;
+use crate::ids::{Clock, RowKey};
 use crate::prefetch::prefetch_at;
 use crate::slot::padded_words;
 use crate::worker::scratch_of;
-use crate::{Element, RowKey};
 
 /// A block [`Special::fresh_block`] found: its view and delta rows.
 struct FreshBlock<'a, T> {

@@ -22,8 +22,9 @@
 
 use super::{held_in, RowAt, RunCursor, Special, HEADER_WORDS, NONE, RUN, RUN_ROW};
 use crate::client::ClientShared;
-use crate::consistency::Clock;
-use crate::{Element, Result, RowKey};
+use crate::element::Element;
+use crate::error::Result;
+use crate::ids::{Clock, RowKey};
 
 impl Special {
     /// Whether the row at `at` is held in this clock.

@@ -29,11 +29,14 @@ mod slab_writes;
 use slab_writes::SlabWrites;
 
 use super::sent::Sent;
+use crate::buf::AlignedBuf;
 use crate::client::{ClientShared, ProcessArena, WAIT_SLICE};
-use crate::consistency::Clock;
+use crate::element::{ElemType, Element};
+use crate::error::Result;
+use crate::ids::{Clock, RowKey};
 use crate::slot::{padded, padded_words};
 use crate::stream;
-use crate::{AlignedBuf, ElemType, Element, Result, RowKey, TableMeta};
+use crate::table::TableMeta;
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -284,7 +287,7 @@ impl Special {
         arena: Arc<ProcessArena>,
         tables: &[TableMeta],
         worker: usize,
-        config: &crate::Config,
+        config: &crate::config::Config,
         tape: Vec<u32>,
     ) -> Self {
         let deltas = config.specializations.contiguous_index;
@@ -438,7 +441,7 @@ impl Special {
             dirty: vec![0; touched_words],
             holds: false,
             writes: SlabWrites::new(config.slab_stores),
-            ssp: config.staleness != crate::Staleness::BSP,
+            ssp: config.staleness != crate::consistency::Staleness::BSP,
             counters: AccessCounters::default(),
             tape_hits: 0,
             phase: 0,
@@ -1575,7 +1578,8 @@ mod tests {
         check_steps, count_bits, plain_row_words, set_bits, HEADER_WORDS, LEN_SHIFT, RUN, RUN_ROW,
         RUN_STEP, SLOT_STEP,
     };
-    use crate::{ElemType, TableMeta};
+    use crate::element::ElemType;
+    use crate::table::TableMeta;
 
     #[test]
     fn op_tape_steps_must_name_whole_blocks_of_their_tables_row_size() {

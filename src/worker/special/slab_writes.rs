@@ -11,7 +11,7 @@
 //! once every [`PROBE_EVERY`] takes, and streams while the median of its last [`RECENT`]
 //! streamed takes costs less than [`FASTER`] times that of its plain ones.
 
-use crate::SlabStores;
+use crate::config::SlabStores;
 use std::time::{Duration, Instant};
 
 /// Takes smaller than this (bytes) are not timed: too short to tell the ways apart.
