@@ -114,11 +114,6 @@ impl AlignedBuf {
     pub fn cast_mut<T: Element>(&mut self) -> &mut [T] {
         bytemuck::cast_slice_mut(self.as_bytes_mut())
     }
-
-    /// Sets every byte to zero, keeping the length.
-    pub fn clear(&mut self) {
-        self.words.fill(0);
-    }
 }
 
 impl fmt::Debug for AlignedBuf {
@@ -186,8 +181,6 @@ mod tests {
         let odd = AlignedBuf::from_slice(&[1i32, 2, 3]);
         assert_eq!(odd.len(), 12);
         assert_eq!(odd.cast::<i32>(), &[1, 2, 3]);
-        b.clear();
-        assert_eq!(b.cast::<f64>(), &[0.0, 0.0]);
     }
 
     #[test]

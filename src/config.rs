@@ -240,42 +240,49 @@ impl Config {
     }
 
     /// Sets the number of server shards.
+    #[must_use = "a builder returns the changed settings"]
     pub fn with_shards(mut self, shards: usize) -> Self {
         self.shards = shards;
         self
     }
 
     /// Sets the staleness bound.
+    #[must_use = "a builder returns the changed settings"]
     pub fn with_staleness(mut self, staleness: Staleness) -> Self {
         self.staleness = staleness;
         self
     }
 
     /// Sets the specializations (for ablation).
+    #[must_use = "a builder returns the changed settings"]
     pub fn with_specializations(mut self, specializations: Specializations) -> Self {
         self.specializations = specializations;
         self
     }
 
     /// Sets the store mode.
+    #[must_use = "a builder returns the changed settings"]
     pub fn with_mode(mut self, mode: Mode) -> Self {
         self.mode = mode;
         self
     }
 
     /// Bounds the process cache to `rows` rows with LRU eviction.
+    #[must_use = "a builder returns the changed settings"]
     pub fn with_cache_capacity(mut self, rows: usize) -> Self {
         self.cache_capacity = Some(rows);
         self
     }
 
     /// Bounds the op tapes of all workers to `bytes` (see [`Config::tape_budget`]).
+    #[must_use = "a builder returns the changed settings"]
     pub fn with_tape_budget(mut self, bytes: usize) -> Self {
         self.tape_budget = Some(bytes);
         self
     }
 
     /// Joins the cluster of processes `membership` describes (see [`Config::membership`]).
+    #[must_use = "a builder returns the changed settings"]
     pub fn with_membership(mut self, membership: Membership) -> Self {
         self.membership = Some(membership);
         self
@@ -283,18 +290,21 @@ impl Config {
 
     /// Plans the NUMA placement for `topology` instead of this machine (see
     /// [`Config::topology`]).
+    #[must_use = "a builder returns the changed settings"]
     pub fn with_topology(mut self, topology: Topology) -> Self {
         self.topology = Some(topology);
         self
     }
 
     /// Sets [`Config::yield_waits`].
+    #[must_use = "a builder returns the changed settings"]
     pub fn with_yield_waits(mut self, yield_waits: bool) -> Self {
         self.yield_waits = yield_waits;
         self
     }
 
     /// Sets [`Config::slab_stores`].
+    #[must_use = "a builder returns the changed settings"]
     pub fn with_slab_stores(mut self, slab_stores: SlabStores) -> Self {
         self.slab_stores = slab_stores;
         self

@@ -6,7 +6,7 @@
 //! - a value's **data clock** `d` promises that it includes every update made during clocks
 //!   `0..d` by every worker (it may include more);
 //! - a worker at clock `c` with staleness `s` may use a value only if `d >= c - s`, i.e. it
-//!   sees every update from clocks `<= c - s - 1` ([`Staleness::is_fresh`]).
+//!   sees every update from clocks `<= c - s - 1` ([`Staleness::required_data_clock`]).
 //!
 //! The server side keeps each worker's clock in a [`ClockTable`]; its minimum is the data
 //! clock of everything the server holds. Reads that need a newer data clock wait in
@@ -50,7 +50,7 @@ impl Staleness {
 
     /// The smallest data clock a worker at `worker_clock` may read.
     #[inline]
-    pub fn required_data_clock(self, worker_clock: Clock) -> Clock {
+    pub(crate) fn required_data_clock(self, worker_clock: Clock) -> Clock {
         match self {
             Staleness::Bounded(s) => worker_clock.saturating_sub(u64::from(s)),
             Staleness::Unbounded => 0,
@@ -64,13 +64,14 @@ impl Staleness {
     /// its sent updates from one run to the next, it is what keeps read-my-writes across
     /// runs.
     #[inline]
-    pub fn required_in_run(self, worker_clock: Clock, run_start: Clock) -> Clock {
+    pub(crate) fn required_in_run(self, worker_clock: Clock, run_start: Clock) -> Clock {
         self.required_data_clock(worker_clock).max(run_start)
     }
 
-    /// Whether a value with `data_clock` is fresh enough for a worker at `worker_clock`.
-    #[inline]
-    pub fn is_fresh(self, data_clock: Clock, worker_clock: Clock) -> bool {
+    /// Whether a value with `data_clock` is fresh enough for a worker at `worker_clock`
+    /// (the rule the tests state; the store compares with `required_data_clock`).
+    #[cfg(test)]
+    fn is_fresh(self, data_clock: Clock, worker_clock: Clock) -> bool {
         data_clock >= self.required_data_clock(worker_clock)
     }
 }

@@ -91,6 +91,7 @@ mod config;
 mod consistency;
 mod element;
 mod error;
+#[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 mod gather;
@@ -114,7 +115,6 @@ mod transport;
 mod worker;
 mod world;
 
-pub use buf::AlignedBuf;
 pub use checkpoint::{newest_checkpoint, ClusterRule};
 pub use cluster::{Cluster, NumaReport, Resumed, SpecialMemory, Stats};
 pub use config::{
@@ -129,7 +129,7 @@ pub use membership::{
     loopback_hosts, parse_hosts, rank_from_env, Membership, Secret, SECRET_ENV, SHUTDOWN_TIMEOUT,
 };
 pub use numa::WorkerPlacement;
-pub use table::{Table, TableMeta};
+pub use table::Table;
 pub use topology::{Core, Topology, TopologySource, Zone};
 pub use transport::KindTraffic;
 pub use worker::Worker;
