@@ -4,7 +4,7 @@
 //! table decides how two such buffers are added. This module knows nothing about tables,
 //! clocks or the network.
 //!
-//! [`AlignedBuf`]: crate::AlignedBuf
+//! [`AlignedBuf`]: crate::buf::AlignedBuf
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
