@@ -9,12 +9,14 @@ mod arena;
 mod cache;
 mod fetch;
 mod mailbox;
+mod replies;
 
 pub(crate) use crate::sync::Signal;
 pub(crate) use arena::{ArenaWords, ProcessArena};
 pub(crate) use cache::{CacheRef, ProcessCache};
 pub(crate) use fetch::Fetcher;
 pub(crate) use mailbox::{deadline, Empty, Letter, Mailboxes};
+use replies::Replies;
 
 use crate::buf::AlignedBuf;
 use crate::config::Config;
@@ -27,7 +29,6 @@ use crate::sync::lock;
 use crate::table::TableMeta;
 use crate::transport::{DirectClient, Inbound, Inbox, Transport, TransportError};
 use crate::world::World;
-use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
@@ -59,19 +60,8 @@ pub(crate) struct ClientShared {
     arena: RwLock<Option<Arc<ProcessArena>>>,
     failure: Mutex<Option<Error>>,
     failed: AtomicBool,
-    dumps: Mutex<Vec<Vec<(RowKey, AlignedBuf)>>>,
-    /// Answers to the run barrier: per run, each shard's start clock.
-    run_ready: Mutex<BTreeMap<u64, Vec<(ShardId, Clock)>>>,
-    /// Tables the coordinator declared to this process.
-    declared: Mutex<Vec<TableMeta>>,
-    /// Completed all-gathers by round.
-    gathered: Mutex<BTreeMap<u64, Vec<AlignedBuf>>>,
-    /// Shards that have finished the migration under way ([`Msg::Migrated`]).
-    migrated: Mutex<Vec<ShardId>>,
-    /// This process's shards' answers to the checkpoint under way ([`Msg::Checkpointed`]).
-    checkpointed: Mutex<Vec<(ShardId, ShardPart)>>,
-    /// Shards that have finished the resume under way ([`Msg::Restored`]).
-    restored: Mutex<Vec<ShardId>>,
+    /// The shards' answers to this process's collective requests, until taken.
+    replies: Replies,
     /// The local workers' mailboxes (`Worker::send`, `Worker::recv`).
     pub(crate) mailboxes: Mailboxes,
     /// Times a waiting worker took a shard's queued messages ([`ClientShared::help`]).
@@ -100,13 +90,7 @@ impl ClientShared {
             arena: RwLock::new(None),
             failure: Mutex::new(None),
             failed: AtomicBool::new(false),
-            dumps: Mutex::new(Vec::new()),
-            run_ready: Mutex::new(BTreeMap::new()),
-            declared: Mutex::new(Vec::new()),
-            gathered: Mutex::new(BTreeMap::new()),
-            migrated: Mutex::new(Vec::new()),
-            checkpointed: Mutex::new(Vec::new()),
-            restored: Mutex::new(Vec::new()),
+            replies: Replies::default(),
             mailboxes: Mailboxes::new(world.workers),
             helped: AtomicU64::new(0),
         }
@@ -282,8 +266,7 @@ impl ClientShared {
     /// Collects `shards` answers to `Dump` requests already sent.
     pub(crate) fn collect_dumps(&self, shards: usize) -> Result<Vec<(RowKey, AlignedBuf)>> {
         self.wait_for("table snapshot", Duration::from_secs(60), || {
-            let mut d = lock(&self.dumps);
-            (d.len() >= shards).then(|| d.drain(..).flatten().collect())
+            self.replies.take_dumps(shards)
         })
     }
 
@@ -294,12 +277,7 @@ impl ClientShared {
         // A run barrier waits for the slowest process's run to end: no fixed bound, but
         // a failed or lost process ends it through `check`.
         let answers = self.wait_for("run barrier", Duration::MAX, || {
-            let mut ready = lock(&self.run_ready);
-            if ready.get(&run).is_some_and(|a| a.len() >= shards) {
-                ready.remove(&run)
-            } else {
-                None
-            }
+            self.replies.take_run_ready(run, shards)
         })?;
         let start = answers[0].1;
         if let Some((shard, other)) = answers.iter().find(|(_, s)| *s != start) {
@@ -317,9 +295,7 @@ impl ClientShared {
     /// Waits for the coordinator's declaration of table `name`.
     pub(crate) fn await_table(&self, name: &str) -> Result<TableMeta> {
         self.wait_for("table declaration", Duration::from_secs(60), || {
-            let mut d = lock(&self.declared);
-            let i = d.iter().position(|m| m.name == name)?;
-            Some(d.swap_remove(i))
+            self.replies.take_table(name)
         })
     }
 
@@ -327,7 +303,7 @@ impl ClientShared {
     /// it waits for the slowest process; a failed one ends the wait.
     pub(crate) fn await_gathered(&self, round: u64) -> Result<Vec<AlignedBuf>> {
         self.wait_for("all-gather", Duration::MAX, || {
-            lock(&self.gathered).remove(&round)
+            self.replies.take_gathered(round)
         })
     }
 
@@ -337,8 +313,7 @@ impl ClientShared {
     pub(crate) fn await_migrated(&self) -> Result<()> {
         let total = self.world.total_shards();
         self.wait_for("row migration", Duration::MAX, || {
-            let mut done = lock(&self.migrated);
-            (done.len() >= total).then(|| done.clear())
+            self.replies.take_migrated(total)
         })
     }
 
@@ -348,8 +323,7 @@ impl ClientShared {
     /// panicked or rejected the request) ends the wait.
     pub(crate) fn await_checkpointed(&self, shards: usize) -> Result<Vec<(ShardId, ShardPart)>> {
         let mut answers = self.wait_for("checkpoint", Duration::MAX, || {
-            let mut done = lock(&self.checkpointed);
-            (done.len() >= shards).then(|| std::mem::take(&mut *done))
+            self.replies.take_checkpointed(shards)
         })?;
         answers.sort_by_key(|(shard, _)| *shard);
         Ok(answers)
@@ -361,8 +335,7 @@ impl ClientShared {
     pub(crate) fn await_restored(&self) -> Result<()> {
         let total = self.world.total_shards();
         self.wait_for("resume", Duration::MAX, || {
-            let mut done = lock(&self.restored);
-            (done.len() >= total).then(|| done.clear())
+            self.replies.take_restored(total)
         })
     }
 
@@ -399,6 +372,10 @@ impl ClientShared {
 
     /// Handles one message from a shard.
     fn on_msg(&self, msg: Msg) {
+        let msg = match self.replies.file(msg) {
+            Ok(()) => return self.signal.notify(),
+            Err(msg) => msg,
+        };
         match msg {
             Msg::Rows {
                 data_clock, rows, ..
@@ -415,37 +392,6 @@ impl ClientShared {
             }),
             Msg::MinClock { clock, .. } => {
                 self.known_min.fetch_max(clock, Ordering::AcqRel);
-            }
-            Msg::RunReady { shard, run, start } => {
-                lock(&self.run_ready)
-                    .entry(run)
-                    .or_default()
-                    .push((shard, start));
-                self.signal.notify();
-            }
-            Msg::Migrated { shard } => {
-                lock(&self.migrated).push(shard);
-                self.signal.notify();
-            }
-            Msg::Checkpointed { shard, part } => {
-                lock(&self.checkpointed).push((shard, part));
-                self.signal.notify();
-            }
-            Msg::Restored { shard } => {
-                lock(&self.restored).push(shard);
-                self.signal.notify();
-            }
-            Msg::Gathered { round, parts } => {
-                lock(&self.gathered).insert(round, parts);
-                self.signal.notify();
-            }
-            Msg::TableDeclared { meta } => {
-                lock(&self.declared).push(meta);
-                self.signal.notify();
-            }
-            Msg::DumpRows { rows, .. } => {
-                lock(&self.dumps).push(rows);
-                self.signal.notify();
             }
             Msg::Pass {
                 from,
