@@ -4,15 +4,25 @@
 //!
 //! Until `finish` returns, the destination name is untouched: a failed or abandoned write
 //! leaves at most the temporary file, which is removed when the `DurableFile` is dropped.
+//!
+//! Nothing is followed through a symbolic link: the destination's directory is opened
+//! once without following a link ([`open_dir`]), and the temporary file is created in it
+//! exclusively and without following one (a stale temporary name is unlinked first, so
+//! a link planted there is removed, never written through), renamed and removed
+//! relative to that directory handle, so swapping the directory for a link meanwhile
+//! changes nothing.
 //! Errors name the destination file, so a full disk reads "D/ckpt-00000040/shard-1.rows:
 //! write failed: No space left on device". In tests a `DiskBudget` shared by the files
 //! of a checkpoint makes the disk "fill up" after a number of bytes.
 
 use super::layout::tmp_path;
 use super::CheckpointError;
+use rustix::fs::{AtFlags, Mode, OFlags};
 use sha2::{Digest, Sha256};
-use std::fs::{self, File, OpenOptions};
+use std::ffi::OsString;
+use std::fs::File;
 use std::io::{self, BufWriter, Write};
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
 /// Buffer between the caller's writes and the file.
@@ -30,7 +40,11 @@ pub(crate) struct Written {
 /// A file being written to a temporary name; see the module docs.
 pub(crate) struct DurableFile {
     dest: PathBuf,
-    tmp: PathBuf,
+    /// The destination's directory, opened without following a link.
+    dir: OwnedFd,
+    /// The destination's and the temporary file's names in `dir`.
+    name: OsString,
+    tmp: OsString,
     out: BufWriter<Sink>,
     hasher: Sha256,
     size: u64,
@@ -41,17 +55,44 @@ pub(crate) struct DurableFile {
 }
 
 impl DurableFile {
-    /// Creates the temporary file for `dest` (replacing a stale one).
+    /// Creates the temporary file for `dest` (removing a stale one, or a link in its
+    /// place), in `dest`'s directory, which must not be a link.
     pub(crate) fn create(dest: PathBuf) -> Result<Self, CheckpointError> {
-        let tmp = tmp_path(&dest);
-        let file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&tmp)
-            .map_err(|e| CheckpointError::io(&dest, "create", e))?;
+        let (Some(parent), Some(name)) = (dest.parent(), dest.file_name()) else {
+            return Err(CheckpointError::io(
+                &dest,
+                "create",
+                io::Error::new(io::ErrorKind::InvalidInput, "not a file in a directory"),
+            ));
+        };
+        let dir = open_dir(parent)?;
+        let name = name.to_os_string();
+        let tmp = tmp_path(&dest)
+            .file_name()
+            .expect("a temporary name is a file name")
+            .to_os_string();
+        match rustix::fs::unlinkat(&dir, tmp.as_os_str(), AtFlags::empty()) {
+            Ok(()) | Err(rustix::io::Errno::NOENT) => {}
+            Err(e) => {
+                return Err(CheckpointError::io(
+                    &dest,
+                    "remove a stale temporary",
+                    e.into(),
+                ))
+            }
+        }
+        let fd = rustix::fs::openat(
+            &dir,
+            tmp.as_os_str(),
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o666),
+        )
+        .map_err(|e| CheckpointError::io(&dest, "create", e.into()))?;
+        let file = File::from(fd);
         Ok(DurableFile {
             dest,
+            dir,
+            name,
             tmp,
             out: BufWriter::with_capacity(
                 BUFFER,
@@ -95,8 +136,13 @@ impl DurableFile {
             .file
             .sync_all()
             .map_err(|e| CheckpointError::io(&self.dest, "sync", e))?;
-        fs::rename(&self.tmp, &self.dest)
-            .map_err(|e| CheckpointError::io(&self.dest, "rename", e))?;
+        rustix::fs::renameat(
+            &self.dir,
+            self.tmp.as_os_str(),
+            &self.dir,
+            self.name.as_os_str(),
+        )
+        .map_err(|e| CheckpointError::io(&self.dest, "rename", e.into()))?;
         self.done = true;
         let hasher = std::mem::take(&mut self.hasher);
         Ok(Written {
@@ -165,7 +211,7 @@ impl Drop for DurableFile {
         if !self.done {
             // The buffer flushes itself when dropped: into nothing.
             self.out.get_mut().discard = true;
-            let _ = fs::remove_file(&self.tmp);
+            let _ = rustix::fs::unlinkat(&self.dir, self.tmp.as_os_str(), AtFlags::empty());
         }
     }
 }
@@ -175,6 +221,22 @@ pub(crate) fn sync_dir(dir: &Path) -> Result<(), CheckpointError> {
     File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(|e| CheckpointError::io(dir, "sync", e))
+}
+
+/// Opens directory `dir` without following a link: a link (or anything but a
+/// directory) there is a [`CheckpointError::Link`].
+pub(crate) fn open_dir(dir: &Path) -> Result<OwnedFd, CheckpointError> {
+    rustix::fs::open(
+        dir,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| match e {
+        rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR => CheckpointError::Link {
+            path: dir.to_path_buf(),
+        },
+        e => CheckpointError::io(dir, "open", e.into()),
+    })
 }
 
 /// The file under a [`DurableFile`]'s buffer, with the test-only disk budget.

@@ -154,6 +154,31 @@ pub(crate) enum CheckpointError {
         /// The clock being written.
         clock: Clock,
     },
+    /// Where the store writes or removes a checkpoint's directory or file, a symbolic
+    /// link or another kind of file was found: never followed, never replaced.
+    #[error(
+        "{}: is a symbolic link or not a plain directory: refused (checkpoint directories \
+         and files are never followed through links)",
+        path.display()
+    )]
+    Link {
+        /// The path found to be a link (or not a directory).
+        path: PathBuf,
+    },
+    /// An older checkpoint directory holds entries the store did not write (or links):
+    /// they are left in place, and so is the directory.
+    #[error(
+        "{}: holds {} the store did not write ({}): left in place",
+        dir.display(),
+        if names.len() == 1 { "an entry" } else { "entries" },
+        names.join(", ")
+    )]
+    Foreign {
+        /// The checkpoint directory.
+        dir: PathBuf,
+        /// What it holds besides the store's files.
+        names: Vec<String>,
+    },
 }
 
 impl CheckpointError {
@@ -172,7 +197,9 @@ impl CheckpointError {
             | DuplicatePart { path }
             | BadEntry { path, .. }
             | Unfinished { path }
-            | NotNewer { path, .. } => path.clone(),
+            | NotNewer { path, .. }
+            | Link { path } => path.clone(),
+            Foreign { dir, .. } => dir.clone(),
             MissingDir { dir } | NoCheckpoint { dir, .. } | Incomplete { dir } => dir.clone(),
             UnknownPart { dir, name } => dir.join(name),
             BadPartName { name, .. } => PathBuf::from(name),

@@ -66,6 +66,15 @@ impl Checkpoint {
             reason,
         })
     }
+    /// The names of the parts the manifest in checkpoint directory `dir` lists (the
+    /// manifest parsed, nothing verified): what pruning may remove.
+    pub(crate) fn listed_parts(
+        dir: &Path,
+    ) -> Result<std::collections::BTreeSet<String>, CheckpointError> {
+        let path = dir.join(MANIFEST);
+        let manifest = Manifest::parse(&read_manifest(dir, &path)?, &path)?;
+        Ok(manifest.parts.into_iter().map(|p| p.name).collect())
+    }
 
     /// Opens the checkpoint in directory `dir` (one `ckpt-<clock>` directory) and
     /// verifies it as [`open_newest`](Checkpoint::open_newest) does.

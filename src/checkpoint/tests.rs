@@ -11,6 +11,8 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+mod links;
+
 /// A fresh directory under the system's temporary directory, removed when dropped.
 struct TestDir(PathBuf);
 

@@ -15,9 +15,17 @@
 //! step (a full disk, a crash) leaves the previous complete checkpoint valid and returns
 //! an error naming the file being written. The writer does not know what parts hold,
 //! which process writes which, or how entries travel between processes.
+//!
+//! A checkpoint root may be shared with other users, so nothing here follows a link: a
+//! `ckpt-<clock>` that is a link is refused (not written into, not reused), files are
+//! created exclusively relative to their directory's handle (`durable.rs`), and pruning
+//! removes only the files the store writes — a complete checkpoint's listed parts and
+//! manifest, temporary files, and in an abandoned one files named as parts are — never
+//! following a link or entering a subdirectory, and only in directories and of files
+//! this user owns; a directory holding anything else is left in place and reported.
 
-use super::durable::{sync_dir, DurableFile};
-use super::layout::{self, check_part_name, dir_name, MANIFEST};
+use super::durable::{open_dir, sync_dir, DurableFile};
+use super::layout::{self, check_part_name, dir_name, Found, MANIFEST};
 use super::manifest::is_hex_digest;
 use super::{CheckpointError, Manifest, Meta, PartEntry};
 use crate::ids::Clock;
@@ -118,7 +126,9 @@ impl CheckpointWriter {
         let dir = root.join(dir_name(clock));
         match fs::create_dir(&dir) {
             Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dir.is_dir() => {}
+            // An earlier attempt's, or another process's of this checkpoint: reused if
+            // it is a directory and not a link.
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => check_plain_dir(&dir)?,
             Err(e) => return Err(CheckpointError::io(&dir, "create", e)),
         }
         sync_dir(root)?;
@@ -253,9 +263,7 @@ impl PartWriter {
         name: &str,
     ) -> Result<PartWriter, CheckpointError> {
         let dir = root.join(dir_name(clock));
-        if !dir.is_dir() {
-            return Err(CheckpointError::MissingDir { dir });
-        }
+        check_plain_dir(&dir)?;
         let parts: Arc<Mutex<Parts>> = Arc::default();
         lock(&parts).claim(name, &dir)?;
         let file = DurableFile::create(dir.join(name))?;
@@ -333,9 +341,9 @@ fn prune(root: &Path, clock: Clock) -> (Vec<PathBuf>, Vec<CheckpointError>) {
         Err(e) => return (pruned, vec![e]),
     };
     for old in found.into_iter().filter(|f| f.clock < clock) {
-        match fs::remove_dir_all(&old.dir) {
+        match remove_checkpoint(&old) {
             Ok(()) => pruned.push(old.dir),
-            Err(e) => failures.push(CheckpointError::io(old.dir, "remove", e)),
+            Err(e) => failures.push(e),
         }
     }
     if !pruned.is_empty() {
@@ -344,6 +352,90 @@ fn prune(root: &Path, clock: Clock) -> (Vec<PathBuf>, Vec<CheckpointError>) {
         }
     }
     (pruned, failures)
+}
+
+/// Checks that `dir` exists and is a directory, not a link to one.
+fn check_plain_dir(dir: &Path) -> Result<(), CheckpointError> {
+    match fs::symlink_metadata(dir) {
+        Ok(m) if m.file_type().is_dir() => Ok(()),
+        Ok(_) => Err(CheckpointError::Link {
+            path: dir.to_path_buf(),
+        }),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Err(CheckpointError::MissingDir {
+            dir: dir.to_path_buf(),
+        }),
+        Err(e) => Err(CheckpointError::io(dir, "stat", e)),
+    }
+}
+
+/// Removes checkpoint directory `old` and the files the store wrote in it (see the
+/// module docs), relative to its directory handle; a directory that holds anything
+/// else is left, with an error naming what.
+fn remove_checkpoint(old: &Found) -> Result<(), CheckpointError> {
+    use rustix::fs::{AtFlags, FileType};
+    let dir = open_dir(&old.dir)?;
+    // A complete checkpoint lists its parts; an abandoned one has no list, so any file
+    // named as a part is taken for one.
+    let listed: Option<BTreeSet<String>> = if old.complete {
+        super::Checkpoint::listed_parts(&old.dir).ok()
+    } else {
+        None
+    };
+    let ours = |name: &str| {
+        let plain = name
+            .strip_prefix('.')
+            .and_then(|n| n.strip_suffix(".tmp"))
+            .unwrap_or(name);
+        plain == MANIFEST
+            || match &listed {
+                Some(parts) => parts.contains(plain),
+                None => check_part_name(plain).is_ok(),
+            }
+    };
+    let io_err = |action, e: rustix::io::Errno| CheckpointError::io(&old.dir, action, e.into());
+    // Another user's directory (a shared root) was not written by this store.
+    let me = rustix::process::geteuid().as_raw();
+    let owner = rustix::fs::fstat(&dir)
+        .map_err(|e| io_err("stat", e))?
+        .st_uid;
+    if owner != me {
+        return Err(CheckpointError::Foreign {
+            dir: old.dir.clone(),
+            names: vec![format!("the directory itself, owned by uid {owner}")],
+        });
+    }
+    let mut foreign = Vec::new();
+    let mut entries = rustix::fs::Dir::read_from(&dir).map_err(|e| io_err("list", e))?;
+    let mut names = Vec::new();
+    while let Some(entry) = entries.read() {
+        let entry = entry.map_err(|e| io_err("list", e))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name == "." || name == ".." {
+            continue;
+        }
+        let stat = rustix::fs::statat(&dir, entry.file_name(), AtFlags::SYMLINK_NOFOLLOW)
+            .map_err(|e| io_err("stat", e))?;
+        if FileType::from_raw_mode(stat.st_mode) == FileType::RegularFile
+            && stat.st_uid == me
+            && ours(&name)
+        {
+            names.push(entry.file_name().to_owned());
+        } else {
+            foreign.push(name);
+        }
+    }
+    for name in names {
+        rustix::fs::unlinkat(&dir, name.as_c_str(), AtFlags::empty())
+            .map_err(|e| io_err("remove", e))?;
+    }
+    if !foreign.is_empty() {
+        foreign.sort();
+        return Err(CheckpointError::Foreign {
+            dir: old.dir.clone(),
+            names: foreign,
+        });
+    }
+    fs::remove_dir(&old.dir).map_err(|e| CheckpointError::io(&old.dir, "remove", e))
 }
 
 /// Locks the parts list. Nothing panics while holding it, so a poisoned lock still holds

@@ -14,7 +14,9 @@ mod inproc;
 mod tcp;
 
 pub(crate) use inproc::InProcTransport;
-pub(crate) use tcp::{Envelope, LocalInboxes, TcpTransport};
+#[cfg(feature = "fuzzing")]
+pub(crate) use tcp::Envelope;
+pub(crate) use tcp::{LocalInboxes, TcpTransport};
 
 use crate::msg::{Endpoint, Msg};
 
