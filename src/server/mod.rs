@@ -9,8 +9,9 @@
 //! into.
 //!
 //! The driver here does the IO the shard asks for ([`step`]): a checkpoint's part, which
-//! the shard names and encodes ([`PartWrite`]), is stored through `crate::checkpoint` on
-//! the shard's thread, and the outcome handed back to the shard, which answers.
+//! the shard names ([`PartWrite`]) and encodes, is stored through `crate::checkpoint` by
+//! the thread driving the shard at that moment (its own, or a sender's), before the shard
+//! handles anything else, and the outcome handed back to the shard, which answers.
 
 mod arena;
 mod coordinator;
@@ -142,8 +143,8 @@ impl ShardCell {
 }
 
 /// Handles `msg` on `shard`, pushing its replies onto `out`, and carries out the IO it
-/// asks for before anything else reaches it: a checkpoint's part is written on this
-/// thread and its outcome — the part's entry, or the error (a full disk, say) — handed
+/// asks for before anything else reaches it: a checkpoint's part is written on the
+/// calling thread and its outcome — the part's entry, or the error (a full disk, say) — handed
 /// back to the shard, which answers the process that asked.
 fn step(shard: &mut Shard, msg: Msg, out: &mut Vec<(Endpoint, Msg)>) {
     if let Some(write) = shard.handle(msg, out) {
@@ -157,7 +158,7 @@ fn step(shard: &mut Shard, msg: Msg, out: &mut Vec<(Endpoint, Msg)>) {
 /// entry for the manifest, or the error naming the file.
 fn write_part(shard: &Shard, write: &PartWrite) -> Result<PartEntry, CheckpointError> {
     PartWriter::standalone(write.root(), write.clock(), write.name())?
-        .write_all_with(|file| shard.write_part(write, file))
+        .write_all_with(|file| shard.encode_part(write, file))
 }
 
 impl ShardCell {

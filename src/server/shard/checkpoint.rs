@@ -4,7 +4,7 @@
 //! Three steps, the middle one its driver's: [`Shard::handle`] checks that the checkpoint
 //! is in place (between runs, at the checkpoint's clock) and returns a [`PartWrite`]
 //! naming the part and the rows it holds; the driver stores the part through
-//! `crate::checkpoint`, streaming into it the bytes [`Shard::write_part`] encodes (the
+//! `crate::checkpoint`, streaming into it the bytes [`Shard::encode_part`] encodes (the
 //! `rows_part` format); it hands the outcome to [`Shard::part_written`], which answers
 //! the process that asked — with the part's manifest entry, or the error's text (a failed
 //! write, say a full disk, is not a protocol error: the cluster goes on).
@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 /// checkpoint at `clock` in `root` (see [`rows_part`]).
 ///
 /// It is carried out at once, before the shard handles anything else: the part's bytes
-/// ([`Shard::write_part`]) are the rows as they are when it was asked for.
+/// ([`Shard::encode_part`]) are the rows as they are when it was asked for.
 #[derive(Debug)]
 pub(crate) struct PartWrite {
     /// The process that asked, and gets the answer.
@@ -138,7 +138,7 @@ impl Shard {
     /// Encodes the part `write` names into `out`: its header, then each of its rows as
     /// this shard holds it (see [`rows_part`]). Bytes only: where they go is the caller's,
     /// and so is every error of `out`.
-    pub(crate) fn write_part(&self, write: &PartWrite, out: &mut impl Write) -> io::Result<()> {
+    pub(crate) fn encode_part(&self, write: &PartWrite, out: &mut impl Write) -> io::Result<()> {
         let rows = write.keys.len() as u64;
         rows_part::write_header(out, self.id, write.clock, rows)?;
         for &(key, in_arena) in &write.keys {

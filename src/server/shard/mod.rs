@@ -22,7 +22,7 @@
 //!   same order) — memory shared with that process, not IO;
 //! - its part of a checkpoint ([`Msg::Checkpoint`]): [`Shard::handle`] returns a
 //!   [`PartWrite`] instead of an answer; the driver stores the part through
-//!   `crate::checkpoint`, streaming the bytes [`Shard::write_part`] encodes, and hands the
+//!   `crate::checkpoint`, streaming the bytes [`Shard::encode_part`] encodes, and hands the
 //!   outcome back to [`Shard::part_written`], which answers [`Msg::Checkpointed`].
 //!
 //! Before any run it takes rows back from a checkpoint ([`Msg::Restore`]), as messages.

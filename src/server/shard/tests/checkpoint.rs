@@ -67,7 +67,7 @@ fn a_checkpoint_asks_the_driver_for_its_part_and_answers_once_told_the_outcome()
     assert!(!nowhere().exists(), "the shard writes nothing");
     // The part's bytes: generic and arena rows, sorted by key, without all-zero rows.
     let mut bytes = Vec::new();
-    s.write_part(&write, &mut bytes).unwrap();
+    s.encode_part(&write, &mut bytes).unwrap();
     let mut rows = Vec::new();
     let header = rows_part::read(
         &bytes[..],
