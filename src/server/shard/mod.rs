@@ -14,16 +14,17 @@
 //! with the agreed start clock); a shard is done once every process has left it. Shard 0
 //! also holds the [`Coordinator`].
 //!
-//! **No IO.** Nothing here opens, writes or syncs a file. Its outputs are its replies,
-//! and two requests its driver carries out (`super`, the thread that runs the shard):
+//! **No IO.** Nothing here opens, writes or syncs a file. Besides its replies it has two
+//! outputs:
 //!
 //! - the arena refreshes of the process in its own OS process, which it writes into that
 //!   process's arena ([`LocalArena`]) instead of sending them (the same refreshes, in the
 //!   same order) — memory shared with that process, not IO;
-//! - its part of a checkpoint ([`Msg::Checkpoint`]): [`Shard::handle`] returns a
-//!   [`PartWrite`] instead of an answer; the driver stores the part through
-//!   `crate::checkpoint`, streaming the bytes [`Shard::encode_part`] encodes, and hands the
-//!   outcome back to [`Shard::part_written`], which answers [`Msg::Checkpointed`].
+//! - its part of a checkpoint ([`Msg::Checkpoint`]), which it asks its driver (`super`,
+//!   whoever runs the shard) to write: [`Shard::handle`] returns a [`PartWrite`] instead
+//!   of an answer; the driver stores the part through `crate::checkpoint`, streaming the
+//!   bytes [`Shard::encode_part`] encodes, and hands the outcome back to
+//!   [`Shard::part_written`], which answers [`Msg::Checkpointed`].
 //!
 //! Before any run it takes rows back from a checkpoint ([`Msg::Restore`]), as messages.
 //!
