@@ -1,11 +1,17 @@
 //! Server shards: the authoritative copy of the rows placed on them, the clocks of every
 //! worker, and the reads waiting for those clocks.
 //!
-//! A [`Shard`] is a state machine — `handle(msg) -> replies` — and [`spawn`] drives it
-//! from a thread fed by the transport (and, in one OS process, from the threads that send
-//! it messages: `ShardCell`). It knows the protocol and the SSP rules, nothing
-//! about caches, workers' threads or how messages travel; the process in its own OS
-//! process it knows only as a [`LocalArena`] to write that process's refreshes into.
+//! A [`Shard`] is a state machine — `handle(msg) -> replies` — that does no IO, and
+//! [`spawn`] drives it from a thread fed by the transport (and, in one OS process, from
+//! the threads that send it messages: `ShardCell`). It knows the protocol and the SSP
+//! rules, nothing about caches, workers' threads or how messages travel; the process in
+//! its own OS process it knows only as a [`LocalArena`] to write that process's refreshes
+//! into.
+//!
+//! The driver here does the IO the shard asks for ([`step`]): a checkpoint's part, which
+//! the shard names ([`PartWrite`]) and encodes, is stored through `crate::checkpoint` by
+//! the thread driving the shard at that moment (its own, or a sender's), before the shard
+//! handles anything else, and the outcome handed back to the shard, which answers.
 
 mod arena;
 mod coordinator;
@@ -16,6 +22,9 @@ pub(crate) use arena::RefreshRows;
 pub(crate) use local::LocalArena;
 pub(crate) use shard::Shard;
 
+use shard::PartWrite;
+
+use crate::checkpoint::{CheckpointError, PartEntry, PartWriter};
 use crate::ids::ProcessId;
 use crate::msg::{Endpoint, Msg};
 use crate::sync::{lock, Signal};
@@ -101,7 +110,7 @@ impl ShardCell {
         let Driver { shard, out } = d;
         // Only a Leave changes who stays: nothing more per message on this path.
         let leave = matches!(msg, Msg::Leave { .. });
-        let handled = catch_unwind(AssertUnwindSafe(|| shard.handle(msg, out)));
+        let handled = catch_unwind(AssertUnwindSafe(|| step(shard, msg, out)));
         if let Err(payload) = handled {
             let reason = format!(
                 "server shard {} panicked: {}",
@@ -131,6 +140,25 @@ impl ShardCell {
     fn lock(&self) -> std::sync::MutexGuard<'_, Driver> {
         lock(&self.driver)
     }
+}
+
+/// Handles `msg` on `shard`, pushing its replies onto `out`, and carries out the IO it
+/// asks for before anything else reaches it: a checkpoint's part is written on the
+/// calling thread and its outcome — the part's entry, or the error (a full disk, say) — handed
+/// back to the shard, which answers the process that asked.
+fn step(shard: &mut Shard, msg: Msg, out: &mut Vec<(Endpoint, Msg)>) {
+    if let Some(write) = shard.handle(msg, out) {
+        let written = write_part(shard, &write);
+        shard.part_written(write, written, out);
+    }
+}
+
+/// Stores the checkpoint part `write` names as a standalone part of the checkpoint
+/// directory its process has begun, with the bytes `shard` encodes streamed into it: its
+/// entry for the manifest, or the error naming the file.
+fn write_part(shard: &Shard, write: &PartWrite) -> Result<PartEntry, CheckpointError> {
+    PartWriter::standalone(write.root(), write.clock(), write.name())?
+        .write_all_with(|file| shard.encode_part(write, file))
 }
 
 impl ShardCell {
@@ -223,73 +251,4 @@ fn attached_cell(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::buf::AlignedBuf;
-    use crate::transport::InProcTransport;
-    use crate::world::World;
-
-    fn gather(round: u64) -> Msg {
-        Msg::Gather {
-            from: 0,
-            round,
-            values: AlignedBuf::zeroed(8),
-        }
-    }
-
-    fn gathered(inbox: &Inbox) -> Option<u64> {
-        match inbox.try_recv() {
-            Ok(Inbound::Msg(Msg::Gathered { round, .. })) => Some(round),
-            _ => None,
-        }
-    }
-
-    #[test]
-    fn an_attached_shard_is_driven_by_its_senders_or_left_to_its_thread() {
-        let (t, mut shards, clients) = InProcTransport::new(1, 1);
-        let t: Arc<dyn Transport> = Arc::new(t);
-        let shard = Shard::new(0, World::single(1, 1));
-        let (cell, attached) = attached_cell(shard, shards.remove(0), t.clone());
-        assert!(attached);
-        // No thread drives it: the sender handled it, the reply is there already.
-        t.send(Endpoint::Shard(0), gather(1)).unwrap();
-        assert_eq!(gathered(&clients[0]), Some(1));
-        // Held elsewhere: the message waits and the thread is kicked, and it takes it.
-        let held = cell.lock();
-        let seen = cell.kick.generation();
-        t.send(Endpoint::Shard(0), gather(2)).unwrap();
-        assert_eq!(gathered(&clients[0]), None);
-        drop(held);
-        assert_ne!(cell.kick.generation(), seen, "the thread was kicked");
-        assert!(!cell.drain(&mut cell.lock()));
-        assert_eq!(gathered(&clients[0]), Some(2));
-        // A local stop ends it, from the sender's thread, and kicks the thread to end.
-        let seen = cell.kick.generation();
-        t.stop_local(Endpoint::Shard(0)).unwrap();
-        assert!(cell.done.load(Ordering::Acquire));
-        assert_ne!(cell.kick.generation(), seen, "the thread was kicked to end");
-        t.send(Endpoint::Shard(0), gather(3)).unwrap();
-        assert_eq!(gathered(&clients[0]), None);
-    }
-
-    /// A queued message waits for a helper; a helper takes it unless another thread
-    /// holds the shard, and never waits for that thread.
-    #[test]
-    fn a_helper_takes_what_waits_unless_the_shard_is_held() {
-        let (t, mut shards, clients) = InProcTransport::new(1, 1);
-        let t: Arc<dyn Transport> = Arc::new(t);
-        let shard = Shard::new(0, World::single(1, 1));
-        let (cell, _) = attached_cell(shard, shards.remove(0), t.clone());
-        assert!(!t.help(), "nothing waits");
-        t.enqueue(Endpoint::Shard(0), gather(1)).unwrap();
-        assert_eq!(gathered(&clients[0]), None, "only queued");
-        let held = cell.lock();
-        assert!(!t.help(), "held elsewhere: not waited for");
-        drop(held);
-        assert!(t.help());
-        assert_eq!(gathered(&clients[0]), Some(1));
-        t.enqueue(Endpoint::Shard(0), gather(2)).unwrap();
-        t.drive(Endpoint::Shard(0));
-        assert_eq!(gathered(&clients[0]), Some(2), "driven by its sender");
-    }
-}
+mod tests;

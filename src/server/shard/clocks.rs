@@ -1,0 +1,140 @@
+//! The SSP side of a shard: workers' clocks ([`ClockTable`]), the updates waiting for the
+//! minimum clock to pass them, and the reads waiting for a clock ([`DeferredReads`]).
+//! When the minimum clock advances, the updates it makes visible are applied in
+//! `(clock, worker)` order and then the reads it releases are answered.
+//!
+//! It decides *when*: when an update becomes visible and when a read is answered. *How*
+//! rows are stored, added to and sent is `rows`'s; it knows nothing of runs, migrations
+//! or checkpoints.
+//!
+//! [`ClockTable`]: crate::consistency::ClockTable
+//! [`DeferredReads`]: crate::consistency::DeferredReads
+
+use super::Shard;
+use crate::buf::AlignedBuf;
+use crate::ids::{Clock, ProcessId, RowKey, WorkerId};
+use crate::msg::{Endpoint, Msg, RowBatch, Want};
+use rustc_hash::FxHashMap;
+
+impl Shard {
+    /// Worker `worker` has finished clock `clock - 1`, with its updates of that clock:
+    /// `rows` sent the generic way and `slab` laid out by its process's plan `epoch`.
+    pub(super) fn clock(
+        &mut self,
+        worker: WorkerId,
+        clock: Clock,
+        epoch: u32,
+        rows: RowBatch,
+        (slab, slab_rows): (AlignedBuf, Option<Vec<u32>>),
+        out: &mut Vec<(Endpoint, Msg)>,
+    ) {
+        let Some(process) = self.world.process_of_worker(worker) else {
+            return self.reject_all(format!("clock from unknown worker {worker}"), out);
+        };
+        if self.left[process as usize] {
+            return self.reject_all(
+                format!("clock from worker {worker} after its process left"),
+                out,
+            );
+        }
+        let advanced = match self.clocks.tick(worker as usize, clock) {
+            Ok(advanced) => advanced,
+            Err(e) => return self.reject_all(e.to_string(), out),
+        };
+        if !rows.is_empty() || !slab.is_empty() {
+            let slab = self.resolve_slab(process, epoch, worker, (slab, slab_rows));
+            match (self.validate(&rows), slab) {
+                (Ok(()), Ok(slab)) => self
+                    .pending
+                    .entry(clock - 1)
+                    .or_default()
+                    .push((worker, rows, slab)),
+                // The clock still counts, so that nothing waits on it; the cluster fails.
+                (Err(reason), _) | (_, Err(reason)) => self.reject_all(reason, out),
+            }
+        }
+        self.advance(advanced, out);
+    }
+
+    /// Worker `worker` has finished its run: nobody waits for it any more.
+    pub(super) fn finish(&mut self, worker: WorkerId, out: &mut Vec<(Endpoint, Msg)>) {
+        match self.clocks.finish(worker as usize) {
+            Ok(advanced) => self.advance(advanced, out),
+            Err(e) => self.reject_all(e.to_string(), out),
+        }
+    }
+
+    /// `from` reads `rows`, each at least as new as its clock: those the minimum clock
+    /// has reached are answered now, the others once it does.
+    pub(super) fn fetch(
+        &mut self,
+        from: ProcessId,
+        rows: Vec<(RowKey, Clock)>,
+        out: &mut Vec<(Endpoint, Msg)>,
+    ) {
+        let min = self.clocks.min_clock();
+        let mut ready = Vec::new();
+        for (key, required) in rows {
+            if self.table(key.table).is_none() {
+                self.reject(from, format!("fetch of unknown table #{}", key.table), out);
+            } else if required <= min {
+                ready.push(key);
+            } else {
+                self.deferred.defer(required, (from, key));
+            }
+        }
+        if !ready.is_empty() {
+            self.reply(from, ready, out);
+        }
+    }
+
+    /// `from` asks for the arena refresh `want` of its plan `epoch` at data clock
+    /// `required` or newer: now if the minimum clock is there, else once it is.
+    pub(super) fn slab_fetch(
+        &mut self,
+        from: ProcessId,
+        epoch: u32,
+        required: Clock,
+        want: Want,
+        out: &mut Vec<(Endpoint, Msg)>,
+    ) {
+        if required <= self.clocks.min_clock() {
+            self.reply_slab(from, epoch, want, out);
+        } else {
+            self.slab_deferred.defer(required, (from, epoch, want));
+        }
+    }
+
+    /// Applies the pending updates the new minimum clock makes visible, then answers the
+    /// reads that were waiting for it.
+    pub(super) fn advance(&mut self, advanced: Option<Clock>, out: &mut Vec<(Endpoint, Msg)>) {
+        let Some(min) = advanced else { return };
+        let later = self.pending.split_off(&min);
+        let ready = std::mem::replace(&mut self.pending, later);
+        for (_clock, mut batches) in ready {
+            batches.sort_by_key(|(worker, _, _)| *worker);
+            for (_worker, batch, slab) in batches {
+                self.apply(batch, slab, min, out);
+            }
+        }
+        for p in self.staying() {
+            out.push((
+                Endpoint::Client(p),
+                Msg::MinClock {
+                    shard: self.id,
+                    clock: min,
+                },
+            ));
+        }
+        for (from, epoch, want) in self.slab_deferred.release(min) {
+            self.reply_slab(from, epoch, want, out);
+        }
+        let mut by_process: FxHashMap<ProcessId, Vec<RowKey>> = FxHashMap::default();
+        for (from, key) in self.deferred.release(min) {
+            by_process.entry(from).or_default().push(key);
+        }
+        for (from, keys) in by_process {
+            self.reply(from, keys, out);
+        }
+    }
+}

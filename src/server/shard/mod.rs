@@ -1,0 +1,261 @@
+//! [`Shard`]: one server shard as a pure state machine — `handle(msg) -> replies` — that
+//! does no IO.
+//!
+//! The shard serves **exact snapshots**: the rows it sends hold exactly the updates of
+//! clocks `< min_clock`, no more. Updates of later clocks wait in a pending list and are
+//! applied, in `(clock, worker)` order, when the minimum clock passes them. So under BSP
+//! every read sees the same values whatever the thread timing or the number of processes
+//! (deterministic up to the application's own update order), and a worker adds its own
+//! newer updates itself.
+//!
+//! Every process of the cluster talks to every shard. A shard keeps one arena for its
+//! planned rows and per process a subscription tagged with that process's plan epoch;
+//! runs end at a barrier ([`Msg::RunEnd`] from every process, then [`Msg::RunReady`]
+//! with the agreed start clock); a shard is done once every process has left it. Shard 0
+//! also holds the [`Coordinator`].
+//!
+//! **No IO.** Nothing here opens, writes or syncs a file. Besides its replies it has two
+//! outputs:
+//!
+//! - the arena refreshes of the process in its own OS process, which it writes into that
+//!   process's arena ([`LocalArena`]) instead of sending them (the same refreshes, in the
+//!   same order) — memory shared with that process, not IO;
+//! - its part of a checkpoint ([`Msg::Checkpoint`]), which it asks its driver (`super`,
+//!   whoever runs the shard) to write: [`Shard::handle`] returns a [`PartWrite`] instead
+//!   of an answer; the driver stores the part through `crate::checkpoint`, streaming the
+//!   bytes [`Shard::encode_part`] encodes, and hands the outcome back to
+//!   [`Shard::part_written`], which answers [`Msg::Checkpointed`].
+//!
+//! Before any run it takes rows back from a checkpoint ([`Msg::Restore`]), as messages.
+//!
+//! One concept per file; each works on the [`Shard`] defined here:
+//!
+//! - `tables`: the tables it knows (row shapes) and shard 0's coordinator duties;
+//! - `clocks`: the SSP side — workers' clocks, reads waiting for them, what a new
+//!   minimum clock releases (driving `crate::consistency`);
+//! - `rows`: the rows themselves — the generic map and the arena, adding updates and
+//!   slabs, plans' subscriptions, the rows and refreshes reads are answered with;
+//! - `runs`: the run barrier and processes leaving;
+//! - `migration`: rows moving between shards under a new placement;
+//! - `checkpoint`: the rows' part of a checkpoint (what to write, its bytes, the answer);
+//! - `restore`: rows coming back from a checkpoint.
+//!
+//! This module holds the state and dispatches messages to those files; it knows nothing
+//! of threads, transports, files or the cluster that drives it.
+
+mod checkpoint;
+mod clocks;
+mod migration;
+mod restore;
+mod rows;
+mod runs;
+mod tables;
+
+#[cfg(test)]
+pub(super) mod tests;
+
+pub(crate) use checkpoint::PartWrite;
+
+use self::migration::Migration;
+use self::restore::Restoring;
+use self::rows::Resolved;
+use super::arena::ArenaShard;
+use super::coordinator::Coordinator;
+use super::LocalArena;
+use crate::buf::AlignedBuf;
+use crate::consistency::{ClockTable, DeferredReads};
+use crate::ids::{Clock, ProcessId, RowKey, ShardId, WorkerId};
+use crate::msg::{Endpoint, Msg, RowBatch, Want};
+use crate::table::TableMeta;
+use crate::world::World;
+use dashmap::DashMap;
+use rustc_hash::FxBuildHasher;
+use std::collections::BTreeMap;
+use std::sync::Weak;
+
+/// Updates of one worker for one clock, waiting to become visible: rows sent the generic
+/// way, and a slab resolved to its layout when it arrived.
+type Pending = (WorkerId, RowBatch, Option<Resolved>);
+
+/// One server shard: visible rows, pending updates, worker clocks, deferred reads, the
+/// run barrier and who has left.
+pub(crate) struct Shard {
+    id: ShardId,
+    world: World,
+    tables: Vec<Option<TableMeta>>,
+    /// Shard 0 only.
+    coordinator: Option<Coordinator>,
+    rows: DashMap<RowKey, AlignedBuf, FxBuildHasher>,
+    pending: BTreeMap<Clock, Vec<Pending>>,
+    clocks: ClockTable,
+    deferred: DeferredReads<(ProcessId, RowKey)>,
+    /// Specialized storage: every subscribed row, and each process's subscription.
+    arena: ArenaShard,
+    /// Arena refreshes waiting for the minimum clock: `(process, epoch, chunk or all)`.
+    slab_deferred: DeferredReads<(ProcessId, u32, Want)>,
+    /// Per process: the last run it ended.
+    ended: Vec<u64>,
+    /// The last run every process ended (and this shard answered with `RunReady`).
+    run: u64,
+    /// Per process: whether it has left.
+    left: Vec<bool>,
+    /// A migration under way (see [`Msg::Migrate`]).
+    migration: Option<Migration>,
+    /// A restore under way (see [`Msg::Restore`]).
+    restore: Option<Restoring>,
+    /// Whether a restore has completed (there is only one, before any run).
+    restored: bool,
+    /// The process in this shard's OS process and its arena, which takes its refreshes
+    /// straight from this shard's arena ([`LocalArena`]) while it lives.
+    local: Option<(ProcessId, Weak<dyn LocalArena>)>,
+}
+
+impl Shard {
+    /// Global shard `id` of a cluster shaped `world`.
+    pub(crate) fn new(id: ShardId, world: World) -> Self {
+        Shard {
+            id,
+            world,
+            tables: Vec::new(),
+            coordinator: (id == 0).then(|| Coordinator::new(world.processes)),
+            rows: DashMap::with_hasher(FxBuildHasher),
+            pending: BTreeMap::new(),
+            clocks: ClockTable::new(world.total_workers()),
+            deferred: DeferredReads::default(),
+            arena: ArenaShard::default(),
+            slab_deferred: DeferredReads::default(),
+            ended: vec![0; world.processes],
+            run: 0,
+            left: vec![false; world.processes],
+            migration: None,
+            restore: None,
+            restored: false,
+            local: None,
+        }
+    }
+
+    /// This shard, writing the arena refreshes of `process` (the process in its own OS
+    /// process) straight into `arena` while it lives, instead of sending them.
+    pub(crate) fn with_local_arena(
+        mut self,
+        process: ProcessId,
+        arena: Weak<dyn LocalArena>,
+    ) -> Self {
+        self.local = Some((process, arena));
+        self
+    }
+
+    pub(crate) fn id(&self) -> ShardId {
+        self.id
+    }
+
+    /// Whether every process has left: nobody will send to this shard again.
+    pub(crate) fn released(&self) -> bool {
+        self.left.iter().all(|&l| l)
+    }
+
+    /// The processes that have not left yet.
+    pub(crate) fn staying(&self) -> Vec<ProcessId> {
+        (0..self.world.processes as ProcessId)
+            .filter(|&p| !self.left[p as usize])
+            .collect()
+    }
+
+    /// Whether `p` names a process of the cluster.
+    fn known(&self, p: ProcessId) -> bool {
+        (p as usize) < self.world.processes
+    }
+
+    /// Handles one message, pushing any replies onto `out`.
+    ///
+    /// Returns the checkpoint part to write when `msg` asks for one (and is in place):
+    /// its answer waits for the caller, who writes the part and hands the outcome to
+    /// [`part_written`](Shard::part_written) before handling anything else.
+    #[must_use = "a checkpoint part must be written and its outcome handed to part_written"]
+    pub(crate) fn handle(&mut self, msg: Msg, out: &mut Vec<(Endpoint, Msg)>) -> Option<PartWrite> {
+        if let Some(from) = msg.sender() {
+            if !self.known(from) {
+                self.reject_all(format!("message from unknown process {from}"), out);
+                return None;
+            }
+            if self.left[from as usize] {
+                self.reject_all(format!("message from process {from} after it left"), out);
+                return None;
+            }
+        }
+        match msg {
+            Msg::DeclareTable {
+                from,
+                name,
+                width,
+                elem,
+            } => self.declare_table(from, name, width, elem, out),
+            Msg::Gather {
+                from,
+                round,
+                values,
+            } => self.gather(from, round, values, out),
+            Msg::CreateTable { meta } => self.create_table(meta, out),
+            Msg::Fetch { from, rows } => self.fetch(from, rows, out),
+            Msg::Specialize {
+                from,
+                epoch,
+                keys,
+                chunk_ends,
+                chunk_phases,
+                updaters,
+            } => {
+                let layout = (&keys[..], &chunk_ends[..], &chunk_phases[..]);
+                self.specialize(from, epoch, layout, updaters, out)
+            }
+            Msg::SlabFetch {
+                from,
+                epoch,
+                required,
+                want,
+            } => self.slab_fetch(from, epoch, required, want, out),
+            Msg::Clock {
+                worker,
+                clock,
+                epoch,
+                rows,
+                slab,
+                slab_rows,
+            } => self.clock(worker, clock, epoch, rows, (slab, slab_rows), out),
+            Msg::Finish { worker } => self.finish(worker, out),
+            Msg::RunEnd { from, run } => self.run_end(from, run, out),
+            Msg::Leave { from } => self.leave(from, out),
+            Msg::Checkpoint { from, root, clock } => {
+                return self.checkpoint(from, root, clock, out)
+            }
+            Msg::Restore {
+                from,
+                clock,
+                rows,
+                last,
+            } => self.restore(from, clock, rows, last, out),
+            Msg::Migrate { from, overrides } => self.migrate(from, overrides, out),
+            Msg::Adopt { shard, rows } => self.adopt(shard, rows, out),
+            Msg::Dump { from, table } => self.dump(from, table, out),
+            other => self.reject_all(format!("unexpected message {other:?}"), out),
+        }
+        None
+    }
+
+    fn reject(&self, to: ProcessId, reason: String, out: &mut Vec<(Endpoint, Msg)>) {
+        out.push((
+            Endpoint::Client(to),
+            Msg::Rejected {
+                shard: self.id,
+                reason,
+            },
+        ));
+    }
+
+    /// A protocol error that fails the cluster: every process still in it is told.
+    fn reject_all(&self, reason: String, out: &mut Vec<(Endpoint, Msg)>) {
+        for p in self.staying() {
+            self.reject(p, reason.clone(), out);
+        }
+    }
+}

@@ -1,0 +1,102 @@
+//! Restore: rows coming back from a checkpoint in a resume ([`Msg::Restore`]). Every
+//! process sends the rows it read whose home is this shard, the last message flagged; once
+//! every process has sent its last, every worker starts at the checkpoint's clock and
+//! every process is told ([`Msg::Restored`]).
+//!
+//! Only before any run, plan or migration: the shard must hold nothing yet. The rows
+//! arrive as messages; it knows nothing of files or how they were read.
+
+use super::Shard;
+use crate::buf::AlignedBuf;
+use crate::ids::{Clock, ProcessId, RowKey};
+use crate::msg::{Endpoint, Msg};
+
+/// Where a shard is in a restore: the checkpoint's clock, and which processes have sent
+/// their last rows.
+#[derive(Debug)]
+pub(super) struct Restoring {
+    clock: Clock,
+    done: Vec<bool>,
+}
+
+impl Restoring {
+    /// Whether process `p` has sent its last rows.
+    pub(super) fn done_by(&self, p: ProcessId) -> bool {
+        self.done[p as usize]
+    }
+}
+
+impl Shard {
+    /// Rows `from` read from a checkpoint at `clock` whose home is this shard. Only
+    /// before any run, plan or migration: the shard must hold nothing yet.
+    pub(super) fn restore(
+        &mut self,
+        from: ProcessId,
+        clock: Clock,
+        rows: Vec<(RowKey, AlignedBuf)>,
+        last: bool,
+        out: &mut Vec<(Endpoint, Msg)>,
+    ) {
+        if self.restore.is_none() {
+            let used = self.restored
+                || self.run != 0
+                || self.clocks.max_clock() != 0
+                || !self.pending.is_empty()
+                || !self.rows.is_empty()
+                || self.arena.rows().next().is_some()
+                || self.migration.is_some();
+            if used {
+                return self.reject_all(
+                    "a resume after runs, a plan, a migration or another resume".into(),
+                    out,
+                );
+            }
+            self.restore = Some(Restoring {
+                clock,
+                done: vec![false; self.world.processes],
+            });
+        }
+        let Some(state) = self.restore.as_mut() else {
+            return;
+        };
+        if state.clock != clock {
+            let other = state.clock;
+            return self.reject_all(
+                format!("process {from} resumes from clock {clock}, another from clock {other}"),
+                out,
+            );
+        }
+        if std::mem::replace(&mut state.done[from as usize], last) {
+            return self.reject_all(
+                format!("rows restored by process {from} after its last"),
+                out,
+            );
+        }
+        if let Err(reason) = self.validate(&rows) {
+            return self.reject_all(format!("restored rows: {reason}"), out);
+        }
+        for (key, value) in rows {
+            if self.rows.insert(key, value).is_some() {
+                return self.reject_all(format!("{key:?} restored twice"), out);
+            }
+        }
+        self.check_restored(out);
+    }
+
+    /// Once every process has sent its last rows: every worker starts at the checkpoint's
+    /// clock, and every process is told.
+    fn check_restored(&mut self, out: &mut Vec<(Endpoint, Msg)>) {
+        let Some(state) = self.restore.as_ref().filter(|r| r.done.iter().all(|&d| d)) else {
+            return;
+        };
+        let clock = state.clock;
+        self.restore = None;
+        self.restored = true;
+        if let Err(e) = self.clocks.resume_all(clock) {
+            return self.reject_all(format!("a resume at clock {clock}: {e}"), out);
+        }
+        for p in self.staying() {
+            out.push((Endpoint::Client(p), Msg::Restored { shard: self.id }));
+        }
+    }
+}

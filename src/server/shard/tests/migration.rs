@@ -1,0 +1,138 @@
+//! Migration: rows handed over and adopted in every order.
+
+use super::*;
+use crate::placement::Placement;
+
+/// Shard 1 of 3 (one per process, one worker each) holding rows 0..8 of table 0.
+fn seeded_middle_shard() -> Shard {
+    let world = World {
+        processes: 3,
+        workers: 1,
+        shards: 1,
+    };
+    let mut s = shard_in(1, world);
+    let mut out = Vec::new();
+    let rows: Vec<(u64, [i64; 2])> = (0..8).map(|r| (r, [r as i64, 1])).collect();
+    s.step(clock(0, 1, &rows), &mut out);
+    s.step(clock(1, 1, &[]), &mut out);
+    s.step(clock(2, 1, &[]), &mut out);
+    assert!(s.pending.is_empty(), "{out:?}");
+    s
+}
+
+#[test]
+fn a_migration_completes_under_every_order_of_its_messages_and_loses_nothing() {
+    let key = |r| RowKey::new(0, r);
+    // Rows 100 and 200 come from shards 0 and 2: the same placement sends them here.
+    let overrides = vec![
+        (key(0), 0),
+        (key(1), 2),
+        (key(2), 1),
+        (key(100), 1),
+        (key(200), 1),
+    ];
+    let mut placement = Placement::hashed(3);
+    for &(k, s) in &overrides {
+        placement.set(k, s);
+    }
+    let adopt = |from: ShardId, row: u64| Msg::Adopt {
+        shard: from,
+        rows: vec![(key(row), AlignedBuf::from_slice(&[row as i64, 7]))],
+    };
+    let script = [
+        Msg::Migrate {
+            from: 1,
+            overrides: overrides.clone(),
+        },
+        adopt(0, 100),
+        adopt(2, 200),
+    ];
+    let orders = [
+        [0, 1, 2],
+        [0, 2, 1],
+        [1, 0, 2],
+        [1, 2, 0],
+        [2, 0, 1],
+        [2, 1, 0],
+    ];
+    for order in orders.map(|o| o.map(|i| script[i].clone())) {
+        let mut s = seeded_middle_shard();
+        let mut out = Vec::new();
+        for (i, msg) in order.iter().enumerate() {
+            s.step(msg.clone(), &mut out);
+            let migrated = out
+                .iter()
+                .filter(|(_, m)| matches!(m, Msg::Migrated { shard: 1 }))
+                .count();
+            assert_eq!(migrated, if i == 2 { 3 } else { 0 }, "{order:?}: {out:?}");
+        }
+        assert!(
+            !out.iter().any(|(_, m)| matches!(m, Msg::Rejected { .. })),
+            "{out:?}"
+        );
+        // What left went to its new home, one Adopt per other shard.
+        let mut handed: Vec<(ShardId, u64)> = Vec::new();
+        for (to, m) in &out {
+            if let (Endpoint::Shard(t), Msg::Adopt { shard: 1, rows }) = (to, m) {
+                handed.extend(rows.iter().map(|(k, _)| (*t, k.row)));
+            }
+        }
+        let adopts = out
+            .iter()
+            .filter(|(_, m)| matches!(m, Msg::Adopt { .. }))
+            .count();
+        assert_eq!(adopts, 2);
+        let mut kept: Vec<u64> = s.rows.iter().map(|e| e.key().row).collect();
+        kept.sort_unstable();
+        for r in 0..8 {
+            let home = placement.shard_of(key(r));
+            if home == 1 {
+                assert!(kept.contains(&r), "row {r} stays");
+            } else {
+                assert!(
+                    handed.contains(&(home, r)),
+                    "row {r} goes to {home}: {handed:?}"
+                );
+            }
+        }
+        assert!(
+            handed.contains(&(0, 0)) && handed.contains(&(2, 1)),
+            "{handed:?}"
+        );
+        assert!(kept.contains(&2) && kept.contains(&100) && kept.contains(&200));
+        assert_eq!(s.rows.get(&key(100)).unwrap().cast::<i64>(), [100, 7]);
+    }
+}
+
+#[test]
+fn a_bad_migration_is_a_protocol_error() {
+    let rejected = |msgs: Vec<Msg>| {
+        let mut s = seeded_middle_shard();
+        let mut out = Vec::new();
+        for m in msgs {
+            s.step(m, &mut out);
+        }
+        out.iter().any(|(_, m)| matches!(m, Msg::Rejected { .. }))
+    };
+    let migrate = |from| Msg::Migrate {
+        from,
+        overrides: vec![],
+    };
+    let adopt = |from| Msg::Adopt {
+        shard: from,
+        rows: vec![],
+    };
+    assert!(!rejected(vec![migrate(1), adopt(0), adopt(2)]));
+    assert!(rejected(vec![migrate(0)]), "another process's shard");
+    assert!(rejected(vec![adopt(0), adopt(0)]), "adopted twice");
+    assert!(rejected(vec![adopt(1)]), "from itself");
+    assert!(
+        rejected(vec![migrate(1), migrate(1)]),
+        "migrated twice at once"
+    );
+    let far = Msg::Migrate {
+        from: 1,
+        overrides: vec![(RowKey::new(0, 0), 3)],
+    };
+    assert!(rejected(vec![far]), "a shard that does not exist");
+}

@@ -1,0 +1,212 @@
+//! The shard's tests, by concern: each file drives a [`Shard`] with messages and checks
+//! its answers, with no IO: a message is handled as [`Step`] says, and the checkpoint
+//! tests hand the shard the outcome of a write themselves. (The driver's writing of a
+//! checkpoint part is tested in `server`'s tests, with these helpers.) The helpers here
+//! build shards, tables and the scripts of a two-process cluster.
+
+mod checkpoint;
+mod clocks;
+mod migration;
+mod restore;
+mod rows;
+mod runs;
+
+use super::*;
+pub(super) use crate::element::ElemType;
+pub(super) use std::sync::Arc;
+
+/// A message handled by the state machine alone, which asks for no IO: only a
+/// checkpoint does, and its tests call [`Shard::handle`] themselves.
+trait Step {
+    fn step(&mut self, msg: Msg, out: &mut Vec<(Endpoint, Msg)>);
+}
+
+impl Step for Shard {
+    fn step(&mut self, msg: Msg, out: &mut Vec<(Endpoint, Msg)>) {
+        let write = self.handle(msg, out);
+        assert!(write.is_none(), "only a checkpoint asks for IO: {write:?}");
+    }
+}
+
+pub(in crate::server) fn shard_with_table(workers: usize) -> Shard {
+    shard_in(0, World::single(workers, 1))
+}
+
+/// Table 0, "t": two `i64` per row.
+fn table_t() -> TableMeta {
+    TableMeta {
+        id: 0,
+        name: "t".into(),
+        width: 2,
+        elem: ElemType::I64,
+    }
+}
+
+/// Shard `id` of `world`, with [`table_t`] created.
+pub(in crate::server) fn shard_in(id: ShardId, world: World) -> Shard {
+    let mut s = Shard::new(id, world);
+    s.step(Msg::CreateTable { meta: table_t() }, &mut Vec::new());
+    s
+}
+
+fn rows_of(out: &[(Endpoint, Msg)]) -> Vec<(u64, Vec<i64>, u64)> {
+    out.iter()
+        .filter_map(|(_, m)| match m {
+            Msg::Rows {
+                data_clock, rows, ..
+            } => Some(
+                rows.iter()
+                    .map(|(k, b)| (k.row, b.cast::<i64>().to_vec(), *data_clock))
+                    .collect::<Vec<_>>(),
+            ),
+            _ => None,
+        })
+        .flatten()
+        .collect()
+}
+
+pub(in crate::server) fn clock(worker: WorkerId, clock: Clock, rows: &[(u64, [i64; 2])]) -> Msg {
+    Msg::Clock {
+        worker,
+        clock,
+        epoch: 0,
+        rows: rows
+            .iter()
+            .map(|(r, v)| (RowKey::new(0, *r), AlignedBuf::from_slice(v)))
+            .collect(),
+        slab: AlignedBuf::default(),
+        slab_rows: None,
+    }
+}
+
+fn fetch(row: u64, required: Clock) -> Msg {
+    Msg::Fetch {
+        from: 0,
+        rows: vec![(RowKey::new(0, row), required)],
+    }
+}
+
+/// Every way to merge `a` and `b` keeping each one's order (what a transport that is
+/// FIFO per sender allows).
+pub(in crate::server) fn interleavings<T: Clone>(a: &[T], b: &[T]) -> Vec<Vec<T>> {
+    match (a.split_first(), b.split_first()) {
+        (None, _) => vec![b.to_vec()],
+        (_, None) => vec![a.to_vec()],
+        (Some((x, ra)), Some((y, rb))) => {
+            let mut out = Vec::new();
+            for mut rest in interleavings(ra, b) {
+                rest.insert(0, x.clone());
+                out.push(rest);
+            }
+            for mut rest in interleavings(a, rb) {
+                rest.insert(0, y.clone());
+                out.push(rest);
+            }
+            out
+        }
+    }
+}
+
+/// What process `p` (one worker, global id `p`) sends in one run of a two-process
+/// cluster, until it waits at the run barrier; then what it sends after the barrier.
+fn process_script(p: u32) -> (Vec<Msg>, Vec<Msg>) {
+    let meta = table_t();
+    let key = |r: u64| RowKey::new(0, r);
+    // The processes order the shared rows differently and each has a row of its own.
+    let keys = if p == 0 {
+        vec![key(1), key(2), key(10)]
+    } else {
+        vec![key(11), key(2), key(1)]
+    };
+    let delta = |v: i64| [v, -v];
+    let slab: Vec<i64> = if p == 0 {
+        [delta(1), delta(2)].concat() // slots 0, 1: rows 1, 2
+    } else {
+        [delta(30), delta(40)].concat() // slots 1, 2: rows 2, 1
+    };
+    let before = vec![
+        Msg::CreateTable { meta },
+        Msg::Specialize {
+            from: p,
+            epoch: 1,
+            keys,
+            chunk_ends: vec![1, 3],
+            chunk_phases: vec![u64::MAX; 2],
+            updaters: vec![(p, if p == 0 { vec![0, 1] } else { vec![1, 2] })],
+        },
+        Msg::Clock {
+            worker: p,
+            clock: 1,
+            epoch: 1,
+            rows: vec![(key(5), AlignedBuf::from_slice(&[100 + i64::from(p), 1]))],
+            slab: AlignedBuf::from_slice(&slab),
+            slab_rows: None,
+        },
+        Msg::SlabFetch {
+            from: p,
+            epoch: 1,
+            required: 1,
+            want: Want::All,
+        },
+        Msg::Finish { worker: p },
+        Msg::RunEnd { from: p, run: 1 },
+    ];
+    let after = vec![
+        Msg::Fetch {
+            from: p,
+            rows: vec![(key(5), 1), (key(2), 1)],
+        },
+        Msg::Leave { from: p },
+    ];
+    (before, after)
+}
+
+/// The answers process `p` got, in a form independent of arrival order.
+fn answers_to(p: u32, out: &[(Endpoint, Msg)]) -> Vec<String> {
+    let mut v: Vec<String> = out
+        .iter()
+        .filter(|(to, _)| *to == Endpoint::Client(p))
+        .filter_map(|(_, m)| match m {
+            Msg::Rejected { reason, .. } => panic!("rejected: {reason}"),
+            Msg::MinClock { .. } => None,
+            Msg::Rows {
+                rows, data_clock, ..
+            } => Some(format!(
+                "rows@{data_clock} {:?}",
+                rows.iter()
+                    .map(|(k, b)| (k.row, b.cast::<i64>().to_vec()))
+                    .collect::<Vec<_>>()
+            )),
+            Msg::SlabRows {
+                chunk,
+                data_clock,
+                bytes,
+                epoch,
+                ..
+            } => Some(format!(
+                "slab {epoch}/{chunk}@{data_clock} {:?}",
+                bytes.cast::<i64>()
+            )),
+            other => Some(format!("{other:?}")),
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+pub(in crate::server) fn two_process_world() -> World {
+    World {
+        processes: 2,
+        workers: 1,
+        shards: 1,
+    }
+}
+
+pub(in crate::server) fn rejected(out: &[(Endpoint, Msg)]) -> Vec<&str> {
+    out.iter()
+        .filter_map(|(_, m)| match m {
+            Msg::Rejected { reason, .. } => Some(reason.as_str()),
+            _ => None,
+        })
+        .collect()
+}

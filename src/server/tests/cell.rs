@@ -1,0 +1,70 @@
+//! The driver's cell: a shard driven by its senders or its own thread.
+
+use super::*;
+use crate::buf::AlignedBuf;
+use crate::transport::InProcTransport;
+use crate::world::World;
+
+fn gather(round: u64) -> Msg {
+    Msg::Gather {
+        from: 0,
+        round,
+        values: AlignedBuf::zeroed(8),
+    }
+}
+
+fn gathered(inbox: &Inbox) -> Option<u64> {
+    match inbox.try_recv() {
+        Ok(Inbound::Msg(Msg::Gathered { round, .. })) => Some(round),
+        _ => None,
+    }
+}
+
+#[test]
+fn an_attached_shard_is_driven_by_its_senders_or_left_to_its_thread() {
+    let (t, mut shards, clients) = InProcTransport::new(1, 1);
+    let t: Arc<dyn Transport> = Arc::new(t);
+    let shard = Shard::new(0, World::single(1, 1));
+    let (cell, attached) = attached_cell(shard, shards.remove(0), t.clone());
+    assert!(attached);
+    // No thread drives it: the sender handled it, the reply is there already.
+    t.send(Endpoint::Shard(0), gather(1)).unwrap();
+    assert_eq!(gathered(&clients[0]), Some(1));
+    // Held elsewhere: the message waits and the thread is kicked, and it takes it.
+    let held = cell.lock();
+    let seen = cell.kick.generation();
+    t.send(Endpoint::Shard(0), gather(2)).unwrap();
+    assert_eq!(gathered(&clients[0]), None);
+    drop(held);
+    assert_ne!(cell.kick.generation(), seen, "the thread was kicked");
+    assert!(!cell.drain(&mut cell.lock()));
+    assert_eq!(gathered(&clients[0]), Some(2));
+    // A local stop ends it, from the sender's thread, and kicks the thread to end.
+    let seen = cell.kick.generation();
+    t.stop_local(Endpoint::Shard(0)).unwrap();
+    assert!(cell.done.load(Ordering::Acquire));
+    assert_ne!(cell.kick.generation(), seen, "the thread was kicked to end");
+    t.send(Endpoint::Shard(0), gather(3)).unwrap();
+    assert_eq!(gathered(&clients[0]), None);
+}
+
+/// A queued message waits for a helper; a helper takes it unless another thread
+/// holds the shard, and never waits for that thread.
+#[test]
+fn a_helper_takes_what_waits_unless_the_shard_is_held() {
+    let (t, mut shards, clients) = InProcTransport::new(1, 1);
+    let t: Arc<dyn Transport> = Arc::new(t);
+    let shard = Shard::new(0, World::single(1, 1));
+    let (cell, _) = attached_cell(shard, shards.remove(0), t.clone());
+    assert!(!t.help(), "nothing waits");
+    t.enqueue(Endpoint::Shard(0), gather(1)).unwrap();
+    assert_eq!(gathered(&clients[0]), None, "only queued");
+    let held = cell.lock();
+    assert!(!t.help(), "held elsewhere: not waited for");
+    drop(held);
+    assert!(t.help());
+    assert_eq!(gathered(&clients[0]), Some(1));
+    t.enqueue(Endpoint::Shard(0), gather(2)).unwrap();
+    t.drive(Endpoint::Shard(0));
+    assert_eq!(gathered(&clients[0]), Some(2), "driven by its sender");
+}
