@@ -4,7 +4,7 @@
 //! ```text
 //! let w = CheckpointWriter::begin(root, clock, meta)?;   // creates root/ckpt-<clock>/
 //! let mut part = w.part("shard-3.rows")?;                // any thread; impl Write
-//! shard.write_rows(&mut part)?;
+//! shard.encode_part(write, &mut part)?;                // the shard's bytes
 //! part.finish()?;                                        // fsync + rename: listed
 //! w.record(entry_from_another_process)?;                 // parts written elsewhere
 //! w.commit()?;                                           // MANIFEST.json, then prune
