@@ -7,8 +7,8 @@
 //! `worker`, and the transport only moves messages between them. It is the top layer of
 //! the runtime (`tests/it/tidy.rs`): it may use every module below it.
 //!
-//! This file holds the [`Cluster`] struct and the few calls every other file uses. Each
-//! concern is one file of `impl Cluster`:
+//! This file holds the [`Cluster`] struct, its state grouped by concern, and the few
+//! calls every other file uses. Each concern is one file of `impl Cluster`:
 //!
 //! - `start`: starting a process (alone, joined over TCP, or several in this OS process
 //!   with [`Cluster::run_local_processes`]), its threads, and the cluster id the
@@ -53,20 +53,81 @@ use std::time::Duration;
 
 /// A running cluster. Dropping it shuts it down.
 pub struct Cluster {
+    /// This cluster's own id (random), stamped on its table handles so that a handle of
+    /// another cluster is refused.
     id: u64,
     config: Config,
+    /// The tables created so far, in creation order (a table's id is its position).
     registry: Registry,
+    /// What this process's threads share: its rank and the cluster's shape, the tables,
+    /// the placement, the arena, the replies awaited.
     shared: Arc<ClientShared>,
     transport: Arc<dyn Transport>,
+    /// Where the runs are: the run barrier's count and the next run's start clock.
+    runs: Runs,
+    /// The specialization pipeline's state: the pattern, the plans and the workers' kept
+    /// state.
+    spec: Specialization,
+    /// Where this process's threads run and its memory goes.
+    machine: Machine,
+    /// The worker threads, alive as long as the cluster.
+    pool: WorkerPool,
+    /// The shard threads and the communication thread.
+    threads: Threads,
+    /// Whether the cluster has shut down: later calls return [`Error::ShutDown`].
+    down: bool,
+}
+
+/// Where a cluster's runs are. Every process counts the same runs, gathers and rounds.
+#[derive(Debug, Default)]
+struct Runs {
     /// Runs every process has ended so far (the run barrier's count).
-    runs: u64,
+    ended: u64,
     /// The clock the next run starts at, agreed at the last run barrier.
     start_clock: Clock,
     /// All-gathers done so far.
     gathers: u64,
-    threads: Threads,
-    /// The worker threads, alive as long as the cluster.
-    pool: WorkerPool,
+    /// Runs and virtual iterations so far.
+    rounds: u64,
+    /// Whether a worker done with its part of a run stays to help the last one
+    /// ([`ClientShared::help_while`]): only where there is something to take (several
+    /// shards in this process, driven by the threads that send to them:
+    /// [`Transport::helps`]) and the workers do not outnumber the CPUs this process may
+    /// use, where a waiting helper would take a running worker's core (PageRank with 8
+    /// workers on 2 cores was 5-11 % slower with it). Fixed at start.
+    help_at_end: bool,
+    /// Whether the tables were restored from a checkpoint ([`Cluster::resume`]).
+    resumed: bool,
+}
+
+/// The specialization pipeline's state (see `specialize`), kept between runs.
+#[derive(Default)]
+struct Specialization {
+    /// In first-iter mode: record the next run (the first real iteration) and specialize.
+    gather_next: bool,
+    /// The access pattern gathered last (its sequences become the op tapes of the plan
+    /// built from it).
+    pattern: Option<AccessPattern>,
+    /// Bytes of the logs and of the merged pattern when the pattern was last gathered.
+    gathered: (usize, usize),
+    /// Number of plans made so far (the current plan's id).
+    plans: u32,
+    /// Per worker: its specialized state (or the op tape to build it from), kept between
+    /// runs.
+    kept: Vec<Mutex<Kept>>,
+    /// Accesses the current plan left off the tapes.
+    tape_truncated: u64,
+    /// How specialized workers' accesses found their rows, summed over finished runs.
+    counters: AccessCounters,
+    /// Migrations of rows holding values to their locality placement.
+    migrations: u32,
+    /// Time spent in [`Cluster::specialize`] so far.
+    specialize_time: Duration,
+}
+
+/// Where a process's threads run and its memory goes: the NUMA placement, fixed at start
+/// but for the NUMA plan and the arena's bound bytes, which come with each plan.
+struct Machine {
     /// The machine the NUMA placement plans for.
     topology: Topology,
     /// Whether the NUMA specialization applies (a specialized mode with `numa` on).
@@ -77,14 +138,7 @@ pub struct Cluster {
     worker_cpus: Vec<Vec<u32>>,
     /// Whether the threads were bound.
     bound: bool,
-    /// Whether a worker done with its part of a run stays to help the last one
-    /// ([`ClientShared::help_while`]): only where there is something to take (several
-    /// shards in this process, driven by the threads that send to them:
-    /// [`Transport::helps`]) and the workers do not outnumber the CPUs this process may
-    /// use, where a waiting helper would take a running worker's core (PageRank with 8
-    /// workers on 2 cores was 5-11 % slower with it).
-    help_at_run_end: bool,
-    /// Zones of the shard threads and the communication thread (fixed at start).
+    /// Zones of the shard threads and the communication thread.
     thread_zones: ThreadZones,
     /// Binds the process arena's chunks to their zones (when threads are bound).
     binder: Option<MemBinder>,
@@ -92,29 +146,6 @@ pub struct Cluster {
     arena_bound_bytes: usize,
     /// The NUMA plan of the current specialized plan.
     numa: Option<NumaPlan>,
-    /// Per worker: its specialized state (or the op tape to build it from), kept between
-    /// runs.
-    specials: Vec<Mutex<Kept>>,
-    /// Runs and virtual iterations so far (every process counts the same ones).
-    rounds: u64,
-    pattern: Option<AccessPattern>,
-    /// How specialized workers' accesses found their rows, summed over finished runs.
-    counters: AccessCounters,
-    /// Accesses the current plan left off the tapes.
-    tape_truncated: u64,
-    /// Bytes of the logs and of the merged pattern when the pattern was last gathered.
-    gathered: (usize, usize),
-    /// Number of plans made so far (the current plan's id).
-    plans: u32,
-    /// Migrations of rows holding values to their locality placement.
-    migrations: u32,
-    /// Time spent in [`Cluster::specialize`] so far.
-    specialize_time: Duration,
-    /// In first-iter mode: record the next run (the first real iteration) and specialize.
-    gather_next: bool,
-    /// Whether the tables were restored from a checkpoint ([`Cluster::resume`]).
-    resumed: bool,
-    down: bool,
 }
 
 impl std::fmt::Debug for Cluster {

@@ -102,8 +102,9 @@ impl Cluster {
         F: Fn(&mut Worker<'_>, I) -> Result<R> + Sync,
     {
         self.check()?;
-        let start = self.start_clock;
-        let gather_first = may_gather && self.config.mode == Mode::FirstIter && self.gather_next;
+        let start = self.runs.start_clock;
+        let gather_first =
+            may_gather && self.config.mode == Mode::FirstIter && self.spec.gather_next;
         let role = if gather_first {
             Role::Recording
         } else {
@@ -121,7 +122,7 @@ impl Cluster {
         if gather_first {
             // First-iteration gathering: this run was generic and logged; every update is
             // on the servers now, so the conversion loses nothing.
-            self.gather_next = false;
+            self.spec.gather_next = false;
             self.gather(logs);
             self.place_rows()?;
             self.specialize()?;
@@ -160,10 +161,10 @@ impl Cluster {
         F: Fn(&mut Worker<'_>, I) -> Result<R> + Sync,
     {
         let (shared, tables, id) = (&*self.shared, self.registry.tables(), self.id);
-        let specials = &self.specials;
-        let help_at_end = self.help_at_run_end && role != Role::Virtual;
-        self.rounds += 1;
-        let round = self.rounds;
+        let specials = &self.spec.kept;
+        let help_at_end = self.runs.help_at_end && role != Role::Virtual;
+        self.runs.rounds += 1;
+        let round = self.runs.rounds;
         // Workers of this run not yet done with their part (see the end of the closure;
         // counted only when the finished ones stay to help).
         let running = AtomicUsize::new(inputs.len());
@@ -208,7 +209,7 @@ impl Cluster {
                 Ok((Ok(result), finished, log, counters)) => {
                     logs.push(log);
                     if count {
-                        self.counters += counters;
+                        self.spec.counters += counters;
                     }
                     result.and_then(|r| finished.map(|_| r))
                 }
@@ -249,13 +250,13 @@ impl Cluster {
     /// Ends the current run at every shard and waits until every process has ended it:
     /// then all updates are applied, and the shards agree on the next run's start clock.
     fn end_run(&mut self) -> Result<()> {
-        let run = self.runs + 1;
+        let run = self.runs.ended + 1;
         for shard in 0..self.shared.world.total_shards() {
             let from = self.shared.process;
             self.send(shard, Msg::RunEnd { from, run })?;
         }
-        self.start_clock = self.shared.await_run_ready(run)?;
-        self.runs = run;
+        self.runs.start_clock = self.shared.await_run_ready(run)?;
+        self.runs.ended = run;
         Ok(())
     }
 
@@ -287,8 +288,8 @@ impl Cluster {
     /// order (the collective under [`all_gather`](Self::all_gather) and its byte form).
     pub(crate) fn gather_round(&mut self, values: AlignedBuf) -> Result<Vec<AlignedBuf>> {
         self.check()?;
-        self.gathers += 1;
-        let round = self.gathers;
+        self.runs.gathers += 1;
+        let round = self.runs.gathers;
         let from = self.shared.process;
         self.send(
             0,

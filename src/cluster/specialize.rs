@@ -31,7 +31,7 @@ impl Cluster {
     ///
     /// [`init_run`]: Self::init_run
     pub fn gather_next_run(&mut self) {
-        self.gather_next = self.config.mode == Mode::FirstIter;
+        self.spec.gather_next = self.config.mode == Mode::FirstIter;
     }
 
     /// Runs one **virtual iteration**: `f` (the application's own iteration code, with
@@ -79,14 +79,14 @@ impl Cluster {
         F: Fn(&mut Worker<'_>, I) -> Result<R> + Sync,
     {
         self.check()?;
-        let start = self.start_clock;
+        let start = self.runs.start_clock;
         let (_, logs) = self.on_workers(Role::Virtual, start, false, inputs, &f)?;
         self.gather(logs);
         if self.config.mode == Mode::Virtual {
             self.place_rows()?;
             self.specialize()?;
         }
-        Ok(self.pattern.as_ref().expect("set above"))
+        Ok(self.spec.pattern.as_ref().expect("set above"))
     }
 
     /// Locality placement ([`Specializations::placement`](crate::Specializations)): in a
@@ -104,14 +104,14 @@ impl Cluster {
         if !self.config.specializations.placement || self.shared.world.processes < 2 {
             return Ok(());
         }
-        if self.plans > 0 {
+        if self.spec.plans > 0 {
             tracing::warn!(
                 "locality placement skipped: the rows are already planned; they keep their \
                  placement"
             );
             return Ok(());
         }
-        let Some(pattern) = &self.pattern else {
+        let Some(pattern) = &self.spec.pattern else {
             return Ok(());
         };
         let mine: Vec<i64> = pattern
@@ -144,7 +144,7 @@ impl Cluster {
         let uses: Vec<(RowKey, u64, Vec<u64>)> =
             uses.into_iter().map(|(k, (b, a))| (k, b, a)).collect();
         let hashed = self.shared.placement().without_overrides();
-        if (self.runs > 0 || self.resumed) && hashed.has_restrictions() {
+        if (self.runs.ended > 0 || self.runs.resumed) && hashed.has_restrictions() {
             // Shards migrate rows by the hash and the overrides alone: a table kept on a
             // range of shards would be moved off it.
             tracing::warn!(
@@ -164,7 +164,7 @@ impl Cluster {
             placed.overridden(),
             uses.len()
         );
-        if self.runs > 0 || self.resumed {
+        if self.runs.ended > 0 || self.runs.resumed {
             let overrides = placed.overrides();
             let rank = self.shared.process;
             for shard in self.shared.world.shards_of(rank) {
@@ -178,7 +178,7 @@ impl Cluster {
                 )?;
             }
             self.shared.await_migrated()?;
-            self.migrations += 1;
+            self.spec.migrations += 1;
         }
         self.shared.set_placement(placed);
         Ok(())
@@ -188,17 +188,22 @@ impl Cluster {
     pub(super) fn gather(&mut self, logs: Vec<AccessLog>) {
         let log_bytes = logs.iter().map(AccessLog::bytes).sum();
         let pattern = AccessPattern::from_logs(logs);
-        self.gathered = (log_bytes, pattern.bytes());
-        self.pattern = Some(pattern);
+        self.spec.gathered = (log_bytes, pattern.bytes());
+        self.spec.pattern = Some(pattern);
     }
 
     /// Builds the plan from the gathered pattern and switches the servers and this
     /// process to it. The pattern's sequences become the workers' op tapes.
     pub(super) fn specialize(&mut self) -> Result<()> {
-        let Some(sequences) = self.pattern.as_mut().map(AccessPattern::take_sequences) else {
+        let Some(sequences) = self
+            .spec
+            .pattern
+            .as_mut()
+            .map(AccessPattern::take_sequences)
+        else {
             return Ok(());
         };
-        let Some(pattern) = &self.pattern else {
+        let Some(pattern) = &self.spec.pattern else {
             return Ok(());
         };
         let started = Instant::now();
@@ -217,7 +222,7 @@ impl Cluster {
             &cfg,
         );
         let slabs = specs.static_cache && specs.contiguous_index;
-        self.plans += 1;
+        self.spec.plans += 1;
         let (rank, world) = (self.shared.process, self.shared.world);
         for span in &plan.shards {
             let first = span.slots.start as u32;
@@ -234,7 +239,7 @@ impl Cluster {
             };
             let msg = Msg::Specialize {
                 from: rank,
-                epoch: self.plans,
+                epoch: self.spec.plans,
                 keys: plan.slots[span.slots.clone()]
                     .iter()
                     .map(|s| s.key)
@@ -256,7 +261,7 @@ impl Cluster {
             };
             self.send(span.shard as usize, msg)?;
         }
-        self.numa = self.numa_on.then(|| {
+        self.machine.numa = self.machine.numa_on.then(|| {
             let cfg = NumaConfig {
                 workers,
                 shards: self.config.shards,
@@ -267,46 +272,60 @@ impl Cluster {
             numa::plan(
                 pattern,
                 &plan,
-                &self.topology,
+                &self.machine.topology,
                 &cfg,
-                Some(&self.thread_zones),
+                Some(&self.machine.thread_zones),
             )
         });
         // Each arena chunk is bound, before its first touch, to the zone holding most of
         // its rows' arena copies.
-        let chunk_zones: Option<Vec<u32>> = match (&self.numa, &self.binder) {
-            (Some(n), Some(_)) => Some(numa::chunk_zones(n, &plan, &self.topology)),
+        let chunk_zones: Option<Vec<u32>> = match (&self.machine.numa, &self.machine.binder) {
+            (Some(n), Some(_)) => Some(numa::chunk_zones(n, &plan, &self.machine.topology)),
             _ => None,
         };
         let budget = self.config.tape_budget.or_else(default_tape_budget);
         let tapes = plan::tapes(pattern, &plan, sequences, budget);
-        self.tape_truncated = tapes.truncated;
-        let binding = self.binder.as_ref().zip(chunk_zones.as_deref());
+        self.spec.tape_truncated = tapes.truncated;
+        let binding = self.machine.binder.as_ref().zip(chunk_zones.as_deref());
         // Zone copies of the chunks the NUMA plan replicates, read by the workers of
         // those zones.
-        let copies = self.numa.as_ref().map(|n| numa::chunk_copies(n, &plan));
-        let worker_zones: Vec<u8> = self.places.iter().map(|p| p.zone as u8).collect();
-        let zone_nodes: Vec<u32> = self.topology.zones().iter().map(|z| z.os_index).collect();
+        let copies = self
+            .machine
+            .numa
+            .as_ref()
+            .map(|n| numa::chunk_copies(n, &plan));
+        let worker_zones: Vec<u8> = self.machine.places.iter().map(|p| p.zone as u8).collect();
+        let zone_nodes: Vec<u32> = self
+            .machine
+            .topology
+            .zones()
+            .iter()
+            .map(|z| z.os_index)
+            .collect();
         let arena = specs.static_cache.then(|| {
-            let arena = ProcessArena::new(plan, self.plans, specs.prefetch_batching, binding);
+            let arena = ProcessArena::new(plan, self.spec.plans, specs.prefetch_batching, binding);
             let arena = match copies {
                 Some(copies) if copies.iter().any(|&m| m != 0) => {
-                    let binding = self.binder.as_ref().map(|b| (b, zone_nodes.as_slice()));
+                    let binding = self
+                        .machine
+                        .binder
+                        .as_ref()
+                        .map(|b| (b, zone_nodes.as_slice()));
                     arena.with_zone_copies(copies, worker_zones, binding)
                 }
                 _ => arena,
             };
             Arc::new(arena)
         });
-        self.arena_bound_bytes = arena.as_ref().map_or(0, |a| a.bound_bytes);
-        for (kept, tape) in self.specials.iter().zip(tapes.tapes) {
+        self.machine.arena_bound_bytes = arena.as_ref().map_or(0, |a| a.bound_bytes);
+        for (kept, tape) in self.spec.kept.iter().zip(tapes.tapes) {
             *lock(kept) = match &arena {
                 Some(arena) => Kept::Tape(arena.clone(), tape),
                 None => Kept::Nothing,
             };
         }
         self.shared.set_arena(arena);
-        self.specialize_time += started.elapsed();
+        self.spec.specialize_time += started.elapsed();
         Ok(())
     }
 }

@@ -11,7 +11,7 @@
 
 use super::runs::is_secondary;
 use super::shutdown::Threads;
-use super::Cluster;
+use super::{Cluster, Machine, Runs, Specialization};
 use crate::client::{spawn_comm, ClientShared};
 use crate::config::{Config, Mode};
 use crate::error::{panic_message, Error, Result};
@@ -24,12 +24,10 @@ use crate::server;
 use crate::table::Registry;
 use crate::topology::{bind::MemBinder, Topology};
 use crate::transport::{InProcTransport, Inbox, LocalInboxes, TcpTransport, Transport};
-use crate::worker::AccessCounters;
 use crate::world::World;
 use crossbeam::channel::unbounded;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 impl Cluster {
     /// Validates `config` and starts a one-process cluster: `config.shards` server shard
@@ -302,46 +300,44 @@ impl Cluster {
             Ok(t) => threads.comm = Some(t),
             Err(e) => return Err(threads.abort(transport.as_ref(), rank, spawn_err(e))),
         }
+        let help_at_end = transport.helps()
+            && shared.world.shards_of(rank).len() > 1
+            && config.workers
+                <= std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
         Ok(Cluster {
             id: std::collections::hash_map::RandomState::new()
                 .build_hasher()
                 .finish(),
-            runs: 0,
-            start_clock: 0,
-            gathers: 0,
-            specials: (0..config.workers).map(|_| Mutex::default()).collect(),
-            rounds: 0,
-            pool,
-            topology,
-            numa_on,
-            places,
-            worker_cpus,
-            bound,
-            help_at_run_end: transport.helps()
-                && shared.world.shards_of(rank).len() > 1
-                && config.workers
-                    <= std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
-            thread_zones,
-            // With one zone there is nowhere else for memory to go, and binding the arena
-            // there measurably slowed BSP runs (MF on MovieLens-100K, 2 workers: 1.5x per
-            // iteration on this 2-core, 1-node machine), so only bind across zones.
-            binder: (bound && zones > 1).then(MemBinder::new),
-            arena_bound_bytes: 0,
-            numa: None,
-            config,
             registry: Registry::default(),
-            pattern: None,
-            counters: AccessCounters::default(),
-            tape_truncated: 0,
-            gathered: (0, 0),
-            gather_next: true,
-            plans: 0,
-            migrations: 0,
-            specialize_time: Duration::ZERO,
+            runs: Runs {
+                help_at_end,
+                ..Runs::default()
+            },
+            spec: Specialization {
+                gather_next: true,
+                kept: (0..config.workers).map(|_| Mutex::default()).collect(),
+                ..Specialization::default()
+            },
+            machine: Machine {
+                topology,
+                numa_on,
+                places,
+                worker_cpus,
+                bound,
+                thread_zones,
+                // With one zone there is nowhere else for memory to go, and binding the
+                // arena there measurably slowed BSP runs (MF on MovieLens-100K, 2 workers:
+                // 1.5x per iteration on this 2-core, 1-node machine), so only bind across
+                // zones.
+                binder: (bound && zones > 1).then(MemBinder::new),
+                arena_bound_bytes: 0,
+                numa: None,
+            },
+            config,
             shared,
             transport,
+            pool,
             threads,
-            resumed: false,
             down: false,
         })
     }

@@ -218,7 +218,7 @@ impl Cluster {
         let arena = self.shared.arena();
         let mut workers = WorkerMemory::default();
         let mut tape_in_kept = 0;
-        for kept in &self.specials {
+        for kept in &self.spec.kept {
             match &*lock(kept) {
                 Kept::Built(sp) => workers += sp.memory(),
                 Kept::Tape(_, tape) => tape_in_kept += tape.capacity() * 4,
@@ -229,9 +229,9 @@ impl Cluster {
             (a.plan.bytes(), a.bytes(), a.plan.arena_bytes)
         });
         let memory = SpecialMemory {
-            gathered_logs: self.gathered.0,
-            gathered_pattern: self.gathered.1,
-            pattern: self.pattern.as_ref().map_or(0, AccessPattern::bytes),
+            gathered_logs: self.spec.gathered.0,
+            gathered_pattern: self.spec.gathered.1,
+            pattern: self.spec.pattern.as_ref().map_or(0, AccessPattern::bytes),
             plan: plan_bytes,
             tapes: workers.tape + tape_in_kept,
             blocks: workers.blocks,
@@ -244,23 +244,23 @@ impl Cluster {
         let traffic = self.transport.traffic();
         Stats {
             placed_rows: self.shared.placement().overridden(),
-            migrations: self.migrations,
+            migrations: self.spec.migrations,
             bytes_sent: traffic.bytes_sent,
             bytes_received: traffic.bytes_received,
             frames_sent: traffic.frames_sent,
             frames_received: traffic.frames_received,
             send_waits: traffic.send_waits,
             peak_queued_bytes: traffic.peak_queued_bytes,
-            tape_accesses: self.counters.tape,
-            indexed_accesses: self.counters.indexed,
-            unplanned_accesses: self.counters.unplanned,
-            whole_slabs: self.counters.whole_slabs,
-            partial_slabs: self.counters.partial_slabs,
-            streamed_slabs: self.counters.streamed_slabs,
-            lent_read_updates: self.counters.lent_read_updates,
-            copied_read_updates: self.counters.copied_read_updates,
+            tape_accesses: self.spec.counters.tape,
+            indexed_accesses: self.spec.counters.indexed,
+            unplanned_accesses: self.spec.counters.unplanned,
+            whole_slabs: self.spec.counters.whole_slabs,
+            partial_slabs: self.spec.counters.partial_slabs,
+            streamed_slabs: self.spec.counters.streamed_slabs,
+            lent_read_updates: self.spec.counters.lent_read_updates,
+            copied_read_updates: self.spec.counters.copied_read_updates,
             helped_drains: self.shared.helped.load(Ordering::Relaxed),
-            tape_truncated: self.tape_truncated,
+            tape_truncated: self.spec.tape_truncated,
             memory,
             row_fetches: self.shared.fetcher.rows_requested.load(Ordering::Relaxed),
             arena_refreshes: arena
@@ -282,8 +282,8 @@ impl Cluster {
             thread_cached_rows: arena
                 .as_ref()
                 .map_or(0, |a| a.plan.thread_cached.iter().map(Vec::len).sum()),
-            plans: self.plans,
-            specialize_time: self.specialize_time,
+            plans: self.spec.plans,
+            specialize_time: self.spec.specialize_time,
         }
     }
 
@@ -300,32 +300,32 @@ impl Cluster {
     /// mode, or `Specializations::numa` off. Worker threads are pinned from the start;
     /// the rows' placement and the remote fractions come with the first plan.
     pub fn numa(&self) -> Option<NumaReport> {
-        if !self.numa_on {
+        if !self.machine.numa_on {
             return None;
         }
-        let plan = self.numa.as_ref();
-        let topology = match self.topology.source() {
+        let plan = self.machine.numa.as_ref();
+        let topology = match self.machine.topology.source() {
             TopologySource::ThisMachine => "this machine".to_string(),
             TopologySource::Fallback => "fallback (no hwloc: one zone)".to_string(),
             TopologySource::Synthetic(desc) => desc.clone(),
         };
         Some(NumaReport {
             topology,
-            zones: self.topology.zones().len(),
-            bound: self.bound,
-            worker_cores: self.places.iter().map(|p| p.core).collect(),
-            worker_zones: self.places.iter().map(|p| p.zone).collect(),
-            planned_cpus: self.places.iter().map(|p| p.pus.clone()).collect(),
-            worker_cpus: self.worker_cpus.clone(),
+            zones: self.machine.topology.zones().len(),
+            bound: self.machine.bound,
+            worker_cores: self.machine.places.iter().map(|p| p.core).collect(),
+            worker_zones: self.machine.places.iter().map(|p| p.zone).collect(),
+            planned_cpus: self.machine.places.iter().map(|p| p.pus.clone()).collect(),
+            worker_cpus: self.machine.worker_cpus.clone(),
             bytes_per_zone: plan.map_or_else(Vec::new, |p| p.bytes_per_zone.clone()),
-            shard_zones: self.thread_zones.shards.clone(),
-            comm_zone: self.thread_zones.comm,
-            arena_bound_bytes: self.arena_bound_bytes,
+            shard_zones: self.machine.thread_zones.shards.clone(),
+            comm_zone: self.machine.thread_zones.comm,
+            arena_bound_bytes: self.machine.arena_bound_bytes,
             replicated_rows: plan
                 .map_or(0, |p| p.replicas.iter().filter(|r| !r.is_empty()).count()),
             zone_copy_bytes: self.shared.arena().map_or(0, |a| a.zone_copy_bytes()),
             zone_copy_rows: match self.shared.arena() {
-                Some(arena) => (0..self.places.len())
+                Some(arena) => (0..self.machine.places.len())
                     .map(|w| {
                         let zone = arena.worker_zone(w);
                         arena
@@ -345,6 +345,6 @@ impl Cluster {
 
     /// The access pattern gathered so far, if any.
     pub fn access_pattern(&self) -> Option<&AccessPattern> {
-        self.pattern.as_ref()
+        self.spec.pattern.as_ref()
     }
 }
