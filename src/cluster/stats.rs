@@ -1,8 +1,9 @@
 //! What the cluster reports about itself: the report types [`Stats`] (how rows reached
 //! this process, and what the current plan holds), [`SpecialMemory`] (bytes of the
-//! specialized state by part) and [`NumaReport`] (where threads and memory went); and
-//! the calls that fill them between runs: [`Cluster::stats`], [`Cluster::traffic`],
-//! [`Cluster::numa`] and [`Cluster::access_pattern`].
+//! specialized state by part) and [`NumaReport`] (where threads and memory went), all
+//! serializable ([`Serialize`]) for the applications' reports; and the calls that fill them
+//! between runs: [`Cluster::stats`], [`Cluster::traffic`], [`Cluster::numa`] and
+//! [`Cluster::access_pattern`].
 //!
 //! It only reads counters kept elsewhere (by the client, the transport, the arena and
 //! the other files of the cluster) and changes nothing the store does.
@@ -13,6 +14,7 @@ use crate::sync::lock;
 use crate::topology::TopologySource;
 use crate::transport::KindTraffic;
 use crate::worker::{Kept, WorkerMemory};
+use serde::Serialize;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -22,7 +24,10 @@ use std::time::Duration;
 /// A specialized store that silently fell back to its slower paths shows here: accesses
 /// of a specialized worker are counted by how they found their row (the op tape, the
 /// plan's index, or the generic store for rows the plan does not hold).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+///
+/// It serializes (serde) as a map of its fields under the names here, `memory` as a
+/// nested map and `specialize_time` as serde's `Duration`: `{"secs": .., "nanos": ..}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 #[non_exhaustive]
 pub struct Stats {
     /// Rows fetched one by one through the generic path (misses and stale rows).
@@ -120,7 +125,7 @@ pub struct Stats {
 /// The NUMA placement of a cluster ([`Cluster::numa`]): where its worker threads run, where
 /// the planned rows' memory goes, and the fraction of accesses expected to reach another
 /// zone's memory against the baseline of hash placement with unpinned threads.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[non_exhaustive]
 pub struct NumaReport {
     /// The topology planned for: `this machine`, `fallback (no hwloc)` or the synthetic
@@ -167,7 +172,7 @@ pub struct NumaReport {
 /// Bytes held by the parts of the specialized state (heap buffers, by capacity). The
 /// `gathered_*` parts are what existed when the pattern was gathered, before planning;
 /// the others are the current state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 #[non_exhaustive]
 pub struct SpecialMemory {
     /// The workers' access logs when gathering ended (freed as they are merged).
