@@ -133,7 +133,7 @@ impl Cluster {
     /// never silently left empty.
     pub fn resume(&mut self, dir: &Path, app: &str, rule: ClusterRule) -> Result<Resumed> {
         self.check()?;
-        let opened = if self.runs > 0 || self.plans > 0 || self.resumed {
+        let opened = if self.runs.ended > 0 || self.spec.plans > 0 || self.runs.resumed {
             Err(Error::checkpoint(
                 dir,
                 format!(
@@ -184,8 +184,8 @@ impl Cluster {
             }
         }
         self.shared.await_restored()?;
-        self.start_clock = clock;
-        self.resumed = true;
+        self.runs.start_clock = clock;
+        self.runs.resumed = true;
         Ok(Resumed { checkpoint })
     }
 
@@ -210,7 +210,7 @@ impl Cluster {
     /// [`checkpoint_with`](Self::checkpoint_with), `state` optional.
     fn checkpoint_parts(&mut self, dir: &Path, app: &str, state: Option<&[u8]>) -> Result<PathBuf> {
         self.check()?;
-        let clock = self.start_clock;
+        let clock = self.runs.start_clock;
         let writer = CheckpointWriter::begin(dir, clock, self.checkpoint_meta(app));
         let written = match &writer {
             Ok(_) => self.write_own_parts(dir, clock, state)?,

@@ -794,6 +794,40 @@ fn virtual_stats(program: &Program) -> iterstore::Stats {
     stats_of(program, program, Mode::Virtual, Specializations::ALL, None)
 }
 
+/// The report types serialize by field name, so an application can write them out whole:
+/// a real run's `Stats` (with its `SpecialMemory` nested) and the `NumaReport` as JSON.
+#[test]
+fn stats_serialize_to_json_by_field_name() {
+    let stats = virtual_stats(&read_update_every_row());
+    assert!(
+        stats.tape_accesses > 0 && stats.memory.tapes > 0,
+        "{stats:?}"
+    );
+    let json = serde_json::to_value(stats).unwrap();
+    assert_eq!(json["plans"], 1, "{json}");
+    assert_eq!(json["tape_accesses"], stats.tape_accesses, "{json}");
+    assert_eq!(json["indexed_accesses"], 0, "{json}");
+    assert_eq!(json["memory"]["tapes"], stats.memory.tapes, "{json}");
+    let time = &json["specialize_time"];
+    assert_eq!(time["secs"], stats.specialize_time.as_secs(), "{json}");
+    assert_eq!(
+        time["nanos"],
+        stats.specialize_time.subsec_nanos(),
+        "{json}"
+    );
+
+    let mut cluster = Cluster::start(Config::new(2).with_mode(Mode::Virtual)).unwrap();
+    let numa = cluster.numa().expect("numa applies in virtual mode");
+    let json = serde_json::to_value(&numa).unwrap();
+    assert_eq!(json["zones"], numa.zones, "{json}");
+    assert_eq!(
+        json["worker_zones"].as_array().map(Vec::len),
+        Some(2),
+        "{json}"
+    );
+    cluster.shutdown().unwrap();
+}
+
 /// In first-iter mode an `init_run` is never the gathered run: the first ordinary run is,
 /// and the store specializes once, for it.
 #[test]

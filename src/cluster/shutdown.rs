@@ -1,0 +1,148 @@
+//! Leaving the cluster: [`Cluster::shutdown`] (coordinated: this process's shards serve
+//! the others until every process has left them), shutdown on drop, and [`Threads`], the
+//! shard and communication threads a process stops and joins (after a failed start too).
+//!
+//! It knows the threads and the leave protocol ([`Msg::Leave`]); what a shard does until
+//! every process has left it is `server`'s, closing the network the transport's.
+
+use super::Cluster;
+use crate::error::{panic_message, Error, Result};
+use crate::ids::ProcessId;
+use crate::msg::{Endpoint, Msg};
+use crate::server;
+use crate::transport::Transport;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+impl Cluster {
+    /// Leaves the cluster and stops this process's threads. Idempotent; later calls on
+    /// the cluster return [`Error::ShutDown`].
+    ///
+    /// Shutdown is coordinated: this process tells every shard it leaves, and its own
+    /// shards keep serving the others until every process has left them (so no process
+    /// stops shards that others still use), within [`Membership::shutdown_timeout`]
+    /// ([`SHUTDOWN_TIMEOUT`] by default); past it, the error names the processes that had
+    /// not left. A cluster that
+    /// has failed stops its threads at once.
+    ///
+    /// [`Membership::shutdown_timeout`]: crate::membership::Membership::shutdown_timeout
+    /// [`SHUTDOWN_TIMEOUT`]: crate::membership::SHUTDOWN_TIMEOUT
+    pub fn shutdown(&mut self) -> Result<()> {
+        if self.down {
+            return Ok(());
+        }
+        self.down = true;
+        let rank = self.shared.process;
+        for shard in 0..self.shared.world.total_shards() {
+            // Best effort: a failed cluster still tells the others it is gone.
+            let _ = self
+                .transport
+                .send(Endpoint::Shard(shard as u32), Msg::Leave { from: rank });
+        }
+        let failed = self.shared.has_failed();
+        // A process lost while this one waits for the others to leave ends the wait.
+        let shared = &self.shared;
+        let gave_up = || shared.has_failed();
+        let mut result = self
+            .threads
+            .stop(self.transport.as_ref(), rank, failed, &gave_up);
+        if let Err(e) = self.transport.close() {
+            tracing::warn!("process {rank}: closing the network: {e}");
+        }
+        if !failed && (result.is_ok() || self.shared.has_failed()) {
+            // The cause (a lost process), rather than that its shards were not released;
+            // this process's own stop is no cause.
+            match self.shared.check() {
+                Err(Error::ShutDown) | Ok(()) => {}
+                Err(cause) => result = Err(cause),
+            }
+        }
+        match result {
+            Err(Error::ShutDown) => Ok(()),
+            other => other,
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = self.shutdown();
+    }
+}
+
+/// A process's shard threads and communication thread.
+#[derive(Default)]
+pub(super) struct Threads {
+    pub(super) shards: Vec<(u32, JoinHandle<()>, server::Staying)>,
+    pub(super) comm: Option<JoinHandle<()>>,
+    /// How long `stop` waits for the other processes to leave the shards.
+    pub(super) shutdown_timeout: Duration,
+}
+
+impl Threads {
+    /// Stops and joins every thread after a failed start; returns `error`.
+    pub(super) fn abort(
+        &mut self,
+        transport: &dyn Transport,
+        rank: ProcessId,
+        error: Error,
+    ) -> Error {
+        let _ = self.stop(transport, rank, true, &|| true);
+        error
+    }
+
+    /// Waits for the shard threads to be released by every process (at once if
+    /// `now`, else within `shutdown_timeout` or until `give_up()`), then stops the
+    /// communication thread.
+    fn stop(
+        &mut self,
+        transport: &dyn Transport,
+        rank: ProcessId,
+        now: bool,
+        give_up: &dyn Fn() -> bool,
+    ) -> Result<()> {
+        let deadline = Instant::now()
+            + if now {
+                Duration::ZERO
+            } else {
+                self.shutdown_timeout
+            };
+        let mut result = Ok(());
+        while self.shards.iter().any(|(_, t, _)| !t.is_finished())
+            && Instant::now() < deadline
+            && !give_up()
+        {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let now = now || give_up();
+        for (id, t, staying) in self.shards.drain(..) {
+            if !t.is_finished() {
+                if !now && result.is_ok() {
+                    let names: Vec<String> = staying.get().iter().map(|p| p.to_string()).collect();
+                    result = Err(Error::failed(
+                        format!("server shard {id} (process {rank})"),
+                        format!(
+                            "process(es) {} did not leave it within {:.1} s (still running, \
+                             or stopped without shutting down)",
+                            names.join(", "),
+                            self.shutdown_timeout.as_secs_f64()
+                        ),
+                    ));
+                }
+                let _ = transport.stop_local(Endpoint::Shard(id));
+            }
+            if let Err(payload) = t.join() {
+                let name = format!("server shard {id}");
+                result = result.and(Err(Error::failed(name, panic_message(payload.as_ref()))));
+            }
+        }
+        if let Some(t) = self.comm.take() {
+            let _ = transport.stop_local(Endpoint::Client(rank));
+            if let Err(payload) = t.join() {
+                let name = format!("client communication thread {rank}");
+                result = result.and(Err(Error::failed(name, panic_message(payload.as_ref()))));
+            }
+        }
+        result
+    }
+}

@@ -1,0 +1,135 @@
+//! The cluster's tables: [`Cluster::create_table`] (the coordinator, shard 0, assigns
+//! the id; every shard learns the table), [`Cluster::create_table_on`] (every row on a
+//! range of shards), the handle of an existing table ([`Cluster::table`]), where a row
+//! lives ([`Cluster::home_of`]) and the servers' contents ([`Cluster::snapshot`]).
+//!
+//! It knows the table registry and the messages that declare, create and dump tables;
+//! how rows are stored is the shards' (`server`), how they hash to shards `placement`'s,
+//! and runs and plans are none of its business.
+
+use super::Cluster;
+use crate::element::Element;
+use crate::error::{Error, Result};
+use crate::msg::Msg;
+use crate::table::{resolve, Table};
+use std::sync::PoisonError;
+
+impl Cluster {
+    /// Creates a table of `width`-element rows of `T`. Every row starts as zeros.
+    pub fn create_table<T: Element>(&mut self, name: &str, width: usize) -> Result<Table<T>> {
+        self.check()?;
+        self.registry.check_new(name, width)?;
+        // The coordinator (shard 0, on rank 0) assigns the id, once per name.
+        let declare = Msg::DeclareTable {
+            from: self.shared.process,
+            name: name.to_string(),
+            width,
+            elem: T::TYPE,
+        };
+        self.send(0, declare)?;
+        let meta = self.shared.await_table(name)?;
+        let meta = self.registry.insert(meta)?.clone();
+        for shard in 0..self.shared.world.total_shards() {
+            self.send(shard, Msg::CreateTable { meta: meta.clone() })?;
+        }
+        self.shared
+            .tables
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(meta.clone());
+        Ok(Table::new(self.id, &meta))
+    }
+
+    /// [`create_table`](Self::create_table) with every row of the table on the global
+    /// server shards `shards` (a non-empty range of `0..processes × Config::shards`;
+    /// process `p`'s shards are `p × shards ..`): for example the weights of a model on
+    /// dedicated parameter-server processes. Rows hash over those shards; locality
+    /// placement leaves them there. Every process must create the table with the same
+    /// range: this call all-gathers it and fails naming a process that differs.
+    pub fn create_table_on<T: Element>(
+        &mut self,
+        name: &str,
+        width: usize,
+        shards: std::ops::Range<usize>,
+    ) -> Result<Table<T>> {
+        let total = self.shared.world.total_shards();
+        if shards.is_empty() || shards.end > total {
+            return Err(Error::config(
+                "shards",
+                format!("table {name:?} on shards {shards:?}: the cluster has shards 0..{total}"),
+            ));
+        }
+        let table = self.create_table::<T>(name, width)?;
+        let mine = [
+            i64::from(table.id()),
+            shards.start as i64,
+            shards.end as i64,
+        ];
+        let all = self.all_gather(&mine)?;
+        if let Some(p) = all.iter().position(|other| other.as_slice() != mine) {
+            return Err(Error::failed(
+                format!("table {name:?}"),
+                format!(
+                    "process {p} put it on shards {}..{}, process {} on {shards:?}",
+                    all[p].get(1).copied().unwrap_or(0),
+                    all[p].get(2).copied().unwrap_or(0),
+                    self.shared.process
+                ),
+            ));
+        }
+        let mut placement = (*self.shared.placement()).clone();
+        placement.restrict(
+            table.id(),
+            shards.start as u32,
+            (shards.end - shards.start) as u32,
+        );
+        self.shared.set_placement(placement);
+        Ok(table)
+    }
+
+    /// The handle of the existing table `name`, which must hold `T`.
+    pub fn table<T: Element>(&self, name: &str) -> Result<Table<T>> {
+        let meta = self.registry.by_name(name)?;
+        if meta.elem != T::TYPE {
+            return Err(Error::TypeMismatch {
+                table: name.to_string(),
+                actual: meta.elem.name(),
+                requested: T::TYPE.name(),
+            });
+        }
+        Ok(Table::new(self.id, meta))
+    }
+
+    /// The rank of the process whose shard holds row `row` of `table` (where its updates
+    /// are applied and its reads served): for observability, and for applications or
+    /// benchmarks that care where their rows live.
+    pub fn home_of<T: Element>(&self, table: &Table<T>, row: u64) -> Result<usize> {
+        resolve(self.registry.tables(), self.id, table)?;
+        let shard = self.shared.placement().shard_of(table.key(row));
+        Ok(shard as usize / self.shared.world.shards)
+    }
+
+    /// The current server-side contents of `table`: every row that exists, sorted by row.
+    /// Meant for use between runs (values of a run in progress may be partial).
+    pub fn snapshot<T: Element>(&self, table: &Table<T>) -> Result<Vec<(u64, Vec<T>)>> {
+        self.check()?;
+        resolve(self.registry.tables(), self.id, table)?;
+        for shard in 0..self.shared.world.total_shards() {
+            self.send(
+                shard,
+                Msg::Dump {
+                    from: self.shared.process,
+                    table: table.id,
+                },
+            )?;
+        }
+        let mut rows: Vec<(u64, Vec<T>)> = self
+            .shared
+            .collect_dumps(self.shared.world.total_shards())?
+            .into_iter()
+            .map(|(k, b)| (k.row, b.cast::<T>().to_vec()))
+            .collect();
+        rows.sort_unstable_by_key(|(r, _)| *r);
+        Ok(rows)
+    }
+}
