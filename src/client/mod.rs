@@ -160,22 +160,30 @@ impl ClientShared {
     }
 
     /// [`send`](Self::send), leaving a shard of this process for another thread to drive
-    /// ([`Transport::enqueue`]); [`drive`](Self::drive) it afterwards.
+    /// ([`LocalDrive::enqueue`](crate::transport::LocalDrive::enqueue)); [`drive`](Self::drive) it afterwards.
     pub(crate) fn enqueue(&self, to: Endpoint, msg: Msg) -> Result<()> {
-        let sent = self.transport.enqueue(to, msg);
+        let sent = match self.transport.local_drive() {
+            Some(drive) => drive.enqueue(to, msg),
+            None => self.transport.send(to, msg),
+        };
         self.sent(to, sent)
     }
 
-    /// Drives shard `to` after [`enqueue`](Self::enqueue)s ([`Transport::drive`]).
+    /// Drives shard `to` after [`enqueue`](Self::enqueue)s ([`LocalDrive::drive`](crate::transport::LocalDrive::drive)).
     pub(crate) fn drive(&self, to: Endpoint) {
-        self.transport.drive(to);
+        if let Some(drive) = self.transport.local_drive() {
+            drive.drive(to);
+        }
     }
 
     /// Takes, on this thread, the messages waiting for a shard of this process that no
-    /// other thread is driving ([`Transport::help`]): a worker waiting for an answer does
+    /// other thread is driving ([`LocalDrive::help`](crate::transport::LocalDrive::help)): a worker waiting for an answer does
     /// this before it sleeps. `true` if it handled any.
     pub(crate) fn help(&self) -> bool {
-        let helped = self.transport.help();
+        let helped = self
+            .transport
+            .local_drive()
+            .is_some_and(|drive| drive.help());
         if helped {
             self.helped.fetch_add(1, Ordering::Relaxed);
         }

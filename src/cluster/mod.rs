@@ -91,9 +91,9 @@ struct Runs {
     rounds: u64,
     /// Whether a worker done with its part of a run stays to help the last one
     /// ([`ClientShared::help_while`]): only where there is something to take (several
-    /// shards in this process, driven by the threads that send to them:
-    /// [`Transport::helps`]) and the workers do not outnumber the CPUs this process may
-    /// use, where a waiting helper would take a running worker's core (PageRank with 8
+    /// shards in this process, driven by the threads that send to them: a
+    /// [`LocalDrive`](crate::transport::LocalDrive)) and the workers do not outnumber the
+    /// CPUs this process may use, where a waiting helper would take a running worker's core (PageRank with 8
     /// workers on 2 cores was 5-11 % slower with it). Fixed at start.
     help_at_end: bool,
     /// Whether the tables were restored from a checkpoint ([`Cluster::resume`]).

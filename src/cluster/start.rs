@@ -294,13 +294,15 @@ impl Cluster {
             }
         }
         let direct: Arc<dyn crate::transport::DirectClient> = shared.clone();
-        transport.attach_client(rank, Arc::downgrade(&direct));
+        if let Some(drive) = transport.local_drive() {
+            drive.attach_client(rank, Arc::downgrade(&direct));
+        }
         let pus = zone_pus(thread_zones.comm);
         match spawn_comm(shared.clone(), client_inbox, pus) {
             Ok(t) => threads.comm = Some(t),
             Err(e) => return Err(threads.abort(transport.as_ref(), rank, spawn_err(e))),
         }
-        let help_at_end = transport.helps()
+        let help_at_end = transport.local_drive().is_some()
             && shared.world.shards_of(rank).len() > 1
             && config.workers
                 <= std::thread::available_parallelism().map_or(1, std::num::NonZero::get);

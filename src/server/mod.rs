@@ -57,7 +57,7 @@ impl Staying {
 }
 
 /// A shard's state machine and its inbox, driven by whoever holds it: its own thread, or —
-/// when the transport attached it ([`Transport::attach_shard`], one OS process) — the
+/// when the transport attached it ([`LocalDrive::attach_shard`](crate::transport::LocalDrive::attach_shard), one OS process) — the
 /// thread that has just sent it a message, which then handles everything waiting (a
 /// worker's CLOCK is applied, and the refresh it completes delivered, on the worker's own
 /// thread, with no hand-off to wait for). Messages are always taken from the inbox in
@@ -195,7 +195,7 @@ impl DirectShard for ShardCell {
 /// has left it, it is stopped locally ([`Inbound::Stop`]) or its inbox closes. A panic
 /// while handling a message is reported to every process still in the cluster as a
 /// rejection naming the shard (the cluster fails rather than waits on a dead shard).
-/// When `transport` attaches it ([`Transport::attach_shard`]), senders drive it too (see
+/// When `transport` attaches it ([`LocalDrive::attach_shard`](crate::transport::LocalDrive::attach_shard)), senders drive it too (see
 /// [`ShardCell`]). Returns the thread and who has not left the shard yet ([`Staying`]).
 pub(crate) fn spawn(
     shard: Shard,
@@ -246,7 +246,10 @@ fn attached_cell(
         kick: Signal::new(false),
     });
     let direct: Arc<dyn DirectShard> = cell.clone();
-    let attached = cell.transport.attach_shard(id, Arc::downgrade(&direct));
+    let attached = cell
+        .transport
+        .local_drive()
+        .is_some_and(|drive| drive.attach_shard(id, Arc::downgrade(&direct)));
     (cell, attached)
 }
 

@@ -2,16 +2,16 @@
 //! clients and shards, or — for tests that P processes compute what one process of as
 //! many workers computes — several processes' clients and shards in one OS process.
 //!
-//! A client attached with [`Transport::attach_client`] takes its messages on the
+//! A client attached with [`LocalDrive::attach_client`] takes its messages on the
 //! sender's thread instead (a shard's refresh is written into the process arena by the
 //! shard thread, and the workers waiting for it are woken from there): one thread
 //! hand-off less on every clock's critical path. Each sender still delivers in the order
 //! it sends, so the ordering guarantee holds. Once the client's thread is stopped its
 //! messages go to the channel again. Likewise a shard attached with
-//! [`Transport::attach_shard`] is poked after every message queued for it, and the
+//! [`LocalDrive::attach_shard`] is poked after every message queued for it, and the
 //! sender drives it if no other thread does (`server::ShardCell`).
 
-use super::{DirectClient, DirectShard, Inbound, Inbox, Transport, TransportError};
+use super::{DirectClient, DirectShard, Inbound, Inbox, LocalDrive, Transport, TransportError};
 use crate::ids::{ProcessId, ShardId};
 use crate::msg::{Endpoint, Msg};
 use crossbeam::channel::{unbounded, Sender};
@@ -72,6 +72,21 @@ impl Transport for InProcTransport {
         self.deliver(to, Inbound::Msg(msg))
     }
 
+    fn local_drive(&self) -> Option<&dyn LocalDrive> {
+        Some(self)
+    }
+
+    fn stop_local(&self, to: Endpoint) -> Result<(), TransportError> {
+        if let Endpoint::Client(c) = to {
+            if let Some(d) = self.direct.get(c as usize) {
+                *d.write().unwrap_or_else(|e| e.into_inner()) = None;
+            }
+        }
+        self.deliver(to, Inbound::Stop)
+    }
+}
+
+impl LocalDrive for InProcTransport {
     fn enqueue(&self, to: Endpoint, msg: Msg) -> Result<(), TransportError> {
         if let Endpoint::Client(_) = to {
             return self.send(to, msg);
@@ -97,10 +112,6 @@ impl Transport for InProcTransport {
         any
     }
 
-    fn helps(&self) -> bool {
-        true
-    }
-
     fn attach_client(&self, rank: ProcessId, client: Weak<dyn DirectClient>) {
         if let Some(d) = self.direct.get(rank as usize) {
             *d.write().unwrap_or_else(|e| e.into_inner()) = Some(client);
@@ -113,15 +124,6 @@ impl Transport for InProcTransport {
         };
         *d.write().unwrap_or_else(|e| e.into_inner()) = Some(shard);
         true
-    }
-
-    fn stop_local(&self, to: Endpoint) -> Result<(), TransportError> {
-        if let Endpoint::Client(c) = to {
-            if let Some(d) = self.direct.get(c as usize) {
-                *d.write().unwrap_or_else(|e| e.into_inner()) = None;
-            }
-        }
-        self.deliver(to, Inbound::Stop)
     }
 }
 

@@ -68,7 +68,7 @@ pub(crate) trait DirectShard: Send + Sync {
 
 /// A client process that handles its messages on the sender's thread: what the in-process
 /// transport calls instead of queueing for the communication thread (see
-/// [`Transport::attach_client`]). It must be safe to call from several threads at once.
+/// [`LocalDrive::attach_client`]). It must be safe to call from several threads at once.
 pub(crate) trait DirectClient: Send + Sync {
     /// Handles one message; never panics (a handler's panic fails the client instead).
     fn deliver(&self, msg: Msg);
@@ -100,52 +100,11 @@ pub(crate) trait Transport: Send + Sync + 'static {
         self.send(to, msg)
     }
 
-    /// Lets client `rank`, a process of this OS process, handle its messages on the
-    /// senders' threads from now on, until its thread is stopped; a transport that
-    /// cannot (one that leaves the process) ignores it.
-    fn attach_client(
-        &self,
-        _rank: crate::ids::ProcessId,
-        _client: std::sync::Weak<dyn DirectClient>,
-    ) {
-    }
-
-    /// Lets the senders of shard `id`, a shard of this OS process, drive it after queueing
-    /// their messages ([`DirectShard::poke`]); `true` if this transport does (the shard's
-    /// thread then only takes what a sender left to it).
-    fn attach_shard(
-        &self,
-        _id: crate::ids::ShardId,
-        _shard: std::sync::Weak<dyn DirectShard>,
-    ) -> bool {
-        false
-    }
-
-    /// Queues `msg` for `to` like [`send`](Self::send), but does not drive a shard of
-    /// this process on this thread: a worker waiting for an answer takes it
-    /// ([`help`](Self::help)), or the sender's later [`drive`](Self::drive). A transport
-    /// that does not drive shards on senders' threads just sends.
-    fn enqueue(&self, to: Endpoint, msg: Msg) -> Result<(), TransportError> {
-        self.send(to, msg)
-    }
-
-    /// After [`enqueue`](Self::enqueue)s to shard `to`: drives it on this thread if no
-    /// other thread does and messages wait, else leaves them to the thread that does
-    /// ([`DirectShard::poke`]).
-    fn drive(&self, _to: Endpoint) {}
-
-    /// Drives, on this thread, each shard of this process that has messages waiting and
-    /// no other thread driving it: what a worker does while it waits for an answer, so
-    /// that the work a CLOCK released is shared ([`DirectShard::help`]). `true` if it
-    /// handled any.
-    fn help(&self) -> bool {
-        false
-    }
-
-    /// Whether [`help`](Self::help) can take anything: this transport drives the
-    /// process's shards on the threads that send to them.
-    fn helps(&self) -> bool {
-        false
+    /// The transport's scheduling of this OS process's shards and clients on the
+    /// threads that send to them, if it does that ([`LocalDrive`]): the in-process
+    /// transport's; a transport that leaves the process has none.
+    fn local_drive(&self) -> Option<&dyn LocalDrive> {
+        None
     }
 
     /// Stops the thread of `to`, an endpoint of this process ([`Inbound::Stop`]).
@@ -169,4 +128,41 @@ pub(crate) trait Transport: Send + Sync + 'static {
     fn close(&self) -> Result<(), TransportError> {
         Ok(())
     }
+}
+
+/// Who runs a shard of this OS process: the in-process transport lets the thread that
+/// sends a shard a message drive it at once when no other thread does, and lets waiting
+/// workers take queued shard work. Moving messages is [`Transport`]'s; this is only the
+/// scheduling of this process's threads, offered through [`Transport::local_drive`] by a
+/// transport that delivers within the process.
+pub(crate) trait LocalDrive: Send + Sync {
+    /// Lets client `rank`, a process of this OS process, handle its messages on the
+    /// senders' threads from now on, until its thread is stopped; a transport that
+    /// cannot (one that leaves the process) has no `LocalDrive`.
+    fn attach_client(&self, rank: crate::ids::ProcessId, client: std::sync::Weak<dyn DirectClient>);
+
+    /// Lets the senders of shard `id`, a shard of this OS process, drive it after queueing
+    /// their messages ([`DirectShard::poke`]); `true` if this transport does (the shard's
+    /// thread then only takes what a sender left to it).
+    fn attach_shard(
+        &self,
+        id: crate::ids::ShardId,
+        shard: std::sync::Weak<dyn DirectShard>,
+    ) -> bool;
+
+    /// Queues `msg` for `to` like [`Transport::send`], but does not drive a shard of
+    /// this process on this thread: a worker waiting for an answer takes it
+    /// ([`help`](Self::help)), or the sender's later [`drive`](Self::drive).
+    fn enqueue(&self, to: Endpoint, msg: Msg) -> Result<(), TransportError>;
+
+    /// After [`enqueue`](Self::enqueue)s to shard `to`: drives it on this thread if no
+    /// other thread does and messages wait, else leaves them to the thread that does
+    /// ([`DirectShard::poke`]).
+    fn drive(&self, to: Endpoint);
+
+    /// Drives, on this thread, each shard of this process that has messages waiting and
+    /// no other thread driving it: what a worker does while it waits for an answer, so
+    /// that the work a CLOCK released is shared ([`DirectShard::help`]). `true` if it
+    /// handled any.
+    fn help(&self) -> bool;
 }
