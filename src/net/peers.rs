@@ -383,4 +383,278 @@ impl Peers {
 }
 
 #[cfg(test)]
-mod tests {}
+mod tests {
+    //! The peer table driven directly with a fake clock: `t0` is read once, every later
+    //! moment is `t0` plus an offset, and events arrive in the orders the sockets could
+    //! produce them.
+
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    fn timeouts() -> Timeouts {
+        Timeouts {
+            connect: 1000 * MS,
+            handshake: 200 * MS,
+            heartbeat_interval: 50 * MS,
+            heartbeat_timeout: 300 * MS,
+            shutdown: 500 * MS,
+        }
+    }
+
+    fn addrs(n: u16) -> Vec<SocketAddr> {
+        (0..n)
+            .map(|i| SocketAddr::from(([127, 0, 0, 1], 7000 + i)))
+            .collect()
+    }
+
+    /// Rank `rank` of `n`, started at `t0`.
+    fn peers(rank: u32, n: u16, t0: Instant) -> Peers {
+        Peers::new(rank, addrs(n), timeouts(), t0)
+    }
+
+    /// Steps at `now` (no shutdown asked), expecting `Wait`.
+    fn waits(p: &mut Peers, now: Instant) {
+        let step = p.step(now, false);
+        assert!(matches!(step, Step::Wait), "{step:?}");
+    }
+
+    #[test]
+    fn a_higher_rank_that_never_dials_fails_start_at_the_deadline_not_before() {
+        let t0 = Instant::now();
+        let mut p = peers(0, 2, t0);
+        assert!(p.due_dials(t0).is_empty(), "rank 0 dials no one");
+        waits(&mut p, t0);
+        waits(&mut p, t0 + 999 * MS);
+        match p.step(t0 + 1000 * MS, false) {
+            Step::Fail(NetError::ConnectTimeout { missing, timeout }) => {
+                assert_eq!(missing, "rank 1 at 127.0.0.1:7001 (never dialed us)");
+                assert_eq!(timeout, 1000 * MS);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_unreachable_lower_rank_is_redialed_with_backoff_and_named_at_the_timeout() {
+        let t0 = Instant::now();
+        let mut p = peers(1, 2, t0);
+        assert_eq!(p.due_dials(t0), [0], "dialed at once");
+        // The connect fails synchronously: no connection to close, retry in 20 ms.
+        let failed = p.dial_failed(0, "cannot connect: refused".into(), t0);
+        assert_eq!(
+            failed,
+            DialFailed::Retry {
+                close: None,
+                pause: Some(20 * MS)
+            }
+        );
+        assert!(p.due_dials(t0 + 19 * MS).is_empty());
+        assert_eq!(p.due_dials(t0 + 20 * MS), [0]);
+        // The next attempt connects, then breaks: its connection is closed, the pause doubles.
+        p.dialing(0, 5);
+        assert!(p.due_dials(t0 + 30 * MS).is_empty(), "not while dialing");
+        let failed = p.dial_failed(0, "cannot connect: reset".into(), t0 + 30 * MS);
+        assert_eq!(
+            failed,
+            DialFailed::Retry {
+                close: Some(5),
+                pause: Some(40 * MS)
+            }
+        );
+        assert!(p.due_dials(t0 + 69 * MS).is_empty());
+        assert_eq!(p.due_dials(t0 + 70 * MS), [0]);
+        match p.step(t0 + 1000 * MS, false) {
+            Step::Fail(NetError::ConnectTimeout { missing, .. }) => assert_eq!(
+                missing,
+                "rank 0 at 127.0.0.1:7000 (last: cannot connect: reset)"
+            ),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn start_up_completes_whichever_peer_comes_up_first() {
+        for lower_first in [true, false] {
+            let t0 = Instant::now();
+            let mut p = peers(1, 3, t0);
+            assert_eq!(p.due_dials(t0), [0]);
+            p.dialing(0, 0);
+            let (first, second) = if lower_first {
+                ((0, 0), (2, 1))
+            } else {
+                ((2, 1), (0, 0))
+            };
+            p.authenticated(first.0, first.1);
+            assert!(p.settled(first.0) && !p.settled(second.0));
+            waits(&mut p, t0 + 10 * MS);
+            p.authenticated(second.0, second.1);
+            assert!(matches!(p.step(t0 + 20 * MS, false), Step::Ready));
+            assert_eq!(p.phase, Phase::Running);
+            assert_eq!(p.up(), [(0, 0), (2, 1)]);
+            // Running: no more dials, no timeout, whatever the time.
+            assert!(p.due_dials(t0 + 5000 * MS).is_empty());
+            waits(&mut p, t0 + 5000 * MS);
+        }
+    }
+
+    #[test]
+    fn a_cluster_of_one_is_ready_at_once() {
+        let t0 = Instant::now();
+        let mut p = peers(0, 1, t0);
+        assert!(matches!(p.step(t0, false), Step::Ready));
+    }
+
+    #[test]
+    fn a_loss_during_start_up_fails_it() {
+        let t0 = Instant::now();
+        let mut p = peers(0, 3, t0);
+        p.authenticated(1, 0);
+        assert_eq!(p.lost(1, "bad frame".into()), Some(Some(0)));
+        assert!(
+            p.take_losses().is_empty(),
+            "not reported: the start-up fails"
+        );
+        match p.step(t0 + MS, false) {
+            Step::Fail(NetError::PeerLost {
+                rank: 1, reason, ..
+            }) => {
+                assert_eq!(reason, "bad frame")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_lost_peer_is_reported_once_and_stays_gone() {
+        let t0 = Instant::now();
+        let mut p = peers(0, 3, t0);
+        p.authenticated(1, 0);
+        p.authenticated(2, 1);
+        assert!(matches!(p.step(t0, false), Step::Ready));
+        assert_eq!(p.lost(2, "silent".into()), Some(Some(1)));
+        assert_eq!(p.lost(2, "closed".into()), None, "lost once");
+        assert_eq!(
+            p.take_losses(),
+            [Loss {
+                rank: 2,
+                addr: addrs(3)[2],
+                reason: "silent".into()
+            }]
+        );
+        assert!(p.take_losses().is_empty());
+        assert!(p.settled(2), "a new connection claiming it is a duplicate");
+        assert_eq!(p.up(), [(1, 0)]);
+        waits(&mut p, t0 + MS);
+    }
+
+    #[test]
+    fn a_peer_closed_after_bye_is_no_loss() {
+        let t0 = Instant::now();
+        let mut p = peers(0, 2, t0);
+        p.authenticated(1, 3);
+        assert!(matches!(p.step(t0, false), Step::Ready));
+        assert_eq!(p.closed(1), Some(3));
+        assert_eq!(p.lost(1, "closed without Bye".into()), None);
+        assert!(p.take_losses().is_empty());
+        assert!(p.up().is_empty());
+    }
+
+    #[test]
+    fn a_refusing_peer_fails_start_up_but_not_later() {
+        let t0 = Instant::now();
+        let mut p = peers(1, 2, t0);
+        p.dialing(0, 4);
+        let failed = p.dial_handshake_failed(0, "bad proof".into(), true, t0 + MS);
+        assert_eq!(failed, DialFailed::Fatal);
+        match p.step(t0 + MS, false) {
+            Step::Fail(NetError::Handshake {
+                rank: 0, reason, ..
+            }) => {
+                assert_eq!(reason, "bad proof")
+            }
+            other => panic!("{other:?}"),
+        }
+        // An I/O failure of the handshake is retried, as is a refusal after start-up.
+        let mut p = peers(1, 2, t0);
+        p.dialing(0, 4);
+        let failed = p.dial_handshake_failed(0, "closed".into(), false, t0 + MS);
+        assert_eq!(
+            failed,
+            DialFailed::Retry {
+                close: Some(4),
+                pause: Some(20 * MS)
+            }
+        );
+        waits(&mut p, t0 + MS);
+        p.phase = Phase::Running;
+        p.dialing(0, 4);
+        assert!(matches!(
+            p.dial_handshake_failed(0, "bad proof".into(), true, t0 + MS),
+            DialFailed::Retry { close: Some(4), .. }
+        ));
+    }
+
+    #[test]
+    fn refusals_explain_a_missing_peer_until_it_comes_up() {
+        let t0 = Instant::now();
+        let mut p = peers(0, 3, t0);
+        p.note_refusal(1, "refused a connection from x: bad proof".into());
+        p.note_refusal(9, "outside the cluster: ignored".into());
+        match p.step(t0 + 1000 * MS, false) {
+            Step::Fail(NetError::ConnectTimeout { missing, .. }) => assert_eq!(
+                missing,
+                "rank 1 at 127.0.0.1:7001 (last: refused a connection from x: bad proof), \
+                 rank 2 at 127.0.0.1:7002 (never dialed us)"
+            ),
+            other => panic!("{other:?}"),
+        }
+        let mut p = peers(0, 2, t0);
+        p.note_refusal(1, "bad proof".into());
+        p.authenticated(1, 0);
+        p.lost(1, "later".into());
+        assert!(!p.missing().contains("bad proof"), "{}", p.missing());
+    }
+
+    #[test]
+    fn shutdown_is_done_once_every_connection_is_closed() {
+        let t0 = Instant::now();
+        let mut p = peers(1, 3, t0);
+        p.authenticated(0, 0);
+        p.authenticated(2, 1);
+        assert!(matches!(p.step(t0, false), Step::Ready));
+        assert!(matches!(p.step(t0, true), Step::Stop));
+        p.begin_stop(t0 + 100 * MS);
+        waits(&mut p, t0 + 100 * MS);
+        assert_eq!(p.closed(0), Some(0));
+        waits(&mut p, t0 + 200 * MS);
+        assert_eq!(p.lost(2, "closed without Bye".into()), Some(Some(1)));
+        assert!(matches!(p.step(t0 + 300 * MS, true), Step::Done));
+        assert_eq!(
+            p.take_losses().len(),
+            1,
+            "a loss while stopping is reported"
+        );
+    }
+
+    #[test]
+    fn shutdown_fails_at_its_deadline_naming_who_is_left() {
+        let t0 = Instant::now();
+        let mut p = peers(0, 3, t0);
+        p.authenticated(1, 0);
+        p.authenticated(2, 1);
+        assert!(matches!(p.step(t0, false), Step::Ready));
+        waits(&mut p, t0 + 50 * MS);
+        assert!(matches!(p.step(t0 + 60 * MS, true), Step::Stop));
+        p.begin_stop(t0 + 60 * MS);
+        p.closed(1);
+        waits(&mut p, t0 + 559 * MS);
+        match p.step(t0 + 560 * MS, true) {
+            Step::Fail(NetError::ShutdownIncomplete(why)) => assert_eq!(
+                why,
+                "no Bye exchanged within 500ms with rank 2 at 127.0.0.1:7002"
+            ),
+            other => panic!("{other:?}"),
+        }
+    }
+}
