@@ -39,7 +39,7 @@ use serde::de::DeserializeOwned;
 
 use super::conn::{Conn, ConnState};
 use super::frame::{Frame, FrameKind};
-use super::peers::{Loss, Peers, Step};
+use super::peers::{Loss, Lost, Peers, Step};
 use super::shared::{PeerStatus, Shared};
 use super::timers::{Liveness, Timeouts};
 use super::{Deliver, NetConfig, NetError, NetEvent};
@@ -285,10 +285,10 @@ impl<M: DeserializeOwned> EventLoop<M> {
     /// `rank` is lost: close its connection, fail its sends, tell the caller (after
     /// start-up) or fail the start-up.
     fn lose(&mut self, rank: u32, reason: String) {
-        let Some(conn) = self.peers.lost(rank, reason.clone()) else {
+        let Lost::Now { close } = self.peers.lost(rank, reason.clone()) else {
             return; // gone already
         };
-        if let Some(slot) = conn {
+        if let Some(slot) = close {
             self.drop_conn(slot);
         }
         self.shared

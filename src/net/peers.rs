@@ -94,6 +94,18 @@ pub(crate) enum DialFailed {
     Fatal,
 }
 
+/// What a loss leads to.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Lost {
+    /// The peer was gone already (closed or lost): nothing to do.
+    Already,
+    /// The peer is lost now: close its connection, if any, and fail its sends.
+    Now {
+        /// Its connection, to close.
+        close: Option<Slot>,
+    },
+}
+
 /// What [`Peers::step`] asks the event loop to do.
 #[derive(Debug)]
 pub(crate) enum Step {
@@ -276,16 +288,14 @@ impl Peers {
 
     /// `rank` is lost for `reason`: during start-up the start-up fails (see
     /// [`Peers::step`]), after it the loss is to be reported ([`Peers::take_losses`]).
-    /// `None` if it was gone already (nothing to do); else `Some` of its connection, to
-    /// close.
-    pub(crate) fn lost(&mut self, rank: u32, reason: String) -> Option<Option<Slot>> {
+    pub(crate) fn lost(&mut self, rank: u32, reason: String) -> Lost {
         let peer = &mut self.peers[rank as usize];
         if peer.gone {
-            return None;
+            return Lost::Already;
         }
         peer.up = false;
         peer.gone = true;
-        let conn = peer.conn.take();
+        let close = peer.conn.take();
         let addr = self.addr(rank);
         if self.starting() {
             self.fatal
@@ -293,7 +303,7 @@ impl Peers {
         } else {
             self.lost.push(Loss { rank, addr, reason });
         }
-        Some(conn)
+        Lost::Now { close }
     }
 
     /// The losses to report since the last call, in order.
@@ -510,7 +520,7 @@ mod tests {
         let t0 = Instant::now();
         let mut p = peers(0, 3, t0);
         p.authenticated(1, 0);
-        assert_eq!(p.lost(1, "bad frame".into()), Some(Some(0)));
+        assert_eq!(p.lost(1, "bad frame".into()), Lost::Now { close: Some(0) });
         assert!(
             p.take_losses().is_empty(),
             "not reported: the start-up fails"
@@ -532,8 +542,8 @@ mod tests {
         p.authenticated(1, 0);
         p.authenticated(2, 1);
         assert!(matches!(p.step(t0, false), Step::Ready));
-        assert_eq!(p.lost(2, "silent".into()), Some(Some(1)));
-        assert_eq!(p.lost(2, "closed".into()), None, "lost once");
+        assert_eq!(p.lost(2, "silent".into()), Lost::Now { close: Some(1) });
+        assert_eq!(p.lost(2, "closed".into()), Lost::Already, "lost once");
         assert_eq!(
             p.take_losses(),
             [Loss {
@@ -555,7 +565,7 @@ mod tests {
         p.authenticated(1, 3);
         assert!(matches!(p.step(t0, false), Step::Ready));
         assert_eq!(p.closed(1), Some(3));
-        assert_eq!(p.lost(1, "closed without Bye".into()), None);
+        assert_eq!(p.lost(1, "closed without Bye".into()), Lost::Already);
         assert!(p.take_losses().is_empty());
         assert!(p.up().is_empty());
     }
@@ -628,7 +638,10 @@ mod tests {
         waits(&mut p, t0 + 100 * MS);
         assert_eq!(p.closed(0), Some(0));
         waits(&mut p, t0 + 200 * MS);
-        assert_eq!(p.lost(2, "closed without Bye".into()), Some(Some(1)));
+        assert_eq!(
+            p.lost(2, "closed without Bye".into()),
+            Lost::Now { close: Some(1) }
+        );
         assert!(matches!(p.step(t0 + 300 * MS, true), Step::Done));
         assert_eq!(
             p.take_losses().len(),
