@@ -17,7 +17,7 @@ use mio::net::TcpStream;
 
 use super::frame::{self, FrameDecoder, FrameKind};
 use super::handshake::Handshake;
-use super::timers::{Deadline, Traffic};
+use super::timers::{Activity, Deadline};
 
 /// Frames written per `write_vectored` call, at most.
 const MAX_IOVECS: usize = 64;
@@ -70,7 +70,7 @@ pub(crate) struct Conn {
     /// Bytes of `out[0]` already written.
     out_off: usize,
     /// When bytes last arrived and were last written.
-    pub(crate) traffic: Traffic,
+    pub(crate) activity: Activity,
 }
 
 /// What one [`Conn::write_out`] wrote.
@@ -116,7 +116,7 @@ impl Conn {
                 counted: false,
             }]),
             out_off: 0,
-            traffic: Traffic::new(now),
+            activity: Activity::new(now),
         }
     }
 
@@ -133,7 +133,7 @@ impl Conn {
             bye_sent: false,
             bye_received: false,
         };
-        self.traffic = Traffic::new(now);
+        self.activity = Activity::new(now);
     }
 
     /// Queues our Bye, once (only on an authenticated connection): nothing goes after it.

@@ -336,7 +336,7 @@ impl<M: DeserializeOwned> EventLoop<M> {
                 } => {
                     let may_heartbeat = !silent && !bye_sent && conn.out.is_empty();
                     match conn
-                        .traffic
+                        .activity
                         .check(now, &self.timeouts, !bye_received, may_heartbeat)
                     {
                         Liveness::Fine => {}

@@ -307,7 +307,7 @@ pub(crate) enum NetError {
     Failed(String),
 }
 
-/// Traffic so far (every frame kind, headers included; not the handshakes).
+/// Activity so far (every frame kind, headers included; not the handshakes).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct NetCounters {
     /// Bytes written.

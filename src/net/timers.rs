@@ -121,17 +121,17 @@ pub(crate) enum Liveness {
 
 /// When a connection last received and last sent bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Traffic {
+pub(crate) struct Activity {
     /// When bytes last arrived (or the connection was opened or came up).
     last_recv: Instant,
     /// When bytes were last written (or the connection was opened or came up).
     last_send: Instant,
 }
 
-impl Traffic {
+impl Activity {
     /// A connection opened (or authenticated) at `now`: as if both ways just carried bytes.
-    pub(crate) fn new(now: Instant) -> Traffic {
-        Traffic {
+    pub(crate) fn new(now: Instant) -> Activity {
+        Activity {
             last_recv: now,
             last_send: now,
         }
@@ -216,7 +216,7 @@ mod tests {
     fn silence_is_a_loss_only_past_the_timeout_and_before_bye() {
         let t = timeouts();
         let t0 = Instant::now();
-        let mut tr = Traffic::new(t0);
+        let mut tr = Activity::new(t0);
         // Exactly the timeout: not yet (strictly longer is lost).
         assert_eq!(tr.check(t0 + 300 * MS, &t, true, false), Liveness::Fine);
         assert_eq!(
@@ -239,7 +239,7 @@ mod tests {
     fn a_heartbeat_is_due_an_interval_after_the_last_write() {
         let t = timeouts();
         let t0 = Instant::now();
-        let mut tr = Traffic::new(t0);
+        let mut tr = Activity::new(t0);
         assert_eq!(tr.check(t0 + 49 * MS, &t, true, true), Liveness::Fine);
         assert_eq!(
             tr.check(t0 + 50 * MS, &t, true, true),

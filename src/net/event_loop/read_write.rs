@@ -45,7 +45,7 @@ impl<M: DeserializeOwned> EventLoop<M> {
                     break;
                 }
                 Ok(n) => {
-                    conn.traffic.received(now());
+                    conn.activity.received(now());
                     if !self.input(slot, &scratch[..n], deliver) {
                         break;
                     }
@@ -256,7 +256,7 @@ impl<M: DeserializeOwned> EventLoop<M> {
         }
         let written = conn.write_out();
         if written.bytes > 0 {
-            conn.traffic.sent(now());
+            conn.activity.sent(now());
         }
         let up = match conn.state {
             ConnState::Up {
