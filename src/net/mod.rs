@@ -33,12 +33,15 @@
 //! queued (so one frame of any size up to `max_frame` goes to a peer that keeps up). Incoming frames are
 //! capped at `max_frame` bytes, checked before any allocation.
 
+pub(crate) mod conn;
 pub(crate) mod event_loop;
 pub(crate) mod frame;
 pub(crate) mod handshake;
+pub(crate) mod peers;
 pub(crate) mod shared;
 #[cfg(test)]
 mod tests;
+pub(crate) mod timers;
 
 use std::marker::PhantomData;
 use std::net::SocketAddr;
@@ -304,7 +307,7 @@ pub(crate) enum NetError {
     Failed(String),
 }
 
-/// Traffic so far (every frame kind, headers included; not the handshakes).
+/// Activity so far (every frame kind, headers included; not the handshakes).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct NetCounters {
     /// Bytes written.

@@ -83,7 +83,7 @@ pub(crate) struct Shared {
     queues: Vec<PeerQueue>,
     /// Wakes the loop.
     pub(crate) waker: mio::Waker,
-    /// Traffic counters.
+    /// Activity counters.
     pub(crate) counters: Counters,
     /// Blocking sends wait while a queue holds more than this.
     pub(crate) queue_bytes: usize,

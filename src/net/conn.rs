@@ -1,0 +1,223 @@
+//! One TCP connection of the event loop: its socket, where it is (handshaking, with its
+//! deadline, or up, with its frame decoder and Bye flags), its queue of frames to write,
+//! and when it last received and sent bytes.
+//!
+//! Owns: the connection's own state and writing its queue to the socket (vectored,
+//! until `WouldBlock`); telling when a dialed socket has connected. Must not know: the
+//! peer table or the phase (see [`super::peers`]), the poller, the senders' shared queues,
+//! the counters — what it wrote is returned for the event loop to account — nor the
+//! clock: times are `now` arguments.
+
+use std::collections::VecDeque;
+use std::io::{self, IoSlice, Write};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use mio::net::TcpStream;
+
+use super::frame::{self, FrameDecoder, FrameKind};
+use super::handshake::Handshake;
+use super::timers::{Activity, Deadline};
+
+/// Frames written per `write_vectored` call, at most.
+const MAX_IOVECS: usize = 64;
+
+/// A frame waiting to be written.
+pub(crate) struct OutFrame {
+    /// The whole frame.
+    pub(crate) bytes: Vec<u8>,
+    /// Whether its bytes count in the peer's shared queue bound (senders' frames do;
+    /// handshake, heartbeat and bye bytes do not).
+    pub(crate) counted: bool,
+}
+
+/// Where a connection is.
+pub(crate) enum ConnState {
+    /// Authenticating, until `deadline`.
+    Handshaking {
+        /// The state machine.
+        hs: Box<Handshake>,
+        /// When the connection is closed if not authenticated.
+        deadline: Deadline,
+    },
+    /// Authenticated peer `rank`.
+    Up {
+        /// The peer's rank.
+        rank: u32,
+        /// Incoming frames.
+        decoder: FrameDecoder,
+        /// Our Bye is queued: nothing goes after it.
+        bye_sent: bool,
+        /// The peer's Bye arrived.
+        bye_received: bool,
+    },
+}
+
+/// One TCP connection.
+pub(crate) struct Conn {
+    /// The socket.
+    pub(crate) stream: TcpStream,
+    /// The peer's address (for dialed connections, the configured one).
+    pub(crate) addr: SocketAddr,
+    /// The rank this connection dialed, if we dialed it.
+    pub(crate) dialed: Option<u32>,
+    /// Whether the TCP connection is established (dialed ones start unconnected).
+    pub(crate) connected: bool,
+    /// Handshaking or up.
+    pub(crate) state: ConnState,
+    /// Frames to write, in order.
+    pub(crate) out: VecDeque<OutFrame>,
+    /// Bytes of `out[0]` already written.
+    out_off: usize,
+    /// When bytes last arrived and were last written.
+    pub(crate) activity: Activity,
+}
+
+/// What one [`Conn::write_out`] wrote.
+#[derive(Debug, Default)]
+pub(crate) struct Written {
+    /// Bytes written.
+    pub(crate) bytes: usize,
+    /// Whole frames written.
+    pub(crate) frames: u64,
+    /// Bytes of whole counted frames written (to release from the peer's queue bound).
+    pub(crate) released: usize,
+    /// The write error that stopped it, if any.
+    pub(crate) error: Option<String>,
+}
+
+impl Conn {
+    /// A new connection starting its handshake at `now`: our hello queued first, the
+    /// handshake due within `timeout`. `dialed`: the rank we dialed (`None`: accepted; an
+    /// accepted socket is connected already, a dialed one once writable).
+    pub(crate) fn handshaking(
+        stream: TcpStream,
+        addr: SocketAddr,
+        dialed: Option<u32>,
+        hs: Box<Handshake>,
+        now: Instant,
+        timeout: Duration,
+    ) -> Conn {
+        // Small protocol messages (a refresh request, a barrier) must not wait for
+        // Nagle's algorithm and the peer's delayed ACK.
+        let _ = stream.set_nodelay(true);
+        let hello = hs.hello().to_vec();
+        Conn {
+            stream,
+            addr,
+            dialed,
+            connected: dialed.is_none(),
+            state: ConnState::Handshaking {
+                hs,
+                deadline: Deadline::after(now, timeout),
+            },
+            out: VecDeque::from([OutFrame {
+                bytes: hello,
+                counted: false,
+            }]),
+            out_off: 0,
+            activity: Activity::new(now),
+        }
+    }
+
+    /// Whether this is an accepted connection still handshaking.
+    pub(crate) fn pending_accept(&self) -> bool {
+        self.dialed.is_none() && matches!(self.state, ConnState::Handshaking { .. })
+    }
+
+    /// The handshake completed at `now` with `rank`: the connection is up.
+    pub(crate) fn authenticated(&mut self, rank: u32, max_frame: usize, now: Instant) {
+        self.state = ConnState::Up {
+            rank,
+            decoder: FrameDecoder::new(max_frame),
+            bye_sent: false,
+            bye_received: false,
+        };
+        self.activity = Activity::new(now);
+    }
+
+    /// Queues our Bye, once (only on an authenticated connection): nothing goes after it.
+    pub(crate) fn queue_bye(&mut self) {
+        if let ConnState::Up { bye_sent, .. } = &mut self.state {
+            if !*bye_sent {
+                *bye_sent = true;
+                self.queue_control(FrameKind::Bye);
+            }
+        }
+    }
+
+    /// Queues a control frame (heartbeat or Bye; not counted).
+    pub(crate) fn queue_control(&mut self, kind: FrameKind) {
+        self.out.push_back(OutFrame {
+            bytes: frame::control_frame(kind).to_vec(),
+            counted: false,
+        });
+    }
+
+    /// Whether a dialed socket has connected: `Ok(false)` not yet, `Err` why it failed.
+    pub(crate) fn check_connected(&mut self) -> Result<bool, String> {
+        if self.connected {
+            return Ok(true);
+        }
+        match self.stream.take_error() {
+            Ok(None) => {}
+            Ok(Some(e)) | Err(e) => return Err(format!("cannot connect: {e}")),
+        }
+        match self.stream.peer_addr() {
+            Ok(_) => {
+                self.connected = true;
+                Ok(true)
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotConnected => Ok(false),
+            Err(e) => Err(format!("cannot connect: {e}")),
+        }
+    }
+
+    /// Writes as much of the output as the socket takes (nothing before it is connected).
+    pub(crate) fn write_out(&mut self) -> Written {
+        let mut w = Written::default();
+        if !self.connected {
+            return w;
+        }
+        while !self.out.is_empty() {
+            let mut iov = [IoSlice::new(&[]); MAX_IOVECS];
+            let mut n_iov = 0;
+            for (i, f) in self.out.iter().take(MAX_IOVECS).enumerate() {
+                let start = if i == 0 { self.out_off } else { 0 };
+                iov[i] = IoSlice::new(&f.bytes[start..]);
+                n_iov += 1;
+            }
+            match self.stream.write_vectored(&iov[..n_iov]) {
+                Ok(0) => {
+                    w.error = Some("write returned 0".to_string());
+                    break;
+                }
+                Ok(mut n) => {
+                    w.bytes += n;
+                    while n > 0 {
+                        let left = self.out[0].bytes.len() - self.out_off;
+                        if n >= left {
+                            n -= left;
+                            let f = self.out.pop_front().expect("a frame");
+                            self.out_off = 0;
+                            w.frames += 1;
+                            if f.counted {
+                                w.released += f.bytes.len();
+                            }
+                        } else {
+                            self.out_off += n;
+                            n = 0;
+                        }
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    w.error = Some(format!("write failed: {e}"));
+                    break;
+                }
+            }
+        }
+        w
+    }
+}
