@@ -202,6 +202,7 @@ impl FrameDecoder {
 
     /// Bytes allocated for the frame being collected (tests and the fuzz targets check
     /// that a refused length allocated nothing and an accepted one no more than the cap).
+    #[cfg(any(test, feature = "fuzzing"))]
     pub(crate) fn buffered_capacity(&self) -> usize {
         self.partial.as_ref().map_or(0, |p| p.body.capacity())
     }
