@@ -400,17 +400,9 @@ mod tests {
 
     use super::*;
 
-    const MS: Duration = Duration::from_millis(1);
+    use crate::net::timers::tests::timeouts;
 
-    fn timeouts() -> Timeouts {
-        Timeouts {
-            connect: 1000 * MS,
-            handshake: 200 * MS,
-            heartbeat_interval: 50 * MS,
-            heartbeat_timeout: 300 * MS,
-            shutdown: 500 * MS,
-        }
-    }
+    const MS: Duration = Duration::from_millis(1);
 
     fn addrs(n: u16) -> Vec<SocketAddr> {
         (0..n)

@@ -170,12 +170,13 @@ impl Activity {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
     const MS: Duration = Duration::from_millis(1);
 
-    fn timeouts() -> Timeouts {
+    /// The time limits the network's pure tests run under (`peers.rs`'s too).
+    pub(in crate::net) fn timeouts() -> Timeouts {
         Timeouts {
             connect: 1000 * MS,
             handshake: 200 * MS,

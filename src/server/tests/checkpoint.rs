@@ -3,12 +3,11 @@
 //! bytes whatever else is handled around it.
 
 use super::Step;
-use crate::buf::AlignedBuf;
 use crate::ids::{Clock, RowKey};
 use crate::msg::{Endpoint, Msg};
 use crate::rows_part;
 use crate::server::shard::tests::{
-    clock, interleavings, rejected, shard_in, shard_with_table, two_process_world,
+    clock, interleavings, rejected, shard_between_runs, shard_in, two_process_world,
 };
 use std::path::Path;
 
@@ -66,31 +65,9 @@ fn rows_in(path: &Path) -> (rows_part::Header, Vec<(u64, Vec<i64>)>) {
 #[test]
 fn a_checkpoint_writes_generic_and_arena_rows_sorted_without_zero_rows() {
     let dir = TestDir::new("rows");
-    let mut s = shard_with_table(1);
-    let mut out = Vec::new();
     // Rows 4 and 2 the generic way, rows 3 and 9 planned (9 is never updated).
-    s.step(clock(0, 1, &[(4, [1, 2]), (2, [3, 4])]), &mut out);
-    let specialize = Msg::Specialize {
-        from: 0,
-        epoch: 1,
-        keys: vec![RowKey::new(0, 3), RowKey::new(0, 9)],
-        chunk_ends: vec![2],
-        chunk_phases: vec![1],
-        updaters: vec![(0, vec![0])],
-    };
-    s.step(specialize, &mut out);
-    let slab = Msg::Clock {
-        worker: 0,
-        clock: 2,
-        epoch: 1,
-        rows: vec![],
-        slab: AlignedBuf::from_slice(&[5i64, 6]),
-        slab_rows: None,
-    };
-    s.step(slab, &mut out);
-    s.step(Msg::Finish { worker: 0 }, &mut out);
-    s.step(Msg::RunEnd { from: 0, run: 1 }, &mut out);
-    out.clear();
+    let mut s = shard_between_runs();
+    let mut out = Vec::new();
     let root = dir.begun(2).to_path_buf();
     s.step(
         Msg::Checkpoint {

@@ -16,36 +16,6 @@ fn nowhere() -> PathBuf {
     ))
 }
 
-/// Shard 0 of one process with one worker, between runs at clock 2: rows 4 and 2 sent
-/// the generic way, rows 3 and 9 planned (9 is never updated).
-fn shard_between_runs() -> Shard {
-    let mut s = shard_with_table(1);
-    let mut out = Vec::new();
-    s.step(clock(0, 1, &[(4, [1, 2]), (2, [3, 4])]), &mut out);
-    let specialize = Msg::Specialize {
-        from: 0,
-        epoch: 1,
-        keys: vec![RowKey::new(0, 3), RowKey::new(0, 9)],
-        chunk_ends: vec![2],
-        chunk_phases: vec![1],
-        updaters: vec![(0, vec![0])],
-    };
-    s.step(specialize, &mut out);
-    let slab = Msg::Clock {
-        worker: 0,
-        clock: 2,
-        epoch: 1,
-        rows: vec![],
-        slab: AlignedBuf::from_slice(&[5i64, 6]),
-        slab_rows: None,
-    };
-    s.step(slab, &mut out);
-    s.step(Msg::Finish { worker: 0 }, &mut out);
-    s.step(Msg::RunEnd { from: 0, run: 1 }, &mut out);
-    assert!(rejected(&out).is_empty(), "{out:?}");
-    s
-}
-
 fn ask(from: ProcessId, clock: Clock) -> Msg {
     Msg::Checkpoint {
         from,
