@@ -55,37 +55,39 @@ const COUNT_SHIFT: u32 = 48;
 pub(super) const NO_VIEW: Clock = Clock::MAX;
 
 /// A block's header, read in place (see [`HEADER_WORDS`] for its words).
+///
+/// It holds the words and the block's first word, and each getter indexes the one word
+/// it reads, `words[b + i]`: a getter compiles to the load (and, where the compiler does
+/// not know the length, the bounds check) of a raw decode, so the fast paths' code is
+/// what it was with raw offsets.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Header<'a>(&'a [u64; HEADER_WORDS]);
+pub(super) struct Header<'a> {
+    words: &'a [u64],
+    b: usize,
+}
 
 impl<'a> Header<'a> {
-    /// The header at the start of `block` (a block's words, or its header's).
-    ///
-    /// # Panics
-    ///
-    /// If `block` is shorter than a header.
+    /// The header at the start of `block` (a block's words, or its header's). A getter
+    /// panics if `block` ends before the word it reads.
     #[inline(always)]
     pub(super) fn of(block: &'a [u64]) -> Self {
-        Header(block.first_chunk().expect("a block header"))
+        Header { words: block, b: 0 }
     }
 
-    /// The header of the block at word `b` of `words`.
-    ///
-    /// # Panics
-    ///
-    /// If it does not lie inside `words`.
+    /// The header of the block at word `b` of `words`. A getter panics if the word it
+    /// reads is beyond `words` (as `words[b + i]` would).
     #[inline(always)]
     pub(super) fn at(words: &'a [u64], b: usize) -> Self {
-        Self::of(&words[b..b + HEADER_WORDS])
+        Header { words, b }
     }
 
-    /// [`at`](Self::at), `None` beyond `words`.
+    /// The header of the block at word `b` of `words`, `None` if it does not lie inside.
     #[inline(always)]
     pub(super) fn get(words: &'a [u64], b: usize) -> Option<Self> {
         words.get(b..b + HEADER_WORDS).map(Self::of)
     }
 
-    /// [`at`](Self::at) without a bounds check.
+    /// [`get`](Self::get) without a bounds check.
     ///
     /// # Safety
     ///
@@ -93,9 +95,8 @@ impl<'a> Header<'a> {
     #[inline(always)]
     pub(super) unsafe fn at_unchecked(words: &'a [u64], b: usize) -> Self {
         debug_assert!(b + HEADER_WORDS <= words.len());
-        // SAFETY: the header's words lie inside `words` (the caller's contract), and an
-        // array of `u64`s has their alignment.
-        Header(unsafe { &*words.as_ptr().add(b).cast::<[u64; HEADER_WORDS]>() })
+        // SAFETY: the header's words lie inside `words` (the caller's contract).
+        Self::of(unsafe { words.get_unchecked(b..b + HEADER_WORDS) })
     }
 
     /// The header of a block of one row: `key`'s, at `index` in arena order, of plan slot
@@ -129,16 +130,22 @@ impl<'a> Header<'a> {
         ]
     }
 
+    /// Header word `i`.
+    #[inline(always)]
+    fn word(self, i: usize) -> u64 {
+        self.words[self.b + i]
+    }
+
     /// The row's id (a run's first row's).
     #[inline(always)]
     pub(super) fn row(self) -> u64 {
-        self.0[ROW]
+        self.word(ROW)
     }
 
     /// The table.
     #[inline(always)]
     pub(super) fn table(self) -> TableId {
-        self.0[TABLE] as TableId
+        self.word(TABLE) as TableId
     }
 
     /// Whether the block is `key`'s row (a run's: its first row is `key`).
@@ -150,19 +157,19 @@ impl<'a> Header<'a> {
     /// Whether the block is a run's.
     #[inline(always)]
     pub(super) fn is_run(self) -> bool {
-        self.0[TABLE] & RUN != 0
+        self.word(TABLE) & RUN != 0
     }
 
     /// The row's index in arena order (a run's first row's).
     #[inline(always)]
     pub(super) fn index(self) -> usize {
-        (self.0[TABLE] >> INDEX_SHIFT) as usize
+        (self.word(TABLE) >> INDEX_SHIFT) as usize
     }
 
     /// The data clock of the block's views, [`NO_VIEW`] if they hold no snapshot.
     #[inline(always)]
     pub(super) fn view_clock(self) -> Clock {
-        self.0[VIEW_CLOCK]
+        self.word(VIEW_CLOCK)
     }
 
     /// Whether the block's views hold a snapshot.
@@ -181,31 +188,31 @@ impl<'a> Header<'a> {
     /// The plan slot of a one-row block's row.
     #[inline(always)]
     pub(super) fn slot(self) -> u32 {
-        self.0[SHAPE] as u32
+        self.word(SHAPE) as u32
     }
 
     /// The worker's number of a run's block.
     #[inline(always)]
     pub(super) fn run(self) -> usize {
-        self.0[SHAPE] as u32 as usize
+        self.word(SHAPE) as u32 as usize
     }
 
     /// The size in bytes of a one-row block's row (a run's: [`shape`](Self::shape)).
     #[inline(always)]
     pub(super) fn len_bytes(self) -> usize {
-        (self.0[SHAPE] >> LEN_SHIFT) as usize
+        (self.word(SHAPE) >> LEN_SHIFT) as usize
     }
 
     /// The number of rows of a run's block (a one-row block's: [`shape`](Self::shape)).
     #[inline(always)]
     pub(super) fn run_rows(self) -> usize {
-        (self.0[SHAPE] >> COUNT_SHIFT) as usize
+        (self.word(SHAPE) >> COUNT_SHIFT) as usize
     }
 
     /// The size in bytes of each of the block's rows, and their number (one but in a run).
     #[inline(always)]
     pub(super) fn shape(self) -> (usize, usize) {
-        let last = self.0[SHAPE];
+        let last = self.word(SHAPE);
         if !self.is_run() {
             ((last >> LEN_SHIFT) as usize, 1)
         } else {
