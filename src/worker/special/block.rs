@@ -24,7 +24,7 @@ use std::ops::Range;
 /// | 1    | 0..32   | the table                     | the table                        |
 /// | 1    | 33      | 0                             | 1 (`RUN`)                        |
 /// | 1    | 34..    | the row's index               | its first row's index            |
-/// | 2    | all     | the view's data clock, or [`NO_VIEW`]                            ||
+/// | 2    | all     | the view's data clock, or [`NO_VIEW`] | its views' data clock, or [`NO_VIEW`] |
 /// | 3    | 0..32   | the row's plan slot           | the run's number                 |
 /// | 3    | 32..    | the row's size in bytes       | 32..48 row size, 48.. its rows   |
 ///

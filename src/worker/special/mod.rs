@@ -32,6 +32,9 @@
 //! - `held.rs`: rows held through `read_update`;
 //! - `slabs.rs` and `slab_writes.rs`: a CLOCK's slabs, and how they are written;
 //! - `counters.rs`, `bits.rs`: observability; bit sets by row index.
+//!
+//! This file knows the state's fields and their invariants, and none of the parts'
+//! algorithms; it reads blocks only through `block.rs`.
 
 mod bits;
 mod block;
