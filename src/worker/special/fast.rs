@@ -9,22 +9,29 @@
 //! A step naming a run's row ([`RUN_STEP`]) leaves these paths at once for their run
 //! versions (`*_run`), out of line, so that a block's path has one more test and nothing
 //! else.
+//!
+//! This file knows the steps' encoding and the prefetch distance; it reads block
+//! headers only through `block.rs`'s [`Header`] (loads the compiler sees through), and
+//! leaves resolving deviating keys, refreshing views and the CLOCK to the other files.
 
-use super::{
-    add_cols_to_block_in, add_to_block_in, bit, block_span, held_in, row_at, rows_at, run_step,
-    RowAt, Special, AHEAD, COUNT_SHIFT, HEADER_WORDS, INDEX_SHIFT, LEN_SHIFT, NONE, RUN_ROW,
-    RUN_STEP, SLOT_STEP,
-};
-
-/// Words of a block [`Special::advance`] prefetches: three cache lines.
-const PREFETCH_WORDS: usize = 24;
-/// The most words of a block a read's advance prefetches (16 cache lines).
-const MAX_PREFETCH_WORDS: usize = 128;
+use super::bits::bit;
+use super::block::{block_span, row_at, run_row_at, Header, RowAt, HEADER_WORDS, NO_VIEW};
+use super::held::held_in;
+use super::tape::{run_step, RUN_STEP, SLOT_STEP};
+use super::update::{add_cols_to_block_in, add_to_block_in};
+use super::{Special, NONE, RUN_ROW};
 use crate::element::Element;
 use crate::ids::{Clock, RowKey};
 use crate::prefetch::prefetch_at;
 use crate::slot::padded_words;
 use crate::worker::scratch_of;
+
+/// How many steps ahead of the cursor blocks are prefetched.
+const AHEAD: usize = 16;
+/// Words of a block [`Special::advance`] prefetches: three cache lines.
+const PREFETCH_WORDS: usize = 24;
+/// The most words of a block a read's advance prefetches (16 cache lines).
+const MAX_PREFETCH_WORDS: usize = 128;
 
 /// A block [`Special::fresh_block`] found: its view and delta rows.
 struct FreshBlock<'a, T> {
@@ -110,7 +117,7 @@ impl Special {
         } else {
             let r = info.copy as usize;
             let clock = self.copies.clocks[r];
-            let fresh = clock != Clock::MAX && clock >= required;
+            let fresh = clock != NO_VIEW && clock >= required;
             if fresh {
                 let at = self.copies.offsets[r];
                 dst.copy_from_slice(&self.copies.data.as_bytes()[at..at + dst.len()]);
@@ -218,19 +225,16 @@ impl Special {
             }
             let b = step as usize;
             // SAFETY: a block step's header lies inside `words` (see above).
-            let header = unsafe { self.words.get_unchecked(b..b + HEADER_WORDS) };
-            let clock = header[2];
-            if header[0] != key.row
-                || header[1] as u32 != key.table
-                || clock == Clock::MAX
-                || clock < required
-                || (header[3] >> LEN_SHIFT) as usize != n * size_of::<T>()
+            let header = unsafe { Header::at_unchecked(&self.words, b) };
+            if !header.is_key(key)
+                || !header.view_fresh(required)
+                || header.len_bytes() != n * size_of::<T>()
             {
                 return Err(f);
             }
             let row_words = padded_words(n * size_of::<T>());
             debug_assert!(b + HEADER_WORDS + 2 * row_words <= self.words.len());
-            at[i] = (b, (header[1] >> INDEX_SHIFT) as usize, row_words);
+            at[i] = (b, header.index(), row_words);
         }
         if !T::TYPE.exact() {
             for (i, &(b, index, row_words)) in at.iter().enumerate() {
@@ -289,16 +293,12 @@ impl Special {
         let row_words = padded_words(n * size_of::<T>());
         let block = self.words.get(block_span::<T>(step as usize, n, true))?;
         let (header, rows) = block.split_at(HEADER_WORDS);
-        let clock = header[2];
-        if header[0] != key.row
-            || header[1] as u32 != key.table
-            || clock == Clock::MAX
-            || clock < required
-        {
+        let header = Header::of(header);
+        if !header.is_key(key) || !header.view_fresh(required) {
             return None;
         }
         let (view, delta) = rows.split_at(row_words);
-        let index = (header[1] >> INDEX_SHIFT) as usize;
+        let index = header.index();
         let held = !T::TYPE.exact() && self.holds && held_in(&self.touched, &self.dirty, index);
         Some(FreshBlock {
             view: &bytemuck::cast_slice(view)[..n],
@@ -371,7 +371,7 @@ impl Special {
         let block = self
             .words
             .get_mut(block_span::<T>(step as usize, width, self.views))?;
-        (block[0] == key.row && block[1] as u32 == key.table).then_some((
+        Header::of(block).is_key(key).then_some((
             block,
             (&mut self.touched[..], &mut self.dirty[..], self.holds),
         ))
@@ -483,8 +483,7 @@ impl Special {
             return None;
         }
         let at = self.run_row(step, key)?;
-        let clock = self.words[at.block + 2];
-        if clock == Clock::MAX || clock < required || at.delta >= self.words.len() {
+        if !Header::at(&self.words, at.block).view_fresh(required) || at.delta >= self.words.len() {
             return None;
         }
         let word = |w: usize| &bytemuck::cast_slice::<u64, T>(&self.words[w..=w])[..n];
@@ -567,8 +566,9 @@ impl Special {
     pub(super) fn step_row(&self, step: u32, key: RowKey) -> Option<RowAt> {
         if step & RUN_STEP == 0 {
             let b = step as usize;
-            let h = self.words.get(b..b + HEADER_WORDS)?;
-            return (h[0] == key.row && h[1] as u32 == key.table)
+            let header = Header::get(&self.words, b)?;
+            return header
+                .is_key(key)
                 .then(|| row_at(&self.words, self.views, b, 0));
         }
         self.run_row(step, key)
@@ -579,27 +579,15 @@ impl Special {
     fn run_row(&self, step: u32, key: RowKey) -> Option<RowAt> {
         let (run, offset) = run_step(step);
         let b = *self.runs.get(run)? as usize;
-        let h = self.words.get(b..b + HEADER_WORDS)?;
-        let (index, count) = (
-            (h[1] >> INDEX_SHIFT) as usize + offset,
-            (h[3] >> COUNT_SHIFT) as usize,
-        );
-        let id = *self.blocks.get(index)? & !RUN_ROW;
-        if h[0].wrapping_add(u64::from(id)) != key.row
-            || h[1] as u32 != key.table
-            || offset >= count
+        let header = Header::get(&self.words, b)?;
+        let id = *self.blocks.get(header.index() + offset)? & !RUN_ROW;
+        if header.row().wrapping_add(u64::from(id)) != key.row
+            || header.table() != key.table
+            || offset >= header.run_rows()
         {
             return None;
         }
-        // A run's rows are one word each: its views, then its deltas.
-        let (views, deltas) = rows_at(b, count, self.views);
-        Some(RowAt {
-            block: b,
-            index,
-            offset,
-            view: views + offset,
-            delta: deltas + offset,
-        })
+        Some(run_row_at(header, b, offset, self.views))
     }
 
     /// Whether a run's row at `at` was updated in this clock (its bit).

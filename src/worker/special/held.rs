@@ -20,7 +20,10 @@
 //!
 //! [`Worker::read_update`]: crate::Worker::read_update
 
-use super::{held_in, RowAt, RunCursor, Special, HEADER_WORDS, NONE, RUN, RUN_ROW};
+use super::bits::bit;
+use super::block::{Header, HeaderMut, RowAt, HEADER_WORDS};
+use super::slabs::RunCursor;
+use super::{Special, NONE, RUN_ROW};
 use crate::client::ClientShared;
 use crate::element::Element;
 use crate::error::Result;
@@ -31,11 +34,6 @@ impl Special {
     #[inline(always)]
     pub(super) fn is_held(&self, at: RowAt) -> bool {
         self.holds && held_in(&self.touched, &self.dirty, at.index)
-    }
-
-    /// Counts a `read_update` that took the general path.
-    pub(crate) fn count_copied_read_update(&mut self) {
-        self.counters.copied_read_updates += 1;
     }
 
     /// Starts keeping the `dirty` bits, at this worker's first `read_update`: every row
@@ -83,7 +81,7 @@ impl Special {
             return;
         }
         self.add_own_to_row(at, data_clock, T::TYPE);
-        if self.words[at.block + 1] & RUN != 0 {
+        if Header::at(&self.words, at.block).is_run() {
             self.start_run_row(at); // touched, its delta zeroed if it was not
         } else {
             self.touched[at.index / 64] |= 1 << (at.index % 64);
@@ -136,10 +134,17 @@ impl Special {
                         e if e & RUN_ROW != 0 => runs.run_of(self, r).0,
                         b => b as usize,
                     };
-                    self.words[b + 2] = Clock::MAX;
+                    HeaderMut::at(&mut self.words, b).clear_view();
                 }
             }
         }
         self.dirty.fill(0);
     }
+}
+
+/// Whether row `r` is held, for a worker that holds rows: updated in this clock, and
+/// never while not held (see [`Special::dirty`]).
+#[inline(always)]
+pub(super) fn held_in(touched: &[u64], dirty: &[u64], r: usize) -> bool {
+    bit(touched, r) && !bit(dirty, r)
 }
