@@ -1,7 +1,7 @@
-//! The edge-list loader (see `iterstore_apps::fuzzing::edges`).
+//! The edge-list loader (see `iterstore_data::fuzzing::edges`).
 #![no_main]
 
 #[global_allocator]
 static ALLOC: iterstore_fuzz::Bounded = iterstore_fuzz::Bounded;
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| iterstore_apps::fuzzing::edges(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| iterstore_data::fuzzing::edges(data));

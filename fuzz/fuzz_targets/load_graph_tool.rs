@@ -1,7 +1,7 @@
-//! The graph-tool `.gt` loader (see `iterstore_apps::fuzzing::graph_tool`).
+//! The graph-tool `.gt` loader (see `iterstore_data::fuzzing::graph_tool`).
 #![no_main]
 
 #[global_allocator]
 static ALLOC: iterstore_fuzz::Bounded = iterstore_fuzz::Bounded;
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| iterstore_apps::fuzzing::graph_tool(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| iterstore_data::fuzzing::graph_tool(data));

@@ -1,7 +1,7 @@
-//! The IDX image and label loaders (see `iterstore_apps::fuzzing::idx`).
+//! The IDX image and label loaders (see `iterstore_data::fuzzing::idx`).
 #![no_main]
 
 #[global_allocator]
 static ALLOC: iterstore_fuzz::Bounded = iterstore_fuzz::Bounded;
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| iterstore_apps::fuzzing::idx(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| iterstore_data::fuzzing::idx(data));

@@ -1,7 +1,7 @@
-//! The ratings loader (see `iterstore_apps::fuzzing::ratings`).
+//! The ratings loader (see `iterstore_data::fuzzing::ratings`).
 #![no_main]
 
 #[global_allocator]
 static ALLOC: iterstore_fuzz::Bounded = iterstore_fuzz::Bounded;
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| iterstore_apps::fuzzing::ratings(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| iterstore_data::fuzzing::ratings(data));
