@@ -161,7 +161,7 @@ pub struct StoreReport {
     pub frames_sent: u64,
     /// Frames this process received from the other processes.
     pub frames_received: u64,
-    /// Sends that waited for a slow peer to read (`--send-queue-mb` was full).
+    /// Sends that waited for a slow peer to read (its queue, `--send-queue` bytes, was full).
     pub send_waits: u64,
     /// The most bytes ever queued for one peer.
     pub peak_queued_bytes: u64,
