@@ -23,8 +23,9 @@
 //! - `split`: [`split_ratings`], a seeded train/test split.
 //! - [`synth`]: seeded generators with size presets.
 //! - `input`: shared file opening, line reading and id remapping.
-//! - `fuzzing` (hidden): the properties the loaders' fuzz targets in `fuzz/` check, also
-//!   replayed over their corpora by this crate's tests (`tests/fuzz_corpus.rs`).
+//! - `fuzzing` (feature `fuzzing`, hidden): the properties the loaders' fuzz targets in
+//!   `fuzz/` check, also replayed over their corpora by this crate's tests
+//!   (`tests/fuzz_corpus.rs`).
 //!
 //! Real datasets for these loaders are fetched by `tools/fetch-data` into
 //! `${ITERSTORE_DATA:-~/.cache/iterstore-data}`, outside the repository.
@@ -163,6 +164,7 @@ pub enum DataError {
 
 mod bow;
 mod edges;
+#[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 mod graph_tool;
