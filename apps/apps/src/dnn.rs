@@ -41,7 +41,10 @@
 //! sizes=28x28-c5x16-p2-c5x32-p2-128-10 activation=relu`), then one line per row
 //! `<layer><TAB><row><TAB>w_1<TAB>…<TAB>w_n<TAB>bias` (floats written to round-trip).
 
+mod app;
 mod partitioned;
+
+pub use app::{Dnn, DnnParams, DnnRun};
 
 use std::io::{self, Write};
 

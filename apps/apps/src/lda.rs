@@ -41,15 +41,15 @@ use iterstore::{Cluster, Table, Worker};
 
 use super::checkpoint::{self, Cursor, Restart, RunId};
 use super::{
-    check_finite, dense, par_build, preprocess, timed, timed_init_run, timed_run, AppConfig,
-    AppError, IterRecord, Observer, RunReport,
+    check_finite, dense, par_build, preprocess, timed, timed_init_run, timed_run, App, AppConfig,
+    AppError, Input, IterRecord, Observer, RunReport,
 };
 use iterstore_algo::lda::{
     check_corpus, count_doc, doc_rng, doc_term, init_doc, topic_totals_term, word_rows_term,
     LdaConfig, LdaModel, Sampler,
 };
 use iterstore_algo::partition;
-use iterstore_data::Corpus;
+use iterstore_data::{load_corpus, Corpus, CorpusSpec};
 
 /// The outcome of a store-backed LDA run.
 #[derive(Debug, Clone)]
@@ -427,4 +427,54 @@ pub fn run_in(
         assignments,
     };
     Ok(LdaOutcome { report, model })
+}
+
+/// LDA as [`App`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lda;
+
+impl App for Lda {
+    const NAME: &'static str = "lda";
+    const ABOUT: &'static str = "LDA by collapsed Gibbs sampling (input: a bag-of-words corpus)";
+    const INPUT: &'static str = "corpus";
+    type Params = LdaConfig;
+    type Data = Corpus;
+    type Outcome = LdaOutcome;
+
+    fn validate(params: &LdaConfig) -> Result<(), AppError> {
+        Ok(params.validate()?)
+    }
+
+    fn load(input: &Input, _: &LdaConfig) -> Result<Corpus, AppError> {
+        Ok(match input {
+            Input::File(path) => load_corpus(path)?,
+            Input::Synthetic(size) => CorpusSpec::preset(size)?.generate().0,
+        })
+    }
+
+    fn counts(corpus: &Corpus) -> String {
+        let tokens: usize = corpus.docs.iter().map(Vec::len).sum();
+        format!(
+            "{} documents, {} words, {tokens} tokens",
+            corpus.docs.len(),
+            corpus.vocab_size
+        )
+    }
+
+    fn run(
+        cfg: &AppConfig,
+        params: &LdaConfig,
+        corpus: &Corpus,
+        observer: Observer<'_>,
+    ) -> Result<LdaOutcome, AppError> {
+        run_observed(cfg, params, corpus, observer)
+    }
+
+    fn write_output(outcome: &LdaOutcome, _: &Corpus, out: &mut dyn Write) -> io::Result<()> {
+        outcome.write_model(out)
+    }
+
+    fn into_report(outcome: LdaOutcome) -> RunReport {
+        outcome.report
+    }
 }

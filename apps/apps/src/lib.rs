@@ -3,7 +3,8 @@
 //! trained by mini-batch SGD), data-parallel over a cluster's workers through the public
 //! `iterstore` API only. Each runs under an [`AppConfig`] (cluster shape, consistency,
 //! store mode, iterations) and returns a [`RunReport`] or an [`AppError`]; [`checkpoint`]
-//! saves and restores a run. Beside the apps: [`calibrate`] measures this machine's
+//! saves and restores a run. Programs drive every app through one trait, [`App`]
+//! (implemented by [`Mf`], [`Lda`], [`PageRank`] and [`Dnn`]). Beside the apps: [`calibrate`] measures this machine's
 //! hardware profile for the DNN performance model and [`validate`] checks that model
 //! against measured runs.
 //!
@@ -49,6 +50,7 @@
 
 #![warn(missing_docs)]
 
+pub mod app;
 pub mod calibrate;
 pub mod checkpoint;
 pub mod dnn;
@@ -59,7 +61,12 @@ mod report;
 pub mod rss;
 pub mod validate;
 
+pub use app::{App, Input};
 pub use checkpoint::CheckpointConfig;
+pub use dnn::Dnn;
+pub use lda::Lda;
+pub use mf::Mf;
+pub use pagerank::PageRank;
 pub use report::{
     CheckpointReport, IterRecord, MemoryReport, PatternSummary, Provenance, ResumeReport,
     RunReport, StoreReport,
@@ -183,6 +190,9 @@ pub enum AppError {
     /// A parameter or the input data was rejected before any work started.
     #[error("{0}")]
     Invalid(String),
+    /// The input file could not be read, or is malformed (the error names the file).
+    #[error(transparent)]
+    Data(#[from] iterstore_data::DataError),
     /// The parameter server failed.
     #[error("parameter server: {0}")]
     Store(#[from] iterstore::Error),

@@ -37,8 +37,8 @@ use std::io::{self, Write};
 
 use super::checkpoint::{self, Restart, RunId};
 use super::{
-    check_finite, dense, preprocess, timed, timed_init_run, timed_run, AppConfig, AppError,
-    IterRecord, Observer, RunReport,
+    check_finite, dense, preprocess, timed, timed_init_run, timed_run, App, AppConfig, AppError,
+    Input, IterRecord, Observer, RunReport,
 };
 use iterstore_algo::mf::{
     check_ratings, clocks, global_mean, init_row, sgd_step, width, Factor, MfConfig, MfModel,
@@ -46,7 +46,7 @@ use iterstore_algo::mf::{
 use iterstore_algo::ratings_layout::RatingsLayout;
 #[cfg(doc)]
 use iterstore_algo::{mf::mini_batch, partition};
-use iterstore_data::{Rating, Ratings};
+use iterstore_data::{load_ratings, split_ratings, Rating, Ratings, RatingsSpec};
 
 /// The outcome of a store-backed MF run.
 #[derive(Debug, Clone)]
@@ -363,6 +363,101 @@ pub fn run_in(
     }
     report.record_store(cluster);
     Ok(MfOutcome { report, model })
+}
+
+/// Matrix factorization as [`App`]: its parameters with the held-out fraction, its
+/// ratings split into training and test ratings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mf;
+
+/// MF's parameters as [`App`] takes them: the algorithm's, and how many ratings are held
+/// out for the test RMSE.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MfParams {
+    /// The algorithm's parameters (the split's seed is [`MfConfig::seed`]).
+    pub config: MfConfig,
+    /// The fraction of the ratings held out, in `[0, 1)`.
+    pub test_fraction: f64,
+}
+
+impl Default for MfParams {
+    /// [`MfConfig::default`], a tenth held out.
+    fn default() -> Self {
+        Self {
+            config: MfConfig::default(),
+            test_fraction: 0.1,
+        }
+    }
+}
+
+/// MF's input as [`App`] loads it: the ratings split by [`split_ratings`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct MfData {
+    /// The ratings trained on.
+    pub train: Ratings,
+    /// The held-out ratings (possibly none).
+    pub test: Ratings,
+}
+
+impl App for Mf {
+    const NAME: &'static str = "mf";
+    const ABOUT: &'static str = "Matrix factorization by SGD (input: ratings)";
+    const INPUT: &'static str = "ratings";
+    type Params = MfParams;
+    type Data = MfData;
+    type Outcome = MfOutcome;
+
+    fn validate(params: &MfParams) -> Result<(), AppError> {
+        params.config.validate()?;
+        let f = params.test_fraction;
+        if !(0.0..1.0).contains(&f) {
+            return Err(AppError::Invalid(format!(
+                "--test-fraction {f} must be in [0, 1)"
+            )));
+        }
+        Ok(())
+    }
+
+    fn load(input: &Input, params: &MfParams) -> Result<MfData, AppError> {
+        let ratings = match input {
+            Input::File(path) => load_ratings(path)?,
+            Input::Synthetic(size) => RatingsSpec::preset(size)?.generate(),
+        };
+        let (train, test) = split_ratings(&ratings, params.test_fraction, params.config.seed);
+        Ok(MfData { train, test })
+    }
+
+    fn counts(data: &MfData) -> String {
+        format!(
+            "{} ratings, {} users, {} items",
+            data.train.ratings.len() + data.test.ratings.len(),
+            data.train.num_users,
+            data.train.num_items
+        )
+    }
+
+    fn run(
+        cfg: &AppConfig,
+        params: &MfParams,
+        data: &MfData,
+        observer: Observer<'_>,
+    ) -> Result<MfOutcome, AppError> {
+        run_observed(
+            cfg,
+            &params.config,
+            &data.train,
+            &data.test.ratings,
+            observer,
+        )
+    }
+
+    fn write_output(outcome: &MfOutcome, _: &MfData, out: &mut dyn Write) -> io::Result<()> {
+        outcome.write_model(out)
+    }
+
+    fn into_report(outcome: MfOutcome) -> RunReport {
+        outcome.report
+    }
 }
 
 #[cfg(test)]

@@ -52,11 +52,11 @@ use iterstore::{Cluster, Table, Worker};
 
 use super::checkpoint::{self, get_f64s, put_f64s, Cursor, Restart, RunId};
 use super::{
-    check_finite, dense, par_build, preprocess, timed, timed_init_run, timed_run, AppConfig,
-    AppError, IterRecord, Observer, RunReport,
+    check_finite, dense, par_build, preprocess, timed, timed_init_run, timed_run, App, AppConfig,
+    AppError, Input, IterRecord, Observer, RunReport,
 };
 use iterstore_algo::pagerank::{check_graph, l1_change, propagate, PageRankConfig};
-use iterstore_data::Graph;
+use iterstore_data::{load_graph, Graph, GraphSpec};
 use layout::Layout;
 use plan::{init_writers, Plan, Shape};
 
@@ -447,6 +447,78 @@ pub fn run_in(
     report.record_store(cluster);
     let ranks = layout.to_graph_order(&ranks);
     Ok(PageRankOutcome { report, ranks })
+}
+
+/// PageRank as [`App`]: its input is the graph with the file's vertex labels, which its
+/// output names the vertices by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PageRank;
+
+/// PageRank's input as [`App`] loads it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PageRankData {
+    /// The graph (dense vertex ids).
+    pub graph: Graph,
+    /// Each vertex's label in the input file; `None` for a generated graph.
+    pub labels: Option<Vec<String>>,
+}
+
+impl App for PageRank {
+    const NAME: &'static str = "pagerank";
+    const ABOUT: &'static str = "PageRank by power iteration (input: a directed graph)";
+    const INPUT: &'static str = "graph";
+    type Params = PageRankParams;
+    type Data = PageRankData;
+    type Outcome = PageRankOutcome;
+
+    fn validate(params: &PageRankParams) -> Result<(), AppError> {
+        Ok(params.validate()?)
+    }
+
+    fn load(input: &Input, _: &PageRankParams) -> Result<PageRankData, AppError> {
+        Ok(match input {
+            Input::File(path) => {
+                let labeled = load_graph(path)?;
+                PageRankData {
+                    graph: labeled.graph,
+                    labels: Some(labeled.labels),
+                }
+            }
+            Input::Synthetic(size) => PageRankData {
+                graph: GraphSpec::preset(size)?.generate(),
+                labels: None,
+            },
+        })
+    }
+
+    fn counts(data: &PageRankData) -> String {
+        format!(
+            "{} vertices, {} edges",
+            data.graph.num_vertices,
+            data.graph.edges.len()
+        )
+    }
+
+    fn run(
+        cfg: &AppConfig,
+        params: &PageRankParams,
+        data: &PageRankData,
+        observer: Observer<'_>,
+    ) -> Result<PageRankOutcome, AppError> {
+        run_observed(cfg, params, &data.graph, observer)
+    }
+
+    fn write_output(
+        outcome: &PageRankOutcome,
+        data: &PageRankData,
+        out: &mut dyn Write,
+    ) -> io::Result<()> {
+        outcome.write_ranks(data.labels.as_deref(), out)
+    }
+
+    fn into_report(outcome: PageRankOutcome) -> RunReport {
+        outcome.report
+    }
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use serde::Serialize;
 use super::peers::{self, DnnPeerParams, LdaPeerParams, LibmfParams, PeerOutcome};
 use super::{Breakdown, Variant};
 use iterstore_algo::dnn::DnnConfig;
-use iterstore_algo::lda::LdaConfig;
+use iterstore_algo::lda::{LdaConfig, SamplerKind};
 use iterstore_algo::limit::{self, IterStats, LimitConfig};
 use iterstore_algo::mf::MfConfig;
 use iterstore_apps::pagerank::PageRankParams;
@@ -103,6 +103,18 @@ impl Workload {
             Workload::Lda { .. } => "tokens",
             Workload::PageRank { .. } => "edges",
             Workload::Dnn { .. } => "samples",
+        }
+    }
+
+    /// What sets the workload apart from its app's default, for its name: LDA's sampler
+    /// (`sparse sampler`) unless the default, the DNN's network if it is the CNN (`cnn`).
+    pub fn name_note(&self) -> Option<String> {
+        match self {
+            Workload::Lda { params, .. } if params.sampler != SamplerKind::default() => {
+                Some(format!("{} sampler", params.sampler.name()))
+            }
+            Workload::Dnn { cnn: true, .. } => Some("cnn".into()),
+            _ => None,
         }
     }
 

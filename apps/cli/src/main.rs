@@ -1,10 +1,10 @@
 //! The `iterstore` command: runs the bundled apps on the parameter server.
 //!
-//! - `iterstore run {mf,lda,pagerank} [--data PATH | --synthetic SIZE] [--mode M]
+//! - `iterstore run {mf,lda,pagerank,dnn} [--data PATH | --synthetic SIZE] [--mode M]
 //!   [--workers N] [--iters N] [--staleness S] [--json FILE] [--output FILE] ...` runs one
-//!   app and prints a summary; `iterstore run --help` lists every option and the output
-//!   formats.
-//! - `iterstore demo` runs all three apps on tiny synthetic data.
+//!   app and prints a summary; `iterstore run APP --help` lists the app's options,
+//!   `iterstore run --help` the apps and the output formats.
+//! - `iterstore demo` runs MF, LDA and PageRank on tiny synthetic data.
 //! - `iterstore bench ...` benchmarks the store modes; `iterstore bench --help`.
 //! - `-q` and `-v` (any subcommand) set how much goes to stderr.
 //!

@@ -3,15 +3,17 @@
 //! `iterstore run` commands. Meant to finish in well under a second in a release build.
 //!
 //! The demo *is* those commands: it parses each one as `iterstore run` would and runs it
-//! through the same code ([`run::execute`]), so running one of them prints the result the
-//! demo printed for it.
+//! through the same code ([`super::run::execute`]), so running one of them prints the
+//! result the demo printed for it. Each app's columns of the table are its registry
+//! entry's ([`apps::Entry::demo_columns`]).
 
 use anyhow::{bail, Result};
 use clap::Parser;
 use iterstore_apps::RunReport;
 
-use super::run::{self, Progress};
-use super::{Cli, Command, RunArgs};
+use super::apps::{self, Runnable};
+use super::run::Progress;
+use super::{Cli, Command};
 
 /// Iterations of every demo run.
 const ITERS: usize = 20;
@@ -29,13 +31,10 @@ pub(crate) fn commands() -> [String; 3] {
 }
 
 /// `command` (arguments after `iterstore`, split at spaces) parsed as `iterstore run`.
-fn parse(command: &str) -> Result<RunArgs> {
+fn parse(command: &str) -> Result<Box<dyn Runnable>> {
     let argv = std::iter::once("iterstore").chain(command.split_whitespace());
     match Cli::try_parse_from(argv)?.command {
-        Command::Run(args) => {
-            args.check_app_options()?;
-            Ok(*args)
-        }
+        Command::Run(run) => Ok(run.into_app()),
         other => bail!("the demo runs only `run` commands, not {other:?}"),
     }
 }
@@ -49,7 +48,7 @@ pub fn demo() -> Result<()> {
     let commands = commands();
     let reports = commands
         .iter()
-        .map(|c| run::execute(&parse(c)?, None, Progress::Hidden))
+        .map(|c| parse(c)?.execute(None, Progress::Hidden))
         .collect::<Result<Vec<_>>>()?;
     println!(
         "{:<9} {:<36} {:>10} {:>8} {:>10}  objective (first -> last)",
@@ -68,41 +67,9 @@ pub fn demo() -> Result<()> {
 
 /// One table row: the app, its data, its times and its objective's progress.
 fn row(r: &RunReport) -> String {
-    let n = |key: &str| r.dataset.get(key).copied().unwrap_or(0);
-    let data = match r.app {
-        "mf" => format!(
-            "{} users x {} items, {} ratings",
-            n("users"),
-            n("items"),
-            n("train_ratings") + n("test_ratings")
-        ),
-        "lda" => format!(
-            "{} docs, {} words, {} tokens",
-            n("docs"),
-            n("vocab"),
-            n("tokens")
-        ),
-        _ => format!("{} vertices, {} edges", n("vertices"), n("edges")),
-    };
-    let first = r.iterations.first().map_or(f64::NAN, |i| i.objective);
-    let objective = match r.app {
-        "mf" => format!(
-            "train RMSE {first:.3} -> {:.3}, test {:.3}",
-            r.final_objective().unwrap_or(f64::NAN),
-            r.iterations
-                .last()
-                .and_then(|i| i.test_rmse)
-                .unwrap_or(f64::NAN)
-        ),
-        "lda" => format!(
-            "log-likelihood {first:.4e} -> {:.4e}",
-            r.final_objective().unwrap_or(f64::NAN)
-        ),
-        _ => format!(
-            "L1 change {first:.2e} -> {:.2e}",
-            r.final_objective().unwrap_or(f64::NAN)
-        ),
-    };
+    let (data, objective) = apps::find(r.app)
+        .map(|app| app.demo_columns(r))
+        .unwrap_or_default();
     format!(
         "{:<9} {:<36} {:>8.1}ms {:>6.1}ms {:>8.2}ms  {objective}",
         r.app,

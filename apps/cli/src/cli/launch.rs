@@ -14,7 +14,7 @@
 //! SIGTERM, and the launcher waits for them (a grace period, then SIGKILL) before it
 //! removes its directory and exits with an error: nothing is left behind.
 
-use super::RunArgs;
+use super::apps::Runnable;
 use anyhow::{bail, Context, Result};
 use std::ffi::{OsStr, OsString};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -44,8 +44,8 @@ fn catch_interrupts() {
 const GRACE: Duration = Duration::from_secs(20);
 
 /// Runs `argv` (the launcher's own command line) as `processes` local processes.
-pub(crate) fn launch(args: &RunArgs, processes: usize, argv: &[OsString]) -> Result<()> {
-    super::run::app_config(args)?.validate()?;
+pub(crate) fn launch(app: &dyn Runnable, processes: usize, argv: &[OsString]) -> Result<()> {
+    app.app_config()?.validate()?;
     let dir = TempDir::new()?;
     let ports: Vec<u16> = iterstore::loopback_hosts(processes)
         .context("reserving local ports")?
@@ -63,7 +63,7 @@ pub(crate) fn launch(args: &RunArgs, processes: usize, argv: &[OsString]) -> Res
     write_secret(&secret)?;
     let exe = std::env::current_exe().context("finding this program's path")?;
     // One CPU group per process (removed after the processes, below).
-    let groups = match args.cpu_quota {
+    let groups = match app.cluster().cpu_quota {
         None => Vec::new(),
         Some(cores) => (0..processes)
             .map(|r| super::cgroup::CpuGroup::create(&format!("r{r}"), cores))

@@ -1,10 +1,15 @@
 //! The command line: argument definitions (clap derive), their validation, and dispatch to
 //! [`run`], [`demo`], [`bench`](mod@bench) and [`plan`]; [`log`] is what they tell a person on stderr.
+//! [`apps`] is the registry of the apps `iterstore` runs: `run` has one subcommand per app,
+//! with the options every app takes ([`RunOptions`], [`ClusterOptions`]) around the app's
+//! own, and `run`, `demo` and `bench` reach an app through its entry.
 //!
 //! Every option is checked before any data is loaded or any thread started: numbers are
-//! range-checked by their parsers, app-specific options given to the wrong app are
-//! rejected, and the apps' own `validate` methods run on the assembled parameters.
+//! range-checked by their parsers, an option of another app is not one of the
+//! subcommand's (clap rejects it), and the apps' own `validate` methods run on the
+//! assembled parameters.
 
+mod apps;
 mod bench;
 mod calibrate;
 mod cgroup;
@@ -17,15 +22,15 @@ mod validate;
 
 use std::path::PathBuf;
 
-use anyhow::{bail, Result};
-use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
+use anyhow::Result;
+use clap::{ArgAction, Args, Parser, Subcommand};
 use iterstore::{Mode, SlabStores, Staleness, WorkerPlacement};
 use iterstore_algo::lda::SamplerKind;
 use iterstore_apps::pagerank::GraphPartition;
 use iterstore_data::synth::SIZES;
 
-/// What `--output` writes, shown in `iterstore run --help`.
-const OUTPUT_FORMATS: &str = "\
+/// What `--output` writes, shown in `iterstore run --help` and each app's.
+pub(crate) const OUTPUT_FORMATS: &str = "\
 Output formats (--output FILE):
   pagerank  one `label<TAB>rank` line per vertex, labels as in the input file, sorted by
             label (numeric labels numerically, before any others).
@@ -85,7 +90,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run one app (MF, LDA, PageRank or a DNN) on the parameter server.
-    Run(Box<RunArgs>),
+    Run(apps::RunCommand),
     /// Run all three apps quickly on tiny synthetic data (virtual mode, 2 workers).
     Demo,
     /// Benchmark the store modes: every app in generic, first-iter and virtual mode and
@@ -254,8 +259,8 @@ pub struct PlanArgs {
 pub struct BenchArgs {
     /// Apps to benchmark, comma-separated: mf, lda, pagerank, dnn [default:
     /// mf,lda,pagerank].
-    #[arg(long, value_enum, value_delimiter = ',')]
-    pub apps: Vec<App>,
+    #[arg(long, value_delimiter = ',', value_parser = apps::names())]
+    pub apps: Vec<String>,
     /// Ratings file for mf (else --synthetic).
     #[arg(long, value_name = "PATH")]
     pub mf_data: Option<PathBuf>,
@@ -336,38 +341,10 @@ pub struct BenchArgs {
     pub out: PathBuf,
 }
 
-/// The bundled apps.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum App {
-    /// Matrix factorization by SGD (input: ratings).
-    Mf,
-    /// LDA by collapsed Gibbs sampling (input: a bag-of-words corpus).
-    Lda,
-    /// PageRank by power iteration (input: a directed graph).
-    Pagerank,
-    /// A neural network (an MLP or a CNN) trained by mini-batch SGD (input: labeled
-    /// images).
-    Dnn,
-}
-
-impl App {
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            App::Mf => "mf",
-            App::Lda => "lda",
-            App::Pagerank => "pagerank",
-            App::Dnn => "dnn",
-        }
-    }
-}
-
-/// Options of `iterstore run`.
+/// Options every `iterstore run APP` takes, before the app's own: the input, the store,
+/// the output files.
 #[derive(Debug, Args)]
-#[command(after_long_help = OUTPUT_FORMATS, allow_negative_numbers = true)]
-pub struct RunArgs {
-    /// The app to run.
-    #[arg(value_enum)]
-    pub app: App,
+pub struct RunOptions {
     /// Input file (gzip read transparently): ratings for mf (MovieLens u.data, CSV,
     /// RecBole .inter), a corpus for lda (LDA-C .ldac, UCI docword), a graph for pagerank
     /// (graph-tool .gt/.gt.gz, or an edge list: one `source target` pair of non-negative
@@ -429,136 +406,11 @@ pub struct RunArgs {
     /// Seed of the initial model, the sampler and the train/test split.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
+}
 
-    /// mf: latent factors per row (the factorization's rank) [default: 16].
-    #[arg(long, value_name = "K", help_heading = "MF options", value_parser = at_least_one)]
-    pub factors: Option<usize>,
-    /// mf: AdaGrad step size (per-row AdaGrad, as LIBMF) [default: 0.1]; dnn: the SGD step
-    /// on the mini-batch's mean gradient in the first epoch [default: 0.05].
-    #[arg(long, help_heading = "MF options")]
-    pub lr: Option<f32>,
-    /// mf: L2 regularisation [default: 0.05].
-    #[arg(long, help_heading = "MF options")]
-    pub reg: Option<f32>,
-    /// mf: initial factors are uniform in [0, SCALE) [default: 0.1].
-    #[arg(long, value_name = "SCALE", help_heading = "MF options")]
-    pub init_scale: Option<f32>,
-    /// mf: fraction of the ratings held out for the test RMSE [default: 0.1].
-    #[arg(long, value_name = "F", help_heading = "MF options")]
-    pub test_fraction: Option<f64>,
-
-    /// lda: number of topics [default: the planted number for --synthetic, else 100].
-    #[arg(long, help_heading = "LDA options", value_parser = at_least_one)]
-    pub topics: Option<usize>,
-    /// lda: document-topic prior [default: 0.1].
-    #[arg(long, help_heading = "LDA options")]
-    pub alpha: Option<f64>,
-    /// lda: topic-word prior [default: 0.01].
-    #[arg(long, help_heading = "LDA options")]
-    pub beta: Option<f64>,
-    /// lda: `sparse` (SparseLDA's bucket sampler: cost per token grows with the topics of
-    /// the document and the word) or `dense` (K terms per token) [default: dense]. Both
-    /// draw from the same conditional.
-    #[arg(long, value_name = "KIND", help_heading = "LDA options", value_parser = parse_sampler)]
-    pub sampler: Option<SamplerKind>,
-
-    /// dnn: the network, `mlp` (fully connected hidden layers, softmax output) or `cnn`
-    /// (convolutions, each with a 2x2 max pooling, then fully connected hidden layers,
-    /// softmax output) [default: mlp].
-    #[arg(long, value_name = "M", help_heading = "DNN options")]
-    pub model: Option<String>,
-    /// dnn: neurons of each hidden layer, comma-separated [default: 512,256; cnn: 128].
-    #[arg(long, value_name = "N,..", value_delimiter = ',', help_heading = "DNN options",
-          value_parser = at_least_one)]
-    pub hidden: Option<Vec<usize>>,
-    /// dnn: the hidden layers' activation, relu or logistic [default: relu].
-    #[arg(long, value_name = "F", help_heading = "DNN options")]
-    pub activation: Option<String>,
-    /// dnn --model cnn: output channels of each convolution, comma-separated
-    /// [default: 16,32].
-    #[arg(long, value_name = "C,..", value_delimiter = ',', help_heading = "DNN options",
-          value_parser = at_least_one)]
-    pub channels: Option<Vec<usize>>,
-    /// dnn --model cnn: convolution kernel width and height [default: 5].
-    #[arg(long, value_name = "K", help_heading = "DNN options", value_parser = at_least_one)]
-    pub kernel: Option<usize>,
-    /// dnn: the step of epoch e (from 0) is --lr / (1 + D e); 0 keeps it constant
-    /// [default: 0.5].
-    #[arg(long, value_name = "D", help_heading = "DNN options")]
-    pub lr_decay: Option<f32>,
-    /// dnn: momentum μ: each worker UPDATEs its velocity v = μ v + step (under BSP the
-    /// same as momentum on the whole mini-batch) [default: 0.9].
-    #[arg(long, value_name = "MU", help_heading = "DNN options")]
-    pub momentum: Option<f32>,
-    /// dnn: samples per mini-batch over all workers; each mini-batch ends in a CLOCK
-    /// [default: 64].
-    #[arg(long, value_name = "B", help_heading = "DNN options", value_parser = at_least_one)]
-    pub batch: Option<usize>,
-
-    /// dnn: seconds a worker waits for another worker's activations or error terms (a
-    /// partitioned replica) before it fails naming the sender.
-    #[arg(long, value_name = "S", default_value_t = 120, help_heading = "DNN options",
-          value_parser = clap::value_parser!(u64).range(1..=86_400))]
-    pub message_timeout: u64,
-    /// dnn: train the network as the optimizer's plan FILE says (`iterstore plan --output`,
-    /// for the same --model): its model replicas, each layer's partitions and
-    /// replications, N_read and N_write. The cluster must have the plan's N_mr x N_wr
-    /// workers (--processes x --workers).
-    #[arg(long, value_name = "FILE", help_heading = "DNN options",
-          conflicts_with_all = ["replicas", "partitions", "replications", "n_read", "n_write",
-                                "replica_workers", "parameter_servers"])]
-    pub plan: Option<PathBuf>,
-    /// dnn: model replicas (N_mr); the workers split evenly into them [default: one per
-    /// worker: data parallelism].
-    #[arg(long, value_name = "N", help_heading = "DNN options", value_parser = at_least_one)]
-    pub replicas: Option<usize>,
-    /// dnn: workers per replica (N_wr); the replicas take the first --replicas x N_wr
-    /// workers and the others stay idle [default: the workers divided evenly].
-    #[arg(long, value_name = "N", help_heading = "DNN options", value_parser = at_least_one)]
-    pub replica_workers: Option<usize>,
-    /// dnn: keep the weights on the cluster's last N shards (N_ps parameter servers; with
-    /// --processes and one shard per process, the last N processes, whose workers should
-    /// then be idle: see --replica-workers) [default: every shard].
-    #[arg(long, value_name = "N", help_heading = "DNN options", value_parser = at_least_one)]
-    pub parameter_servers: Option<usize>,
-    /// dnn: segments of each layer within a replica (P(l)), comma-separated, input side
-    /// first: the MLP's weight layers; the CNN's convolutions (split by kernels), poolings
-    /// (by channels) and fully connected layers, e.g. 6 values for conv,pool,conv,pool,fc,out
-    /// [default: 1 each].
-    #[arg(long, value_name = "P,..", value_delimiter = ',', help_heading = "DNN options",
-          value_parser = at_least_one)]
-    pub partitions: Option<Vec<usize>>,
-    /// dnn: copies of each layer's segments within a replica (R(l)), each on its own
-    /// worker and its own share of the mini-batch; the layers as --partitions counts them
-    /// [default: 1 each].
-    #[arg(long, value_name = "R,..", value_delimiter = ',', help_heading = "DNN options",
-          value_parser = at_least_one)]
-    pub replications: Option<Vec<usize>>,
-    /// dnn: a replica reads the weights every S samples (N_read) [default: every
-    /// mini-batch].
-    #[arg(long, value_name = "S", help_heading = "DNN options", value_parser = at_least_one)]
-    pub n_read: Option<usize>,
-    /// dnn: a replica writes its accumulated steps every S samples (N_write) [default:
-    /// every mini-batch].
-    #[arg(long, value_name = "S", help_heading = "DNN options", value_parser = at_least_one)]
-    pub n_write: Option<usize>,
-
-    /// pagerank: damping factor [default: 0.85].
-    #[arg(long, help_heading = "PageRank options")]
-    pub damping: Option<f64>,
-    /// pagerank: vertices per row of the rank table [default: 256].
-    #[arg(long, value_name = "B", help_heading = "PageRank options", value_parser = at_least_one)]
-    pub block: Option<usize>,
-
-    /// How the data is split over the workers: pagerank `edges` (ranges of the file's
-    /// edges) or `communities` (a graph partition: each worker holds its vertices'
-    /// in-edges); mf `ratings` (ranges of the file's ratings) or `strata` (each worker
-    /// holds the ratings of its items, mini-batches by user strata). `communities` and
-    /// `strata` keep most rows on one process, so locality placement can cut network
-    /// traffic [default: edges, ratings].
-    #[arg(long, value_name = "HOW", help_heading = "Data options")]
-    pub partition: Option<String>,
-
+/// Options of a run on several processes, and its checkpoints (after the app's own).
+#[derive(Debug, Args)]
+pub struct ClusterOptions {
     /// Run as P local processes on 127.0.0.1, each with --workers workers (a launcher:
     /// output prefixed by rank, exit status the worst child's, children stopped with it).
     /// The result is the same as one process of P x --workers workers.
@@ -630,59 +482,6 @@ pub struct RunArgs {
     pub send_queue: usize,
 }
 
-impl RunArgs {
-    /// Rejects options that belong to another app.
-    fn check_app_options(&self) -> Result<()> {
-        use App::{Dnn, Lda, Mf, Pagerank};
-        let given: [(&str, bool, &[App]); 28] = [
-            ("--factors", self.factors.is_some(), &[Mf]),
-            ("--lr", self.lr.is_some(), &[Mf, Dnn]),
-            ("--reg", self.reg.is_some(), &[Mf]),
-            ("--init-scale", self.init_scale.is_some(), &[Mf]),
-            ("--test-fraction", self.test_fraction.is_some(), &[Mf]),
-            ("--topics", self.topics.is_some(), &[Lda]),
-            ("--alpha", self.alpha.is_some(), &[Lda]),
-            ("--beta", self.beta.is_some(), &[Lda]),
-            ("--sampler", self.sampler.is_some(), &[Lda]),
-            ("--damping", self.damping.is_some(), &[Pagerank]),
-            ("--block", self.block.is_some(), &[Pagerank]),
-            ("--partition", self.partition.is_some(), &[Mf, Pagerank]),
-            ("--model", self.model.is_some(), &[Dnn]),
-            ("--hidden", self.hidden.is_some(), &[Dnn]),
-            ("--activation", self.activation.is_some(), &[Dnn]),
-            ("--channels", self.channels.is_some(), &[Dnn]),
-            ("--kernel", self.kernel.is_some(), &[Dnn]),
-            ("--batch", self.batch.is_some(), &[Dnn]),
-            ("--lr-decay", self.lr_decay.is_some(), &[Dnn]),
-            ("--momentum", self.momentum.is_some(), &[Dnn]),
-            ("--plan", self.plan.is_some(), &[Dnn]),
-            ("--replicas", self.replicas.is_some(), &[Dnn]),
-            ("--partitions", self.partitions.is_some(), &[Dnn]),
-            ("--replications", self.replications.is_some(), &[Dnn]),
-            ("--n-read", self.n_read.is_some(), &[Dnn]),
-            ("--n-write", self.n_write.is_some(), &[Dnn]),
-            ("--replica-workers", self.replica_workers.is_some(), &[Dnn]),
-            (
-                "--parameter-servers",
-                self.parameter_servers.is_some(),
-                &[Dnn],
-            ),
-        ];
-        for (flag, is_given, apps) in given {
-            if is_given && !apps.contains(&self.app) {
-                let names: Vec<String> =
-                    apps.iter().map(|a| format!("`run {}`", a.name())).collect();
-                bail!(
-                    "{flag} is an option of {}, not of `run {}`",
-                    names.join(" and "),
-                    self.app.name()
-                );
-            }
-        }
-        Ok(())
-    }
-}
-
 /// The version of this binary, as `--version` prints it and the JSON reports record it.
 pub(crate) const VERSION: &str = env!("CARGO_PKG_VERSION");
 
@@ -691,13 +490,10 @@ pub fn main(cli: Cli, args: &[std::ffi::OsString]) -> Result<()> {
     log::init(cli.quiet, cli.verbose);
     let command_line = command_line(args);
     match cli.command {
-        Command::Run(run_args) => {
-            run_args.check_app_options()?;
-            match run_args.processes {
-                Some(p) if p > 1 => launch::launch(&run_args, p, args),
-                _ => run::run(&run_args, command_line),
-            }
-        }
+        Command::Run(run) => match run.app().cluster().processes {
+            Some(p) if p > 1 => launch::launch(run.app(), p, args),
+            _ => run::run(run.app(), command_line),
+        },
         Command::Demo => demo::demo(),
         Command::Bench(args) => bench::bench(&args, command_line),
         Command::Plan(args) if args.validate => validate::validate(&args),
@@ -728,7 +524,7 @@ pub(crate) fn command_line(args: &[std::ffi::OsString]) -> String {
         .join(" ")
 }
 
-fn at_least_one(s: &str) -> Result<usize, String> {
+pub(crate) fn at_least_one(s: &str) -> Result<usize, String> {
     match s.parse::<usize>() {
         Ok(0) => Err("must be at least 1".into()),
         Ok(n) => Ok(n),
@@ -736,7 +532,7 @@ fn at_least_one(s: &str) -> Result<usize, String> {
     }
 }
 
-fn parse_cores(s: &str) -> Result<f64, String> {
+pub(crate) fn parse_cores(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(f) if f > 0.0 && f.is_finite() => Ok(f),
         Ok(f) => Err(format!("{f} cores: give a positive number")),
@@ -744,7 +540,7 @@ fn parse_cores(s: &str) -> Result<f64, String> {
     }
 }
 
-fn parse_on_off(s: &str) -> Result<bool, String> {
+pub(crate) fn parse_on_off(s: &str) -> Result<bool, String> {
     match s {
         "on" => Ok(true),
         "off" => Ok(false),
@@ -752,15 +548,15 @@ fn parse_on_off(s: &str) -> Result<bool, String> {
     }
 }
 
-fn parse_placement(s: &str) -> Result<WorkerPlacement, String> {
+pub(crate) fn parse_placement(s: &str) -> Result<WorkerPlacement, String> {
     s.parse()
 }
 
-fn parse_mode(s: &str) -> Result<Mode, String> {
+pub(crate) fn parse_mode(s: &str) -> Result<Mode, String> {
     s.parse()
 }
 
-fn parse_sampler(s: &str) -> Result<SamplerKind, String> {
+pub(crate) fn parse_sampler(s: &str) -> Result<SamplerKind, String> {
     match s {
         "dense" => Ok(SamplerKind::Dense),
         "sparse" => Ok(SamplerKind::Sparse),
@@ -768,13 +564,13 @@ fn parse_sampler(s: &str) -> Result<SamplerKind, String> {
     }
 }
 
-fn parse_staleness(s: &str) -> Result<Staleness, String> {
+pub(crate) fn parse_staleness(s: &str) -> Result<Staleness, String> {
     s.parse()
 }
 
 /// `N`, `NK`, `NM` or `NG` (powers of 1024; lower case too), at least 1 and at most
 /// 1 TiB.
-fn parse_bytes(s: &str) -> Result<usize, String> {
+pub(crate) fn parse_bytes(s: &str) -> Result<usize, String> {
     let (digits, unit) = match s.char_indices().last() {
         Some((i, c)) if c.is_ascii_alphabetic() => (&s[..i], c.to_ascii_uppercase()),
         _ => (s, 'B'),
@@ -798,11 +594,11 @@ fn parse_bytes(s: &str) -> Result<usize, String> {
     }
 }
 
-fn parse_graph_partition(s: &str) -> Result<GraphPartition, String> {
+pub(crate) fn parse_graph_partition(s: &str) -> Result<GraphPartition, String> {
     GraphPartition::parse(s)
 }
 
-fn parse_size(s: &str) -> Result<String, String> {
+pub(crate) fn parse_size(s: &str) -> Result<String, String> {
     let lower = s.to_ascii_lowercase();
     if SIZES.contains(&lower.as_str()) {
         Ok(lower)

@@ -8,55 +8,22 @@
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use iterstore::{rank_from_env, Membership, Mode, Secret, Specializations, Topology, SECRET_ENV};
-use iterstore_algo::dnn::{Activation, DnnConfig, Network, Partitioning};
-use iterstore_algo::lda::LdaConfig;
-use iterstore_algo::mf::MfConfig;
-use iterstore_algo::pagerank::PageRankConfig;
-use iterstore_algo::ratings_layout::RatingsPartition;
-use iterstore_apps::pagerank::{GraphPartition, PageRankParams};
-use iterstore_apps::{dnn, lda, mf, pagerank, AppConfig, CheckpointConfig, IterRecord, RunReport};
-use iterstore_data::{
-    load_corpus, load_fashion_mnist, load_graph, load_ratings, split_ratings, CorpusSpec,
-    GraphSpec, ImageSpec, RatingsSpec,
-};
+use iterstore_apps::{AppConfig, CheckpointConfig, Input, IterRecord, RunReport};
 
+use super::apps::{AppRun, CliApp, Runnable};
 use super::log::{self, Iterations, Step};
-use super::{App, RunArgs};
+use super::{ClusterOptions, RunOptions};
 
-/// Defaults of the MF options: LIBMF's AdaGrad step, see `iterstore_algo::mf`
-/// (these are also `MfConfig::default()`).
-pub(crate) const MF_RANK: usize = 16;
-pub(crate) const MF_LR: f32 = 0.1;
-pub(crate) const MF_REG: f32 = 0.05;
-pub(crate) const MF_INIT_SCALE: f32 = 0.1;
-pub(crate) const MF_TEST_FRACTION: f64 = 0.1;
-/// Topics when the input is a file (synthetic input uses its planted count).
-const LDA_TOPICS: usize = 100;
-
-/// Where the input comes from.
-enum Input {
-    File(PathBuf),
-    Synthetic(String),
-}
-
-impl Input {
-    fn of(args: &RunArgs) -> Self {
-        match (&args.data, &args.synthetic) {
-            (Some(path), _) => Input::File(path.clone()),
-            (None, Some(size)) => Input::Synthetic(size.clone()),
-            (None, None) => Input::Synthetic("small".into()),
-        }
-    }
-
-    /// The input as a report names it: the path, or `synthetic <size>`.
-    fn describe(&self) -> String {
-        match self {
-            Input::File(path) => path.display().to_string(),
-            Input::Synthetic(size) => format!("synthetic {size}"),
-        }
+/// Where the input of `run` comes from: `--data`, else `--synthetic` (by default small).
+pub(crate) fn input(run: &RunOptions) -> Input {
+    match (&run.data, &run.synthetic) {
+        (Some(path), _) => Input::File(path.clone()),
+        (None, Some(size)) => Input::Synthetic(size.clone()),
+        (None, None) => Input::Synthetic("small".into()),
     }
 }
 
@@ -100,7 +67,7 @@ impl Output {
 
 /// How this process joins a cluster (`--hosts`, `--rank` or a launcher's environment,
 /// `--secret-file` or `ITERSTORE_SECRET`); `None` without `--hosts`.
-fn membership(args: &RunArgs) -> Result<Option<Membership>> {
+fn membership(args: &ClusterOptions) -> Result<Option<Membership>> {
     let Some(hosts) = &args.hosts else {
         return Ok(None);
     };
@@ -135,45 +102,48 @@ fn membership(args: &RunArgs) -> Result<Option<Membership>> {
     Ok(Some(m))
 }
 
-/// The store-side settings of `args`; a synthetic topology that hwloc rejects (or a build
-/// without hwloc) is an error here, before any data is read.
-pub(crate) fn app_config(args: &RunArgs) -> Result<AppConfig> {
+/// The store-side settings of `run` and `cluster`, for an app whose options put its model
+/// on dedicated server shards or not and whose workers wait `message_timeout` for each
+/// other's messages; a synthetic topology that hwloc rejects (or a build without hwloc) is
+/// an error here, before any data is read.
+pub(crate) fn app_config(
+    run: &RunOptions,
+    cluster: &ClusterOptions,
+    dedicated_servers: bool,
+    message_timeout: Duration,
+) -> Result<AppConfig> {
     let mut specializations = Specializations::ALL;
-    specializations.numa = args.numa;
-    specializations.placement = args.row_placement;
-    let topology = match &args.topology {
+    specializations.numa = run.numa;
+    specializations.placement = cluster.row_placement;
+    let topology = match &run.topology {
         None => None,
         Some(desc) => {
-            if args.mode == Mode::Generic || !args.numa {
+            if run.mode == Mode::Generic || !run.numa {
                 bail!("--topology plans the NUMA placement, which needs --mode virtual or first-iter and --numa on");
             }
             Some(Topology::synthetic(desc).with_context(|| format!("--topology {desc:?}"))?)
         }
     };
     Ok(AppConfig {
-        workers: args.workers,
-        shards: super::shards_or_default(
-            args.shards,
-            args.workers,
-            args.parameter_servers.is_some() || args.plan.is_some(),
-        ),
-        staleness: args.staleness,
-        mode: args.mode,
-        iterations: args.iters,
+        workers: run.workers,
+        shards: super::shards_or_default(run.shards, run.workers, dedicated_servers),
+        staleness: run.staleness,
+        mode: run.mode,
+        iterations: run.iters,
         specializations,
         topology,
-        worker_placement: args.placement,
-        membership: membership(args)?,
-        checkpoint: checkpoint_config(args)?,
-        resume: resume_dir(args)?,
-        message_timeout: std::time::Duration::from_secs(args.message_timeout),
-        yield_waits: args.yield_waits,
-        slab_stores: args.slab_stores,
+        worker_placement: run.placement,
+        membership: membership(cluster)?,
+        checkpoint: checkpoint_config(cluster)?,
+        resume: resume_dir(cluster)?,
+        message_timeout,
+        yield_waits: run.yield_waits,
+        slab_stores: run.slab_stores,
     })
 }
 
 /// `--checkpoint-dir D --checkpoint-every N` (clap makes each require the other).
-fn checkpoint_config(args: &RunArgs) -> Result<Option<CheckpointConfig>> {
+fn checkpoint_config(args: &ClusterOptions) -> Result<Option<CheckpointConfig>> {
     match (&args.checkpoint_dir, args.checkpoint_every) {
         (None, None) => Ok(None),
         (Some(dir), Some(every)) if every >= 1 => Ok(Some(CheckpointConfig {
@@ -187,7 +157,7 @@ fn checkpoint_config(args: &RunArgs) -> Result<Option<CheckpointConfig>> {
 }
 
 /// `--resume D`, which must be an existing directory.
-fn resume_dir(args: &RunArgs) -> Result<Option<PathBuf>> {
+fn resume_dir(args: &ClusterOptions) -> Result<Option<PathBuf>> {
     let Some(dir) = &args.resume else {
         return Ok(None);
     };
@@ -198,22 +168,23 @@ fn resume_dir(args: &RunArgs) -> Result<Option<PathBuf>> {
     }
 }
 
-/// Runs `iterstore run` with validated arguments; `command_line` goes into the JSON report.
-pub fn run(args: &RunArgs, command_line: String) -> Result<()> {
+/// Runs `iterstore run <app>` as parsed; `command_line` goes into the JSON report.
+pub fn run(app: &dyn Runnable, command_line: String) -> Result<()> {
     let started_at = super::now_rfc3339();
-    let cfg = app_config(args)?;
+    let cfg = app.app_config()?;
     cfg.validate()?;
     // In a cluster, every process computes the same model: rank 0 writes the files.
     let writes = cfg.rank() == 0;
-    let model = Output::create(args.output.as_deref().filter(|_| writes))?;
-    let json = Output::create(args.json.as_deref().filter(|_| writes))?;
-    let mut report = execute(args, model, Progress::Shown)?;
+    let options = app.options();
+    let model = Output::create(options.output.as_deref().filter(|_| writes))?;
+    let json = Output::create(options.json.as_deref().filter(|_| writes))?;
+    let mut report = app.execute(model, Progress::Shown)?;
     println!("{}", report.summary());
     if let Some(json) = json {
         report.set_provenance(
             super::VERSION,
             &command_line,
-            &Input::of(args).describe(),
+            &input(options).describe(),
             &started_at,
         );
         json.write(|w| writeln!(w, "{}", report.to_json()))?;
@@ -221,31 +192,36 @@ pub fn run(args: &RunArgs, command_line: String) -> Result<()> {
     Ok(())
 }
 
-/// Validates the app's parameters, loads or generates the input, runs the app and writes
-/// the model into `model` if given; returns the run's report.
-pub(crate) fn execute(
-    args: &RunArgs,
+/// Assembles and validates app `A`'s parameters, loads or generates its input, runs it and
+/// writes its output into `model` if given; returns the run's report.
+pub(crate) fn execute<A: CliApp>(
+    run: &AppRun<A>,
     model: Option<Output>,
     progress: Progress,
 ) -> Result<RunReport> {
-    let cfg = app_config(args)?;
+    let cfg = run.app_config()?;
     cfg.validate()?;
-    let input = Input::of(args);
+    let input = input(&run.run);
     tracing::debug!(
         "{}: {} iterations on {}, mode {}, {} workers, {} shard(s)",
-        args.app.name(),
+        A::NAME,
         cfg.iterations,
         input.describe(),
         cfg.mode.name(),
         cfg.workers,
         cfg.shards
     );
-    let report = match args.app {
-        App::Mf => run_mf(args, &cfg, input, model, progress)?,
-        App::Lda => run_lda(args, &cfg, input, model, progress)?,
-        App::Pagerank => run_pagerank(args, &cfg, input, model, progress)?,
-        App::Dnn => run_dnn(args, &cfg, input, model, progress)?,
-    };
+    let params = A::params(&run.args, &run.run, &cfg, &input)?;
+    let loading_step = step(progress, || loading(&input, A::INPUT));
+    let data = A::load(&input, &params)?;
+    step_done(loading_step, || loaded(&input, A::counts(&data)));
+    let mut watch = Watch::start(A::NAME, cfg.iterations, progress);
+    let outcome = A::run(&cfg, &params, &data, &mut watch.observer())?;
+    watch.finish();
+    if let Some(out) = model {
+        out.write(|w| A::write_output(&outcome, &data, w))?;
+    }
+    let report = A::into_report(outcome);
     tracing::debug!(
         "{}: setup {}, preprocess {}, init {}",
         report.app,
@@ -288,8 +264,8 @@ fn loaded(input: &Input, counts: String) -> String {
 struct Watch(Option<Iterations>);
 
 impl Watch {
-    fn start(app: App, iters: usize, progress: Progress) -> Watch {
-        Watch((progress == Progress::Shown).then(|| Iterations::start(app.name(), iters)))
+    fn start(app: &'static str, iters: usize, progress: Progress) -> Watch {
+        Watch((progress == Progress::Shown).then(|| Iterations::start(app, iters)))
     }
 
     fn observer(&mut self) -> impl FnMut(&IterRecord) + '_ {
@@ -305,316 +281,4 @@ impl Watch {
             it.finish();
         }
     }
-}
-
-fn run_mf(
-    args: &RunArgs,
-    cfg: &AppConfig,
-    input: Input,
-    out: Option<Output>,
-    progress: Progress,
-) -> Result<RunReport> {
-    let params = MfConfig {
-        rank: args.factors.unwrap_or(MF_RANK),
-        learning_rate: args.lr.unwrap_or(MF_LR),
-        regularization: args.reg.unwrap_or(MF_REG),
-        init_scale: args.init_scale.unwrap_or(MF_INIT_SCALE),
-        seed: args.seed,
-        partition: match args.partition.as_deref() {
-            None => RatingsPartition::default(),
-            Some("ratings") => RatingsPartition::Ratings,
-            Some("strata") => RatingsPartition::Strata,
-            Some(other) => {
-                bail!("--partition {other}: mf splits its ratings by `ratings` or `strata`")
-            }
-        },
-    };
-    params.validate().map_err(anyhow::Error::msg)?;
-    let test_fraction = args.test_fraction.unwrap_or(MF_TEST_FRACTION);
-    if !(0.0..1.0).contains(&test_fraction) {
-        bail!("--test-fraction {test_fraction} must be in [0, 1)");
-    }
-    let loading_step = step(progress, || loading(&input, "ratings"));
-    let ratings = match &input {
-        Input::File(path) => load_ratings(path)?,
-        Input::Synthetic(size) => RatingsSpec::preset(size)
-            .map_err(anyhow::Error::msg)?
-            .generate(),
-    };
-    step_done(loading_step, || {
-        let counts = format!(
-            "{} ratings, {} users, {} items",
-            ratings.ratings.len(),
-            ratings.num_users,
-            ratings.num_items
-        );
-        loaded(&input, counts)
-    });
-    let (train, test) = split_ratings(&ratings, test_fraction, args.seed);
-    drop(ratings);
-    let mut watch = Watch::start(App::Mf, cfg.iterations, progress);
-    let outcome = mf::run_observed(cfg, &params, &train, &test.ratings, &mut watch.observer())?;
-    watch.finish();
-    if let Some(out) = out {
-        out.write(|w| outcome.write_model(w))?;
-    }
-    Ok(outcome.report)
-}
-
-fn run_lda(
-    args: &RunArgs,
-    cfg: &AppConfig,
-    input: Input,
-    out: Option<Output>,
-    progress: Progress,
-) -> Result<RunReport> {
-    let spec = match &input {
-        Input::Synthetic(size) => Some(CorpusSpec::preset(size).map_err(anyhow::Error::msg)?),
-        Input::File(_) => None,
-    };
-    let planted = spec.as_ref().map(|s| s.num_topics as usize);
-    let defaults = LdaConfig::default();
-    let params = LdaConfig {
-        topics: args.topics.or(planted).unwrap_or(LDA_TOPICS),
-        alpha: args.alpha.unwrap_or(defaults.alpha),
-        beta: args.beta.unwrap_or(defaults.beta),
-        seed: args.seed,
-        sampler: args.sampler.unwrap_or(defaults.sampler),
-    };
-    params.validate().map_err(anyhow::Error::msg)?;
-    let loading_step = step(progress, || loading(&input, "corpus"));
-    let corpus = match (&input, spec) {
-        (Input::File(path), _) => load_corpus(path)?,
-        (Input::Synthetic(_), Some(spec)) => spec.generate().0,
-        (Input::Synthetic(_), None) => unreachable!("a synthetic input has a spec"),
-    };
-    step_done(loading_step, || {
-        let tokens: usize = corpus.docs.iter().map(Vec::len).sum();
-        let counts = format!(
-            "{} documents, {} words, {tokens} tokens",
-            corpus.docs.len(),
-            corpus.vocab_size
-        );
-        loaded(&input, counts)
-    });
-    let mut watch = Watch::start(App::Lda, cfg.iterations, progress);
-    let outcome = lda::run_observed(cfg, &params, &corpus, &mut watch.observer())?;
-    watch.finish();
-    if let Some(out) = out {
-        out.write(|w| outcome.write_model(w))?;
-    }
-    Ok(outcome.report)
-}
-
-fn run_pagerank(
-    args: &RunArgs,
-    cfg: &AppConfig,
-    input: Input,
-    out: Option<Output>,
-    progress: Progress,
-) -> Result<RunReport> {
-    let defaults = PageRankParams::default();
-    let params = PageRankParams {
-        config: PageRankConfig {
-            damping: args.damping.unwrap_or(defaults.config.damping),
-        },
-        block: args.block.unwrap_or(defaults.block),
-        partition: match args.partition.as_deref() {
-            None => defaults.partition,
-            Some(name) => {
-                GraphPartition::parse(name).map_err(|e| anyhow::anyhow!("--partition {e}"))?
-            }
-        },
-    };
-    params.validate().map_err(anyhow::Error::msg)?;
-    let loading_step = step(progress, || loading(&input, "graph"));
-    let (graph, labels) = match &input {
-        Input::File(path) => {
-            let labeled = load_graph(path)?;
-            (labeled.graph, Some(labeled.labels))
-        }
-        Input::Synthetic(size) => {
-            let spec = GraphSpec::preset(size).map_err(anyhow::Error::msg)?;
-            (spec.generate(), None)
-        }
-    };
-    step_done(loading_step, || {
-        let counts = format!(
-            "{} vertices, {} edges",
-            graph.num_vertices,
-            graph.edges.len()
-        );
-        loaded(&input, counts)
-    });
-    let mut watch = Watch::start(App::Pagerank, cfg.iterations, progress);
-    let outcome = pagerank::run_observed(cfg, &params, &graph, &mut watch.observer())?;
-    watch.finish();
-    if let Some(out) = out {
-        out.write(|w| outcome.write_ranks(labels.as_deref(), w))?;
-    }
-    Ok(outcome.report)
-}
-
-/// The DNN's network from `--model` (`true`: the CNN) and its hyper-parameters from
-/// `args` (`--hidden`, `--activation`, `--channels`, `--kernel`, `--lr`, `--lr-decay`,
-/// `--momentum`, `--batch`, `--seed`), the defaults being the network's.
-fn dnn_config(args: &RunArgs) -> Result<(bool, DnnConfig)> {
-    let cnn = match args.model.as_deref() {
-        None | Some("mlp") => false,
-        Some("cnn") => true,
-        Some(other) => bail!("--model {other}: dnn trains `mlp` or `cnn`"),
-    };
-    if !cnn && (args.channels.is_some() || args.kernel.is_some()) {
-        bail!("--channels and --kernel shape the CNN: give them with --model cnn");
-    }
-    let defaults = if cnn {
-        DnnConfig::cnn()
-    } else {
-        DnnConfig::default()
-    };
-    let params = DnnConfig {
-        hidden: args.hidden.clone().unwrap_or(defaults.hidden),
-        channels: args.channels.clone().unwrap_or(defaults.channels),
-        kernel: args.kernel.unwrap_or(defaults.kernel),
-        activation: match args.activation.as_deref() {
-            None => defaults.activation,
-            Some(a) => a
-                .parse::<Activation>()
-                .map_err(|e| anyhow::anyhow!("--activation {a}: {e}"))?,
-        },
-        learning_rate: args.lr.unwrap_or(defaults.learning_rate),
-        lr_decay: args.lr_decay.unwrap_or(defaults.lr_decay),
-        momentum: args.momentum.unwrap_or(defaults.momentum),
-        batch: args.batch.unwrap_or(defaults.batch),
-        seed: args.seed,
-    };
-    params.validate().map_err(anyhow::Error::msg)?;
-    Ok((cnn, params))
-}
-
-/// The partitioning `--plan` or `--replicas`/`--partitions`/`--replications`/`--n-read`/
-/// `--n-write` ask for, if any.
-fn dnn_partitioning(
-    args: &RunArgs,
-    cfg: &AppConfig,
-    cnn: bool,
-    params: &DnnConfig,
-) -> Result<Option<Partitioning>> {
-    let by_hand = args.replicas.is_some()
-        || args.replica_workers.is_some()
-        || args.parameter_servers.is_some()
-        || args.partitions.is_some()
-        || args.replications.is_some()
-        || args.n_read.is_some()
-        || args.n_write.is_some();
-    // One value per layer of the performance model's description: the CNN's poolings
-    // count (they are split by channels like the convolution below them).
-    let names = if cnn {
-        iterstore_algo::dnn::stack::cnn_names(params.channels.len(), params.hidden.len())
-    } else {
-        (0..=params.hidden.len()).map(|l| format!("l{l}")).collect()
-    };
-    let layers = names.len();
-    if let Some(path) = &args.plan {
-        let plan = iterstore_perf::Plan::load(path).map_err(anyhow::Error::msg)?;
-        let asked = Partitioning::from_plan(&plan);
-        if asked.partitions.len() != layers {
-            bail!(
-                "--plan {}: planned for {} ({} layers), but this network has {layers} layers ({})",
-                path.display(),
-                plan.network,
-                plan.layers.len(),
-                names.join(","),
-            );
-        }
-        if plan.layers.iter().any(|l| l.threads > 1) {
-            tracing::info!(
-                "--plan {}: each segment copy runs on its worker's one thread; the plan's threads per layer (H) are not applied",
-                path.display()
-            );
-        }
-        return Ok(Some(asked));
-    }
-    if !by_hand {
-        return Ok(None);
-    }
-    let per_layer = |given: &Option<Vec<usize>>, flag: &str| -> Result<Vec<usize>> {
-        match given {
-            None => Ok(vec![1; layers]),
-            Some(v) if v.len() == layers => Ok(v.clone()),
-            Some(v) => bail!(
-                "{flag}: {} values for the network's {layers} layers ({})",
-                v.len(),
-                names.join(",")
-            ),
-        }
-    };
-    let processes = cfg.membership.as_ref().map_or(1, |m| m.hosts.len());
-    let total = cfg.workers * processes;
-    let replicas = args.replicas.unwrap_or_else(|| match args.replica_workers {
-        Some(n) => (total / n).max(1),
-        None => total,
-    });
-    Ok(Some(Partitioning {
-        replicas,
-        partitions: per_layer(&args.partitions, "--partitions")?,
-        replications: per_layer(&args.replications, "--replications")?,
-        n_read: args.n_read.unwrap_or(0),
-        n_write: args.n_write.unwrap_or(0),
-        replica_workers: args.replica_workers,
-        parameter_servers: args.parameter_servers,
-    }))
-}
-
-fn run_dnn(
-    args: &RunArgs,
-    cfg: &AppConfig,
-    input: Input,
-    out: Option<Output>,
-    progress: Progress,
-) -> Result<RunReport> {
-    let (cnn, params) = dnn_config(args)?;
-    let partitioning = dnn_partitioning(args, cfg, cnn, &params)?;
-    let loading_step = step(progress, || loading(&input, "images"));
-    let data = match &input {
-        Input::File(path) => load_fashion_mnist(path)?,
-        Input::Synthetic(size) => ImageSpec::preset(size)
-            .map_err(anyhow::Error::msg)?
-            .generate(),
-    };
-    step_done(loading_step, || {
-        let counts = format!(
-            "{} training and {} test images of {} x {} pixels, {} classes",
-            data.train.len(),
-            data.test.len(),
-            data.train.rows,
-            data.train.cols,
-            data.classes
-        );
-        loaded(&input, counts)
-    });
-    let mut watch = Watch::start(App::Dnn, cfg.iterations, progress);
-    let asked = partitioning.as_ref();
-    if cnn {
-        let outcome =
-            dnn::run_cnn_partitioned_observed(cfg, &params, &data, asked, &mut watch.observer());
-        dnn_written(outcome?, watch, out)
-    } else {
-        let outcome =
-            dnn::run_partitioned_observed(cfg, &params, &data, asked, &mut watch.observer());
-        dnn_written(outcome?, watch, out)
-    }
-}
-
-/// Ends a DNN run: the progress closed, the model written to `out` if asked.
-fn dnn_written<N: Network>(
-    outcome: dnn::DnnOutcome<N>,
-    watch: Watch,
-    out: Option<Output>,
-) -> Result<RunReport> {
-    watch.finish();
-    if let Some(out) = out {
-        out.write(|w| outcome.write_model(w))?;
-    }
-    Ok(outcome.report)
 }

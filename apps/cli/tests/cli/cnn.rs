@@ -34,7 +34,7 @@ fn the_cli_trains_the_cnn_and_writes_its_model() {
         ),
         (
             &["run", "mf", "--kernel", "3"][..],
-            "--kernel is an option of",
+            "unexpected argument '--kernel' found",
         ),
     ] {
         let out = iterstore(args);

@@ -249,5 +249,5 @@ fn partitioning_options_that_do_not_fit_are_refused_before_any_work() {
         assert!(stderr(&out).contains(want), "{extra:?}: {}", stderr(&out));
     }
     let out = crate::util::iterstore(&["run", "mf", "--replicas", "2"]);
-    assert!(stderr(&out).contains("--replicas is an option of `run dnn`"));
+    assert!(stderr(&out).contains("unexpected argument '--replicas' found"));
 }
