@@ -19,7 +19,8 @@
 //! coordination), the data [`partition`] every implementation uses, and [`IterStats`].
 //!
 //! The kernels know nothing of threads, of the parameter server or of files: callers decide
-//! where rows live and how updates are applied ([`limit`] adds the threads).
+//! where rows live and how updates are applied ([`limit`] adds the threads). The crate does
+//! not depend on the parameter server at all.
 
 #![warn(missing_docs)]
 

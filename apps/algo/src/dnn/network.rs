@@ -7,7 +7,6 @@ use super::activation::Activation;
 use super::cnn::{self, Cnn};
 use super::config::DnnConfig;
 use super::mlp::{self, add_momentum, clocks, epoch_order, mini_batch, Mlp};
-use iterstore::Element;
 use iterstore_data::Images;
 
 /// A network whose weights are layers of rows (one table row each) and that one worker can
@@ -132,10 +131,22 @@ pub(crate) fn init_rows(
     }
 }
 
-/// `dst += src`, layer by layer.
+/// `dst += src`, layer by layer, element by element.
 pub fn add_layers(dst: &mut [Vec<f32>], src: &[Vec<f32>]) {
+    /// Elements added per step: fixed-size lanes, so the compiler emits vector adds.
+    const LANES: usize = 8;
     for (d, s) in dst.iter_mut().zip(src) {
-        f32::add_slice(d, s);
+        debug_assert_eq!(d.len(), s.len());
+        let mut d = d.chunks_exact_mut(LANES);
+        let mut s = s.chunks_exact(LANES);
+        for (d, s) in (&mut d).zip(&mut s) {
+            for k in 0..LANES {
+                d[k] += s[k];
+            }
+        }
+        for (d, s) in d.into_remainder().iter_mut().zip(s.remainder()) {
+            *d += *s;
+        }
     }
 }
 
