@@ -8,9 +8,8 @@ use anyhow::{bail, Result};
 use clap::Args;
 use iterstore_algo::dnn::{Activation, DnnConfig, Partitioning};
 use iterstore_apps::dnn::DnnParams;
-use iterstore_apps::{App, AppConfig, Dnn, Input, RunReport};
+use iterstore_apps::{App, AppConfig, Dnn, Input};
 use iterstore_bench::Workload;
-use iterstore_data::ImageSet;
 
 use super::{check_benched, CliApp};
 use crate::cli::bench::SEED;
@@ -146,52 +145,33 @@ impl CliApp for Dnn {
     }
 
     /// `iterstore run dnn`'s defaults for the network `--dnn-model` names, seeded like the
-    /// rest of the benchmark.
-    fn bench_params(args: &BenchArgs, _: &Input) -> Result<DnnParams> {
+    /// rest of the benchmark; the peer reads the IDX files the images were read from
+    /// (generated images are written into its work directory).
+    fn bench_workload(args: &BenchArgs, input: &Input) -> Result<Workload> {
         let cnn = args.dnn_model.as_deref() == Some("cnn");
         let defaults = if cnn {
             DnnConfig::cnn()
         } else {
             DnnConfig::default()
         };
-        Ok(DnnParams {
+        let params = DnnParams {
             cnn,
             config: DnnConfig {
                 seed: SEED,
                 ..defaults
             },
             partitioning: None,
-        })
-    }
-
-    /// The peer reads the IDX files the images were read from (generated images are
-    /// written into its work directory).
-    fn workload(params: DnnParams, data: ImageSet, input: &Input) -> Workload {
-        Workload::Dnn {
+        };
+        let data = Dnn::load(input, &params)?;
+        Ok(Workload::Dnn {
             data,
             params: params.config,
-            cnn: params.cnn,
+            cnn,
             idx_dir: match input {
                 Input::File(dir) => Some(dir.clone()),
                 Input::Synthetic(_) => None,
             },
-        }
-    }
-
-    fn demo_columns(r: &RunReport) -> (String, String) {
-        let n = |key: &str| r.dataset.get(key).copied().unwrap_or(0);
-        let first = r.iterations.first().map_or(f64::NAN, |i| i.objective);
-        let data = format!(
-            "{} training, {} test images",
-            n("train_images"),
-            n("test_images")
-        );
-        let objective = format!(
-            "cross-entropy {first:.3} -> {:.3}, test accuracy {:.3}",
-            r.final_objective().unwrap_or(f64::NAN),
-            r.test_accuracy.unwrap_or(f64::NAN)
-        );
-        (data, objective)
+        })
     }
 }
 

@@ -7,7 +7,7 @@ use clap::Args;
 use iterstore_algo::lda::{LdaConfig, SamplerKind};
 use iterstore_apps::{App, AppConfig, Input, Lda, RunReport};
 use iterstore_bench::Workload;
-use iterstore_data::{Corpus, CorpusSpec};
+use iterstore_data::CorpusSpec;
 
 use super::CliApp;
 use crate::cli::bench::SEED;
@@ -71,17 +71,15 @@ impl CliApp for Lda {
         super::check_bench_file("--lda-data", args.lda_data.as_ref(), Lda::NAME, benched)
     }
 
-    fn bench_params(args: &BenchArgs, input: &Input) -> Result<LdaConfig> {
-        Ok(LdaConfig {
+    fn bench_workload(args: &BenchArgs, input: &Input) -> Result<Workload> {
+        let params = LdaConfig {
             topics: topics(args.topics, input)?,
             seed: SEED,
             sampler: args.sampler.unwrap_or_default(),
             ..LdaConfig::default()
-        })
-    }
-
-    fn workload(params: LdaConfig, corpus: Corpus, _: &Input) -> Workload {
-        Workload::Lda { corpus, params }
+        };
+        let corpus = Lda::load(input, &params)?;
+        Ok(Workload::Lda { corpus, params })
     }
 
     fn demo_columns(r: &RunReport) -> (String, String) {

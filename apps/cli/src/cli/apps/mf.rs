@@ -77,23 +77,21 @@ impl CliApp for Mf {
         check_bench_file("--mf-data", args.mf_data.as_ref(), Mf::NAME, benched)
     }
 
-    fn bench_params(_: &BenchArgs, _: &Input) -> Result<MfParams> {
+    fn bench_workload(_: &BenchArgs, input: &Input) -> Result<Workload> {
         let defaults = MfParams::default();
-        Ok(MfParams {
+        let params = MfParams {
             config: MfConfig {
                 seed: SEED,
                 ..defaults.config
             },
             ..defaults
-        })
-    }
-
-    fn workload(params: MfParams, data: MfData, _: &Input) -> Workload {
-        Workload::Mf {
-            train: data.train,
-            test: data.test,
+        };
+        let MfData { train, test } = Mf::load(input, &params)?;
+        Ok(Workload::Mf {
+            train,
+            test,
             params: params.config,
-        }
+        })
     }
 
     fn demo_columns(r: &RunReport) -> (String, String) {

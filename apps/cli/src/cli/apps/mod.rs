@@ -34,7 +34,7 @@ pub(crate) trait CliApp: App + Debug + 'static {
     /// The app's own options of `iterstore run <app>`.
     type Args: Args + FromArgMatches + Debug;
     /// Whether `iterstore bench` runs the app when `--apps` does not say.
-    const BENCHED_BY_DEFAULT: bool;
+    const BENCHED_BY_DEFAULT: bool = false;
 
     /// The parameters `iterstore run` gives the app, from its options, the options every
     /// app takes and its input, for the store settings `cfg`; checked.
@@ -57,16 +57,21 @@ pub(crate) trait CliApp: App + Debug + 'static {
     }
 
     /// `iterstore bench`'s option naming the app's input, if given.
-    fn bench_input(args: &BenchArgs) -> Option<&PathBuf>;
+    fn bench_input(_args: &BenchArgs) -> Option<&PathBuf> {
+        None
+    }
 
     /// Checks `iterstore bench`'s options of the app; `benched`: whether it runs.
-    fn check_bench(args: &BenchArgs, benched: bool) -> Result<()>;
+    fn check_bench(_args: &BenchArgs, _benched: bool) -> Result<()> {
+        Ok(())
+    }
 
-    /// The parameters `iterstore bench` gives the app on `input`.
-    fn bench_params(args: &BenchArgs, input: &Input) -> Result<Self::Params>;
-
-    /// The app's benchmark workload: `data` loaded from `input` for `params`.
-    fn workload(params: Self::Params, data: Self::Data, input: &Input) -> Workload;
+    /// The app's workload of `iterstore bench` on `input`: its parameters for the
+    /// benchmark, its input loaded ([`App::load`]). An app the benchmark harness does not
+    /// know (no [`Workload`] of its own) is refused.
+    fn bench_workload(_args: &BenchArgs, _input: &Input) -> Result<Workload> {
+        anyhow::bail!("iterstore bench has no workload of {}", Self::NAME)
+    }
 
     /// The workloads `iterstore bench` runs of `workload` (the app's input, named `name`);
     /// by default just it.
@@ -78,8 +83,14 @@ pub(crate) trait CliApp: App + Debug + 'static {
         Ok(vec![(name, workload)])
     }
 
-    /// The demo table's data and objective columns for a report of the app.
-    fn demo_columns(report: &RunReport) -> (String, String);
+    /// The demo table's data and objective columns for a report of the app; by default
+    /// the dataset's sizes and the objective's first and last values.
+    fn demo_columns(r: &RunReport) -> (String, String) {
+        let data: Vec<String> = r.dataset.iter().map(|(k, v)| format!("{v} {k}")).collect();
+        let first = r.iterations.first().map_or(f64::NAN, |i| i.objective);
+        let last = r.final_objective().unwrap_or(f64::NAN);
+        (data.join(", "), format!("{first:.4e} -> {last:.4e}"))
+    }
 }
 
 /// A parsed `iterstore run <app> ...`, its app's type erased.
@@ -145,8 +156,7 @@ pub(crate) trait Entry: Sync {
     fn bench_input<'a>(&self, args: &'a BenchArgs) -> Option<&'a PathBuf>;
     /// [`CliApp::check_bench`].
     fn check_bench(&self, args: &BenchArgs, benched: bool) -> Result<()>;
-    /// The app's benchmark workload on `input`: its parameters for `bench`, its input
-    /// loaded ([`App::load`]).
+    /// [`CliApp::bench_workload`].
     fn bench_workload(&self, args: &BenchArgs, input: &Input) -> Result<Workload>;
     /// [`CliApp::bench_workloads`].
     fn bench_workloads(
@@ -201,9 +211,7 @@ impl<A: CliApp> Entry for Registered<A> {
     }
 
     fn bench_workload(&self, args: &BenchArgs, input: &Input) -> Result<Workload> {
-        let params = A::bench_params(args, input)?;
-        let data = A::load(input, &params)?;
-        Ok(A::workload(params, data, input))
+        A::bench_workload(args, input)
     }
 
     fn bench_workloads(

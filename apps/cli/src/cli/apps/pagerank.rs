@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Result};
 use clap::Args;
 use iterstore_algo::pagerank::PageRankConfig;
-use iterstore_apps::pagerank::{GraphPartition, PageRankData, PageRankParams};
+use iterstore_apps::pagerank::{GraphPartition, PageRankParams};
 use iterstore_apps::{App, AppConfig, Input, PageRank, RunReport};
 use iterstore_bench::Workload;
 
@@ -84,20 +84,20 @@ impl CliApp for PageRank {
         )
     }
 
-    /// At the default block, which the scaling sweep keeps and `bench` replaces by each
-    /// of `--pagerank-block`'s.
-    fn bench_params(args: &BenchArgs, _: &Input) -> Result<PageRankParams> {
-        Ok(PageRankParams {
+    /// At the default block, which the scaling sweep keeps and [`bench_workloads`]
+    /// replaces by each of `--pagerank-block`'s.
+    ///
+    /// [`bench_workloads`]: CliApp::bench_workloads
+    fn bench_workload(args: &BenchArgs, input: &Input) -> Result<Workload> {
+        let params = PageRankParams {
             partition: args.pagerank_partition.unwrap_or_default(),
             ..PageRankParams::default()
-        })
-    }
-
-    fn workload(params: PageRankParams, data: PageRankData, _: &Input) -> Workload {
-        Workload::PageRank {
+        };
+        let data = PageRank::load(input, &params)?;
+        Ok(Workload::PageRank {
             graph: data.graph,
             params,
-        }
+        })
     }
 
     /// One workload per `--pagerank-block` size ([`per_block`]).
