@@ -13,7 +13,7 @@
 use crate::buf::AlignedBuf;
 use crate::element::ElemType;
 use crate::ids::RowKey;
-use crate::msg::{Endpoint, Msg, Want};
+use crate::msg::{Endpoint, Msg, WantedChunks};
 use crate::net::{
     frame::control_frame, frame::decode_data, frame::encode_data, frame::Frame,
     frame::FrameDecoder, frame::FrameKind, frame::HEADER_LEN, handshake::Done,
@@ -174,9 +174,9 @@ fn envelope(inp: &mut Input<'_>) -> Envelope {
             epoch: inp.u32(),
             required: inp.u64(),
             want: match inp.u8() % 3 {
-                0 => Want::All,
-                1 => Want::Chunk(inp.u32()),
-                _ => Want::Phase(inp.u32()),
+                0 => WantedChunks::All,
+                1 => WantedChunks::Chunk(inp.u32()),
+                _ => WantedChunks::Phase(inp.u32()),
             },
         },
         10 => Msg::Leave { from: inp.u32() },

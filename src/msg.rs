@@ -28,7 +28,7 @@ pub enum Endpoint {
 
 /// The chunks of a process's subscription a [`Msg::SlabFetch`] asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Want {
+pub enum WantedChunks {
     /// Every chunk.
     All,
     /// One chunk (shard-local index).
@@ -140,7 +140,7 @@ pub enum Msg {
         /// Exclusive end slot of each chunk.
         chunk_ends: Vec<u32>,
         /// Per chunk: the clocks of an iteration in which the process reads it (bit
-        /// `c mod 64`), for [`Want::Phase`].
+        /// `c mod 64`), for [`WantedChunks::Phase`].
         chunk_phases: Vec<u64>,
         /// `(worker, slots)` pairs (global worker ids).
         updaters: Vec<(WorkerId, Vec<u32>)>,
@@ -155,7 +155,7 @@ pub enum Msg {
         /// Required data clock.
         required: Clock,
         /// Which chunks.
-        want: Want,
+        want: WantedChunks,
     },
     /// Between runs, before the first plan: the shard hands every row it holds whose home
     /// under the new placement (the hash, with these overrides) is another shard to that

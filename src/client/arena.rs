@@ -21,7 +21,7 @@ use super::ClientShared;
 use crate::error::{Error, Result};
 use crate::gather::phase_bit;
 use crate::ids::{Clock, RowKey};
-use crate::msg::{Endpoint, Msg, Want};
+use crate::msg::{Endpoint, Msg, WantedChunks};
 use crate::plan::Plan;
 use crate::topology::bind::MemBinder;
 use std::sync::atomic::{fence, AtomicU64, Ordering};
@@ -621,7 +621,7 @@ impl ProcessArena {
             }
             requested.push((target, required));
         }
-        let send = |shard: u32, want: Want| {
+        let send = |shard: u32, want: WantedChunks| {
             self.requests_sent.fetch_add(1, Ordering::Relaxed);
             let msg = Msg::SlabFetch {
                 from: shared.process,
@@ -638,13 +638,16 @@ impl ProcessArena {
                 for (c, span) in self.plan.chunks.iter().enumerate() {
                     if self.plan.chunk_phases[c] & bit != 0 && last != Some(span.shard) {
                         last = Some(span.shard);
-                        send(span.shard, Want::Phase(p))?;
+                        send(span.shard, WantedChunks::Phase(p))?;
                     }
                 }
             }
             Target::Chunk(c) => {
                 let shard = self.plan.chunks[c as usize].shard;
-                send(shard, Want::Chunk(c - self.first_chunk[shard as usize]))?;
+                send(
+                    shard,
+                    WantedChunks::Chunk(c - self.first_chunk[shard as usize]),
+                )?;
             }
         }
         Ok(())

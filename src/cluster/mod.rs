@@ -46,7 +46,7 @@ use crate::pool::WorkerPool;
 use crate::table::Registry;
 use crate::topology::{bind::MemBinder, Topology};
 use crate::transport::Transport;
-use crate::worker::{AccessCounters, Kept};
+use crate::worker::{AccessCounters, KeptState};
 use shutdown::Threads;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -114,7 +114,7 @@ struct Specialization {
     plans: u32,
     /// Per worker: its specialized state (or the op tape to build it from), kept between
     /// runs.
-    kept: Vec<Mutex<Kept>>,
+    kept: Vec<Mutex<KeptState>>,
     /// Accesses the current plan left off the tapes.
     tape_truncated: u64,
     /// How specialized workers' accesses found their rows, summed over finished runs.

@@ -17,7 +17,7 @@ use crate::gather::AccessLog;
 use crate::ids::Clock;
 use crate::msg::Msg;
 use crate::sync::lock;
-use crate::worker::{Kept, Role, Worker};
+use crate::worker::{KeptState, Role, Worker};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -171,7 +171,7 @@ impl Cluster {
         let outcomes = self.pool.on_each(inputs, |w, input| {
             // A virtual iteration leaves the kept state alone.
             let kept = match role {
-                Role::Virtual => Kept::Nothing,
+                Role::Virtual => KeptState::Nothing,
                 _ => std::mem::take(&mut *lock(&specials[w])),
             };
             let mut worker = Worker::new(shared, tables, id, w, start, role, kept).in_round(round);

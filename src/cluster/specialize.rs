@@ -19,7 +19,7 @@ use crate::msg::Msg;
 use crate::numa::{self, NumaConfig};
 use crate::plan::{self, PlanConfig};
 use crate::sync::lock;
-use crate::worker::{Kept, Role, Worker};
+use crate::worker::{KeptState, Role, Worker};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -320,8 +320,8 @@ impl Cluster {
         self.machine.arena_bound_bytes = arena.as_ref().map_or(0, |a| a.bound_bytes);
         for (kept, tape) in self.spec.kept.iter().zip(tapes.tapes) {
             *lock(kept) = match &arena {
-                Some(arena) => Kept::Tape(arena.clone(), tape),
-                None => Kept::Nothing,
+                Some(arena) => KeptState::Tape(arena.clone(), tape),
+                None => KeptState::Nothing,
             };
         }
         self.shared.set_arena(arena);

@@ -13,7 +13,7 @@ use crate::gather::AccessPattern;
 use crate::sync::lock;
 use crate::topology::TopologySource;
 use crate::transport::KindTraffic;
-use crate::worker::{Kept, WorkerMemory};
+use crate::worker::{KeptState, WorkerMemory};
 use serde::Serialize;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -225,9 +225,9 @@ impl Cluster {
         let mut tape_in_kept = 0;
         for kept in &self.spec.kept {
             match &*lock(kept) {
-                Kept::Built(sp) => workers += sp.memory(),
-                Kept::Tape(_, tape) => tape_in_kept += tape.capacity() * 4,
-                Kept::Nothing => {}
+                KeptState::Built(sp) => workers += sp.memory(),
+                KeptState::Tape(_, tape) => tape_in_kept += tape.capacity() * 4,
+                KeptState::Nothing => {}
             }
         }
         let (plan_bytes, arena_bytes, arena_rows) = arena.as_ref().map_or((0, 0, 0), |a| {

@@ -3,7 +3,7 @@
 //! read-my-writes, and the prefetch of the refresh the next reads need.
 
 use super::special::Slab;
-use super::{Special, Worker};
+use super::{SpecialWorker, Worker};
 use crate::consistency::Staleness;
 use crate::error::Result;
 use crate::ids::Clock;
@@ -98,7 +98,12 @@ impl Worker<'_> {
         if self.virtual_only {
             return Ok(self.clock);
         }
-        if !self.oplog.is_empty() || self.special.as_ref().is_some_and(Special::has_updates) {
+        if !self.oplog.is_empty()
+            || self
+                .special
+                .as_ref()
+                .is_some_and(SpecialWorker::has_updates)
+        {
             self.clock()?;
         }
         for shard in 0..self.shared.world.total_shards() {

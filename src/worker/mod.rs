@@ -21,9 +21,9 @@ use crate::gather::{Access, AccessLog};
 use crate::ids::{Clock, RowKey, WorkerId};
 use crate::table::{resolve, Table, TableMeta};
 use rustc_hash::FxHashMap;
-use sent::Sent;
+use sent::SentUpdates;
 use special::Place;
-pub(crate) use special::{AccessCounters, Special, WorkerMemory};
+pub(crate) use special::{AccessCounters, SpecialWorker, WorkerMemory};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -53,7 +53,7 @@ pub struct Worker<'a> {
     unbounded: bool,
     oplog: Oplog,
     /// This worker's sent updates of recent clocks, for read-my-writes under SSP `s > 0`.
-    recent: Sent<Oplog>,
+    recent: SentUpdates<Oplog>,
     /// A row's worth of words for `read_with` when it cannot lend the row (grown, never
     /// shrunk; see [`scratch_of`]).
     scratch: Vec<u64>,
@@ -67,7 +67,7 @@ pub struct Worker<'a> {
     /// In a virtual iteration: reads return zeros, updates are dropped, nothing is sent.
     virtual_only: bool,
     /// Specialized structures, once the store has a plan.
-    special: Option<Special>,
+    special: Option<SpecialWorker>,
     /// The round (run or virtual iteration, counted alike by every process) this worker
     /// runs in; keys which senders have stopped for [`Worker::recv_from`].
     round: u64,
@@ -75,14 +75,14 @@ pub struct Worker<'a> {
 
 /// What a worker thread keeps between runs: its specialized state, built once per plan.
 #[derive(Default)]
-pub(crate) enum Kept {
+pub(crate) enum KeptState {
     /// Nothing yet.
     #[default]
     Nothing,
     /// The worker's op tape for the plan of this arena, to build the state from.
     Tape(Arc<ProcessArena>, Vec<u32>),
     /// The state itself.
-    Built(Box<Special>),
+    Built(Box<SpecialWorker>),
 }
 
 /// What a worker does with its operations.
@@ -104,7 +104,7 @@ impl<'a> Worker<'a> {
         id: usize,
         clock: Clock,
         role: Role,
-        kept: Kept,
+        kept: KeptState,
     ) -> Self {
         Worker {
             shared,
@@ -117,7 +117,7 @@ impl<'a> Worker<'a> {
             floor: shared.config.staleness.required_in_run(clock, clock),
             unbounded: shared.config.staleness == Staleness::Unbounded,
             oplog: Oplog::default(),
-            recent: Sent::default(),
+            recent: SentUpdates::default(),
             scratch: Vec::new(),
             held: Oplog::default(),
             held_scratch: Vec::new(),
@@ -128,14 +128,14 @@ impl<'a> Worker<'a> {
                 Role::Virtual => None,
                 _ => shared.arena().map(|arena| {
                     let build =
-                        |tape| Special::new(arena.clone(), tables, id, &shared.config, tape);
+                        |tape| SpecialWorker::new(arena.clone(), tables, id, &shared.config, tape);
                     match kept {
                         // The same plan as last run: reuse the structures built for it.
-                        Kept::Built(mut sp) if Arc::ptr_eq(&sp.arena, &arena) => {
+                        KeptState::Built(mut sp) if Arc::ptr_eq(&sp.arena, &arena) => {
                             sp.start_run();
                             *sp
                         }
-                        Kept::Tape(of, tape) if Arc::ptr_eq(&of, &arena) => build(tape),
+                        KeptState::Tape(of, tape) if Arc::ptr_eq(&of, &arena) => build(tape),
                         // No tape for this plan: every access takes the indexed path.
                         _ => build(Vec::new()),
                     }
@@ -154,16 +154,16 @@ impl<'a> Worker<'a> {
     /// specialized state is built once per plan rather than once per run: the state itself
     /// if the run finished cleanly (`clean`), else only its op tape (the state may hold
     /// updates that were never sent). Also returns how its accesses found their rows.
-    pub(crate) fn take_kept(&mut self, clean: bool) -> (Kept, AccessCounters) {
+    pub(crate) fn take_kept(&mut self, clean: bool) -> (KeptState, AccessCounters) {
         match self.special.take() {
-            None => (Kept::Nothing, AccessCounters::default()),
+            None => (KeptState::Nothing, AccessCounters::default()),
             Some(mut sp) => {
                 let counters = sp.take_counters();
                 if clean {
-                    (Kept::Built(Box::new(sp)), counters)
+                    (KeptState::Built(Box::new(sp)), counters)
                 } else {
                     let (arena, tape) = sp.into_tape();
-                    (Kept::Tape(arena, tape), counters)
+                    (KeptState::Tape(arena, tape), counters)
                 }
             }
         }

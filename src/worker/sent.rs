@@ -1,4 +1,4 @@
-//! [`Sent`]: a worker's updates of recent clocks that have been sent but that a snapshot
+//! [`SentUpdates`]: a worker's updates of recent clocks that have been sent but that a snapshot
 //! may not include yet — the one place read-my-writes finds them and the one rule that
 //! forgets them.
 //!
@@ -14,19 +14,19 @@ use std::collections::VecDeque;
 
 /// Sent updates by clock (see the module docs), oldest first.
 #[derive(Debug, Clone)]
-pub(crate) struct Sent<T> {
+pub(crate) struct SentUpdates<T> {
     clocks: VecDeque<(Clock, T)>,
 }
 
-impl<T> Default for Sent<T> {
+impl<T> Default for SentUpdates<T> {
     fn default() -> Self {
-        Sent {
+        SentUpdates {
             clocks: VecDeque::new(),
         }
     }
 }
 
-impl<T> Sent<T> {
+impl<T> SentUpdates<T> {
     /// Keeps the updates of `clock`, just sent.
     pub(crate) fn push(&mut self, clock: Clock, updates: T) {
         self.clocks.push_back((clock, updates));
@@ -72,7 +72,7 @@ mod tests {
 
     #[test]
     fn snapshots_get_exactly_the_clocks_they_lack() {
-        let mut s = Sent::default();
+        let mut s = SentUpdates::default();
         for c in 3..6 {
             s.push(c, c * 10);
         }

@@ -13,7 +13,7 @@
 use super::Shard;
 use crate::buf::AlignedBuf;
 use crate::ids::{Clock, ProcessId, RowKey, WorkerId};
-use crate::msg::{Endpoint, Msg, RowBatch, Want};
+use crate::msg::{Endpoint, Msg, RowBatch, WantedChunks};
 use rustc_hash::FxHashMap;
 
 impl Shard {
@@ -95,7 +95,7 @@ impl Shard {
         from: ProcessId,
         epoch: u32,
         required: Clock,
-        want: Want,
+        want: WantedChunks,
         out: &mut Vec<(Endpoint, Msg)>,
     ) {
         if required <= self.clocks.min_clock() {

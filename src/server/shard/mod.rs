@@ -65,7 +65,7 @@ use super::LocalArena;
 use crate::buf::AlignedBuf;
 use crate::consistency::{ClockTable, DeferredReads};
 use crate::ids::{Clock, ProcessId, RowKey, ShardId, WorkerId};
-use crate::msg::{Endpoint, Msg, RowBatch, Want};
+use crate::msg::{Endpoint, Msg, RowBatch, WantedChunks};
 use crate::table::TableMeta;
 use crate::world::World;
 use dashmap::DashMap;
@@ -92,7 +92,7 @@ pub(crate) struct Shard {
     /// Specialized storage: every subscribed row, and each process's subscription.
     arena: ArenaShard,
     /// Arena refreshes waiting for the minimum clock: `(process, epoch, chunk or all)`.
-    slab_deferred: DeferredReads<(ProcessId, u32, Want)>,
+    slab_deferred: DeferredReads<(ProcessId, u32, WantedChunks)>,
     /// Per process: the last run it ended.
     ended: Vec<u64>,
     /// The last run every process ended (and this shard answered with `RunReady`).

@@ -14,7 +14,7 @@ use super::Shard;
 use crate::buf::AlignedBuf;
 use crate::gather::phase_bit;
 use crate::ids::{Clock, ProcessId, RowKey, WorkerId};
-use crate::msg::{Endpoint, Msg, RowBatch, Want};
+use crate::msg::{Endpoint, Msg, RowBatch, WantedChunks};
 use crate::server::arena::{Layout, Request};
 
 /// A slab resolved to its worker's layout when it arrived (and, for a sparse slab, the
@@ -156,7 +156,7 @@ impl Shard {
         &mut self,
         to: ProcessId,
         epoch: u32,
-        want: Want,
+        want: WantedChunks,
         out: &mut Vec<(Endpoint, Msg)>,
     ) {
         let Some((current, phases)) = self.arena.subscription(to) else {
@@ -170,9 +170,9 @@ impl Shard {
             return;
         }
         let chunks: Vec<usize> = match want {
-            Want::All => (0..phases.len()).collect(),
-            Want::Chunk(c) => vec![c as usize],
-            Want::Phase(p) => {
+            WantedChunks::All => (0..phases.len()).collect(),
+            WantedChunks::Chunk(c) => vec![c as usize],
+            WantedChunks::Phase(p) => {
                 let bit = phase_bit(u64::from(p));
                 (0..phases.len())
                     .filter(|&c| phases[c] & bit != 0)

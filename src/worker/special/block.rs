@@ -29,7 +29,7 @@ use std::ops::Range;
 /// | 3    | 32..    | the row's size in bytes       | 32..48 row size, 48.. its rows   |
 ///
 /// A row's *index* is its position in the worker's arena order: its bit in
-/// [`Special::touched`](super::Special) (updated in this clock) and in `dirty`. A run's
+/// [`SpecialWorker::touched`](super::SpecialWorker) (updated in this clock) and in `dirty`. A run's
 /// rows have consecutive indices from its first's.
 pub(super) const HEADER_WORDS: usize = 4;
 /// Header word of the row's id.

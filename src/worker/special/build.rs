@@ -1,4 +1,4 @@
-//! Building a worker's specialized state from the plan ([`Special::new`]): its updated
+//! Building a worker's specialized state from the plan ([`SpecialWorker::new`]): its updated
 //! rows cut into blocks (a run for narrow rows that follow each other, [`group_runs`]),
 //! laid out in arena order with their headers; the per-shard and per-chunk directories
 //! the CLOCK and the refresh walk; the private copies of contended rows; and the op tape
@@ -11,16 +11,16 @@ use super::block::{block_len, Header, NO_VIEW};
 use super::slab_writes::SlabWrites;
 use super::tape::{check_steps, run_step_of, MAX_RUN, RUN_SHIFT, RUN_STEP, SLOT_STEP};
 use super::views::{ViewRow, RUN_VIEWS};
-use super::{AccessCounters, Copies, Special, WorkerSlot, NONE, RUN_ROW};
+use super::{AccessCounters, Copies, SpecialWorker, WorkerSlot, NONE, RUN_ROW};
 use crate::buf::AlignedBuf;
 use crate::client::ProcessArena;
 use crate::element::ElemType;
 use crate::slot::{padded, padded_words};
 use crate::table::TableMeta;
-use crate::worker::sent::Sent;
+use crate::worker::sent::SentUpdates;
 use std::sync::Arc;
 
-impl Special {
+impl SpecialWorker {
     /// State for worker `worker` of a store with `tables` configured by `config`: a block
     /// (delta buffer) per row it updates with the contiguous index on, with a private
     /// view of the row with thread caches on. `tape`: the worker's op tape (plan slots,
@@ -150,7 +150,7 @@ impl Special {
         }
         check_steps(&steps, &words, 1 + usize::from(views), tables);
         let touched_words = blocks.len().div_ceil(64);
-        Special {
+        SpecialWorker {
             worker,
             zone: arena.worker_zone(worker),
             words,
@@ -163,7 +163,7 @@ impl Special {
             shard_row_words,
             shard_blocks,
             chunk_views,
-            recent: Sent::default(),
+            recent: SentUpdates::default(),
             copies: Copies {
                 clocks: vec![NO_VIEW; offsets.len()],
                 offsets,
@@ -219,7 +219,7 @@ fn group_runs(plan: &crate::plan::Plan, updates: &[u32]) -> Vec<(usize, usize)> 
     runs
 }
 
-/// The words of a shard's rows if its `blocks` (entries of [`Special::blocks`]) are each
+/// The words of a shard's rows if its `blocks` (entries of [`SpecialWorker::blocks`]) are each
 /// one row (no runs) and its rows' padded bytes `(narrowest, widest)` are one width.
 fn plain_row_words(blocks: &[u32], (narrowest, widest): (usize, usize)) -> Option<usize> {
     let plain =

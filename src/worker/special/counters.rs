@@ -4,9 +4,9 @@
 //! This file reads the state's sizes and counts; it decides nothing.
 
 use super::views::ViewRow;
-use super::{Special, WorkerSlot};
+use super::{SpecialWorker, WorkerSlot};
 
-impl Special {
+impl SpecialWorker {
     /// Counts a `read_update` that took the general path.
     pub(crate) fn count_copied_read_update(&mut self) {
         self.counters.copied_read_updates += 1;

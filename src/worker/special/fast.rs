@@ -1,10 +1,10 @@
-//! The fast paths of [`Special`]: a READ, `read_with` or UPDATE that follows the pattern
+//! The fast paths of [`SpecialWorker`]: a READ, `read_with` or UPDATE that follows the pattern
 //! finds its block (or plan slot) as the next step of the pre-resolved access sequence,
 //! checks the key there and does its work in that block, prefetching the blocks a few
 //! steps ahead. Each returns without side effects when it cannot serve the access, so the
 //! caller can take the general path.
 //!
-//! Only reads prefetch ([`Special::advance`]); updates take their step without one.
+//! Only reads prefetch ([`SpecialWorker::advance`]); updates take their step without one.
 //!
 //! A step naming a run's row ([`RUN_STEP`]) leaves these paths at once for their run
 //! versions (`*_run`), out of line, so that a block's path has one more test and nothing
@@ -19,7 +19,7 @@ use super::block::{block_span, row_at, run_row_at, Header, RowAt, HEADER_WORDS, 
 use super::held::held_in;
 use super::tape::{run_step, RUN_STEP, SLOT_STEP};
 use super::update::{add_cols_to_block_in, add_to_block_in};
-use super::{Special, NONE, RUN_ROW};
+use super::{SpecialWorker, NONE, RUN_ROW};
 use crate::element::Element;
 use crate::ids::{Clock, RowKey};
 use crate::prefetch::prefetch_at;
@@ -28,12 +28,12 @@ use crate::worker::scratch_of;
 
 /// How many steps ahead of the cursor blocks are prefetched.
 const AHEAD: usize = 16;
-/// Words of a block [`Special::advance`] prefetches: three cache lines.
+/// Words of a block [`SpecialWorker::advance`] prefetches: three cache lines.
 const PREFETCH_WORDS: usize = 24;
 /// The most words of a block a read's advance prefetches (16 cache lines).
 const MAX_PREFETCH_WORDS: usize = 128;
 
-/// A block [`Special::fresh_block`] found: its view and delta rows.
+/// A block [`SpecialWorker::fresh_block`] found: its view and delta rows.
 struct FreshBlock<'a, T> {
     view: &'a [T],
     delta: &'a [T],
@@ -48,7 +48,7 @@ struct FreshBlock<'a, T> {
     held: bool,
 }
 
-impl Special {
+impl SpecialWorker {
     /// The fast path of a READ that follows the pattern: if the next step is `key`'s block
     /// and its view is fresh enough for `required`, copies the row as this worker sees it
     /// into `dst` (the table's width) and returns `true`. Otherwise changes nothing and
@@ -185,7 +185,7 @@ impl Special {
     /// delta: the rows are held) and moves past the `2 N` steps. Otherwise changes
     /// nothing and gives `f` back. Each delta has its row's width.
     ///
-    /// Blocks are read without bounds checks, on the invariant of `Special::steps` (a
+    /// Blocks are read without bounds checks, on the invariant of `SpecialWorker::steps` (a
     /// block step names a whole block inside `words`) and one check per row here: the
     /// matched block's rows are `width` `T`s (its header's length), so its view and delta
     /// lie inside the block whatever the caller passes.
@@ -212,7 +212,7 @@ impl Special {
         };
         // Per row: its block's first word, its index (touched and held bits) and the
         // words of its view (the delta follows). No bounds checks, on the invariant of
-        // `Special::steps`: a block step names a whole block inside `words` whose rows
+        // `SpecialWorker::steps`: a block step names a whole block inside `words` whose rows
         // have the size its header records; the block matched below is `key`'s and its
         // rows are `n` `T`s (checked against the header's length). Its view and delta are
         // taken as rows without a check and a cast each (`row_in`): those measured 3-4 %
@@ -277,7 +277,7 @@ impl Special {
     /// for `required`, and a read can be served from it alone ([`serves_reads`]). `n`: the
     /// row's width.
     ///
-    /// [`serves_reads`]: Special::serves_reads
+    /// [`serves_reads`]: SpecialWorker::serves_reads
     #[inline(always)]
     fn fresh_block<T: Element>(
         &self,

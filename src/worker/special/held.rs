@@ -23,13 +23,13 @@
 use super::bits::bit;
 use super::block::{Header, HeaderMut, RowAt, HEADER_WORDS};
 use super::slabs::RunCursor;
-use super::{Special, NONE, RUN_ROW};
+use super::{SpecialWorker, NONE, RUN_ROW};
 use crate::client::ClientShared;
 use crate::element::Element;
 use crate::error::Result;
 use crate::ids::{Clock, RowKey};
 
-impl Special {
+impl SpecialWorker {
     /// Whether the row at `at` is held in this clock.
     #[inline(always)]
     pub(super) fn is_held(&self, at: RowAt) -> bool {
@@ -143,7 +143,7 @@ impl Special {
 }
 
 /// Whether row `r` is held, for a worker that holds rows: updated in this clock, and
-/// never while not held (see [`Special::dirty`]).
+/// never while not held (see [`SpecialWorker::dirty`]).
 #[inline(always)]
 pub(super) fn held_in(touched: &[u64], dirty: &[u64], r: usize) -> bool {
     bit(touched, r) && !bit(dirty, r)

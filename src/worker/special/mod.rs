@@ -1,6 +1,6 @@
 //! A worker's specialized state: one contiguous buffer of **blocks**, one per row the
 //! worker updates (in arena order), each a small header (the row's key, its view's data
-//! clock, its index, whose bit in [`Special::touched`] says whether it was updated in this
+//! clock, its index, whose bit in [`SpecialWorker::touched`] says whether it was updated in this
 //! clock) followed by the row's view and this clock's delta; per-thread
 //! copies of contended rows; and the read path through the [`ProcessArena`].
 //!
@@ -8,9 +8,9 @@
 //! of up to [`MAX_RUN`](tape::MAX_RUN) such rows of one table that follow each other in
 //! the worker's arena order within one refresh chunk and shard, under one header (naming
 //! the run's first row), their views then their deltas. A step names a run's row by the run's
-//! number ([`Special::runs`]) and the row's offset in it; the row's key is checked as the
-//! header's row plus the row's 4-byte id offset, its entry in [`Special::blocks`]; like
-//! every row's, its touched bit is in [`Special::touched`], and its arena word for a refresh is
+//! number ([`SpecialWorker::runs`]) and the row's offset in it; the row's key is checked as the
+//! header's row plus the row's 4-byte id offset, its entry in [`SpecialWorker::blocks`]; like
+//! every row's, its touched bit is in [`SpecialWorker::touched`], and its arena word for a refresh is
 //! the plan's. So the per-row bookkeeping of such rows (those 4 bytes, and a 32-byte
 //! header over up to 64 rows) is no larger than the row.
 //!
@@ -19,7 +19,7 @@
 //! three adjacent cache lines) and nothing else, and the blocks a few steps ahead are
 //! prefetched. No hashing beyond the plan's index (only for deviating accesses), no locks.
 //!
-//! One concept a file; this one holds the state ([`Special`]) and the small helpers every
+//! One concept a file; this one holds the state ([`SpecialWorker`]) and the small helpers every
 //! part uses:
 //!
 //! - `block.rs`: the block format (a typed [`block::Header`], where views and deltas lie);
@@ -51,7 +51,7 @@ mod views;
 pub(crate) use counters::{AccessCounters, WorkerMemory};
 pub(crate) use slabs::Slab;
 
-use super::sent::Sent;
+use super::sent::SentUpdates;
 use crate::buf::AlignedBuf;
 use crate::client::ProcessArena;
 use crate::element::Element;
@@ -66,7 +66,7 @@ use views::ViewRow;
 /// A slot's copy or block, or a [`Place`]'s block, that is not there.
 const NONE: u32 = u32::MAX;
 
-/// Marks an entry of [`Special::blocks`] that is a run's row: its row id's offset from
+/// Marks an entry of [`SpecialWorker::blocks`] that is a run's row: its row id's offset from
 /// the run's first row's, below `RUN_ROW`.
 const RUN_ROW: u32 = 1 << 31;
 
@@ -80,7 +80,7 @@ pub(crate) struct Place {
     offset: u32,
 }
 
-/// What a plan slot resolves to for this worker ([`Special::info`]): the plan's row, chunk
+/// What a plan slot resolves to for this worker ([`SpecialWorker::info`]): the plan's row, chunk
 /// and arena word with this worker's copy and block.
 #[derive(Debug, Clone, Copy)]
 struct SlotInfo {
@@ -112,7 +112,7 @@ struct Copies {
 }
 
 /// Per-worker specialized state (see module docs).
-pub(crate) struct Special {
+pub(crate) struct SpecialWorker {
     pub(crate) arena: Arc<ProcessArena>,
     /// This worker's index in the plan's per-worker layouts.
     worker: usize,
@@ -141,7 +141,7 @@ pub(crate) struct Special {
     /// Per refresh chunk of the arena: the rows in it this worker keeps a view of.
     chunk_views: Vec<Vec<ViewRow>>,
     /// Sent updates kept for read-my-writes under SSP: the blocks as they were sent.
-    recent: Sent<Vec<u64>>,
+    recent: SentUpdates<Vec<u64>>,
     copies: Copies,
     /// Per slot of the plan, this worker's copy and block.
     slots: Vec<WorkerSlot>,
@@ -190,7 +190,7 @@ pub(crate) struct Special {
     pub(crate) phase: u32,
 }
 
-impl Special {
+impl SpecialWorker {
     /// Whether a view serves a read of a row of `T`s alone: views are on and, for floats,
     /// no sent updates of recent clocks wait to be added (SSP).
     #[inline(always)]

@@ -1,4 +1,4 @@
-//! A CLOCK's update slabs ([`Special::take_slabs`]): per shard, the deltas of the rows
+//! A CLOCK's update slabs ([`SpecialWorker::take_slabs`]): per shard, the deltas of the rows
 //! this worker updated in the clock, taken from their blocks (and zeroed for the next
 //! clock) into one slab, whole (every row of the shard's layout, zeros where untouched)
 //! or sparse (the touched rows with their positions), whichever is smaller; written with
@@ -9,13 +9,13 @@
 
 use super::bits::{bit, count_bits, set_bits};
 use super::block::{block_parts, rows_at, Header};
-use super::{Special, RUN_ROW};
+use super::{SpecialWorker, RUN_ROW};
 use crate::buf::AlignedBuf;
 use crate::ids::Clock;
 use crate::slot::padded;
 use crate::stream;
 
-impl Special {
+impl SpecialWorker {
     /// Whether updates of the current clock are waiting to be sent.
     pub(crate) fn has_updates(&self) -> bool {
         self.touched.iter().any(|&bits| bits != 0)
@@ -182,7 +182,7 @@ pub(super) struct RunCursor {
 
 impl RunCursor {
     /// A cursor for rows from index `start` on.
-    pub(super) fn new(sp: &Special, start: usize) -> Self {
+    pub(super) fn new(sp: &SpecialWorker, start: usize) -> Self {
         let end = |&b: &u32| {
             let header = Header::at(&sp.words, b as usize);
             header.index() + header.shape().1
@@ -195,7 +195,7 @@ impl RunCursor {
     /// The run holding row `r` (a run's row at or after the last asked for): its block,
     /// its first row's index and the word of its first delta.
     #[inline(always)]
-    pub(super) fn run_of(&mut self, sp: &Special, r: usize) -> (usize, usize, usize) {
+    pub(super) fn run_of(&mut self, sp: &SpecialWorker, r: usize) -> (usize, usize, usize) {
         loop {
             let b = sp.runs[self.run] as usize;
             let header = Header::at(&sp.words, b);
@@ -209,7 +209,7 @@ impl RunCursor {
 }
 
 /// Appends the delta words `delta` to a slab's `out` (with streaming stores if
-/// `streaming`: [`Special::take_slabs`] fences them) and zeroes them: the next clock's
+/// `streaming`: [`SpecialWorker::take_slabs`] fences them) and zeroes them: the next clock's
 /// delta starts at zero (see [`add_to_block_in`](super::update::add_to_block_in)).
 #[inline(always)]
 fn take_delta(delta: &mut [u64], out: &mut Vec<u64>, streaming: bool) {

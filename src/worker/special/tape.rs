@@ -1,4 +1,4 @@
-//! The op tape: a worker's accesses of one iteration as **steps** ([`Special::steps`]),
+//! The op tape: a worker's accesses of one iteration as **steps** ([`SpecialWorker::steps`]),
 //! each naming a block (its first word), a run's row ([`RUN_STEP`]: the run's number and
 //! the row's offset) or a plan slot without a block ([`SLOT_STEP`]); and resolving a key
 //! to its [`Place`], from the next step when the worker follows its pattern, else from
@@ -9,14 +9,14 @@
 //! blocks only through their [`Header`], and knows nothing of views, updates or slabs.
 
 use super::block::{Header, RowAt, HEADER_WORDS};
-use super::{Place, Special, NONE};
+use super::{Place, SpecialWorker, NONE};
 use crate::client::ProcessArena;
 use crate::ids::RowKey;
 use crate::slot::padded_words;
 use crate::table::TableMeta;
 use std::sync::Arc;
 
-impl Special {
+impl SpecialWorker {
     /// This state's op tape as plan slots (the steps decoded), to rebuild the state from
     /// when it cannot be kept (a run failed with updates of this worker unsent).
     pub(crate) fn into_tape(self) -> (Arc<ProcessArena>, Vec<u32>) {
@@ -134,7 +134,7 @@ impl Special {
 /// Marks a step that names a plan slot (a row without a block) instead of a block.
 pub(super) const SLOT_STEP: u32 = 1 << 31;
 
-/// Marks a step that names a row of a run, as `run << RUN_SHIFT | offset` ([`Special::runs`]),
+/// Marks a step that names a row of a run, as `run << RUN_SHIFT | offset` ([`SpecialWorker::runs`]),
 /// instead of a block's first word.
 pub(super) const RUN_STEP: u32 = 1 << 30;
 
@@ -161,7 +161,7 @@ pub(super) fn run_step_of(header: Header<'_>, index: usize) -> u32 {
     RUN_STEP | run << RUN_SHIFT | (index as u32 - first)
 }
 
-/// Checks the invariant of [`Special::steps`]: every block step of `steps` is the first
+/// Checks the invariant of [`SpecialWorker::steps`]: every block step of `steps` is the first
 /// word of a one-row block of `words` whose header, and rows (`rows_per`: the delta,
 /// and the view with views on) of its table's row size, lie inside `words`. The blocks
 /// are laid out so; this makes sure of it once, since `read_update_fast` reads them

@@ -10,10 +10,10 @@
 use super::bits::bit;
 use super::block::{block_words, split_block, Header, RowAt};
 use super::held::held_in;
-use super::{Place, Special, NONE};
+use super::{Place, SpecialWorker, NONE};
 use crate::element::Element;
 
-impl Special {
+impl SpecialWorker {
     /// Adds `delta` to the row at `place`, starting at element `column` (a whole row:
     /// `column == 0` and the row's width). Returns `false` when the row has no block in
     /// this worker (the caller logs it generically).

@@ -1,7 +1,7 @@
 //! Reads on the general path, and the views they are served from: a row with a block is
-//! read from its view ([`Special::view`], [`Special::read_view`]), which a read that finds
+//! read from its view ([`SpecialWorker::view`], [`SpecialWorker::read_view`]), which a read that finds
 //! it too stale refills together with every view of its refresh chunk from one snapshot
-//! ([`Special::refresh_views`]), adding back this worker's own updates the snapshot lacks
+//! ([`SpecialWorker::refresh_views`]), adding back this worker's own updates the snapshot lacks
 //! where a view must hold them; a row without one is read from the arena or from this
 //! worker's private copy of a contended row, waiting for a refresh while too stale.
 //!
@@ -10,14 +10,14 @@
 
 use super::bits::bit;
 use super::block::{block_parts, row_at, rows_at, Header, HeaderMut, RowAt, NO_VIEW};
-use super::{Place, SlotInfo, Special, NONE};
+use super::{Place, SlotInfo, SpecialWorker, NONE};
 use crate::client::{ClientShared, ProcessArena, WAIT_SLICE};
 use crate::element::{ElemType, Element};
 use crate::error::Result;
 use crate::ids::Clock;
 use crate::slot::padded_words;
 
-impl Special {
+impl SpecialWorker {
     /// Copies the row at `place` (a snapshot with data clock `>= required`) into `dst`,
     /// waiting for a refresh if needed; returns the snapshot's data clock.
     #[inline(always)]

@@ -146,7 +146,7 @@ fn process_script(p: u32) -> (Vec<Msg>, Vec<Msg>) {
             from: p,
             epoch: 1,
             required: 1,
-            want: Want::All,
+            want: WantedChunks::All,
         },
         Msg::Finish { worker: p },
         Msg::RunEnd { from: p, run: 1 },

@@ -33,16 +33,16 @@ fn a_clock_refresh_ships_only_the_chunks_read_in_that_clock() {
         });
         chunks.collect::<Vec<_>>()
     };
-    assert_eq!(chunks_for(&mut s, Want::Phase(0)), [0, 2]);
-    assert_eq!(chunks_for(&mut s, Want::Phase(1)), [1, 2]);
+    assert_eq!(chunks_for(&mut s, WantedChunks::Phase(0)), [0, 2]);
+    assert_eq!(chunks_for(&mut s, WantedChunks::Phase(1)), [1, 2]);
     assert_eq!(
-        chunks_for(&mut s, Want::Phase(65)),
+        chunks_for(&mut s, WantedChunks::Phase(65)),
         [1, 2],
         "clocks wrap at 64"
     );
-    assert!(chunks_for(&mut s, Want::Phase(2)).is_empty());
-    assert_eq!(chunks_for(&mut s, Want::Chunk(3)), [3]);
-    assert_eq!(chunks_for(&mut s, Want::All), [0, 1, 2, 3]);
+    assert!(chunks_for(&mut s, WantedChunks::Phase(2)).is_empty());
+    assert_eq!(chunks_for(&mut s, WantedChunks::Chunk(3)), [3]);
+    assert_eq!(chunks_for(&mut s, WantedChunks::All), [0, 1, 2, 3]);
     let bad = Msg::Specialize {
         from: 0,
         epoch: 2,
@@ -249,7 +249,7 @@ fn sparse_slabs_add_to_their_rows_and_bad_positions_are_rejected() {
             from: 0,
             epoch: 1,
             required: 2,
-            want: Want::All,
+            want: WantedChunks::All,
         },
         &mut out,
     );
