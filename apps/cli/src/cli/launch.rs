@@ -272,18 +272,22 @@ fn write_secret(path: &Path) -> Result<()> {
 /// Makes the child receive SIGKILL when the launcher dies (Linux).
 fn die_with_parent(cmd: &mut Command) {
     use std::os::unix::process::CommandExt;
-    // SAFETY: the closure runs in the forked child before exec and only calls
-    // async-signal-safe functions (prctl, getppid).
+    // Read before the fork: the child compares its parent with it.
+    let launcher = std::process::id();
+    // SAFETY: the closure runs in the forked child before exec, where only
+    // async-signal-safe calls are allowed: it calls prctl and getppid and allocates
+    // nothing (its errors are OS error codes, not boxed messages).
     unsafe {
-        cmd.pre_exec(|| {
+        cmd.pre_exec(move || {
             #[cfg(target_os = "linux")]
             {
                 if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }
-                // The launcher may already have died before the prctl.
-                if libc::getppid() == 1 {
-                    return Err(std::io::Error::other("the launcher is gone"));
+                // The launcher may already have died before the prctl (the child was
+                // then re-parented, to init or a subreaper).
+                if libc::getppid() as u32 != launcher {
+                    return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
                 }
             }
             Ok(())
