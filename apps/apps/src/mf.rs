@@ -135,12 +135,29 @@ fn iteration(
             let (u, i) = (u64::from(r.user), u64::from(r.item));
             let rows = [(&t.users, u), (&t.items, i)];
             w.read_update(rows, [&mut s.dl, &mut s.dr], |[l, rr], [dl, dr]| {
-                sgd_step(st.params, st.mean, l, rr, r.value, dl, dr);
+                step(st.params, st.mean, l, rr, r.value, dl, dr);
             })?;
         }
         w.clock()?;
     }
     Ok(())
+}
+
+/// [`sgd_step`], kept out of line in [`iteration`]'s loop: with the step inlined into it
+/// (as `#[inline]` across the crates allows), LLVM left the loop's other calls out of line
+/// and the store's MF iteration took 1.5x as long (BENCHMARKS.md, the restructuring of
+/// issue 39). The limit calls `sgd_step` directly, as before.
+#[inline(never)]
+fn step(
+    params: &MfConfig,
+    mean: f32,
+    l: &[f32],
+    r: &[f32],
+    rating: f32,
+    dl: &mut [f32],
+    dr: &mut [f32],
+) -> f32 {
+    sgd_step(params, mean, l, r, rating, dl, dr)
 }
 
 /// The rows each worker initialises: `(users, items)` per worker.
