@@ -9,6 +9,9 @@
 //!   (`crate::Table`): `lib.rs` is the facade for users, and imports through it would hide
 //!   the direction of a dependency.
 //!
+//! - **Small files.** No Rust file of the libraries (`src/`, `benches/`, `apps/`, `perf/`) has
+//!   more than [`MAX_LINES`] lines outside its test module: a longer one is two concepts.
+//!
 //! A new module must be placed in [`LAYERS`] (the test says so); ARCHITECTURE.md describes
 //! the layers.
 
@@ -39,6 +42,9 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("cluster", &["cluster"]),
     ("entry points", &["fuzzing"]),
 ];
+
+/// The most lines a Rust file may have before its `#[cfg(test)]` module.
+const MAX_LINES: usize = 900;
 
 fn src() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
@@ -303,4 +309,38 @@ fn the_checks_see_what_they_check() {
         Some(4),
         "a -> b -> c -> a"
     );
+}
+
+/// Lines of `text` before its module-level `#[cfg(test)]` item (all of them without one).
+fn lines_outside_tests(text: &str) -> usize {
+    text.lines()
+        .position(|l| l.starts_with("#[cfg(test)]"))
+        .unwrap_or_else(|| text.lines().count())
+}
+
+#[test]
+fn no_file_is_longer_than_the_limit_outside_its_tests() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    for dir in ["src", "benches", "apps", "perf"] {
+        if root.join(dir).is_dir() {
+            rust_files(&root.join(dir), &mut files);
+        }
+    }
+    files.retain(|f| !f.components().any(|c| c.as_os_str() == "target"));
+    assert!(files.len() > 100, "the walk found the workspace's files");
+    let long: Vec<String> = files
+        .iter()
+        .filter_map(|f| {
+            let n = lines_outside_tests(&fs::read_to_string(f).expect("a readable source file"));
+            (n > MAX_LINES)
+                .then(|| format!("{} ({n} lines)", f.strip_prefix(root).unwrap().display()))
+        })
+        .collect();
+    assert!(
+        long.is_empty(),
+        "files over {MAX_LINES} lines outside their test module (split them by concept): {long:?}"
+    );
+    assert_eq!(lines_outside_tests("a\nb\n#[cfg(test)]\nmod tests {}\n"), 2);
+    assert_eq!(lines_outside_tests("a\nb\n"), 2);
 }
