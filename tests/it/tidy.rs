@@ -9,6 +9,8 @@
 //!   (`crate::Table`): `lib.rs` is the facade for users, and imports through it would hide
 //!   the direction of a dependency.
 //!
+//! - **Apps as crates.** `apps/` holds at least four crates, and only the CLI's depends on
+//!   clap.
 //! - **Small files.** No Rust file of the libraries (`src/`, `benches/`, `apps/`, `perf/`) has
 //!   more than [`MAX_LINES`] lines outside its test module: a longer one is two concepts.
 //!
@@ -343,4 +345,33 @@ fn no_file_is_longer_than_the_limit_outside_its_tests() {
     );
     assert_eq!(lines_outside_tests("a\nb\n#[cfg(test)]\nmod tests {}\n"), 2);
     assert_eq!(lines_outside_tests("a\nb\n"), 2);
+}
+
+/// The workspace's crates under `apps/` (their directories), at least the four layers the
+/// apps are cut into, and clap only in the binary's: argument parsing is the CLI's alone.
+#[test]
+fn the_apps_are_several_crates_and_only_the_cli_parses_arguments() {
+    let apps = Path::new(env!("CARGO_MANIFEST_DIR")).join("apps");
+    let mut crates: Vec<String> = fs::read_dir(&apps)
+        .expect("apps/ is readable")
+        .filter_map(|e| {
+            let dir = e.expect("a directory entry").path();
+            dir.join("Cargo.toml")
+                .is_file()
+                .then(|| dir.file_name().unwrap().to_string_lossy().into_owned())
+        })
+        .collect();
+    crates.sort();
+    assert!(crates.len() >= 4, "crates under apps/: {crates:?}");
+    let with_clap: Vec<&String> = crates
+        .iter()
+        .filter(|c| {
+            let manifest = fs::read_to_string(apps.join(c).join("Cargo.toml")).unwrap();
+            manifest.lines().any(|l| {
+                let l = l.trim_start();
+                l.starts_with("clap ") || l.starts_with("clap=") || l.starts_with("clap.")
+            })
+        })
+        .collect();
+    assert_eq!(with_clap, ["cli"], "crates that depend on clap");
 }
