@@ -7,7 +7,7 @@ use crate::ids::{Clock, RowKey};
 use crate::msg::{Endpoint, Msg};
 use crate::rows_part;
 use crate::server::shard::tests::{
-    clock, interleavings, rejected, shard_between_runs, shard_in, two_process_world,
+    clock, decode_part, interleavings, rejected, shard_between_runs, shard_in, two_process_world,
 };
 use std::path::Path;
 
@@ -51,15 +51,7 @@ fn checkpointed(out: &[(Endpoint, Msg)]) -> Vec<(Endpoint, crate::msg::ShardPart
 
 /// The rows of a rows part, as `(row, values)` of table 0 (`i64` pairs).
 fn rows_in(path: &Path) -> (rows_part::Header, Vec<(u64, Vec<i64>)>) {
-    let bytes = std::fs::read(path).unwrap();
-    let mut rows = Vec::new();
-    let header = rows_part::read(
-        &bytes[..],
-        |t| (t == 0).then_some(16),
-        |k, b| rows.push((k.row, b.cast::<i64>().to_vec())),
-    )
-    .unwrap();
-    (header, rows)
+    decode_part(&std::fs::read(path).unwrap())
 }
 
 #[test]

@@ -5,7 +5,6 @@
 
 use super::*;
 use crate::checkpoint::{CheckpointError, PartEntry};
-use crate::rows_part;
 use std::path::PathBuf;
 
 /// A root no test creates: the shard must not touch it.
@@ -38,13 +37,7 @@ fn a_checkpoint_asks_the_driver_for_its_part_and_answers_once_told_the_outcome()
     // The part's bytes: generic and arena rows, sorted by key, without all-zero rows.
     let mut bytes = Vec::new();
     s.encode_part(&write, &mut bytes).unwrap();
-    let mut rows = Vec::new();
-    let header = rows_part::read(
-        &bytes[..],
-        |t| (t == 0).then_some(16),
-        |k, b| rows.push((k.row, b.cast::<i64>().to_vec())),
-    )
-    .unwrap();
+    let (header, rows) = decode_part(&bytes);
     assert_eq!((header.shard, header.clock, header.rows), (0, 2, 3));
     assert_eq!(
         rows,

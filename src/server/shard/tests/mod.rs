@@ -13,6 +13,7 @@ mod runs;
 
 use super::*;
 pub(super) use crate::element::ElemType;
+use crate::rows_part;
 pub(super) use std::sync::Arc;
 
 /// A message handled by the state machine alone, which asks for no IO: only a
@@ -239,4 +240,17 @@ pub(in crate::server) fn shard_between_runs() -> Shard {
     s.step(Msg::RunEnd { from: 0, run: 1 }, &mut out);
     assert!(rejected(&out).is_empty(), "{out:?}");
     s
+}
+
+/// The rows of an encoded rows part, as `(row, values)` of table 0 (`i64` pairs), and its
+/// header.
+pub(in crate::server) fn decode_part(bytes: &[u8]) -> (rows_part::Header, Vec<(u64, Vec<i64>)>) {
+    let mut rows = Vec::new();
+    let header = rows_part::read(
+        bytes,
+        |t| (t == 0).then_some(16),
+        |k, b| rows.push((k.row, b.cast::<i64>().to_vec())),
+    )
+    .unwrap();
+    (header, rows)
 }
