@@ -224,7 +224,8 @@ pub(crate) fn sync_dir(dir: &Path) -> Result<(), CheckpointError> {
 }
 
 /// Opens directory `dir` without following a link: a link (or anything but a
-/// directory) there is a [`CheckpointError::Link`].
+/// directory) there is a [`CheckpointError::Link`], nothing there a
+/// [`CheckpointError::MissingDir`].
 pub(crate) fn open_dir(dir: &Path) -> Result<OwnedFd, CheckpointError> {
     rustix::fs::open(
         dir,
@@ -234,6 +235,9 @@ pub(crate) fn open_dir(dir: &Path) -> Result<OwnedFd, CheckpointError> {
     .map_err(|e| match e {
         rustix::io::Errno::LOOP | rustix::io::Errno::NOTDIR => CheckpointError::Link {
             path: dir.to_path_buf(),
+        },
+        rustix::io::Errno::NOENT => CheckpointError::MissingDir {
+            dir: dir.to_path_buf(),
         },
         e => CheckpointError::io(dir, "open", e.into()),
     })

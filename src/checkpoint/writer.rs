@@ -128,7 +128,7 @@ impl CheckpointWriter {
             Ok(()) => {}
             // An earlier attempt's, or another process's of this checkpoint: reused if
             // it is a directory and not a link.
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => check_plain_dir(&dir)?,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => drop(open_dir(&dir)?),
             Err(e) => return Err(CheckpointError::io(&dir, "create", e)),
         }
         sync_dir(root)?;
@@ -263,7 +263,7 @@ impl PartWriter {
         name: &str,
     ) -> Result<PartWriter, CheckpointError> {
         let dir = root.join(dir_name(clock));
-        check_plain_dir(&dir)?;
+        drop(open_dir(&dir)?);
         let parts: Arc<Mutex<Parts>> = Arc::default();
         lock(&parts).claim(name, &dir)?;
         let file = DurableFile::create(dir.join(name))?;
@@ -352,20 +352,6 @@ fn prune(root: &Path, clock: Clock) -> (Vec<PathBuf>, Vec<CheckpointError>) {
         }
     }
     (pruned, failures)
-}
-
-/// Checks that `dir` exists and is a directory, not a link to one.
-fn check_plain_dir(dir: &Path) -> Result<(), CheckpointError> {
-    match fs::symlink_metadata(dir) {
-        Ok(m) if m.file_type().is_dir() => Ok(()),
-        Ok(_) => Err(CheckpointError::Link {
-            path: dir.to_path_buf(),
-        }),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Err(CheckpointError::MissingDir {
-            dir: dir.to_path_buf(),
-        }),
-        Err(e) => Err(CheckpointError::io(dir, "stat", e)),
-    }
 }
 
 /// Removes checkpoint directory `old` and the files the store wrote in it (see the
