@@ -126,7 +126,8 @@ pub use error::{Error, Result};
 pub use gather::{AccessPattern, RowUse};
 pub use ids::{Clock, RowKey, TableId};
 pub use membership::{
-    loopback_hosts, parse_hosts, rank_from_env, Membership, Secret, SECRET_ENV, SHUTDOWN_TIMEOUT,
+    loopback_hosts, parse_hosts, rank_from_env, Membership, Secret, MIN_SEND_QUEUE_BYTES,
+    SECRET_ENV, SHUTDOWN_TIMEOUT,
 };
 pub use numa::WorkerPlacement;
 pub use table::Table;

@@ -22,6 +22,11 @@ pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(60);
 /// The environment variable [`Secret::from_env`] reads by default.
 pub const SECRET_ENV: &str = "ITERSTORE_SECRET";
 
+/// The least [`Membership::send_queue_bytes`] accepted: below it, the ordinary burst of a
+/// shard's replies to a healthy peer can pass the hard bound (four times the queue) and
+/// that peer is declared lost as too slow (a 1 KiB queue failed a two-process MF run).
+pub const MIN_SEND_QUEUE_BYTES: usize = 1 << 20;
+
 /// A shared secret that authenticates a cluster's connections (HMAC-SHA256
 /// challenge–response). Its `Debug` output does not show it.
 #[derive(Clone, PartialEq, Eq)]
@@ -96,7 +101,8 @@ pub struct Membership {
     pub heartbeat_timeout: Duration,
     /// Bytes queued for one peer before this process's workers wait for it to read
     /// (backpressure): the memory a slow reader can hold here, per peer. Shards' replies
-    /// never wait; a peer whose queue they push past four times this is lost.
+    /// never wait; a peer whose queue they push past four times this is lost. At least
+    /// [`MIN_SEND_QUEUE_BYTES`].
     pub send_queue_bytes: usize,
     /// At shutdown, how long this process's shards keep serving the others before it
     /// stops them anyway and reports which processes had not left.
@@ -165,8 +171,14 @@ impl Membership {
         if self.shutdown_timeout.is_zero() {
             return Err(Error::config("shutdown_timeout", "must not be zero"));
         }
-        if self.send_queue_bytes == 0 {
-            return Err(Error::config("send_queue_bytes", "must not be zero"));
+        if self.send_queue_bytes < MIN_SEND_QUEUE_BYTES {
+            return Err(Error::config(
+                "send_queue_bytes",
+                format!(
+                    "{} bytes is below the least that works, {MIN_SEND_QUEUE_BYTES} (1 MiB): a healthy peer's burst of replies would be taken for a slow reader",
+                    self.send_queue_bytes
+                ),
+            ));
         }
         Ok(())
     }

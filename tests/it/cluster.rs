@@ -441,3 +441,13 @@ fn a_table_kept_on_some_shards_lives_there_and_gives_the_same_answers() {
     });
     assert!(e.to_string().contains("put it on shards"), "{e}");
 }
+
+#[test]
+fn a_send_queue_too_small_to_work_is_refused_before_start() {
+    let mut m = Membership::new(0, free_addrs(2), secret());
+    m.send_queue_bytes = iterstore::MIN_SEND_QUEUE_BYTES - 1;
+    let err = Cluster::start(Config::new(1).with_membership(m.clone())).unwrap_err();
+    assert!(err.to_string().contains("send_queue_bytes"), "{err}");
+    m.send_queue_bytes = iterstore::MIN_SEND_QUEUE_BYTES;
+    m.validate().unwrap();
+}

@@ -478,7 +478,7 @@ pub struct ClusterOptions {
     /// a slow reader can hold here, per peer (see the run JSON's store.send_waits and
     /// store.peak_queued_bytes).
     #[arg(long, value_name = "BYTES", default_value = "64M", help_heading = "Cluster options",
-          value_parser = parse_bytes)]
+          value_parser = parse_send_queue)]
     pub send_queue: usize,
 }
 
@@ -592,6 +592,17 @@ pub(crate) fn parse_bytes(s: &str) -> Result<usize, String> {
         Some(b) => usize::try_from(b).map_err(|_| format!("'{s}' is too large here")),
         None => Err(format!("'{s}' must be between 1 and 1024G")),
     }
+}
+
+/// `--send-queue`: a size ([`parse_bytes`]) of at least [`iterstore::MIN_SEND_QUEUE_BYTES`].
+pub(crate) fn parse_send_queue(s: &str) -> Result<usize, String> {
+    let bytes = parse_bytes(s)?;
+    if bytes < iterstore::MIN_SEND_QUEUE_BYTES {
+        return Err(format!(
+            "'{s}' is below the least that works, 1M: a healthy peer's burst of replies would be taken for a slow reader"
+        ));
+    }
+    Ok(bytes)
 }
 
 pub(crate) fn parse_graph_partition(s: &str) -> Result<GraphPartition, String> {

@@ -13,6 +13,7 @@ mod cnn_partitioned;
 mod dnn;
 mod dnn_partitioned;
 mod faults;
+mod hostile;
 mod launcher;
 mod peers;
 mod plan_cli;
