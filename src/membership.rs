@@ -27,6 +27,65 @@ pub const SECRET_ENV: &str = "ITERSTORE_SECRET";
 /// that peer is declared lost as too slow (a 1 KiB queue failed a two-process MF run).
 pub const MIN_SEND_QUEUE_BYTES: usize = 1 << 20;
 
+/// Largest secret file read: a secret is a line of a few dozen bytes.
+const MAX_SECRET_FILE_BYTES: u64 = 4 << 10;
+
+/// Largest hosts file read: a line per process, 1 MiB is tens of thousands of them.
+const MAX_HOSTS_FILE_BYTES: u64 = 1 << 20;
+
+/// How long a secret or hosts file that is a pipe may take to deliver its bytes.
+const PIPE_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The bytes of the small file `path` (the `what` setting's) and its permission bits:
+/// refused, naming the file, if larger than `limit` bytes (read no further), if it is
+/// neither a regular file nor a pipe (`/dev/zero`, a directory), or if a pipe has not
+/// delivered its bytes within [`PIPE_READ_TIMEOUT`]. Opened without blocking, so a FIFO
+/// with no writer is an empty file, not a wait without end.
+fn read_bounded(path: &Path, limit: u64, what: &'static str) -> Result<(Vec<u8>, u32)> {
+    use std::io::{ErrorKind, Read};
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt, PermissionsExt};
+    let fail = |why: String| Error::config(what, format!("{}: {why}", path.display()));
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .map_err(|e| fail(format!("cannot read it: {e}")))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| fail(format!("cannot read it: {e}")))?;
+    let kind = meta.file_type();
+    if !(kind.is_file() || kind.is_fifo()) {
+        return Err(fail("not a regular file or a pipe".into()));
+    }
+    let deadline = std::time::Instant::now() + PIPE_READ_TIMEOUT;
+    let mut bytes = Vec::new();
+    let mut reader = file.take(limit + 1);
+    loop {
+        let mut chunk = [0u8; 4096];
+        match reader.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => bytes.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                if std::time::Instant::now() >= deadline {
+                    return Err(fail(format!(
+                        "the pipe sent nothing more for {} s",
+                        PIPE_READ_TIMEOUT.as_secs()
+                    )));
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(fail(format!("cannot read it: {e}"))),
+        }
+        if bytes.len() as u64 > limit {
+            return Err(fail(format!(
+                "larger than {limit} bytes: is this the right file?"
+            )));
+        }
+    }
+    Ok((bytes, meta.permissions().mode()))
+}
+
 /// A shared secret that authenticates a cluster's connections (HMAC-SHA256
 /// challenge–response). Its `Debug` output does not show it.
 #[derive(Clone, PartialEq, Eq)]
@@ -42,6 +101,10 @@ impl Secret {
     /// Shortest secret accepted.
     pub const MIN_LEN: usize = 16;
 
+    /// Fewer distinct byte values than this draw a warning that the secret may be guessed
+    /// (16 `a`s has one; 32 random bytes in base64 have about 28).
+    pub const MIN_DISTINCT_BYTES: usize = 8;
+
     /// A secret of these bytes (at least [`Secret::MIN_LEN`]).
     pub fn new(bytes: impl Into<Vec<u8>>) -> Result<Secret> {
         let bytes = bytes.into();
@@ -55,15 +118,36 @@ impl Secret {
                 ),
             ));
         }
+        let distinct = bytes
+            .iter()
+            .fold([false; 256], |mut seen, &b| {
+                seen[usize::from(b)] = true;
+                seen
+            })
+            .iter()
+            .filter(|&&seen| seen)
+            .count();
+        if distinct < Self::MIN_DISTINCT_BYTES {
+            tracing::warn!(
+                "the secret has only {distinct} distinct byte values: it may be guessed (use e.g. `head -c 32 /dev/urandom | base64`)"
+            );
+        }
         Ok(Secret(bytes))
     }
 
     /// The secret in the file `path` (surrounding whitespace removed).
     pub fn from_file(path: &Path) -> Result<Secret> {
-        let text = std::fs::read(path)
-            .map_err(|e| Error::config("secret", format!("cannot read {}: {e}", path.display())))?;
-        Secret::new(text.trim_ascii().to_vec())
-            .map_err(|e| Error::config("secret", format!("{}: {e}", path.display())))
+        let (text, mode) = read_bounded(path, MAX_SECRET_FILE_BYTES, "secret")?;
+        let secret = Secret::new(text.trim_ascii().to_vec())
+            .map_err(|e| Error::config("secret", format!("{}: {e}", path.display())))?;
+        if mode & 0o077 != 0 {
+            tracing::warn!(
+                "the secret file {} can be read by other users (mode {:o}): anyone who can read it can join the cluster; chmod 600 it",
+                path.display(),
+                mode & 0o777
+            );
+        }
+        Ok(secret)
     }
 
     /// The bytes (for the handshake).
@@ -129,8 +213,9 @@ impl Membership {
 
     /// Rank `rank` of the cluster described by the hosts file `path`.
     pub fn from_hosts_file(path: &Path, rank: usize, secret: Secret) -> Result<Membership> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| Error::config("hosts", format!("cannot read {}: {e}", path.display())))?;
+        let (bytes, _) = read_bounded(path, MAX_HOSTS_FILE_BYTES, "hosts")?;
+        let text = String::from_utf8(bytes)
+            .map_err(|_| Error::config("hosts", format!("{}: not UTF-8 text", path.display())))?;
         let hosts = parse_hosts(&text)
             .map_err(|e| Error::config("hosts", format!("{}:{e}", path.display())))?;
         Ok(Membership::new(rank, hosts, secret))

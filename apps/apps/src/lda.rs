@@ -312,6 +312,14 @@ pub fn run_in(
     super::check_cluster(cfg, cluster)?;
     params.validate()?;
     check_corpus(corpus)?;
+    crate::budget::Footprint {
+        what: "the word-topic table",
+        rows: (u64::from(corpus.vocab_size), "words"),
+        width: (params.topics as u64, "topics"),
+        value_bytes: 4,
+        flag: ("--topics", params.topics as u64),
+    }
+    .check()?;
     let mut report = RunReport::new("lda", "log_likelihood", cfg);
     report.processes = cluster.processes();
     let tokens: usize = corpus.docs.iter().map(Vec::len).sum();

@@ -51,6 +51,7 @@
 #![warn(missing_docs)]
 
 pub mod app;
+pub mod budget;
 pub mod calibrate;
 pub mod checkpoint;
 pub mod dnn;

@@ -276,6 +276,18 @@ pub fn run_in(
     params.validate()?;
     check_ratings(&train.ratings, train.num_users, train.num_items)?;
     check_ratings(test, train.num_users, train.num_items).map_err(|e| format!("test set: {e}"))?;
+    crate::budget::Footprint {
+        what: "the factor tables",
+        rows: (
+            u64::from(train.num_users) + u64::from(train.num_items),
+            "users and items",
+        ),
+        // The factors, the bias and the AdaGrad accumulator.
+        width: (width(params.rank) as u64, "columns"),
+        value_bytes: 4,
+        flag: ("--factors", params.rank as u64),
+    }
+    .check()?;
     let mut report = RunReport::new("mf", "train_rmse", cfg);
     report.processes = cluster.processes();
     for (k, v) in [

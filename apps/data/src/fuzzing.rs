@@ -1,8 +1,9 @@
 //! Entry points for the loader fuzz targets in `fuzz/` and for the test that replays their
 //! corpora: each writes the input to a scratch file, runs one public loader of
 //! this crate on it, and **panics** when the loader panics or returns data that
-//! breaks the invariants the apps rely on (dense ids below the counts it reports).
-//! Rejecting the input with a [`DataError`] is always fine.
+//! breaks the invariants the apps rely on (dense ids below the counts it reports, sizes
+//! within the limits that keep a model's allocation bounded). Rejecting the input with a
+//! [`DataError`] is always fine, if it names the file and quotes at most an excerpt of it.
 //!
 //! **Not a stable API.** Hidden from the docs; it may change in any release. It knows
 //! the loaders only through their public functions.
@@ -12,8 +13,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::{
     load_corpus, load_graph, load_idx_images, load_idx_labels, load_ratings, Corpus, DataError,
-    LabeledGraph, Ratings,
+    LabeledGraph, Ratings, MAX_VOCAB,
 };
+
+/// The longest error message a loader may give beyond the file's path: input is quoted
+/// by excerpt, never whole.
+const MAX_ERROR_CHARS: usize = 600;
 
 /// A file in the temp dir holding the fuzz input, removed on drop.
 struct Scratch(PathBuf);
@@ -57,6 +62,13 @@ fn with_file<T>(
                 text.contains("iterstore-fuzz-"),
                 "error does not name the file: {text}"
             );
+            let path_len = file.path().as_os_str().len();
+            assert!(
+                text.chars().count() <= path_len + MAX_ERROR_CHARS,
+                "an error of {} characters quotes too much of the input: {}…",
+                text.chars().count(),
+                text.chars().take(200).collect::<String>()
+            );
             None
         }
     }
@@ -87,12 +99,14 @@ pub fn ratings(data: &[u8]) {
 }
 
 /// Bag-of-words corpora ([`load_corpus`]), LDA-C and UCI. Panics unless every word id of
-/// a successful load is below `vocab_size`.
+/// a successful load is below `vocab_size`, which is at most [`MAX_VOCAB`] (a word id or
+/// a header may not ask for a larger model).
 pub fn corpus(data: &[u8]) {
     let names = ["c.ldac", "docword.c.txt", "c.txt", "c.ldac.gz"];
     let Some(Corpus { docs, vocab_size }) = with_file(data, &names, load_corpus) else {
         return;
     };
+    assert!(vocab_size <= MAX_VOCAB, "vocabulary of {vocab_size} words");
     for doc in &docs {
         assert!(
             doc.iter().all(|&w| w < vocab_size),

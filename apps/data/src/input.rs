@@ -15,6 +15,24 @@ use super::DataError;
 /// Read buffer size: large enough that per-syscall overhead vanishes on big files.
 const BUF_CAPACITY: usize = 1 << 16;
 
+/// Longest line a text loader reads, line ending included: 16 MiB, far above any real
+/// line (a document of 100,000 distinct words in LDA-C is about 1.3 MB), and a guard
+/// against input without line breaks (`/dev/zero`, a gzip of zeros, a CR-only file) being
+/// read into memory whole.
+pub const MAX_LINE_BYTES: usize = 16 << 20;
+
+/// How much of a line an error message quotes (see [`excerpt`]).
+const EXCERPT_CHARS: usize = 80;
+
+/// `text` cut to its first [`EXCERPT_CHARS`] characters (with `…` and the full length if
+/// cut), for quoting input in an error message without echoing megabytes of it.
+pub(crate) fn excerpt(text: &str) -> String {
+    match text.char_indices().nth(EXCERPT_CHARS) {
+        None => text.to_string(),
+        Some((end, _)) => format!("{}… ({} bytes)", &text[..end], text.len()),
+    }
+}
+
 /// The two bytes every gzip stream starts with.
 const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 
@@ -93,12 +111,24 @@ impl<'p> LineReader<'p> {
     }
 
     /// The next line as `(line number, text without line ending)`, or `None` at the end.
-    /// Invalid UTF-8 is a malformed-line error rather than an IO error.
+    /// Invalid UTF-8 is a malformed-line error rather than an IO error, and so is a line
+    /// longer than [`MAX_LINE_BYTES`] (read no further than that).
     pub(crate) fn next_line(&mut self) -> Result<Option<(usize, &str)>, DataError> {
         self.buf.clear();
         self.line_no += 1;
-        match self.reader.read_line(&mut self.buf) {
+        let limit = MAX_LINE_BYTES as u64 + 1;
+        match (&mut self.reader).take(limit).read_line(&mut self.buf) {
             Ok(0) => Ok(None),
+            Ok(n) if n > MAX_LINE_BYTES => {
+                Err(malformed(
+                    self.path,
+                    self.line_no,
+                    format!(
+                        "line is longer than {} MiB (is this a text file of this format? a file without line breaks?)",
+                        MAX_LINE_BYTES >> 20
+                    ),
+                ))
+            }
             Ok(_) => {
                 let line = self.buf.trim_end_matches(['\n', '\r']);
                 Ok(Some((self.line_no, line)))
@@ -220,6 +250,38 @@ pub(crate) fn read_exact_or_eof(reader: &mut dyn Read, buf: &mut [u8]) -> io::Re
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Input without line breaks (`/dev/zero`) is read no further than the line limit and
+    /// refused naming the file and line; a line just under the limit is read whole.
+    #[test]
+    fn a_line_longer_than_the_limit_is_malformed_and_read_no_further() {
+        let path = Path::new("zeros.txt");
+        let endless = BufReader::new(io::repeat(0).take(4 * MAX_LINE_BYTES as u64));
+        let mut lines = LineReader::new(path, Box::new(endless));
+        let err = lines.next_line().unwrap_err().to_string();
+        assert!(
+            err.starts_with("zeros.txt:1: line is longer than 16 MiB"),
+            "{err}"
+        );
+
+        let mut text = "a".repeat(MAX_LINE_BYTES - 1);
+        text.push('\n');
+        text.push_str("b\n");
+        let mut lines = LineReader::new(path, Box::new(io::Cursor::new(text.into_bytes())));
+        let (n, line) = lines.next_line().unwrap().unwrap();
+        assert_eq!((n, line.len()), (1, MAX_LINE_BYTES - 1));
+        assert_eq!(lines.next_line().unwrap(), Some((2, "b")));
+        assert_eq!(lines.next_line().unwrap(), None);
+    }
+
+    #[test]
+    fn excerpts_cut_long_text_and_keep_short_text() {
+        assert_eq!(excerpt("short"), "short");
+        let long = "é".repeat(1000);
+        let cut = excerpt(&long);
+        assert!(cut.starts_with(&"é".repeat(EXCERPT_CHARS)), "{cut}");
+        assert!(cut.ends_with("… (2000 bytes)"), "{cut}");
+    }
 
     #[test]
     fn id_map_keeps_distinct_spellings_apart() {

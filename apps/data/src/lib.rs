@@ -178,13 +178,14 @@ pub mod synth;
 #[cfg(test)]
 mod testutil;
 
-pub use bow::{load_corpus, load_corpus_with_format, CorpusFormat, MAX_COUNT};
+pub use bow::{load_corpus, load_corpus_with_format, CorpusFormat, MAX_COUNT, MAX_VOCAB};
 pub use edges::{is_graph_tool_path, load_edges, load_graph, LabeledGraph};
 pub use graph_tool::load_graph_tool;
 pub use idx::{
     fashion_mnist_paths, load_fashion_mnist, load_idx_images, load_idx_labels, load_labeled,
     write_fashion_mnist, FASHION_MNIST_CLASSES, FASHION_MNIST_FILES,
 };
+pub use input::MAX_LINE_BYTES;
 pub use ratings::{load_ratings, load_ratings_with_format, RatingsFormat};
 pub use split::split_ratings;
 pub use synth::{

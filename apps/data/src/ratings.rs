@@ -171,7 +171,7 @@ fn inter_columns(path: &Path, line_no: usize, header: &str) -> Result<Columns, D
             line_no,
             format!(
                 "header must name user_id, item_id and rating columns, found [{}]",
-                names.join(", ")
+                input::excerpt(&names.join(", "))
             ),
         ));
     };
@@ -221,13 +221,17 @@ impl Builder {
             }
         }
         let value: f32 = raw.parse().map_err(|_| {
-            input::malformed(path, line_no, format!("rating '{raw}' is not a number"))
+            input::malformed(
+                path,
+                line_no,
+                format!("rating '{}' is not a number", input::excerpt(raw)),
+            )
         })?;
         if !value.is_finite() {
             return Err(input::malformed(
                 path,
                 line_no,
-                format!("rating '{raw}' is not finite"),
+                format!("rating '{}' is not finite", input::excerpt(raw)),
             ));
         }
         let too_many = || input::malformed(path, line_no, "more than u32::MAX distinct ids");

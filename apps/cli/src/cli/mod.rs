@@ -413,8 +413,9 @@ pub struct RunOptions {
 pub struct ClusterOptions {
     /// Run as P local processes on 127.0.0.1, each with --workers workers (a launcher:
     /// output prefixed by rank, exit status the worst child's, children stopped with it).
-    /// The result is the same as one process of P x --workers workers.
-    #[arg(long, value_name = "P", help_heading = "Cluster options", value_parser = at_least_one,
+    /// The result is the same as one process of P x --workers workers. At most
+    /// 64 (local processes share this machine's cores; a larger cluster is --hosts).
+    #[arg(long, value_name = "P", help_heading = "Cluster options", value_parser = parse_processes,
           conflicts_with_all = ["hosts", "rank"])]
     pub processes: Option<usize>,
     /// Join the cluster described by FILE: one `rank host:port` line per process. Every
@@ -592,6 +593,20 @@ pub(crate) fn parse_bytes(s: &str) -> Result<usize, String> {
         Some(b) => usize::try_from(b).map_err(|_| format!("'{s}' is too large here")),
         None => Err(format!("'{s}' must be between 1 and 1024G")),
     }
+}
+
+/// The most local processes `--processes` starts.
+pub(crate) const MAX_LOCAL_PROCESSES: usize = 64;
+
+/// `--processes`: 1 to [`MAX_LOCAL_PROCESSES`].
+pub(crate) fn parse_processes(s: &str) -> Result<usize, String> {
+    let n = at_least_one(s)?;
+    if n > MAX_LOCAL_PROCESSES {
+        return Err(format!(
+            "{n} local processes is more than {MAX_LOCAL_PROCESSES}: they share this machine's cores (run a larger cluster with --hosts)"
+        ));
+    }
+    Ok(n)
 }
 
 /// `--send-queue`: a size ([`parse_bytes`]) of at least [`iterstore::MIN_SEND_QUEUE_BYTES`].

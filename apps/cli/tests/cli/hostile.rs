@@ -2,6 +2,8 @@
 //! (exit 1, naming the file, flag or setting) and leaves nothing behind it changed.
 //! RELIABILITY.md's "Hostile input" table lists them with the tests that hold them.
 
+use std::path::Path;
+
 use crate::util::{iterstore, scratch, stderr};
 
 /// A run that fails (here: its data file does not exist) leaves an earlier `--output` and
@@ -77,4 +79,141 @@ fn a_send_queue_below_the_least_that_works_is_refused_at_once() {
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     let err = stderr(&out);
     assert!(err.contains("--send-queue") && err.contains("1M"), "{err}");
+}
+
+/// `args` as `&str`s.
+fn strs(args: &[String]) -> Vec<&str> {
+    args.iter().map(String::as_str).collect()
+}
+
+/// Runs `iterstore` with `args`, expecting exit status `code` within 60 s and an error
+/// containing every one of `needles`; returns stderr.
+fn refused(args: &[&str], code: i32, needles: &[&str]) -> String {
+    let started = std::time::Instant::now();
+    let out = iterstore(args);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(code), "{args:?}: {err}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(60),
+        "{args:?} took {:?}",
+        started.elapsed()
+    );
+    for n in needles {
+        assert!(err.contains(n), "{args:?}: '{n}' not in: {err}");
+    }
+    assert!(err.len() < 4096, "{args:?}: {} bytes of stderr", err.len());
+    err
+}
+
+/// Sizes read from input or flags are bounded before anything is allocated: each of the
+/// inputs that aborted (allocating 40 GB, reading /dev/zero without end) ends with exit 1
+/// naming the file or flag.
+#[test]
+fn sizes_from_input_and_flags_are_bounded_before_allocation() {
+    let dir = scratch("hostile-sizes");
+    let bomb = dir.join("bomb.ldac");
+    std::fs::write(&bomb, "1 100000000:1\n").unwrap();
+    refused(
+        &["run", "lda", "--data", bomb.to_str().unwrap(), "-q"],
+        1,
+        &["bomb.ldac:1", "word id 100000000 is over the limit"],
+    );
+    let header = dir.join("docword.bomb.txt");
+    std::fs::write(&header, "1\n100000000\n1\n1 1 1\n").unwrap();
+    refused(
+        &["run", "lda", "--data", header.to_str().unwrap(), "-q"],
+        1,
+        &["docword.bomb.txt:2", "W = 100000000"],
+    );
+    for app in ["lda", "mf", "pagerank"] {
+        refused(
+            &["run", app, "--data", "/dev/zero", "-q"],
+            1,
+            &["/dev/zero:1", "longer than 16 MiB"],
+        );
+    }
+    refused(
+        &["run", "lda", "--topics", "10000000", "-q"],
+        1,
+        &["--topics 10000000", "GiB"],
+    );
+    refused(
+        &["run", "mf", "--factors", "1000000", "-q"],
+        1,
+        &["--factors 1000000", "GiB"],
+    );
+    refused(
+        &["run", "mf", "--processes", "1000"],
+        2,
+        &["--processes", "more than 64"],
+    );
+}
+
+/// A secret file that is a FIFO nobody writes, or `/dev/zero`, and a hosts file that is
+/// `/dev/zero` or too large, are refused at once naming the file, never waited on or
+/// read without end.
+#[test]
+fn secret_and_hosts_files_are_read_with_bounds() {
+    let dir = scratch("hostile-files");
+    let hosts = dir.join("hosts");
+    std::fs::write(&hosts, "0 127.0.0.1:1\n1 127.0.0.1:2\n").unwrap();
+    let fifo = dir.join("secret.fifo");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo(3) on a NUL-terminated path we own.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let member = |hosts: &Path, secret: &Path| {
+        let (hosts, secret) = (hosts.to_str().unwrap(), secret.to_str().unwrap());
+        [
+            "run",
+            "mf",
+            "-q",
+            "--hosts",
+            hosts,
+            "--rank",
+            "0",
+            "--secret-file",
+            secret,
+        ]
+        .map(String::from)
+    };
+    let zero = Path::new("/dev/zero");
+    refused(
+        &strs(&member(&hosts, &fifo)),
+        1,
+        &["secret.fifo", "too short"],
+    );
+    refused(
+        &strs(&member(&hosts, zero)),
+        1,
+        &["/dev/zero", "not a regular file or a pipe"],
+    );
+    let secret = dir.join("secret");
+    std::fs::write(&secret, "0123456789abcdefghijklmnopqrstuv\n").unwrap();
+    refused(
+        &strs(&member(zero, &secret)),
+        1,
+        &["/dev/zero", "not a regular file or a pipe"],
+    );
+    // A weak secret, readable by others, works but is warned about (here the run then
+    // fails because rank 1 never comes).
+    let weak = dir.join("weak");
+    std::fs::write(&weak, "aaaaaaaaaaaaaaaa").unwrap();
+    std::fs::set_permissions(&weak, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    let mut a = member(&hosts, &weak).to_vec();
+    a.extend(["--connect-timeout".into(), "1".into()]);
+    refused(
+        &strs(&a),
+        1,
+        &[
+            "can be read by other users (mode 644)",
+            "only 1 distinct byte values",
+        ],
+    );
+    let big = dir.join("big-hosts");
+    std::fs::write(&big, "# padding\n".repeat(200_000)).unwrap();
+    refused(
+        &strs(&member(&big, &secret)),
+        1,
+        &["big-hosts", "larger than 1048576 bytes"],
+    );
 }
