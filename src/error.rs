@@ -20,6 +20,16 @@ pub enum Error {
         /// Why it was rejected.
         reason: String,
     },
+    /// The processes of a cluster disagree on something every one of them must share
+    /// ([`Cluster::agree`](crate::cluster::Cluster::agree)): the app, a parameter, a
+    /// digest of the input.
+    #[error("the processes disagree on {field}: {detail}")]
+    Disagreement {
+        /// What differs (the first field, in the order given, that does).
+        field: String,
+        /// Which ranks hold which value.
+        detail: String,
+    },
     /// A run with per-worker states was given a number of states other than the number
     /// of workers.
     #[error("{given} per-worker states given for {workers} workers (one per worker is needed)")]

@@ -378,7 +378,7 @@ impl Cluster {
     }
 
     /// [`all_gather`](Self::all_gather) of bytes.
-    fn all_gather_bytes(&mut self, bytes: &[u8]) -> Result<Vec<Vec<u8>>> {
+    pub(super) fn all_gather_bytes(&mut self, bytes: &[u8]) -> Result<Vec<Vec<u8>>> {
         let parts = self.gather_round(AlignedBuf::from_bytes(bytes))?;
         Ok(parts.iter().map(|b| b.as_bytes().to_vec()).collect())
     }

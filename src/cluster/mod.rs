@@ -24,6 +24,7 @@
 //! - `shutdown`: coordinated shutdown, on drop too, and the shard and communication
 //!   threads.
 
+mod agree;
 mod checkpointing;
 mod runs;
 mod shutdown;

@@ -68,7 +68,7 @@ impl Cluster {
         let mut net = NetConfig::new(
             rank,
             m.hosts.clone(),
-            cluster_id(&config, &m),
+            cluster_id(&m),
             m.secret.bytes().to_vec(),
         );
         net.connect_timeout = m.connect_timeout;
@@ -87,8 +87,7 @@ impl Cluster {
             let mut message = e.to_string();
             if message.contains("cluster id") {
                 message.push_str(
-                    " (every process must run with the same hosts, workers, shards, staleness, \
-                     mode and specializations)",
+                    " (every process must run with the same protocol version and hosts file)",
                 );
             }
             Error::failed(&what, message)
@@ -97,7 +96,8 @@ impl Cluster {
         // The processes before this one on the same machine have taken their workers'
         // cores already.
         let binding = Binding::After(colocated_before(&m) * config.workers);
-        Self::start_process(
+        let settings = agreed_settings(&config);
+        let mut cluster = Self::start_process(
             config,
             world,
             rank,
@@ -105,7 +105,20 @@ impl Cluster {
             shard_rx,
             client_rx,
             binding,
-        )
+        )?;
+        // Before anything else, every process checks that the others run with the same
+        // store settings, naming the one that differs (dropping the cluster shuts it down).
+        let pairs: Vec<(&str, &str)> = settings.iter().map(|(n, v)| (*n, v.as_str())).collect();
+        cluster.agree(&pairs).map_err(|e| match e {
+            Error::Disagreement { field, detail } => Error::config(
+                "processes",
+                format!(
+                    "the processes of the cluster run with different settings: {field} differs ({detail}); every process must run with the same workers, shards, staleness, mode and specializations"
+                ),
+            ),
+            other => other,
+        })?;
+        Ok(cluster)
     }
 
     /// Runs `f` on each of `processes` processes' worth of cluster — each with
@@ -366,21 +379,28 @@ fn colocated_before(m: &Membership) -> usize {
         .count()
 }
 
-/// The id a cluster's processes check in their handshake: a digest of what they must
-/// agree on (protocol version, hosts, workers, shards, staleness, mode, specializations
-/// and the placement imbalance, which decide which collectives they run), so a process
-/// started with other settings is refused before any work starts.
-fn cluster_id(config: &Config, m: &Membership) -> u64 {
-    let agreed = format!(
-        "iterstore protocol 1|{:?}|workers {}|shards {}|staleness {:?}|mode {}|{:?}|{}",
-        m.hosts,
-        config.workers,
-        config.shards,
-        config.staleness,
-        config.mode.name(),
-        config.specializations,
-        config.placement_imbalance
-    );
+/// What every process of a cluster must run with alike, by name: the settings that decide
+/// which collectives they run and how rows and workers are numbered (agreed right after
+/// joining, by [`Cluster::agree`]).
+fn agreed_settings(config: &Config) -> Vec<(&'static str, String)> {
+    vec![
+        ("workers", config.workers.to_string()),
+        ("shards", config.shards.to_string()),
+        ("staleness", format!("{:?}", config.staleness)),
+        ("mode", config.mode.name().to_string()),
+        ("specializations", format!("{:?}", config.specializations)),
+        (
+            "placement imbalance",
+            config.placement_imbalance.to_string(),
+        ),
+    ]
+}
+
+/// The id a cluster's processes check in their handshake: a digest of the protocol
+/// version and the hosts, so a process of another build or another cluster is refused
+/// before any message. The store settings are agreed next, by name ([`agreed_settings`]).
+fn cluster_id(m: &Membership) -> u64 {
+    let agreed = format!("iterstore protocol 2|{:?}", m.hosts);
     // FNV-1a: stable across builds and platforms.
     agreed.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)

@@ -165,12 +165,13 @@ fn a_process_with_other_settings_is_refused_before_any_work() {
             handles.into_iter().map(|h| h.join().unwrap()).collect()
         })
     });
-    assert!(
-        results
-            .iter()
-            .any(|e| e.contains("every process must run with the same")),
-        "{results:?}"
-    );
+    // Both processes fail, each naming the setting and every rank's value.
+    for e in &results {
+        assert!(
+            e.contains("run with different settings: workers differs (rank 0: 1; rank 1: 2)"),
+            "{results:?}"
+        );
+    }
 }
 
 #[test]

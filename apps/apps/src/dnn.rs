@@ -51,6 +51,7 @@ use std::io::{self, Write};
 use iterstore::{Cluster, Table, Worker};
 
 use super::checkpoint::{self, Cursor, Restart, RunId};
+use super::fingerprint;
 use super::{
     check_finite, dense, preprocess, timed, timed_init_run, timed_run, AppConfig, AppError,
     IterRecord, Observer, RunReport,
@@ -544,6 +545,7 @@ fn run_split_in<N: Network>(
     let n = data.train.len();
     let clocks = clocks(n, params.batch);
     let shards = weight_shards(layout.parameter_servers, cluster, cfg, &mut report)?;
+    fingerprint::agree(cluster, cfg, &report)?;
     let (setup, setup_s) = timed(|| -> Result<_, AppError> {
         let tables = create_tables(cluster, &zeros, shards)?;
         let capacity = n.div_ceil(layout.replicas).div_ceil(clocks);
@@ -602,6 +604,7 @@ fn prepare<N: Network>(
     ] {
         report.dataset.insert(k, v);
     }
+    fingerprint::input_digest(&mut report, fingerprint::images(data));
     report.param("model", zeros.kind());
     report.param("sizes", zeros.sizes_text());
     report.param("parameters", zeros.parameters());
@@ -773,6 +776,7 @@ fn run_network_in<N: Network>(
     if dp.replicas != cluster.total_workers() {
         report.param("replicas", dp.replicas);
     }
+    fingerprint::agree(cluster, cfg, &report)?;
     let (setup, setup_s) = timed(|| -> Result<_, AppError> {
         let tables = create_tables(cluster, &zeros, shards)?;
         // A replica's share of a mini-batch: at most ceil(ceil(n / N_mr) / clocks) samples.

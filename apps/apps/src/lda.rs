@@ -40,6 +40,7 @@ use std::io::{self, Write};
 use iterstore::{Cluster, Table, Worker};
 
 use super::checkpoint::{self, Cursor, Restart, RunId};
+use super::fingerprint;
 use super::{
     check_finite, dense, par_build, preprocess, timed, timed_init_run, timed_run, App, AppConfig,
     AppError, Input, IterRecord, Observer, RunReport,
@@ -330,6 +331,8 @@ pub fn run_in(
     report.param("alpha", params.alpha);
     report.param("beta", params.beta);
     report.param("seed", params.seed);
+    fingerprint::input_digest(&mut report, fingerprint::corpus(corpus));
+    fingerprint::agree(cluster, cfg, &report)?;
 
     // Partitions are by global worker id (`first + local` for this process's workers): P
     // processes of W workers split the corpus as one process of P * W workers does.

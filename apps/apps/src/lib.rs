@@ -55,6 +55,7 @@ pub mod budget;
 pub mod calibrate;
 pub mod checkpoint;
 pub mod dnn;
+mod fingerprint;
 pub mod lda;
 pub mod mf;
 pub mod pagerank;

@@ -36,6 +36,7 @@ use iterstore::{Cluster, Table, Worker};
 use std::io::{self, Write};
 
 use super::checkpoint::{self, Restart, RunId};
+use super::fingerprint;
 use super::{
     check_finite, dense, preprocess, timed, timed_init_run, timed_run, App, AppConfig, AppError,
     Input, IterRecord, Observer, RunReport,
@@ -310,6 +311,8 @@ pub fn run_in(
     let (k, workers, n) = (params.rank, cluster.total_workers(), train.ratings.len());
     let (wd, mean, clocks) = (width(k), global_mean(&train.ratings), clocks(n));
     report.param("clocks_per_iteration", clocks);
+    fingerprint::input_digest(&mut report, fingerprint::ratings(&[&train.ratings, test]));
+    fingerprint::agree(cluster, cfg, &report)?;
     let run_json = checkpoint::run_json(&report);
     let id = RunId {
         app: "mf",

@@ -51,6 +51,7 @@ use std::io::{self, Write};
 use iterstore::{Cluster, Table, Worker};
 
 use super::checkpoint::{self, get_f64s, put_f64s, Cursor, Restart, RunId};
+use super::fingerprint;
 use super::{
     check_finite, dense, par_build, preprocess, timed, timed_init_run, timed_run, App, AppConfig,
     AppError, Input, IterRecord, Observer, RunReport,
@@ -364,6 +365,8 @@ pub fn run_in(
     report.param("damping", params.config.damping);
     report.param("block", params.block);
     report.param("partition", params.partition.name());
+    fingerprint::input_digest(&mut report, fingerprint::graph(graph));
+    fingerprint::agree(cluster, cfg, &report)?;
 
     // Partitions are by global worker id (`first + local` for this process's workers).
     let (total, first) = (cluster.total_workers(), cluster.rank() * cfg.workers);

@@ -217,3 +217,136 @@ fn secret_and_hosts_files_are_read_with_bounds() {
         &["big-hosts", "larger than 1048576 bytes"],
     );
 }
+
+/// Two processes started with different data or parameters both exit 1 naming the field
+/// that differs and each rank's value, before any table exists; differing `--iters` too.
+#[test]
+fn processes_given_different_runs_both_fail_naming_the_difference() {
+    use crate::procs::Cluster;
+    use std::time::Duration;
+    let dir = scratch("hostile-mismatch");
+    let base = ["run", "mf", "-q"];
+    let cases: [(&[&'static str], &[&'static str], &[&str]); 4] = [
+        (
+            &["--lr", "0.1"],
+            &["--lr", "0.2"],
+            &["parameter learning_rate", "rank 0: 0.1", "rank 1: 0.2"],
+        ),
+        (
+            &["--synthetic", "small"],
+            &["--synthetic", "tiny"],
+            &["the input's"],
+        ),
+        (&["--seed", "1"], &["--seed", "2"], &["parameter seed"]),
+        (
+            &["--iters", "2"],
+            &["--iters", "3"],
+            &["--iters differs", "rank 0: 2; rank 1: 3"],
+        ),
+    ];
+    for (i, (a, b, needles)) in cases.iter().enumerate() {
+        let cluster = Cluster::new(&dir, 2);
+        let args = |extra: &[&'static str]| -> Vec<&'static str> {
+            let mut v: Vec<&'static str> = base.to_vec();
+            v.extend(extra);
+            v
+        };
+        let mut procs = [
+            cluster.start(&dir, 0, &args(a)),
+            cluster.start(&dir, 1, &args(b)),
+        ];
+        for (rank, p) in procs.iter_mut().enumerate() {
+            let err = p.wait_fails(Duration::from_secs(60));
+            assert!(
+                err.contains("the processes were given different runs"),
+                "case {i} rank {rank}: {err}"
+            );
+            for n in *needles {
+                assert!(err.contains(n), "case {i} rank {rank}: '{n}' not in {err}");
+            }
+        }
+    }
+}
+
+/// A shuffled copy of the same ratings (same shape, other data) has another input digest:
+/// two processes given the file and its shuffled copy are refused.
+#[test]
+fn the_same_shape_of_other_data_is_told_apart() {
+    use crate::procs::Cluster;
+    use std::time::Duration;
+    let dir = scratch("hostile-shuffled");
+    let (a, b) = (dir.join("a.tsv"), dir.join("b.tsv"));
+    let lines: Vec<String> = (0..200)
+        .map(|i| format!("{} {} {}", i % 17, i % 13, 1 + i % 5))
+        .collect();
+    std::fs::write(&a, lines.join("\n") + "\n").unwrap();
+    let mut shuffled = lines.clone();
+    shuffled.reverse();
+    std::fs::write(&b, shuffled.join("\n") + "\n").unwrap();
+    let cluster = Cluster::new(&dir, 2);
+    let run = |data: &Path| {
+        [
+            "run",
+            "mf",
+            "--iters",
+            "1",
+            "-q",
+            "--data",
+            data.to_str().unwrap(),
+        ]
+        .map(String::from)
+    };
+    let (ra, rb) = (run(&a), run(&b));
+    let mut procs = [
+        cluster.start(&dir, 0, &strs(&ra)),
+        cluster.start(&dir, 1, &strs(&rb)),
+    ];
+    for p in &mut procs {
+        let err = p.wait_fails(Duration::from_secs(60));
+        assert!(err.contains("the input (its digest) differs"), "{err}");
+    }
+}
+
+/// A checkpoint written from one ratings file does not resume a run on a shuffled copy
+/// (same shape, other data): the input digest is recorded in the checkpoint.
+#[test]
+fn a_resume_with_other_data_of_the_same_shape_is_refused() {
+    let dir = scratch("hostile-resume-other-data");
+    let (a, b) = (dir.join("a.tsv"), dir.join("b.tsv"));
+    let lines: Vec<String> = (0..300)
+        .map(|i| format!("{} {} {}", i % 17, i % 13, 1 + i % 5))
+        .collect();
+    std::fs::write(&a, lines.join("\n") + "\n").unwrap();
+    let shuffled: Vec<String> = lines.iter().rev().cloned().collect();
+    std::fs::write(&b, shuffled.join("\n") + "\n").unwrap();
+    let ck = dir.join("ck");
+    let run = |data: &Path, iters: &str, extra: &[&str]| {
+        let mut args = vec![
+            "run",
+            "mf",
+            "-q",
+            "--data",
+            data.to_str().unwrap(),
+            "--iters",
+            iters,
+        ];
+        args.extend(extra);
+        iterstore(&args)
+    };
+    let ck_s = ck.to_str().unwrap();
+    let out = run(
+        &a,
+        "2",
+        &["--checkpoint-dir", ck_s, "--checkpoint-every", "2"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = run(&b, "4", &["--resume", ck_s]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("other input data of the same shape"),
+        "{}",
+        stderr(&out)
+    );
+    let out = run(&a, "4", &["--resume", ck_s]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
