@@ -79,6 +79,23 @@ pub(super) struct Threads {
     pub(super) shutdown_timeout: Duration,
 }
 
+impl Cluster {
+    /// Stops this process's threads at once and closes the network, without telling any
+    /// shard it leaves: for a process that has just joined and found that the others run
+    /// with other settings, whose idea of which shard lives where cannot be trusted.
+    pub(super) fn abandon(&mut self) {
+        if self.down {
+            return;
+        }
+        self.down = true;
+        let rank = self.shared.process;
+        let _ = self
+            .threads
+            .stop(self.transport.as_ref(), rank, true, &|| true);
+        let _ = self.transport.close();
+    }
+}
+
 impl Threads {
     /// Stops and joins every thread after a failed start; returns `error`.
     pub(super) fn abort(

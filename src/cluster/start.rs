@@ -107,18 +107,24 @@ impl Cluster {
             binding,
         )?;
         // Before anything else, every process checks that the others run with the same
-        // store settings, naming the one that differs (dropping the cluster shuts it down).
+        // store settings, naming the one that differs. On a difference the process leaves
+        // without a word to any shard: where the shards live is one of the settings.
         let pairs: Vec<(&str, &str)> = settings.iter().map(|(n, v)| (*n, v.as_str())).collect();
-        cluster.agree(&pairs).map_err(|e| match e {
-            Error::Disagreement { field, detail } => Error::config(
-                "processes",
-                format!(
-                    "the processes of the cluster run with different settings: {field} differs ({detail}); every process must run with the same workers, shards, staleness, mode and specializations"
-                ),
-            ),
-            other => other,
-        })?;
-        Ok(cluster)
+        match cluster.agree(&pairs) {
+            Ok(()) => Ok(cluster),
+            Err(e) => {
+                cluster.abandon();
+                Err(match e {
+                    Error::Disagreement { field, detail } => Error::config(
+                        "processes",
+                        format!(
+                            "the processes of the cluster run with different settings: {field} differs ({detail}); every process must run with the same workers, shards, staleness, mode and specializations"
+                        ),
+                    ),
+                    other => other,
+                })
+            }
+        }
     }
 
     /// Runs `f` on each of `processes` processes' worth of cluster — each with

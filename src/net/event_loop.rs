@@ -41,7 +41,7 @@ use super::conn::{Conn, ConnState};
 use super::frame::{Frame, FrameKind};
 use super::peers::{Loss, Lost, Peers, Step};
 use super::shared::{PeerStatus, Shared};
-use super::timers::{Liveness, Timeouts};
+use super::timers::{Liveness, Timeouts, WarnLimit};
 use super::{Deliver, NetConfig, NetError, NetEvent};
 
 mod connect;
@@ -53,7 +53,9 @@ pub(crate) const WAKER: Token = Token(0);
 const LISTENER: Token = Token(1);
 /// Tokens of connections start here (token = slot + this).
 const FIRST_CONN: usize = 2;
-/// At most this many accepted connections may be handshaking at once; more are closed.
+/// At most this many accepted connections may be handshaking at once; a new one beyond
+/// them closes the oldest (so idle sockets cannot keep a listed peer out: its connection
+/// is always the newest, and a handshake takes milliseconds).
 const MAX_PENDING_ACCEPTS: usize = 64;
 /// Read buffer size.
 const READ_CHUNK: usize = 64 * 1024;
@@ -130,6 +132,9 @@ struct EventLoop<M> {
     scratch: Vec<u8>,
     /// Frames decoded from one read.
     frames: Vec<Frame>,
+    /// The rate limit of warnings about strangers (accepted connections that do not
+    /// authenticate).
+    strangers: WarnLimit,
     /// The message type.
     _msg: PhantomData<fn() -> M>,
 }
@@ -156,6 +161,7 @@ impl<M: DeserializeOwned> EventLoop<M> {
             peers,
             scratch: vec![0; READ_CHUNK],
             frames: Vec::new(),
+            strangers: WarnLimit::default(),
             _msg: PhantomData,
         }
     }
@@ -163,6 +169,20 @@ impl<M: DeserializeOwned> EventLoop<M> {
     /// Our rank.
     fn rank(&self) -> u32 {
         self.cfg.rank
+    }
+
+    /// Logs `what` about a stranger at `addr` (an accepted connection that did not
+    /// authenticate), at most once per [`WARN_INTERVAL`](super::timers::WARN_INTERVAL),
+    /// mentioning how many were held back since the last.
+    fn warn_stranger(&mut self, addr: std::net::SocketAddr, what: std::fmt::Arguments<'_>) {
+        if let Some(held) = self.strangers.allow(now()) {
+            let more = if held > 0 {
+                format!(" ({held} more such warnings held back)")
+            } else {
+                String::new()
+            };
+            tracing::warn!(rank = self.rank(), peer = %addr, "iterstore net: {what}{more}");
+        }
     }
 
     /// Runs until stopped (`Ok`) or a fatal error.

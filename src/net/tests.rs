@@ -5,6 +5,8 @@ use crossbeam::channel::{unbounded as channel, Receiver, RecvTimeoutError, Sende
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -764,4 +766,55 @@ fn shutdown_is_bounded_when_a_peer_does_not_answer() {
     assert_no_loss(&nodes[0]);
     gate.send(()).unwrap();
     let _ = nodes[1].net.shutdown();
+}
+
+/// Idle sockets cannot keep the cluster from forming (issue 45): 100 connections that never
+/// say a word wait on rank 0's port before it starts, and more keep coming while it
+/// starts; the oldest unauthenticated connection makes room for each new one, so rank 1's
+/// handshake gets through.
+#[test]
+fn idle_connections_do_not_keep_a_listed_peer_out() {
+    let (listeners, addrs) = bind(2);
+    let target = addrs[0];
+    let mut idle: Vec<std::net::TcpStream> = (0..100)
+        .map(|_| TcpStream::connect(target).unwrap())
+        .collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let flood = {
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            // Connections are opened faster than the handshake timeout retires them and
+            // held (the newest 4,000) until the cluster has started.
+            let mut held = std::collections::VecDeque::new();
+            while !stop.load(Ordering::SeqCst) {
+                for _ in 0..16 {
+                    if let Ok(s) = TcpStream::connect(target) {
+                        held.push_back(s);
+                    }
+                }
+                while held.len() > 4000 {
+                    held.pop_front();
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        })
+    };
+    let cfgs = listeners
+        .into_iter()
+        .enumerate()
+        .map(|(r, l)| (config(r as u32, &addrs, l), channel_deliver().0))
+        .collect();
+    let started = Instant::now();
+    let nets = start_all(cfgs);
+    stop.store(true, Ordering::SeqCst);
+    flood.join().unwrap();
+    for (rank, net) in nets.iter().enumerate() {
+        assert!(net.is_ok(), "rank {rank}: {:?}", net.as_ref().err());
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    idle.clear();
 }

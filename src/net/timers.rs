@@ -67,9 +67,45 @@ impl Deadline {
         Deadline(now + timeout)
     }
 
+    /// The moment itself (to find the earliest of several).
+    pub(crate) fn at(self) -> Instant {
+        self.0
+    }
+
     /// Whether it has passed at `now`: at the deadline, not before.
     pub(crate) fn passed(self, now: Instant) -> bool {
         now >= self.0
+    }
+}
+
+/// How often warnings about strangers (connections that never authenticate) are logged:
+/// the first at once, then at most one per this interval, with the count of those held
+/// back — so that a flood of connections cannot flood the log (540,000 lines in 28 s).
+pub(crate) const WARN_INTERVAL: Duration = Duration::from_secs(5);
+
+/// A rate limit on one kind of warning: at most one per [`WARN_INTERVAL`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct WarnLimit {
+    /// When the last warning was let through.
+    last: Option<Instant>,
+    /// Warnings held back since then.
+    held: u64,
+}
+
+impl WarnLimit {
+    /// Whether a warning at `now` is to be logged: `Some(held)` (the number held back
+    /// since the last one, to mention) if it is, `None` if it is held back (and counted).
+    pub(crate) fn allow(&mut self, now: Instant) -> Option<u64> {
+        match self.last {
+            Some(last) if since(now, last) < WARN_INTERVAL => {
+                self.held += 1;
+                None
+            }
+            _ => {
+                self.last = Some(now);
+                Some(std::mem::take(&mut self.held))
+            }
+        }
     }
 }
 
@@ -268,5 +304,19 @@ pub(super) mod tests {
         assert_eq!(t.tick(), 50 * MS, "capped");
         t.heartbeat_interval = 2 * MS;
         assert_eq!(t.tick(), MS, "at least 1 ms");
+    }
+
+    #[test]
+    fn warnings_are_let_through_once_per_interval_with_the_count_held_back() {
+        let t0 = Instant::now();
+        let mut w = WarnLimit::default();
+        assert_eq!(w.allow(t0), Some(0));
+        for i in 1..=1000u32 {
+            assert_eq!(w.allow(t0 + Duration::from_micros(u64::from(i))), None);
+        }
+        assert_eq!(w.allow(t0 + WARN_INTERVAL - Duration::from_nanos(1)), None);
+        assert_eq!(w.allow(t0 + WARN_INTERVAL), Some(1001));
+        assert_eq!(w.allow(t0 + WARN_INTERVAL), None);
+        assert_eq!(w.allow(t0 + 3 * WARN_INTERVAL), Some(1));
     }
 }

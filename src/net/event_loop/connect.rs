@@ -45,24 +45,11 @@ impl<M: DeserializeOwned> EventLoop<M> {
                     return;
                 }
             };
-            let pending = self
-                .conns
-                .iter()
-                .flatten()
-                .filter(|c| c.pending_accept())
-                .count();
-            if pending >= MAX_PENDING_ACCEPTS {
-                tracing::warn!(
-                    rank = self.rank(),
-                    peer = %addr,
-                    "iterstore net: refused connection: {pending} handshakes already pending"
-                );
-                continue;
-            }
+            self.make_room_for_an_accept();
             let hs = match self.handshake(Role::Acceptor) {
                 Ok(hs) => hs,
                 Err(e) => {
-                    tracing::warn!(rank = self.rank(), peer = %addr, "iterstore net: no nonce: {e}");
+                    self.warn_stranger(addr, format_args!("no nonce: {e}"));
                     continue;
                 }
             };
@@ -77,6 +64,41 @@ impl<M: DeserializeOwned> EventLoop<M> {
                     tracing::warn!(rank = self.rank(), peer = %addr, "iterstore net: cannot register: {e}")
                 }
             }
+        }
+    }
+
+    /// With [`MAX_PENDING_ACCEPTS`] accepted connections handshaking, closes the oldest
+    /// of them that has not yet sent a hello claiming a listed rank (else the oldest): the
+    /// newest, which may be a listed peer's, always gets its chance, and a peer that has
+    /// said who it is keeps its place while idle sockets come and go.
+    fn make_room_for_an_accept(&mut self) {
+        let pending = || self.conns.iter().flatten().filter(|c| c.pending_accept());
+        if pending().count() < MAX_PENDING_ACCEPTS {
+            return;
+        }
+        let oldest = self
+            .conns
+            .iter()
+            .enumerate()
+            .filter_map(|(slot, c)| match c {
+                Some(c) if c.pending_accept() => match &c.state {
+                    // Those that have said who they are (a listed rank's hello) go last.
+                    ConnState::Handshaking { deadline, hs } => {
+                        Some((hs.claimed_peer().is_some(), deadline.at(), slot, c.addr))
+                    }
+                    _ => None,
+                },
+                _ => None,
+            })
+            .min();
+        if let Some((_, _, slot, addr)) = oldest {
+            self.warn_stranger(
+                addr,
+                format_args!(
+                    "closed an unauthenticated connection: {MAX_PENDING_ACCEPTS} handshakes pending, it was the oldest"
+                ),
+            );
+            self.drop_conn(slot);
         }
     }
 
@@ -169,7 +191,7 @@ impl<M: DeserializeOwned> EventLoop<M> {
             return;
         }
         if let Some(r) = refusal {
-            tracing::warn!(rank = self.rank(), peer = %addr, "iterstore net: refused connection: {why}");
+            self.warn_stranger(addr, format_args!("refused connection: {why}"));
             if let Some(claimed) = r.claimed_rank() {
                 self.peers
                     .note_refusal(claimed, format!("refused a connection from {addr}: {why}"));
@@ -185,7 +207,10 @@ impl<M: DeserializeOwned> EventLoop<M> {
                     ),
                 );
             }
-            tracing::warn!(rank = self.rank(), peer = %addr, "iterstore net: closed unauthenticated connection: {why}");
+            self.warn_stranger(
+                addr,
+                format_args!("closed unauthenticated connection: {why}"),
+            );
         }
         self.drop_conn(slot);
     }
