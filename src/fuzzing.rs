@@ -18,7 +18,8 @@ use crate::net::{
     frame::control_frame, frame::decode_data, frame::encode_data, frame::Frame,
     frame::FrameDecoder, frame::FrameKind, frame::HEADER_LEN, handshake::Done,
     handshake::Handshake, handshake::Hello, handshake::Refusal, handshake::Role,
-    handshake::HELLO_LEN, handshake::PROOF_LEN,
+    handshake::HELLO_LEN, handshake::PROOF_LEN, seal::test_key, seal::Opener, seal::Sealer,
+    seal::TAG_LEN,
 };
 use crate::table::TableMeta;
 use crate::transport::Envelope;
@@ -268,12 +269,81 @@ fn wire_of(frame: &Frame) -> Vec<u8> {
     wire
 }
 
+/// A decoded frame as `encode_data` / `control_frame` lay it out before sealing (header,
+/// zeroed tag, and for a body the body and a zeroed tag).
+fn unsealed_of(frame: &Frame) -> Vec<u8> {
+    let mut wire = (frame.body.len() as u32).to_le_bytes().to_vec();
+    wire.push(frame.kind as u8);
+    wire.extend_from_slice(&[0; TAG_LEN]);
+    if !frame.body.is_empty() {
+        wire.extend_from_slice(&frame.body);
+        wire.extend_from_slice(&[0; TAG_LEN]);
+    }
+    wire
+}
+
+/// A decoder with the targets' key, capped at `max_frame`.
+fn decoder(max_frame: usize) -> FrameDecoder {
+    FrameDecoder::new(max_frame, Opener::new(&test_key()))
+}
+
+/// Seals unsealed frames (`encode_data` / `control_frame` output) in order, as one
+/// connection's sender does, and concatenates them.
+fn sealed(frames: &[Vec<u8>]) -> Vec<u8> {
+    let mut sealer = Sealer::new(&test_key());
+    let mut wire = Vec::new();
+    for f in frames {
+        let mut f = f.clone();
+        sealer.seal(&mut f, HEADER_LEN);
+        wire.extend_from_slice(&f);
+    }
+    wire
+}
+
+/// Seals a stream in the plain layout `[u32 length][kind][body]...` (the fuzz input of
+/// `frame_raw`) frame by frame as the decoder will delimit it: each whole frame sealed;
+/// of an incomplete last frame, its header sealed and the body bytes there are passed
+/// through (the decoder only collects them); fewer bytes than a header, passed through.
+/// So the structure checks behind the integrity check see whatever the fuzzer builds.
+fn seal_plain_stream(plain: &[u8]) -> Vec<u8> {
+    let mut sealer = Sealer::new(&test_key());
+    let mut wire = Vec::new();
+    let mut at = 0;
+    while plain.len() - at >= HEADER_LEN {
+        let header = &plain[at..at + HEADER_LEN];
+        let len = u32::from_le_bytes(header[..4].try_into().expect("4 bytes")) as usize;
+        let body = &plain[at + HEADER_LEN..];
+        let mut f = header.to_vec();
+        f.extend_from_slice(&[0; TAG_LEN]);
+        if body.len() < len || len == 0 {
+            sealer.seal(&mut f, HEADER_LEN);
+            wire.extend_from_slice(&f);
+            if body.len() < len {
+                wire.extend_from_slice(body);
+                return wire;
+            }
+            at += HEADER_LEN;
+            continue;
+        }
+        f.extend_from_slice(&body[..len]);
+        f.extend_from_slice(&[0; TAG_LEN]);
+        sealer.seal(&mut f, HEADER_LEN);
+        wire.extend_from_slice(&f);
+        at += HEADER_LEN + len;
+    }
+    wire.extend_from_slice(&plain[at..]);
+    wire
+}
+
 /// Raw bytes through the streaming frame decoder and the message decoder.
 ///
-/// The first byte picks the body cap and the chunk size the rest is fed in. Panics
-/// unless: the decoder never holds more than the cap; an error is returned again by every
-/// later call; without an error, the frames it yielded, re-encoded, are the start of the
-/// input and the rest is one incomplete frame (a fresh decoder yields nothing from it);
+/// The first byte picks the body cap and the chunk size the rest is fed in. The rest is
+/// read as plain frames and sealed as a sender would ([`seal_plain_stream`]), so that
+/// what the fuzzer builds reaches the checks behind the integrity check; the raw bytes
+/// themselves are fed to a decoder too, which must yield nothing (they are not sealed).
+/// Panics unless: the decoder never holds more than the cap and a tag; an error is
+/// returned again by every later call; without an error, the frames it yielded,
+/// re-encoded, are the start of the input and the rest is one incomplete frame;
 /// every data body that decodes as an `Envelope` re-encodes to exactly its frame (the
 /// encoding is canonical, so a message cannot be smuggled in two spellings).
 pub fn frame_raw(data: &[u8]) {
@@ -282,16 +352,20 @@ pub fn frame_raw(data: &[u8]) {
     let max_frame = CAPS[usize::from(selector) % CAPS.len()];
     let chunk = CHUNKS[usize::from(selector >> 4) % CHUNKS.len()];
     let stream = inp.0;
-    let mut dec = FrameDecoder::new(max_frame);
+    let mut raw = Vec::new();
+    let _ = decoder(max_frame).feed(stream, &mut raw);
+    assert!(raw.is_empty(), "unsealed bytes made a frame");
+    let wire = seal_plain_stream(stream);
+    let mut dec = decoder(max_frame);
     let mut frames = Vec::new();
     let mut failed = None;
-    for piece in stream.chunks(chunk.min(stream.len()).max(1)) {
+    for piece in wire.chunks(chunk.min(wire.len()).max(1)) {
         if let Err(e) = dec.feed(piece, &mut frames) {
             failed = Some(e);
             break;
         }
         assert!(
-            dec.buffered_capacity() <= max_frame,
+            dec.buffered_capacity() <= max_frame + TAG_LEN,
             "the decoder holds {} bytes under a {max_frame}-byte cap",
             dec.buffered_capacity()
         );
@@ -312,9 +386,7 @@ pub fn frame_raw(data: &[u8]) {
             consumed += wire.len();
         }
         let mut rest = Vec::new();
-        FrameDecoder::new(max_frame)
-            .feed(&stream[consumed..], &mut rest)
-            .expect("the rest decoded once already");
+        let _ = decoder(max_frame).feed(&seal_plain_stream(&stream[consumed..]), &mut rest);
         assert!(rest.is_empty(), "the rest of the input held a whole frame");
     }
     for f in &frames {
@@ -323,12 +395,16 @@ pub fn frame_raw(data: &[u8]) {
             FrameKind::Data => {
                 if let Ok(env) = decode_data::<Envelope>(&f.body) {
                     let again = encode_data(&env, usize::MAX).expect("a decoded message encodes");
-                    assert_eq!(again, wire_of(f), "decoded message re-encodes differently");
+                    assert_eq!(
+                        again,
+                        unsealed_of(f),
+                        "decoded message re-encodes differently"
+                    );
                 }
             }
             FrameKind::Heartbeat | FrameKind::Bye => {
                 assert!(f.body.is_empty(), "a control frame with a body");
-                assert_eq!(wire_of(f), control_frame(f.kind));
+                assert_eq!(unsealed_of(f), control_frame(f.kind));
             }
         }
     }
@@ -343,7 +419,7 @@ pub fn frame_roundtrip(data: &[u8]) {
     let env = envelope(&mut inp);
     let frame = encode_data(&env, MAX_FRAME).expect("a generated message fits the cap");
     assert_eq!(frame[4], FrameKind::Data as u8);
-    let body = &frame[HEADER_LEN..];
+    let body = crate::net::frame::body_of(&frame);
     assert_eq!(
         u32::from_le_bytes(frame[..4].try_into().expect("4 bytes")) as usize,
         body.len(),
@@ -354,13 +430,21 @@ pub fn frame_roundtrip(data: &[u8]) {
     assert_eq!(format!("{decoded:?}"), format!("{env:?}"));
 
     let mut frames = Vec::new();
-    FrameDecoder::new(body.len())
-        .feed(&frame, &mut frames)
+    let wire = sealed(std::slice::from_ref(&frame));
+    decoder(body.len())
+        .feed(&wire, &mut frames)
         .expect("a frame at exactly the cap is accepted");
     assert_eq!(frames.len(), 1);
     assert_eq!(frames[0].body, body);
+    let mut flipped = wire.clone();
+    let at = usize::from(inp.u8()) % flipped.len();
+    flipped[at] ^= 1;
+    assert!(
+        decoder(body.len()).feed(&flipped, &mut Vec::new()).is_err(),
+        "a frame with byte {at} flipped is accepted"
+    );
     if !body.is_empty() {
-        let refused = FrameDecoder::new(body.len() - 1).feed(&frame, &mut Vec::new());
+        let refused = decoder(body.len() - 1).feed(&wire, &mut Vec::new());
         assert!(
             refused.is_err(),
             "a frame one byte over the cap is accepted"
@@ -392,7 +476,6 @@ pub fn frame_roundtrip(data: &[u8]) {
 pub fn frame_split(data: &[u8]) {
     let mut inp = Input(data);
     let n = usize::from(inp.u8() % 17);
-    let mut wire = Vec::new();
     let mut expected = Vec::new();
     for _ in 0..n {
         let frame = match inp.u8() % 4 {
@@ -400,15 +483,15 @@ pub fn frame_split(data: &[u8]) {
             1 => control_frame(FrameKind::Bye).to_vec(),
             _ => encode_data(&envelope(&mut inp), MAX_FRAME).expect("fits the cap"),
         };
-        wire.extend_from_slice(&frame);
         expected.push(frame);
     }
+    let wire = sealed(&expected);
     let cap = expected
         .iter()
-        .map(|f| f.len() - HEADER_LEN)
+        .map(|f| crate::net::frame::body_len(f))
         .max()
         .unwrap_or(0);
-    let mut dec = FrameDecoder::new(cap);
+    let mut dec = decoder(cap);
     let mut frames = Vec::new();
     let mut at = 0;
     while at < wire.len() {
@@ -420,10 +503,10 @@ pub fn frame_split(data: &[u8]) {
         let end = (at + len).min(wire.len());
         dec.feed(&wire[at..end], &mut frames)
             .expect("valid frames decode");
-        assert!(dec.buffered_capacity() <= cap);
+        assert!(dec.buffered_capacity() <= cap + TAG_LEN);
         at = end;
     }
-    let got: Vec<Vec<u8>> = frames.iter().map(wire_of).collect();
+    let got: Vec<Vec<u8>> = frames.iter().map(unsealed_of).collect();
     assert_eq!(got, expected, "frames differ after splitting");
 }
 
@@ -486,6 +569,12 @@ fn stranger(inp: &mut Input<'_>) {
     if !out.is_empty() {
         assert!(received.len() >= HELLO_LEN && received[..4] == crate::net::handshake::MAGIC);
     }
+    if role == Role::Acceptor {
+        assert!(
+            out.is_empty() || matches!(outcome, Ok(Some(_))),
+            "the acceptor revealed its proof to a stranger whose proof did not verify"
+        );
+    }
     if !matches!(outcome, Ok(None)) {
         assert_eq!(
             hs.feed(b"x", &mut Vec::new(), |_| false),
@@ -508,8 +597,11 @@ fn stranger(inp: &mut Input<'_>) {
             SECRET,
             hello.nonce,
         );
+        // The honest peer's proof, given our hello and (an acceptor's proof comes after the
+        // dialer's) the proof we sent.
         let mut proof = Vec::new();
-        let _ = honest.feed(&hs.hello(), &mut proof, |_| false);
+        let ours = [&hs.hello()[..], &out[..]].concat();
+        let _ = honest.feed(&ours, &mut proof, |_| false);
         assert_eq!(
             received[HELLO_LEN..],
             proof[..],
@@ -657,7 +749,7 @@ impl Side {
     }
 
     fn peer(&self) -> u32 {
-        match self.outcome {
+        match &self.outcome {
             Ok(Some(done)) => done.peer_rank,
             _ => unreachable!("only asked of a completed side"),
         }

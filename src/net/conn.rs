@@ -15,8 +15,9 @@ use std::time::{Duration, Instant};
 
 use mio::net::TcpStream;
 
-use super::frame::{self, FrameDecoder, FrameKind};
+use super::frame::{self, FrameDecoder, FrameKind, HEADER_LEN};
 use super::handshake::Handshake;
+use super::seal::{FrameKeys, Opener, Sealer};
 use super::timers::{Activity, Deadline};
 
 /// Frames written per `write_vectored` call, at most.
@@ -44,8 +45,10 @@ pub(crate) enum ConnState {
     Up {
         /// The peer's rank.
         rank: u32,
-        /// Incoming frames.
+        /// Incoming frames (opened with the receiving key).
         decoder: FrameDecoder,
+        /// Seals outgoing frames in order (the sending key).
+        sealer: Sealer,
         /// Our Bye is queued: nothing goes after it.
         bye_sent: bool,
         /// The peer's Bye arrived.
@@ -71,6 +74,9 @@ pub(crate) struct Conn {
     out_off: usize,
     /// When bytes last arrived and were last written.
     pub(crate) activity: Activity,
+    /// When the header of the frame whose body is still arriving was read (the frame's
+    /// deadline runs from it).
+    pub(crate) frame_started: Option<Instant>,
 }
 
 /// What one [`Conn::write_out`] wrote.
@@ -117,6 +123,7 @@ impl Conn {
             }]),
             out_off: 0,
             activity: Activity::new(now),
+            frame_started: None,
         }
     }
 
@@ -125,11 +132,19 @@ impl Conn {
         self.dialed.is_none() && matches!(self.state, ConnState::Handshaking { .. })
     }
 
-    /// The handshake completed at `now` with `rank`: the connection is up.
-    pub(crate) fn authenticated(&mut self, rank: u32, max_frame: usize, now: Instant) {
+    /// The handshake completed at `now` with `rank`, giving the connection's `keys`: the
+    /// connection is up.
+    pub(crate) fn authenticated(
+        &mut self,
+        rank: u32,
+        max_frame: usize,
+        keys: &FrameKeys,
+        now: Instant,
+    ) {
         self.state = ConnState::Up {
             rank,
-            decoder: FrameDecoder::new(max_frame),
+            decoder: FrameDecoder::new(max_frame, Opener::new(&keys.recv)),
+            sealer: Sealer::new(&keys.send),
             bye_sent: false,
             bye_received: false,
         };
@@ -146,12 +161,21 @@ impl Conn {
         }
     }
 
-    /// Queues a control frame (heartbeat or Bye; not counted).
+    /// Queues a control frame (heartbeat or Bye; not counted), sealed.
     pub(crate) fn queue_control(&mut self, kind: FrameKind) {
-        self.out.push_back(OutFrame {
-            bytes: frame::control_frame(kind).to_vec(),
-            counted: false,
-        });
+        self.queue_frame(frame::control_frame(kind).to_vec(), false);
+    }
+
+    /// Seals `bytes` (an encoded frame, tags zeroed) as this connection's next frame and
+    /// queues it; `counted`: whether it counts in the peer's shared queue bound. Only on
+    /// an authenticated connection (before it, nothing but the handshake is sent).
+    pub(crate) fn queue_frame(&mut self, mut bytes: Vec<u8>, counted: bool) {
+        let ConnState::Up { sealer, .. } = &mut self.state else {
+            debug_assert!(false, "a frame queued before the handshake completed");
+            return;
+        };
+        sealer.seal(&mut bytes, HEADER_LEN);
+        self.out.push_back(OutFrame { bytes, counted });
     }
 
     /// Whether a dialed socket has connected: `Ok(false)` not yet, `Err` why it failed.

@@ -41,7 +41,7 @@ use super::conn::{Conn, ConnState};
 use super::frame::{Frame, FrameKind};
 use super::peers::{Loss, Lost, Peers, Step};
 use super::shared::{PeerStatus, Shared};
-use super::timers::{Liveness, Timeouts, WarnLimit};
+use super::timers::{frame_allowance, since, Liveness, Timeouts, WarnLimit};
 use super::{Deliver, NetConfig, NetError, NetEvent};
 
 mod connect;
@@ -348,12 +348,25 @@ impl<M: DeserializeOwned> EventLoop<M> {
                         self.handshake_failed(slot, why, None);
                     }
                 }
-                &ConnState::Up {
+                ConnState::Up {
                     rank,
                     bye_sent,
                     bye_received,
+                    decoder,
                     ..
                 } => {
+                    let (rank, bye_sent, bye_received) = (*rank, *bye_sent, *bye_received);
+                    if let (Some(started), Some(len)) = (conn.frame_started, decoder.pending_body())
+                    {
+                        let allowed = frame_allowance(len, self.cfg.heartbeat_timeout);
+                        if since(now, started) > allowed {
+                            let why = format!(
+                                "a frame of {len} bytes did not arrive within {allowed:.1?} of its header"
+                            );
+                            self.lose(rank, why);
+                            continue;
+                        }
+                    }
                     let may_heartbeat = !silent && !bye_sent && conn.out.is_empty();
                     match conn
                         .activity

@@ -2,14 +2,16 @@
 //! (bytes in, bytes out: testable without sockets).
 //!
 //! Both sides send a fixed-size [`Hello`] at once (`magic`, protocol version, cluster id,
-//! rank, a fresh 32-byte nonce). When a side has the other's hello it checks it, then
-//! proves it knows the cluster's shared secret by sending
+//! rank, a fresh 32-byte nonce). When the dialer has the acceptor's hello it checks it,
+//! then proves it knows the cluster's shared secret by sending
 //! `HMAC-SHA256(secret, label || dialer_nonce || acceptor_nonce || dialer_rank ||
 //! acceptor_rank || cluster_id)` (integers little-endian). The label differs per direction
 //! (`"iterstore dialer proof v1"` / `"iterstore acceptor proof v1"`), so a proof received
 //! from one side cannot be sent back as the other side's proof; both nonces are in every
 //! proof, so a proof cannot be replayed on another connection. Proofs are verified in
-//! constant time ([`Mac::verify_slice`]).
+//! constant time ([`Mac::verify_slice`]). The acceptor sends its own proof only once the
+//! dialer's verified: a stranger dialing in collects no proof to attack the secret with
+//! offline. Both ends then derive the connection's frame keys ([`super::seal`]).
 //!
 //! Roles: the **dialer** is always the higher rank (rank `i` dials every `j < i`) and
 //! expects exactly the rank it dialed; an **acceptor** accepts only ranks above its own.
@@ -20,10 +22,12 @@
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
+use super::seal::{FrameKeys, KeyInput};
+
 /// First bytes of every hello ("IterStore Net").
 pub(crate) const MAGIC: [u8; 4] = *b"ISNt";
 /// Version of the handshake and framing; both sides must agree.
-pub(crate) const PROTOCOL_VERSION: u32 = 4;
+pub(crate) const PROTOCOL_VERSION: u32 = 5;
 /// Size of a hello on the wire.
 pub(crate) const HELLO_LEN: usize = 4 + 4 + 8 + 4 + 32;
 /// Size of a proof (an HMAC-SHA256 tag) on the wire.
@@ -135,6 +139,13 @@ pub(crate) enum Refusal {
         /// The claimed rank.
         rank: u32,
     },
+    /// The peer we dialed closed the connection once it had our proof: it refused it (an
+    /// acceptor says nothing more to a dialer whose proof does not verify).
+    #[error("rank {rank} closed the connection on our proof: it refused it (wrong or different secret, or this rank is connected already)")]
+    ClosedAfterProof {
+        /// The peer's rank.
+        rank: u32,
+    },
     /// The peer authenticated, but its rank is already connected (or was, and left).
     #[error("rank {rank} is already connected (duplicate rank)")]
     DuplicateRank {
@@ -151,7 +162,9 @@ impl Refusal {
     pub(crate) fn claimed_rank(&self) -> Option<u32> {
         match self {
             Refusal::UnexpectedRank { got, .. } => Some(*got),
-            Refusal::BadProof { rank } | Refusal::DuplicateRank { rank } => Some(*rank),
+            Refusal::BadProof { rank }
+            | Refusal::DuplicateRank { rank }
+            | Refusal::ClosedAfterProof { rank } => Some(*rank),
             Refusal::RankOutOfRange { rank, .. } => Some(*rank),
             _ => None,
         }
@@ -159,13 +172,15 @@ impl Refusal {
 }
 
 /// A completed handshake.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Done {
     /// The authenticated peer's rank.
     pub(crate) peer_rank: u32,
     /// How many bytes of the last input belonged to the handshake; the rest are the
     /// peer's first frames.
     pub(crate) consumed: usize,
+    /// This end's keys for the connection's frames.
+    pub(crate) keys: FrameKeys,
 }
 
 /// Where the handshake is.
@@ -173,7 +188,8 @@ pub(crate) struct Done {
 enum State {
     /// Collecting the peer's hello.
     Hello,
-    /// Our proof is sent; collecting the peer's.
+    /// The peer's hello checked (and, dialing, our proof sent); collecting the peer's
+    /// proof.
     Proof {
         /// The rank the peer's hello claimed.
         peer_rank: u32,
@@ -298,7 +314,9 @@ impl Handshake {
                         Hello::from_bytes(self.buf.as_slice().try_into().expect("a whole hello"));
                     self.buf.clear();
                     self.check_hello(&hello)?;
-                    out.extend_from_slice(&self.proof(true, &hello).finalize().into_bytes());
+                    if matches!(self.role, Role::Dialer { .. }) {
+                        out.extend_from_slice(&self.proof(true, &hello).finalize().into_bytes());
+                    }
                     self.state = State::Proof {
                         peer_rank: hello.rank,
                         peer_nonce: hello.nonce,
@@ -321,10 +339,30 @@ impl Handshake {
                     if is_connected(peer_rank) {
                         return Err(Refusal::DuplicateRank { rank: peer_rank });
                     }
+                    let we_dial = matches!(self.role, Role::Dialer { .. });
+                    if !we_dial {
+                        // The dialer proved itself: now ours.
+                        out.extend_from_slice(&self.proof(true, &peer).finalize().into_bytes());
+                    }
+                    let (dialer, acceptor) = if we_dial {
+                        (&self.hello, &peer)
+                    } else {
+                        (&peer, &self.hello)
+                    };
+                    let keys = KeyInput {
+                        keyed: &self.mac,
+                        dialer_nonce: &dialer.nonce,
+                        acceptor_nonce: &acceptor.nonce,
+                        dialer_rank: dialer.rank,
+                        acceptor_rank: acceptor.rank,
+                        cluster_id: self.cluster_id,
+                    }
+                    .keys(we_dial);
                     self.state = State::Done;
                     return Ok(Some(Done {
                         peer_rank,
                         consumed,
+                        keys,
                     }));
                 }
                 State::Done | State::Failed => unreachable!("checked above"),
@@ -511,18 +549,15 @@ mod tests {
         let mut to_a = d.hello().to_vec();
         to_a.extend(&out_d);
         to_a.extend(b"FRAMES");
-        let done = a.feed(&to_a, &mut out_a, |_| false).unwrap().unwrap();
-        assert_eq!(done.peer_rank, 3);
-        assert_eq!(&to_a[done.consumed..], b"FRAMES");
+        let a_done = a.feed(&to_a, &mut out_a, |_| false).unwrap().unwrap();
+        assert_eq!(a_done.peer_rank, 3);
+        assert_eq!(&to_a[a_done.consumed..], b"FRAMES");
         assert_eq!(out_a.len(), PROOF_LEN);
         let done = d.feed(&out_a, &mut Vec::new(), |_| false).unwrap().unwrap();
-        assert_eq!(
-            done,
-            Done {
-                peer_rank: 0,
-                consumed: PROOF_LEN
-            }
-        );
+        assert_eq!((done.peer_rank, done.consumed), (0, PROOF_LEN));
+        // Each end sends with the key the other receives with.
+        assert_eq!(done.keys.send, a_done.keys.recv);
+        assert_eq!(done.keys.recv, a_done.keys.send);
         assert_eq!(
             d.feed(b"x", &mut Vec::new(), |_| false),
             Err(Refusal::Finished)
@@ -533,20 +568,24 @@ mod tests {
     fn wrong_secret_is_refused_both_ways() {
         let mut d = dialer(2, 0, b"a different secret, same length!");
         let mut a = acceptor(0, SECRET);
+        // The acceptor refuses the dialer's proof and sends none of its own: the dialer
+        // is left waiting (the acceptor then closes, which the event loop reports as
+        // `ClosedAfterProof`).
         let (rd, ra) = run(&mut d, &mut a, 1000, b"");
-        assert_eq!(rd, Err(Refusal::BadProof { rank: 0 }));
+        assert_eq!(rd, Ok(None));
         assert_eq!(ra, Err(Refusal::BadProof { rank: 2 }));
         let mut d = dialer(2, 0, SECRET);
         let mut a = acceptor(0, b"short");
         let (rd, ra) = run(&mut d, &mut a, 7, b"");
-        assert_eq!(rd, Err(Refusal::BadProof { rank: 0 }));
+        assert_eq!(rd, Ok(None));
         assert_eq!(ra, Err(Refusal::BadProof { rank: 2 }));
     }
 
     #[test]
     fn reflected_proof_is_refused() {
-        // An attacker without the secret dials rank 0 claiming rank 1, gets rank 0's
-        // (acceptor) proof over both nonces and sends it back as its own (dialer) proof.
+        // An attacker without the secret dials rank 0 claiming rank 1: rank 0 (the
+        // acceptor) reveals no proof before the dialer's verified, so there is nothing to
+        // reflect (or to attack the secret with offline) ...
         let mut victim = acceptor(0, SECRET);
         let attacker = Hello {
             magic: MAGIC,
@@ -560,9 +599,12 @@ mod tests {
             victim.feed(&attacker.to_bytes(), &mut proof, |_| false),
             Ok(None)
         );
-        assert_eq!(proof.len(), PROOF_LEN);
+        assert!(proof.is_empty(), "the acceptor revealed its proof first");
+        // ... and even the acceptor's own proof over these nonces, were it obtained, sent
+        // back as the dialer's does not verify: the labels differ.
+        let reflected = victim.proof(true, &attacker).finalize().into_bytes();
         assert_eq!(
-            victim.feed(&proof, &mut Vec::new(), |_| false),
+            victim.feed(&reflected, &mut Vec::new(), |_| false),
             Err(Refusal::BadProof { rank: 1 })
         );
         // Reflecting the victim's own hello (same nonce) is refused before any proof.

@@ -38,6 +38,7 @@ pub(crate) mod event_loop;
 pub(crate) mod frame;
 pub(crate) mod handshake;
 pub(crate) mod peers;
+pub(crate) mod seal;
 pub(crate) mod shared;
 #[cfg(test)]
 mod tests;

@@ -83,6 +83,19 @@ impl Deadline {
 /// back — so that a flood of connections cannot flood the log (540,000 lines in 28 s).
 pub(crate) const WARN_INTERVAL: Duration = Duration::from_secs(5);
 
+/// The slowest a frame's body may arrive once its header has been read, in bytes per
+/// second: a frame of `n` bytes must be complete within the heartbeat timeout plus
+/// `n / MIN_FRAME_RATE` seconds of its header ([`frame_allowance`]), or the peer is lost —
+/// a header announcing 200 MiB followed by a byte every half second no longer keeps a
+/// connection alive for minutes on the strength of "bytes arrived".
+pub(crate) const MIN_FRAME_RATE: f64 = (1 << 20) as f64;
+
+/// How long a frame body of `len` bytes may take to arrive after its header, with
+/// `heartbeat_timeout` the peer's allowed silence.
+pub(crate) fn frame_allowance(len: usize, heartbeat_timeout: Duration) -> Duration {
+    heartbeat_timeout + Duration::from_secs_f64(len as f64 / MIN_FRAME_RATE)
+}
+
 /// A rate limit on one kind of warning: at most one per [`WARN_INTERVAL`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct WarnLimit {

@@ -15,6 +15,7 @@ use serde::de::DeserializeOwned;
 use super::{now, EventLoop};
 use crate::net::conn::{Conn, ConnState, OutFrame};
 use crate::net::frame::{self, FrameKind};
+use crate::net::seal::FrameKeys;
 use crate::net::shared::PeerStatus;
 use crate::net::{Deliver, NetEvent};
 
@@ -77,17 +78,25 @@ impl<M: DeserializeOwned> EventLoop<M> {
         let Some(conn) = self.conns[slot].as_ref() else {
             return;
         };
-        match conn.state {
-            ConnState::Handshaking { .. } => {
-                self.handshake_failed(slot, "closed during the handshake".into(), None)
+        match &conn.state {
+            ConnState::Handshaking { hs, .. } => {
+                // A peer we dialed that closes once it has our proof refused it (it
+                // reveals nothing else to a dialer whose proof does not verify).
+                match (conn.dialed, hs.claimed_peer()) {
+                    (Some(_), Some(rank)) => {
+                        let refusal = crate::net::handshake::Refusal::ClosedAfterProof { rank };
+                        self.handshake_failed(slot, refusal.to_string(), Some(&refusal))
+                    }
+                    _ => self.handshake_failed(slot, "closed during the handshake".into(), None),
+                }
             }
             ConnState::Up {
                 rank,
                 bye_received: true,
                 ..
-            } => self.close_gracefully(rank),
+            } => self.close_gracefully(*rank),
             ConnState::Up { rank, .. } => {
-                self.lose(rank, "closed the connection without Bye".into())
+                self.lose(*rank, "closed the connection without Bye".into())
             }
         }
     }
@@ -114,7 +123,7 @@ impl<M: DeserializeOwned> EventLoop<M> {
                     return false;
                 }
                 Ok(Some(done)) => {
-                    self.promote(slot, done.peer_rank);
+                    self.promote(slot, done.peer_rank, &done.keys);
                     &bytes[done.consumed..]
                 }
             }
@@ -137,6 +146,12 @@ impl<M: DeserializeOwned> EventLoop<M> {
             .fetch_add(bytes.len() as u64, Ordering::Relaxed);
         let mut frames = std::mem::take(&mut self.frames);
         let fed = decoder.feed(bytes, &mut frames);
+        // A frame's deadline runs from its header: restart it when a frame completed.
+        conn.frame_started = match (decoder.pending_body(), conn.frame_started) {
+            (None, _) => None,
+            (Some(_), Some(t)) if frames.is_empty() => Some(t),
+            (Some(_), _) => Some(now()),
+        };
         self.shared
             .counters
             .frames_received
@@ -151,7 +166,7 @@ impl<M: DeserializeOwned> EventLoop<M> {
                     Ok(msg) => deliver(NetEvent::Msg {
                         from: rank,
                         msg,
-                        bytes: f.body.len() + frame::HEADER_LEN,
+                        bytes: f.body.len() + frame::WIRE_HEADER_LEN + crate::net::seal::TAG_LEN,
                     }),
                     Err(e) => {
                         self.lose(rank, format!("bad frame: {e}"));
@@ -171,13 +186,13 @@ impl<M: DeserializeOwned> EventLoop<M> {
     }
 
     /// The handshake of `slot` completed with `rank`.
-    pub(super) fn promote(&mut self, slot: usize, rank: u32) {
+    pub(super) fn promote(&mut self, slot: usize, rank: u32, keys: &FrameKeys) {
         let now = now();
         let max_frame = self.cfg.max_frame;
         let Some(conn) = self.conns[slot].as_mut() else {
             return;
         };
-        conn.authenticated(rank, max_frame, now);
+        conn.authenticated(rank, max_frame, keys, now);
         let addr = conn.addr;
         self.peers.authenticated(rank, slot);
         self.shared.set_status(rank, PeerStatus::Up);
@@ -216,21 +231,21 @@ impl<M: DeserializeOwned> EventLoop<M> {
     /// Moves the frames senders queued for `rank` to `slot`'s output (unless our Bye is
     /// already out); returns the peer's status.
     pub(super) fn move_queue(&mut self, slot: usize, rank: u32) -> PeerStatus {
-        let Some(Conn {
-            state: ConnState::Up {
-                bye_sent: false, ..
+        let Some(
+            conn @ Conn {
+                state: ConnState::Up {
+                    bye_sent: false, ..
+                },
+                ..
             },
-            out,
-            ..
-        }) = self.conns[slot].as_mut()
+        ) = self.conns[slot].as_mut()
         else {
             return PeerStatus::Closed;
         };
         let (frames, status) = self.shared.take(rank);
-        out.extend(frames.into_iter().map(|bytes| OutFrame {
-            bytes,
-            counted: true,
-        }));
+        for bytes in frames {
+            conn.queue_frame(bytes, true);
+        }
         status
     }
 

@@ -80,7 +80,7 @@ fn a_wrong_secret_is_refused() {
     let other = write_secret(&dir, "other-secret");
     let (e0, e1) = refused_pair(&dir, "1", Some(&other));
     assert!(
-        e1.contains("proof does not verify (wrong or different secret)"),
+        e1.contains("refused it (wrong or different secret"),
         "rank 1:\n{e1}"
     );
     assert!(e0.contains("missing: rank 1"), "rank 0:\n{e0}");
