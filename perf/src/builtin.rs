@@ -40,6 +40,7 @@ fn conv(name: &str, out_channels: u64, kernel: u64, stride: u64) -> Layer {
         out_channels,
         kernel,
         stride,
+        padding: 0,
         bits: 32,
     }
 }
@@ -50,6 +51,7 @@ fn pool(name: &str, window: u64, stride: u64) -> Layer {
         name: name.into(),
         window,
         stride,
+        padding: 0,
         bits: 32,
     }
 }
@@ -74,6 +76,7 @@ pub fn mlp() -> Network {
             size: 28,
         },
         layers: vec![fc("fc1", 512), fc("fc2", 256), softmax("out", 10)],
+        sources: Default::default(),
     }
 }
 
@@ -95,6 +98,7 @@ pub fn cnn() -> Network {
             fc("fc", 128),
             softmax("out", 10),
         ],
+        sources: Default::default(),
     }
 }
 
@@ -118,6 +122,7 @@ pub fn imagenet_like() -> Network {
             fc("fc7", 2048),
             softmax("out", 22_000),
         ],
+        sources: Default::default(),
     }
 }
 
@@ -140,6 +145,7 @@ pub fn fashion_mnist_training() -> Training {
         n_write: 40,
         batch: None,
         synchronous_writes: None,
+        sources: Default::default(),
     }
 }
 
@@ -156,7 +162,9 @@ pub fn example_profile() -> Profile {
         c_ncost_s: vec![50e-6],
         c_nbw_bits_per_s: 10e9,
         c_nbw_per_thread_bits_per_s: None,
+        c_muladd_by_working_set: None,
         ps_read_alpha: 0.5,
+        sources: Default::default(),
     }
 }
 

@@ -208,8 +208,8 @@ fn calibrate_measures_a_profile_that_plan_accepts() {
     let p: Value = crate::util::json_file(&profile);
     assert_eq!(p["name"], "ci");
     assert_eq!(
-        p["version"], 2,
-        "per-kind and per-thread fields are version 2"
+        p["version"], 3,
+        "calibrate writes the newest profile version"
     );
     assert_eq!(p["c_interf"].as_array().unwrap().len(), 2);
     assert_eq!(p["c_interf"][0], 1.0);
