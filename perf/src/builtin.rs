@@ -1,7 +1,10 @@
 //! Built-in inputs: the Fashion-MNIST networks the DNN app trains ([`mlp`], [`cnn`]), their
 //! training settings, a large ImageNet-22K-like network for the paper's findings
-//! ([`imagenet_like`]), and an example hardware profile with stated constants
-//! ([`example_profile`]) until `iterstore calibrate` measures one.
+//! ([`imagenet_like`]), an example hardware profile with stated constants
+//! ([`example_profile`]) until `iterstore calibrate` measures one, and the paper's own
+//! setup as `perf/paper/` describes it, every constant with its source ([`paper_network`],
+//! [`adam_cluster`], [`paper_training`]: Yan et al.'s Table 1 networks, cluster and
+//! training settings).
 //!
 //! The example profile is not a measurement. Its constants are round numbers of the order
 //! of a 2020s server core and a 10 Gbit/s Ethernet NIC:
@@ -19,10 +22,21 @@
 use crate::spec::{Input, KindCosts, Layer, Network, Profile, Training, FORMAT_VERSION};
 
 /// Names of the built-in networks, as `iterstore plan --model` accepts them.
-pub const NETWORKS: [&str; 2] = ["mlp", "cnn"];
+pub const NETWORKS: [&str; 5] = ["mlp", "cnn", "adam-mnist", "imagenet-22k", "imagenet-like"];
 
 /// Names of the built-in profiles, as `iterstore plan --profile` accepts them.
-pub const PROFILES: [&str; 1] = ["example"];
+pub const PROFILES: [&str; 2] = ["example", "adam-cluster"];
+
+/// `perf/paper/adam-mnist.json`: Adam's MNIST network (Yan et al. section 6.1).
+const ADAM_MNIST: &str = include_str!("../paper/adam-mnist.json");
+/// `perf/paper/imagenet-22k.json`: an ImageNet-22K network as section 6.1 describes it.
+const IMAGENET_22K: &str = include_str!("../paper/imagenet-22k.json");
+/// `perf/paper/adam-cluster.json`: the paper's 20-machine cluster (section 6.1).
+const ADAM_CLUSTER: &str = include_str!("../paper/adam-cluster.json");
+/// `perf/paper/mnist-training.json`.
+const MNIST_TRAINING: &str = include_str!("../paper/mnist-training.json");
+/// `perf/paper/imagenet-training.json`.
+const IMAGENET_TRAINING: &str = include_str!("../paper/imagenet-training.json");
 
 /// A fully connected layer of `neurons` 32-bit neurons.
 fn fc(name: &str, neurons: u64) -> Layer {
@@ -40,6 +54,7 @@ fn conv(name: &str, out_channels: u64, kernel: u64, stride: u64) -> Layer {
         out_channels,
         kernel,
         stride,
+        padding: 0,
         bits: 32,
     }
 }
@@ -50,6 +65,7 @@ fn pool(name: &str, window: u64, stride: u64) -> Layer {
         name: name.into(),
         window,
         stride,
+        padding: 0,
         bits: 32,
     }
 }
@@ -74,6 +90,7 @@ pub fn mlp() -> Network {
             size: 28,
         },
         layers: vec![fc("fc1", 512), fc("fc2", 256), softmax("out", 10)],
+        sources: Default::default(),
     }
 }
 
@@ -95,6 +112,7 @@ pub fn cnn() -> Network {
             fc("fc", 128),
             softmax("out", 10),
         ],
+        sources: Default::default(),
     }
 }
 
@@ -118,7 +136,35 @@ pub fn imagenet_like() -> Network {
             fc("fc7", 2048),
             softmax("out", 22_000),
         ],
+        sources: Default::default(),
     }
+}
+
+/// One of the paper's networks (`adam-mnist` or `imagenet-22k`), as `perf/paper/`
+/// describes it.
+pub fn paper_network(name: &str) -> Option<Network> {
+    let text = match name {
+        "adam-mnist" => ADAM_MNIST,
+        "imagenet-22k" => IMAGENET_22K,
+        _ => return None,
+    };
+    Some(crate::spec::parse(text, name).expect("perf/paper/ files parse (tested)"))
+}
+
+/// The training settings of the paper's network `name` (`adam-mnist`: MNIST's 60,000
+/// samples; `imagenet-22k`: 15 million), reading every 70 and writing every 40 samples.
+pub fn paper_training(name: &str) -> Option<Training> {
+    let text = match name {
+        "adam-mnist" => MNIST_TRAINING,
+        "imagenet-22k" => IMAGENET_TRAINING,
+        _ => return None,
+    };
+    Some(crate::spec::parse(text, name).expect("perf/paper/ files parse (tested)"))
+}
+
+/// The paper's cluster (section 6.1) as `perf/paper/adam-cluster.json` states it.
+pub fn adam_cluster() -> Profile {
+    crate::spec::parse(ADAM_CLUSTER, "adam-cluster").expect("perf/paper/ files parse (tested)")
 }
 
 /// The built-in network called `name` ([`NETWORKS`]).
@@ -126,7 +172,8 @@ pub fn network(name: &str) -> Option<Network> {
     match name {
         "mlp" => Some(mlp()),
         "cnn" => Some(cnn()),
-        _ => None,
+        "imagenet-like" => Some(imagenet_like()),
+        _ => paper_network(name),
     }
 }
 
@@ -140,6 +187,7 @@ pub fn fashion_mnist_training() -> Training {
         n_write: 40,
         batch: None,
         synchronous_writes: None,
+        sources: Default::default(),
     }
 }
 
@@ -156,13 +204,19 @@ pub fn example_profile() -> Profile {
         c_ncost_s: vec![50e-6],
         c_nbw_bits_per_s: 10e9,
         c_nbw_per_thread_bits_per_s: None,
+        c_muladd_by_working_set: None,
         ps_read_alpha: 0.5,
+        sources: Default::default(),
     }
 }
 
 /// The built-in profile called `name` ([`PROFILES`]).
 pub fn profile(name: &str) -> Option<Profile> {
-    (name == "example").then(example_profile)
+    match name {
+        "example" => Some(example_profile()),
+        "adam-cluster" => Some(adam_cluster()),
+        _ => None,
+    }
 }
 
 #[cfg(test)]
@@ -171,11 +225,16 @@ mod tests {
 
     #[test]
     fn built_ins_are_valid() {
-        for net in [mlp(), cnn(), imagenet_like()] {
-            net.validate(&net.name).unwrap();
+        for name in NETWORKS {
+            network(name).unwrap().validate(name).unwrap();
         }
-        example_profile().validate("example").unwrap();
+        for name in PROFILES {
+            profile(name).unwrap().validate(name).unwrap();
+        }
         fashion_mnist_training().validate("training").unwrap();
+        for name in ["adam-mnist", "imagenet-22k"] {
+            paper_training(name).unwrap().validate(name).unwrap();
+        }
     }
 
     #[test]

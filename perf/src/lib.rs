@@ -12,6 +12,8 @@
 //!   one's per-layer partitions, copies and threads by dynamic programming;
 //!   [`optimizer::brute_force`] is its oracle.
 //! - [`plan`]: the [`Plan`] file the DNN app reads.
+//! - [`rank`]: Spearman's rank correlation, to compare the model's order of configurations
+//!   with a measured one.
 //! - [`builtin`]: the Fashion-MNIST `mlp` and `cnn`, a large ImageNet-like network and an
 //!   example profile with stated constants.
 //!
@@ -33,6 +35,7 @@ pub mod mapping;
 pub mod model;
 pub mod optimizer;
 pub mod plan;
+pub mod rank;
 pub mod spec;
 
 pub use model::{Components, Estimate, LayerConfig, Model, Resources, Traffic};

@@ -427,6 +427,7 @@ mod tests {
             connections: n * n,
             params: n * n,
             bits: 32.0,
+            below: n,
             connectivity: Connectivity::Full,
         }
     }

@@ -8,15 +8,17 @@
 //!
 //! - per segment and sample: feed-forward compute `U_f` (eq. 5, [`Model::compute`]),
 //!   back-propagation compute `U_b` (section 4.1.2), weight-update compute `U_w` (eq. 8),
-//!   each times the interference `C_interf(H)` (eq. 9); remote activations `M_f` (eq. 6)
-//!   and error terms `M_b` (eq. 7) over a per-thread bandwidth `C_nbw / H` with latency
-//!   `C_ncost(H)` (eq. 9, [`comm_time`]);
+//!   each times the interference `C_interf(H)` (eq. 9), with `C_muladd` times the cache
+//!   factor of the segment's working set ([`Model::working_set`]); remote activations
+//!   `M_f` (eq. 6) and error terms `M_b` (eq. 7) over a per-thread bandwidth `C_nbw / H`
+//!   with latency `C_ncost(H)` (eq. 9, [`comm_time`]);
 //! - the data parallelism degree `Q(l) = H(l) × R(l) × N_mr` (sections 4.2.1-4.2.3);
-//! - the parameter-server read time between its worst case `M_w^max` (eq. 10,
-//!   [`Model::ps_read_worst`]) and best case `M_w^min` (eq. 11, [`Model::ps_read_best`]) at
-//!   the profile's `ps_read_alpha`;
-//! - `T_epoch = M_w × N_sample / N_read + Σ_l [U_f + M_f + U_b + M_b + U_w] × N_sample / Q(l)`
-//!   ([`Model::estimate`]).
+//! - the parameter-server reads as NIC sharing ([`Model::ps_read`]): `k` replicas read at
+//!   once ([`Model::reads_at_once`], `1 + alpha × (N_mr − 1)`), each at `min(N_wr, N_ps / k)`
+//!   links (eq. 11 at `k = 1`, eq. 10 at `k = N_mr`), and the epoch's reads are served `k`
+//!   at a time ([`Model::transfers_per_epoch`]);
+//! - `T_epoch = M_w × N_sample / (k × N_read) + Σ_l [U_f + M_f + U_b + M_b + U_w] × N_sample / Q(l)`
+//!   ([`Model::estimate`]); at `k = 1` the paper's.
 //!
 //! Where the paper is silent, this model chooses (and the tests pin down):
 //! - the slowest segment decides a layer's time; segments are stripes of whole [`Shape::rows`]
@@ -40,15 +42,16 @@
 //!   the back-propagation through layer `l + 1`'s connections costs layer `l + 1`'s;
 //! - a pooling layer has no activation: no `C_act` in its `U_f`, no `C_err` in its `U_b`;
 //!   a layer without weights (pooling) has no `U_w`;
-//! - `N_write` costs nothing: writes are asynchronous (section 4.2.3);
-//! - `M_w × N_sample / N_read` is charged as the paper writes it, whatever `N_mr`: more
-//!   model replicas divide compute and activation traffic (through `Q`), not weight reads.
+//! - `N_write` costs nothing: writes are asynchronous (section 4.2.3), unless the training
+//!   settings make them synchronous;
+//! - a worker's threads share one copy of its weights: it reads them once, at the NIC's
+//!   `C_nbw(1)`, and they count once in its working set.
 //!
 //! This module knows nothing of the search; it evaluates one configuration.
 
 use serde::{Deserialize, Serialize};
 
-use crate::spec::{Layer, LayerKind, Network, Profile, Training};
+use crate::spec::{out_size, Layer, LayerKind, Network, Profile, Training};
 
 /// How a layer's segments depend on the layer below.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -85,6 +88,8 @@ pub struct Shape {
     pub params: f64,
     /// Bits per activation and error term.
     pub bits: f64,
+    /// Values of the layer below (its neurons, or the network's input) per sample.
+    pub below: f64,
     /// Dependence on the layer below.
     pub connectivity: Connectivity,
 }
@@ -117,6 +122,7 @@ pub fn shapes(network: &Network) -> Vec<Shape> {
                     connections: n * below,
                     params: n * below,
                     bits: f64::from(*bits),
+                    below,
                     connectivity: Connectivity::Full,
                 }
             }
@@ -125,9 +131,10 @@ pub fn shapes(network: &Network) -> Vec<Shape> {
                 out_channels,
                 kernel,
                 stride,
+                padding,
                 bits,
             } => {
-                let o = (size - kernel) / stride + 1;
+                let o = out_size(size, *kernel, *stride, *padding);
                 let n = (*out_channels * o * o) as f64;
                 let taps = channels as f64 * (kernel * kernel) as f64;
                 (channels, size) = (*out_channels, o);
@@ -140,6 +147,7 @@ pub fn shapes(network: &Network) -> Vec<Shape> {
                     connections: n * taps,
                     params: *out_channels as f64 * taps,
                     bits: f64::from(*bits),
+                    below,
                     connectivity: Connectivity::Full,
                 }
             }
@@ -147,9 +155,10 @@ pub fn shapes(network: &Network) -> Vec<Shape> {
                 name,
                 window,
                 stride,
+                padding,
                 bits,
             } => {
-                let o = (size - window) / stride + 1;
+                let o = out_size(size, *window, *stride, *padding);
                 let n = channels as f64 * (o * o) as f64;
                 size = o;
                 // Segments of whole channels, each reading the same channels below.
@@ -161,6 +170,7 @@ pub fn shapes(network: &Network) -> Vec<Shape> {
                     connections: n * (window * window) as f64,
                     params: 0.0,
                     bits: f64::from(*bits),
+                    below,
                     connectivity: Connectivity::Local { halo: 0.0 },
                 }
             }
@@ -185,6 +195,36 @@ impl Resources {
     /// Machines used: `N_ps + N_mr × N_wr` (C1 bounds it by N).
     pub fn machines(&self) -> u32 {
         self.parameter_servers + self.replicas * self.workers
+    }
+
+    /// Parses the paper's `W/R/PS` (Table 1: workers per replica, replicas, parameter
+    /// servers), e.g. `2/9/2`, each at least 1; the error says what is wrong with `text`.
+    pub fn parse_wrps(text: &str) -> Result<Self, String> {
+        let parts: Vec<&str> = text.trim().split('/').collect();
+        let [w, r, ps] = parts.as_slice() else {
+            return Err(format!(
+                "`{text}` is not W/R/PS (workers per replica/replicas/parameter servers, e.g. 2/9/2)"
+            ));
+        };
+        let count = |what: &str, s: &str| match s.trim().parse::<u32>() {
+            Ok(n) if n >= 1 => Ok(n),
+            _ => Err(format!(
+                "`{text}`: {what} `{s}` is not a whole number of at least 1"
+            )),
+        };
+        Ok(Self {
+            workers: count("W (workers per replica)", w)?,
+            replicas: count("R (replicas)", r)?,
+            parameter_servers: count("PS (parameter servers)", ps)?,
+        })
+    }
+
+    /// The paper's `W/R/PS` notation of these resources.
+    pub fn wrps(&self) -> String {
+        format!(
+            "{}/{}/{}",
+            self.workers, self.replicas, self.parameter_servers
+        )
     }
 }
 
@@ -335,23 +375,43 @@ impl Model {
         rows.div_ceil(u64::from(partitions)) as f64 / rows as f64
     }
 
-    /// Per-sample compute of the slowest segment of layer `l` with `partitions` stripes,
-    /// one thread: eq. 5 (`U_f = C_muladd × W(l,p) + C_act × N_neuron(l,p)`), section
-    /// 4.1.2 (`U_b = C_muladd × W'(l,p) + C_err × N_neuron(l,p)`), eq. 8 (`U_w = C_muladd × W(l,p)`).
-    /// `C_muladd` is that of the layer's kind ([`Profile::muladd`]; `W'` at layer
-    /// `l + 1`'s); a pooling layer has no `C_act` or `C_err` term, a layer without weights
-    /// no `U_w`.
-    pub fn compute(&self, l: usize, partitions: u32) -> Compute {
+    /// The working set in bytes of the slowest segment of layer `l` with `partitions`
+    /// stripes and `threads` threads, multiplying `weights` of its parameters (its own, or
+    /// for back-propagation layer `l + 1`'s into it): those weights once (the threads share
+    /// the machine's copy) and, per thread, one sample's input values read and output values
+    /// written, at the layer's bits per value. It picks the cost per multiply-add on the
+    /// profile's cache curve ([`Profile::working_set_factor`]).
+    pub fn working_set(&self, l: usize, partitions: u32, threads: u32, weights: f64) -> f64 {
+        let s = &self.shapes[l];
+        let f = self.segment_fraction(l, partitions);
+        let inputs = match s.connectivity {
+            Connectivity::Full => s.below,
+            Connectivity::Local { halo } => s.below * (f + halo).min(1.0),
+        };
+        let per_thread = inputs + s.neurons * f;
+        (weights * f + f64::from(threads.max(1)) * per_thread) * s.bits / 8.0
+    }
+
+    /// Per-sample compute of the slowest segment of layer `l` with `partitions` stripes and
+    /// `threads` threads, before interference: eq. 5 (`U_f = C_muladd × W(l,p) + C_act ×
+    /// N_neuron(l,p)`), section 4.1.2 (`U_b = C_muladd × W'(l,p) + C_err × N_neuron(l,p)`),
+    /// eq. 8 (`U_w = C_muladd × W(l,p)`). `C_muladd` is that of the layer's kind
+    /// ([`Profile::muladd`]; `W'` at layer `l + 1`'s) times the cache factor of the weights
+    /// multiplied ([`Model::working_set`]); a pooling layer has no `C_act` or `C_err` term,
+    /// a layer without weights no `U_w`.
+    pub fn compute(&self, l: usize, partitions: u32, threads: u32) -> Compute {
         let s = &self.shapes[l];
         let f = self.segment_fraction(l, partitions);
         let p = &self.profile;
-        let muladd = p.muladd(s.kind);
+        let own = p.working_set_factor(self.working_set(l, partitions, threads, s.params));
+        let muladd = p.muladd(s.kind) * own;
         let w = s.connections * f;
-        // Error terms come back through layer l + 1's connections, at its kind's cost.
-        let back = self
-            .shapes
-            .get(l + 1)
-            .map_or(0.0, |up| p.muladd(up.kind) * up.connections * f);
+        // Error terms come back through layer l + 1's connections, at its kind's cost and
+        // the cache factor of its weights into this segment.
+        let back = self.shapes.get(l + 1).map_or(0.0, |up| {
+            let ws = self.working_set(l, partitions, threads, up.params);
+            p.muladd(up.kind) * p.working_set_factor(ws) * up.connections * f
+        });
         // A pooling layer has no activation function (and so no error function), and a
         // layer without weights has nothing to update.
         let n = if s.kind == LayerKind::Pooling {
@@ -373,40 +433,30 @@ impl Model {
         s.params * s.bits * f64::from(cfg.replications)
     }
 
-    /// Eq. 10's term for layer `l`: all replicas read at once, so that every server's link
-    /// carries each replica's share of what it holds:
-    /// `C_ncost(H) + N_mr × W(l) / (N_ps × C_nbw(H))`, and never less than eq. 11 (a
-    /// replica cannot read faster than its own links); 0 for a layer without weights. The
-    /// paper writes it for one server (`N_ps = 1`); with `N_ps` servers each holds
-    /// `1 / N_ps` of the weights (hash placement).
-    pub fn ps_read_worst(&self, l: usize, cfg: &LayerConfig, res: &Resources) -> f64 {
-        let bits = self.weight_bits(l, cfg);
-        if bits == 0.0 {
-            return 0.0;
-        }
-        let p = &self.profile;
-        let servers = f64::from(res.parameter_servers.max(1));
-        let contended = p.latency(cfg.threads)
-            + f64::from(res.replicas) * bits / (servers * p.bandwidth(cfg.threads));
-        contended.max(self.ps_read_best(l, cfg, res))
+    /// How many replicas read their weights at once: `1 + alpha × (N_mr − 1)`, from eq.
+    /// 11's best case (`alpha = 0`: "no overlapped time among multiple replicas") to eq.
+    /// 10's worst (`alpha = 1`: all replicas at once).
+    pub fn reads_at_once(&self, res: &Resources) -> f64 {
+        1.0 + self.profile.ps_read_alpha * f64::from(res.replicas.max(1) - 1)
     }
 
-    /// Eq. 11's term for layer `l`: one replica reads over `min(N_ps, N_wr)` links at once,
-    /// `C_ncost(H) + W(l) / (C_nbw(H) × min(N_ps, N_wr))`; 0 for a layer without weights.
-    pub fn ps_read_best(&self, l: usize, cfg: &LayerConfig, res: &Resources) -> f64 {
-        let bits = self.weight_bits(l, cfg);
-        if bits == 0.0 {
-            return 0.0;
-        }
-        let p = &self.profile;
-        let links = f64::from(res.parameter_servers.min(res.workers).max(1));
-        p.latency(cfg.threads) + bits / (p.bandwidth(cfg.threads) * links)
-    }
-
-    /// `M_w`'s term for layer `l`: `M_min + alpha × (M_max − M_min)`.
+    /// One replica's read of layer `l`'s weights while [`Model::reads_at_once`] replicas
+    /// read: `C_ncost + W(l) / (C_nbw × min(N_wr, N_ps / k))`. The replica's `N_wr` NICs
+    /// bound it (eq. 11's "the available bandwidth is bounded by the smaller of the
+    /// parameter server bandwidth and model replica bandwidth", §6.2.2), and so do the
+    /// servers' `N_ps` NICs, shared by the `k` replicas reading. A worker's threads share one
+    /// copy of its weights, so the read is one stream at the NIC's `C_nbw(1)`, not a
+    /// thread's `C_nbw(H)`. With `k = 1` it is eq. 11; with `k = N_mr` and one server, eq.
+    /// 10. 0 for a layer without weights.
     pub fn ps_read(&self, l: usize, cfg: &LayerConfig, res: &Resources) -> f64 {
-        let best = self.ps_read_best(l, cfg, res);
-        best + self.profile.ps_read_alpha * (self.ps_read_worst(l, cfg, res) - best)
+        let bits = self.weight_bits(l, cfg);
+        if bits == 0.0 {
+            return 0.0;
+        }
+        let p = &self.profile;
+        let servers = f64::from(res.parameter_servers.max(1)) / self.reads_at_once(res);
+        let links = f64::from(res.workers.max(1)).min(servers);
+        p.latency(1) + bits / (p.bandwidth(1) * links)
     }
 
     /// `N_sample / Q(l)` with `Q(l) = H(l) × R(l) × N_mr`.
@@ -415,25 +465,26 @@ impl Model {
         self.training.n_sample as f64 / q
     }
 
-    /// Transfers of the weights per epoch on the critical path: each replica reads its
-    /// `N_sample / N_mr` samples' weights every `N_read` samples (the replicas read at the
-    /// same time; eq. 10's worst case already charges them contending for one server),
-    /// plus, with [`Training::synchronous_writes`], a write every `N_write`.
+    /// Weight transfers per epoch on the critical path: the epoch's `N_sample / N_read`
+    /// reads (plus, with [`Training::synchronous_writes`], its `N_sample / N_write` writes),
+    /// served [`Model::reads_at_once`] at a time. With reads one at a time this is the
+    /// paper's `M_w × N_sample / N_read`; with all `N_mr` at once, each replica's
+    /// `N_sample / (N_mr × N_read)` reads.
     pub fn transfers_per_epoch(&self, res: &Resources) -> f64 {
         let t = &self.training;
-        let per_replica = t.n_sample as f64 / f64::from(res.replicas.max(1));
+        let n = t.n_sample as f64;
         let writes = if t.synchronous_writes.unwrap_or(false) {
-            per_replica / t.n_write as f64
+            n / t.n_write as f64
         } else {
             0.0
         };
-        per_replica / t.n_read as f64 + writes
+        (n / t.n_read as f64 + writes) / self.reads_at_once(res)
     }
 
     /// Layer `l`'s epoch seconds that depend on it alone: compute (eqs. 5, 7, 8 times eq.
     /// 9's interference, over `Q(l)`) and its share of the parameter-server transfers.
     pub fn node(&self, l: usize, cfg: &LayerConfig, res: &Resources) -> Components {
-        let c = self.compute(l, cfg.partitions);
+        let c = self.compute(l, cfg.partitions, cfg.threads);
         let scale = self.profile.interference(cfg.threads) * self.per_epoch(cfg, res);
         let reads = self.transfers_per_epoch(res);
         Components {

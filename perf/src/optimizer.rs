@@ -344,6 +344,44 @@ pub fn search(model: &Model, cluster: &Cluster) -> Result<Search, Error> {
     })
 }
 
+/// The best per-layer configuration of the one resource triple `res` on `cluster` (the
+/// search's dynamic program for it alone), with its estimate: what `iterstore plan
+/// --evaluate W/R/PS` prints. `res` must fit the cluster (C1) with every count at least 1.
+pub fn best_for(model: &Model, cluster: &Cluster, res: &Resources) -> Result<Candidate, Error> {
+    check(model, cluster)?;
+    if res.parameter_servers == 0 || res.replicas == 0 || res.workers == 0 {
+        return Err(Error::Invalid {
+            origin: "configuration".into(),
+            field: "W/R/PS".into(),
+            message: "every count must be at least 1".into(),
+        });
+    }
+    if res.machines() > cluster.machines {
+        return Err(Error::Invalid {
+            origin: "configuration".into(),
+            field: "W/R/PS".into(),
+            message: format!(
+                "{}/{}/{} uses {} machines (W x R + PS); the cluster has {}",
+                res.workers,
+                res.replicas,
+                res.parameter_servers,
+                res.machines(),
+                cluster.machines
+            ),
+        });
+    }
+    let tables = Tables::new(model, res.workers, mapping::greedy);
+    let layers = dp(model, &tables, res, cluster.cores);
+    let traffic = traffic_of(&tables, &layers);
+    let estimate = model.estimate(res, &layers, &traffic);
+    Ok(Candidate {
+        resources: *res,
+        layers,
+        traffic,
+        estimate,
+    })
+}
+
 /// The fastest configuration by trying every resource triple, every per-layer
 /// `(P, R, H)` and, for every pair of adjacent layers, every injective mapping.
 /// Exponential in the layers and machines: for small instances (tests) only.

@@ -13,6 +13,7 @@
 //! `validate`, naming the field. The profile and its versions live in `spec/profile.rs`.
 //! This module only describes; it computes no time.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::de::DeserializeOwned;
@@ -20,7 +21,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::Error;
 
+mod cache;
 mod profile;
+pub use cache::{cache_factor, CachePoint};
 pub use profile::{KindCosts, Profile, PROFILE_VERSION};
 
 /// The version every input and plan file carries.
@@ -51,9 +54,11 @@ pub struct Input {
     pub size: u64,
 }
 
-/// One layer of a DNN. Convolution and pooling are "valid" (no padding) and square. When
-/// partitioned, a convolution is divided by kernel (output channel), pooling by channel,
-/// fully connected and softmax layers by neuron.
+/// One layer of a DNN. Convolution and pooling are square, with an optional zero
+/// `padding` on every side (absent: 0, "valid"); the output is `(size + 2 × padding −
+/// kernel) / stride + 1` wide ([`out_size`]). When partitioned, a convolution is divided by
+/// kernel (output channel), pooling by channel, fully connected and softmax layers by
+/// neuron.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Layer {
@@ -76,6 +81,9 @@ pub enum Layer {
         kernel: u64,
         /// Stride.
         stride: u64,
+        /// Zeros added on every side of the input (absent: 0).
+        #[serde(default, skip_serializing_if = "is_zero")]
+        padding: u64,
         /// Bits per activation and error term.
         bits: u32,
     },
@@ -87,6 +95,9 @@ pub enum Layer {
         window: u64,
         /// Stride.
         stride: u64,
+        /// Values added on every side of the input (absent: 0).
+        #[serde(default, skip_serializing_if = "is_zero")]
+        padding: u64,
         /// Bits per activation and error term.
         bits: u32,
     },
@@ -100,6 +111,21 @@ pub enum Layer {
         bits: u32,
     },
 }
+
+/// True for 0 (an absent `padding` is left out of a written file).
+fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
+
+/// The width of a square window's output: `(size + 2 × padding − window) / stride + 1`
+/// (`window ≤ size + 2 × padding`, `stride ≥ 1`, checked by [`Network::validate`]).
+pub fn out_size(size: u64, window: u64, stride: u64, padding: u64) -> u64 {
+    (size + 2 * padding - window) / stride + 1
+}
+
+/// Where each constant of a file comes from, by field path (`layers[0].kernel`,
+/// `n_read`): a paper's section, a measurement, or "assumed" and why. The model ignores it.
+pub type Sources = BTreeMap<String, String>;
 
 impl Layer {
     /// The layer's kind.
@@ -135,6 +161,9 @@ pub struct Network {
     pub input: Input,
     /// The layers, bottom (nearest the input) first.
     pub layers: Vec<Layer>,
+    /// Where the numbers come from ([`Sources`]).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub sources: Sources,
 }
 
 /// The machines: `machines` identical machines of `cores` cores each.
@@ -172,6 +201,9 @@ pub struct Training {
     /// writes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub synchronous_writes: Option<bool>,
+    /// Where the numbers come from ([`Sources`]).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub sources: Sources,
 }
 
 /// An [`Error::Invalid`] about `field` of `origin`.
@@ -240,36 +272,48 @@ impl Network {
                     out_channels,
                     kernel,
                     stride,
+                    padding,
                     bits,
                     ..
                 } => {
                     if *out_channels == 0 {
                         return Err(invalid(origin, at("out_channels"), "must be at least 1"));
                     }
-                    (*bits, Some(("kernel", *kernel, *stride)))
+                    (*bits, Some(("kernel", *kernel, *stride, *padding)))
                 }
                 Layer::Pooling {
                     window,
                     stride,
+                    padding,
                     bits,
                     ..
-                } => (*bits, Some(("window", *window, *stride))),
+                } => (*bits, Some(("window", *window, *stride, *padding))),
             };
             if bits == 0 {
                 return Err(invalid(origin, at("bits"), "must be at least 1"));
             }
-            if let Some((field, window, stride)) = window {
-                if window == 0 || window > size {
+            if let Some((field, window, stride, padding)) = window {
+                if padding >= window.max(1) {
+                    return Err(invalid(
+                        origin,
+                        at("padding"),
+                        format!("is {padding}; it must be less than the {field} ({window})"),
+                    ));
+                }
+                let padded = size + 2 * padding;
+                if window == 0 || window > padded {
                     return Err(invalid(
                         origin,
                         at(field),
-                        format!("is {window}; it must be in 1..={size} (the input is {size} wide)"),
+                        format!(
+                            "is {window}; it must be in 1..={padded} (the input is {size} wide, padded {padded})"
+                        ),
                     ));
                 }
                 if stride == 0 {
                     return Err(invalid(origin, at("stride"), "must be at least 1"));
                 }
-                size = (size - window) / stride + 1;
+                size = out_size(size, window, stride, padding);
             }
         }
         Ok(())
@@ -407,6 +451,7 @@ mod tests {
             out_channels: 4,
             kernel: 40,
             stride: 1,
+            padding: 0,
             bits: 32,
         };
         let err = net.validate("n.json").unwrap_err().to_string();

@@ -223,7 +223,9 @@ pub fn calibrate(
         c_ncost_s: net.latency_s,
         c_nbw_bits_per_s: net.bandwidth_bits_per_s[0],
         c_nbw_per_thread_bits_per_s: Some(net.bandwidth_bits_per_s),
+        c_muladd_by_working_set: None,
         ps_read_alpha,
+        sources: Default::default(),
     };
     Ok(Calibration { profile, kinds })
 }

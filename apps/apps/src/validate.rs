@@ -75,6 +75,7 @@ impl Config {
             n_write: n_read,
             batch: Some(batch.div_ceil(self.replicas) as u64),
             synchronous_writes: Some(true),
+            sources: Default::default(),
         };
         let model = Model::new(&mlp_network(sizes), profile, &training);
         let resources = Resources {

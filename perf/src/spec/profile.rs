@@ -2,20 +2,26 @@
 //! cost is looked up for a layer kind ([`Profile::muladd`]) or a thread count
 //! ([`Profile::interference`], [`Profile::latency`], [`Profile::bandwidth`]).
 //!
-//! Profiles are the one input with two versions: version 2 ([`PROFILE_VERSION`]) adds the
-//! optional per-kind `C_muladd` ([`KindCosts`]) and measured per-thread bandwidth; a
-//! version-1 file still loads and costs what it did, and a version-1 file holding a
-//! version-2 field is refused naming the field.
+//! Profiles are the one input with several versions: version 2 adds the optional per-kind
+//! `C_muladd` ([`KindCosts`]) and measured per-thread bandwidth, version 3
+//! ([`PROFILE_VERSION`]) the cost per multiply-add against the working set
+//! ([`CachePoint`], `spec/cache.rs`); an older file still loads and costs what it did, and a
+//! file holding a newer version's field is refused naming the field. Any version may carry
+//! `sources`, the origin of each constant (the model ignores it).
+
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::cache::{cache_factor, validate_curve, CachePoint};
 use super::{invalid, positive, Cluster, LayerKind, FORMAT_VERSION};
 use crate::Error;
 
 /// The newest profile version. Version 2 adds the optional [`Profile::c_muladd_by_kind_s`]
-/// and [`Profile::c_nbw_per_thread_bits_per_s`]; this build reads versions 1 and 2, and a
-/// version-1 profile holding either field is refused.
-pub const PROFILE_VERSION: u32 = 2;
+/// and [`Profile::c_nbw_per_thread_bits_per_s`], version 3
+/// [`Profile::c_muladd_by_working_set`]; this build reads versions 1 to 3, and a profile
+/// holding a field of a newer version than its own is refused.
+pub const PROFILE_VERSION: u32 = 3;
 
 /// Seconds per multiply-add of the layer kinds whose loops are not a fully connected
 /// layer's GEMM (profile version 2). A kind left out costs [`Profile::c_muladd_s`].
@@ -44,7 +50,7 @@ impl KindCosts {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Profile {
-    /// Format version: [`FORMAT_VERSION`] (1) or [`PROFILE_VERSION`] (2).
+    /// Format version: [`FORMAT_VERSION`] (1) to [`PROFILE_VERSION`] (3).
     pub version: u32,
     /// Profile name, for reports and plans.
     pub name: String,
@@ -69,9 +75,19 @@ pub struct Profile {
     /// `H = 1..` (see [`Profile::bandwidth`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub c_nbw_per_thread_bits_per_s: Option<Vec<f64>>,
-    /// Where the parameter-server read time lies between its best (0) and worst (1) case
-    /// (eqs. 10-11): `M_w = M_min + alpha × (M_max − M_min)`.
+    /// Version 3: `C_muladd` against the segment's working set, as factors of the kind's
+    /// `C_muladd` ([`Profile::working_set_factor`]); absent, 1 at every size.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub c_muladd_by_working_set: Option<Vec<CachePoint>>,
+    /// How much the replicas' weight reads overlap, between eq. 11's best case (0: one
+    /// replica reads at a time, each at `min(N_ps, N_wr)` links) and eq. 10's worst (1: all
+    /// `N_mr` at once, sharing the servers' links): `1 + alpha × (N_mr − 1)` replicas read
+    /// at once (`Model::reads_at_once`).
     pub ps_read_alpha: f64,
+    /// Where each constant comes from (a measurement, a paper's section, or "assumed" and
+    /// why), by field name. The model ignores it.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub sources: BTreeMap<String, String>,
 }
 
 impl Profile {
@@ -101,6 +117,9 @@ impl Profile {
             for (i, v) in bw.iter().enumerate() {
                 positive(origin, &format!("c_nbw_per_thread_bits_per_s[{i}]"), *v)?;
             }
+        }
+        if let Some(curve) = &self.c_muladd_by_working_set {
+            validate_curve(origin, "c_muladd_by_working_set", curve)?;
         }
         positive(origin, "c_act_s", self.c_act_s)?;
         positive(origin, "c_err_s", self.c_err_s)?;
@@ -132,7 +151,7 @@ impl Profile {
         Ok(())
     }
 
-    /// A version this build reads (1 or 2), and no version-2 field in a version-1 profile.
+    /// A version this build reads (1 to 3), and no field of a newer version than the file's.
     fn validate_version(&self, origin: &str) -> Result<(), Error> {
         if !(FORMAT_VERSION..=PROFILE_VERSION).contains(&self.version) {
             return Err(invalid(
@@ -144,21 +163,28 @@ impl Profile {
                 ),
             ));
         }
-        if self.version < PROFILE_VERSION {
-            let newer = [
-                ("c_muladd_by_kind_s", !self.c_muladd_by_kind_s.is_empty()),
-                (
-                    "c_nbw_per_thread_bits_per_s",
-                    self.c_nbw_per_thread_bits_per_s.is_some(),
-                ),
-            ];
-            if let Some((field, _)) = newer.iter().find(|(_, present)| *present) {
-                return Err(invalid(
-                    origin,
-                    *field,
-                    format!("needs \"version\": {PROFILE_VERSION}, not {}", self.version),
-                ));
-            }
+        let newer = [
+            ("c_muladd_by_kind_s", 2, !self.c_muladd_by_kind_s.is_empty()),
+            (
+                "c_nbw_per_thread_bits_per_s",
+                2,
+                self.c_nbw_per_thread_bits_per_s.is_some(),
+            ),
+            (
+                "c_muladd_by_working_set",
+                3,
+                self.c_muladd_by_working_set.is_some(),
+            ),
+        ];
+        if let Some((field, needs, _)) = newer
+            .iter()
+            .find(|(_, needs, present)| *present && self.version < *needs)
+        {
+            return Err(invalid(
+                origin,
+                *field,
+                format!("needs \"version\": {needs} or later, not {}", self.version),
+            ));
         }
         Ok(())
     }
@@ -200,6 +226,14 @@ impl Profile {
             LayerKind::FullyConnected | LayerKind::Softmax => None,
         };
         own.unwrap_or(self.c_muladd_s)
+    }
+
+    /// The factor on `C_muladd` of a segment whose working set is `bytes`
+    /// ([`Profile::c_muladd_by_working_set`]; 1 without a curve).
+    pub fn working_set_factor(&self, bytes: f64) -> f64 {
+        self.c_muladd_by_working_set
+            .as_deref()
+            .map_or(1.0, |curve| cache_factor(curve, bytes))
     }
 
     /// `C_nbw(H)` (eq. 9), the bandwidth each of H threads gets. Without measured
@@ -312,14 +346,14 @@ mod tests {
             "{err}"
         );
         let err = parse::<Profile>(
-            &v2.replace("\"version\": 2", "\"version\": 3"),
+            &v2.replace("\"version\": 2", "\"version\": 4"),
             "future.json",
         )
         .unwrap()
         .validate("future.json")
         .unwrap_err()
         .to_string();
-        assert!(err.contains("version") && err.contains("is 3"), "{err}");
+        assert!(err.contains("version") && err.contains("is 4"), "{err}");
         let err = parse::<Profile>(&v2.replace("convolution", "convolutoin"), "typo.json")
             .unwrap_err()
             .to_string();

@@ -4,6 +4,7 @@
 
 use iterstore_perf::model::{Connectivity, Shape};
 use iterstore_perf::optimizer::brute_force;
+use iterstore_perf::spec::CachePoint;
 use iterstore_perf::{search, Cluster, KindCosts, LayerKind, Model, Profile, Training};
 use proptest::prelude::*;
 
@@ -40,6 +41,7 @@ fn shape() -> impl Strategy<Value = Shape> {
                 connections,
                 params: if weights { connections } else { 0.0 },
                 bits,
+                below: fan_in,
                 connectivity: halo.map_or(Connectivity::Full, |halo| Connectivity::Local { halo }),
             }
         })
@@ -59,13 +61,15 @@ fn profile(cores: u32) -> impl Strategy<Value = Profile> {
             proptest::option::of(-10.0f64..-7.0),
             proptest::option::of(-10.0f64..-7.0),
             proptest::option::of(proptest::collection::vec(4.0f64..10.0, cores as usize)),
+            // A cache curve: factor 1 up to `small` bytes, `slow` from `small × 2^span`.
+            proptest::option::of((1.0f64..5.0, 0.1f64..3.0, 1.0f64..8.0)),
         ),
     )
         .prop_map(
-            |(muladd, act, ncost, nbw, alpha, steps, (conv, pool, per_thread))| {
+            |(muladd, act, ncost, nbw, alpha, steps, (conv, pool, per_thread, cache))| {
                 let mut interf = 1.0;
                 Profile {
-                    version: 2,
+                    version: 3,
                     name: "random".into(),
                     c_muladd_s: 10f64.powf(muladd),
                     c_muladd_by_kind_s: KindCosts {
@@ -86,7 +90,18 @@ fn profile(cores: u32) -> impl Strategy<Value = Profile> {
                     c_nbw_bits_per_s: 10f64.powf(nbw),
                     c_nbw_per_thread_bits_per_s: per_thread
                         .map(|v| v.iter().map(|b| 10f64.powf(*b)).collect()),
+                    c_muladd_by_working_set: cache.map(|(small, span, slow)| {
+                        let bytes = 10f64.powf(small);
+                        vec![
+                            CachePoint { bytes, factor: 1.0 },
+                            CachePoint {
+                                bytes: bytes * 2f64.powf(span),
+                                factor: slow,
+                            },
+                        ]
+                    }),
                     ps_read_alpha: alpha,
+                    sources: Default::default(),
                 }
             },
         )
@@ -109,6 +124,7 @@ fn instance() -> impl Strategy<Value = (Model, Cluster)> {
                     n_write: 1,
                     batch: None,
                     synchronous_writes: None,
+                    sources: Default::default(),
                 };
                 (
                     Model::from_shapes(shapes, profile, training),
@@ -144,6 +160,7 @@ fn the_dp_runs_per_server_count_when_eq_10_counts() {
         connections,
         params: connections,
         bits: 8.0,
+        below: 3.0,
         connectivity: Connectivity::Full,
     };
     let profile = Profile {
@@ -160,7 +177,9 @@ fn the_dp_runs_per_server_count_when_eq_10_counts() {
         c_ncost_s: vec![7.048116743444881e-6],
         c_nbw_bits_per_s: 2855913.488778745,
         c_nbw_per_thread_bits_per_s: None,
+        c_muladd_by_working_set: None,
         ps_read_alpha: 0.9427988549728089,
+        sources: Default::default(),
     };
     let training = Training {
         version: 1,
@@ -169,6 +188,7 @@ fn the_dp_runs_per_server_count_when_eq_10_counts() {
         n_write: 1,
         batch: None,
         synchronous_writes: None,
+        sources: Default::default(),
     };
     let model = Model::from_shapes(
         vec![layer(34.20557886367409), layer(112.0980268892052)],

@@ -188,6 +188,7 @@ impl Stack {
                 out_channels: g.out_channels as u64,
                 kernel: g.kernel as u64,
                 stride: 1,
+                padding: 0,
                 bits: 32,
             });
             stages.push(Stage {
@@ -201,6 +202,7 @@ impl Stack {
                 name: pool_name,
                 window: POOL as u64,
                 stride: POOL as u64,
+                padding: 0,
                 bits: 32,
             });
             below = p.output_len();
@@ -230,6 +232,7 @@ impl Stack {
                     size: spec.height as u64,
                 },
                 layers,
+                sources: Default::default(),
             },
         }
     }
@@ -275,6 +278,7 @@ pub fn mlp_network(sizes: &[usize]) -> Network {
         layers: (0..=last)
             .map(|l| dense_layer(format!("l{l}"), sizes[l + 1], l == last))
             .collect(),
+        sources: Default::default(),
     }
 }
 

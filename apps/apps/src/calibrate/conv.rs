@@ -55,7 +55,7 @@ enum Geometry {
 }
 
 /// The geometries of `network`'s convolution and pooling layers below its first fully
-/// connected one, named (the description is square and unpadded).
+/// connected one, named (the description is square; pooling is unpadded, as the DNN app's).
 fn geometries(network: &Network) -> Vec<(String, Geometry)> {
     let (mut channels, mut size) = (network.input.channels as usize, network.input.size as usize);
     let mut out = Vec::new();
@@ -65,6 +65,7 @@ fn geometries(network: &Network) -> Vec<(String, Geometry)> {
                 out_channels,
                 kernel,
                 stride,
+                padding,
                 ..
             } => {
                 let g = ConvGeometry {
@@ -74,7 +75,7 @@ fn geometries(network: &Network) -> Vec<(String, Geometry)> {
                     width: size,
                     kernel: *kernel as usize,
                     stride: *stride as usize,
-                    padding: 0,
+                    padding: *padding as usize,
                 };
                 (channels, size) = (g.out_channels, g.out_height());
                 Geometry::Conv(g)

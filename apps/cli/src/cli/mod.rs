@@ -153,11 +153,14 @@ fn parse_unit(s: &str) -> Result<f64, String> {
 /// Options of `iterstore plan`.
 #[derive(Debug, Args)]
 pub struct PlanArgs {
-    /// The network: a JSON file, or the built-in `mlp` or `cnn` (Fashion-MNIST).
+    /// The network: a JSON file, or a built-in: `mlp` or `cnn` (Fashion-MNIST),
+    /// `adam-mnist` or `imagenet-22k` (Yan et al.'s Table 1 networks, perf/paper/),
+    /// `imagenet-like`.
     #[arg(long, value_name = "M", required_unless_present = "validate")]
     pub model: Option<String>,
-    /// The hardware profile: a JSON file, or the built-in `example` [with --validate:
-    /// measured by `iterstore calibrate` first].
+    /// The hardware profile: a JSON file, or the built-in `example` or `adam-cluster` (the
+    /// paper's cluster, perf/paper/) [with --validate: measured by `iterstore calibrate`
+    /// first].
     #[arg(long, value_name = "P", required_unless_present = "validate")]
     pub profile: Option<String>,
     /// Machines (N), parameter servers and workers together; 2 to 48. The search grows as
@@ -179,6 +182,27 @@ pub struct PlanArgs {
     /// How many of the fastest configurations to print.
     #[arg(long, default_value_t = 5, value_name = "T", value_parser = at_least_one)]
     pub top: usize,
+    /// Instead of searching, estimate these configurations, W/R/PS as in the paper's
+    /// Table 1 (workers per replica / replicas / parameter servers), comma-separated: e.g.
+    /// 2/9/2,4/4/4. Each one's layers are the optimizer's best for it (or --compose,
+    /// --layers); prints each estimate with its breakdown and the order.
+    #[arg(
+        long,
+        value_name = "W/R/PS,..",
+        value_delimiter = ',',
+        conflicts_with = "validate"
+    )]
+    pub evaluate: Vec<String>,
+    /// --evaluate: how each configuration's layers are composed: `best` (the optimizer's
+    /// dynamic program for that W/R/PS) or `uniform` (every layer striped over the W
+    /// workers, no copies, --cores threads: how Adam ran the paper's Table 1).
+    #[arg(long, value_name = "HOW", default_value = "best", value_parser = ["best", "uniform"],
+          requires = "evaluate")]
+    pub compose: String,
+    /// --evaluate: the layers' P:R:H (partitions, copies, threads), comma-separated, one per
+    /// layer bottom first, or one for every layer; overrides --compose.
+    #[arg(long, value_name = "P:R:H,..", requires = "evaluate")]
+    pub layers: Option<String>,
 
     /// Check the model against measurement: calibrate this machine (unless --profile),
     /// run 8 configurations of the DNN app's MLP as local processes (different N_ps,
@@ -235,14 +259,9 @@ pub struct PlanArgs {
         requires = "emulate"
     )]
     pub emulator: Option<PathBuf>,
-    /// --validate: write the configurations with their estimated and measured seconds as
-    /// JSON to FILE.
-    #[arg(
-        long,
-        value_name = "FILE",
-        help_heading = "Validation",
-        requires = "validate"
-    )]
+    /// Write every candidate with its estimate (the search's, or --evaluate's) as JSON to
+    /// FILE; with --validate, the configurations with their estimated and measured seconds.
+    #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
     /// --validate: write the estimated-against-measured chart (SVG) to FILE.
     #[arg(

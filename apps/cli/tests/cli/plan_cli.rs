@@ -208,8 +208,8 @@ fn calibrate_measures_a_profile_that_plan_accepts() {
     let p: Value = crate::util::json_file(&profile);
     assert_eq!(p["name"], "ci");
     assert_eq!(
-        p["version"], 2,
-        "per-kind and per-thread fields are version 2"
+        p["version"], 3,
+        "calibrate writes the newest profile version"
     );
     assert_eq!(p["c_interf"].as_array().unwrap().len(), 2);
     assert_eq!(p["c_interf"][0], 1.0);
@@ -418,4 +418,59 @@ fn validate_runs_on_emulated_links_and_calibrates_them() {
     // Nothing of the emulator is left behind.
     let left: Vec<_> = namespaces().difference(&before).cloned().collect();
     assert!(left.is_empty(), "{left:?}");
+}
+
+#[test]
+fn plan_evaluates_given_configurations_in_the_papers_order() {
+    let dir = scratch("plan-evaluate");
+    let json = dir.join("all.json");
+    let args = |extra: &[&str]| {
+        let mut a = vec![
+            "plan",
+            "--model",
+            "adam-mnist",
+            "--profile",
+            "adam-cluster",
+            "--machines",
+            "20",
+            "--cores",
+            "16",
+        ];
+        a.extend_from_slice(extra);
+        iterstore(&a)
+    };
+    let o = args(&[
+        "--evaluate",
+        "2/9/2,1/19/1",
+        "--compose",
+        "uniform",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let stdout = text(&o.stdout);
+    assert!(
+        stdout.contains("W/R/PS") && stdout.contains("2/9/2") && stdout.contains("1/19/1"),
+        "{stdout}"
+    );
+    let doc: Value = crate::util::json_file(&json);
+    let list = doc["candidates"].as_array().unwrap();
+    assert_eq!(list.len(), 2);
+    assert_eq!(list[0]["config"], "2/9/2");
+    assert!(list[0]["epoch_s"].as_f64().unwrap() < list[1]["epoch_s"].as_f64().unwrap());
+    // Bad triples and layer lists name the flag.
+    for (extra, expected) in [
+        (vec!["--evaluate", "2/9"], "--evaluate"),
+        (vec!["--evaluate", "0/9/2"], "--evaluate"),
+        (vec!["--evaluate", "5/5/5"], "machines"),
+        (vec!["--evaluate", "2/9/2", "--layers", "2:1"], "--layers"),
+        (
+            vec!["--evaluate", "2/9/2", "--layers", "4:1:16"],
+            "--layers",
+        ),
+    ] {
+        let o = args(&extra);
+        assert!(!o.status.success());
+        assert!(text(&o.stderr).contains(expected), "{}", text(&o.stderr));
+    }
 }
