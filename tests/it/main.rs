@@ -7,6 +7,7 @@ mod fuzz_corpus;
 mod messages;
 mod modes;
 mod numa;
+mod runs_differ;
 mod ssp_props;
 mod tidy;
 mod util;

@@ -37,6 +37,9 @@ impl Shard {
                 out,
             );
         }
+        if self.working(process, out) {
+            return;
+        }
         let advanced = match self.clocks.tick(worker as usize, clock) {
             Ok(advanced) => advanced,
             Err(e) => return self.reject_all(e.to_string(), out),
@@ -58,6 +61,11 @@ impl Shard {
 
     /// Worker `worker` has finished its run: nobody waits for it any more.
     pub(super) fn finish(&mut self, worker: WorkerId, out: &mut Vec<(Endpoint, Msg)>) {
+        if let Some(process) = self.world.process_of_worker(worker) {
+            if self.working(process, out) {
+                return;
+            }
+        }
         match self.clocks.finish(worker as usize) {
             Ok(advanced) => self.advance(advanced, out),
             Err(e) => self.reject_all(e.to_string(), out),
@@ -80,6 +88,9 @@ impl Shard {
             } else if required <= min {
                 ready.push(key);
             } else {
+                if self.working(from, out) {
+                    return;
+                }
                 self.deferred.defer(required, (from, key));
             }
         }
@@ -100,7 +111,7 @@ impl Shard {
     ) {
         if required <= self.clocks.min_clock() {
             self.reply_slab(from, epoch, want, out);
-        } else {
+        } else if !self.working(from, out) {
             self.slab_deferred.defer(required, (from, epoch, want));
         }
     }

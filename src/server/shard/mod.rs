@@ -99,6 +99,9 @@ pub(crate) struct Shard {
     run: u64,
     /// Per process: whether it has left.
     left: Vec<bool>,
+    /// Per process: whether it has sent work (a clock, a finish, a read that waits) of
+    /// the run after `run`.
+    working: Vec<bool>,
     /// A migration under way (see [`Msg::Migrate`]).
     migration: Option<Migration>,
     /// A restore under way (see [`Msg::Restore`]).
@@ -127,6 +130,7 @@ impl Shard {
             ended: vec![0; world.processes],
             run: 0,
             left: vec![false; world.processes],
+            working: vec![false; world.processes],
             migration: None,
             restore: None,
             restored: false,
@@ -250,6 +254,14 @@ impl Shard {
                 reason,
             },
         ));
+    }
+
+    /// A failure every process must hear of, those that have left too (they may still be
+    /// waiting for the others to leave their shards; one that is gone ignores it).
+    fn reject_everyone(&self, reason: String, out: &mut Vec<(Endpoint, Msg)>) {
+        for p in 0..self.world.processes as ProcessId {
+            self.reject(p, reason.clone(), out);
+        }
     }
 
     /// A protocol error that fails the cluster: every process still in it is told.

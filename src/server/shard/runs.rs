@@ -24,9 +24,49 @@ impl Shard {
         self.check_barrier(out);
     }
 
+    /// Process `from` sent work of the run in progress (the one after `self.run`): if a
+    /// process has left without ending that run, the run can never end — every process
+    /// is told at once (see [`Shard::check_moved_on`]). Returns whether it was refused.
+    pub(super) fn working(&mut self, from: ProcessId, out: &mut Vec<(Endpoint, Msg)>) -> bool {
+        if let Some(w) = self.working.get_mut(from as usize) {
+            *w = true;
+        }
+        self.check_moved_on(out)
+    }
+
+    /// Whether a process that has left ended no more runs than this shard has seen end
+    /// while another went on to the next one (the processes did different numbers of runs,
+    /// or one left mid-run): then nothing can complete that run, and every process — the
+    /// one that left too — is told, naming both and the runs, instead of waiting.
+    fn check_moved_on(&mut self, out: &mut Vec<(Endpoint, Msg)>) -> bool {
+        let n = self.world.processes;
+        let Some(gone) = (0..n).find(|&p| self.left[p] && self.ended[p] <= self.run) else {
+            return false;
+        };
+        let Some(on) = (0..n).find(|&p| !self.left[p] && self.working[p]) else {
+            return false;
+        };
+        let after = match self.ended[gone] {
+            0 => "before its first run".to_string(),
+            r => format!("after run {r}"),
+        };
+        self.reject_everyone(
+            format!(
+                "process {gone} left the cluster {after} while process {on} went on to run {} \
+                 (the processes did different numbers of runs, or one stopped early)",
+                self.run + 1
+            ),
+            out,
+        );
+        true
+    }
+
     /// Process `from` leaves: it sends nothing more.
     pub(super) fn leave(&mut self, from: ProcessId, out: &mut Vec<(Endpoint, Msg)>) {
         self.left[from as usize] = true;
+        if self.check_moved_on(out) {
+            return;
+        }
         if let Some(reason) = self.coordinator.as_mut().and_then(|c| c.left(from)) {
             return self.reject_all(reason, out);
         }
@@ -63,6 +103,7 @@ impl Shard {
             return;
         }
         self.run = all;
+        self.working.fill(false);
         let start = self.clocks.max_clock();
         if let Err(e) = self.clocks.resume_all(start) {
             return self.reject_all(format!("run {all} cannot end: {e}"), out);

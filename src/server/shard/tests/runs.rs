@@ -70,3 +70,66 @@ fn a_process_that_leaves_early_fails_the_barrier_instead_of_hanging_it() {
     assert_eq!(rejected.len(), 1, "{out:?}");
     assert!(rejected[0].contains("process 1 left"), "{}", rejected[0]);
 }
+
+/// Rejections `out` holds for process `p`.
+fn rejections_to(p: ProcessId, out: &[(Endpoint, Msg)]) -> Vec<String> {
+    out.iter()
+        .filter_map(|(to, m)| match m {
+            Msg::Rejected { reason, .. } if *to == Endpoint::Client(p) => Some(reason.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Process 0 ends run 1 and leaves; process 1 ends run 1 and goes on to run 2 (its
+/// worker's work, once the barrier answered). In every order the transport allows, both
+/// processes — the one that left too — are told, naming both and the runs; and when
+/// process 1 leaves instead of going on, nobody is.
+#[test]
+fn a_process_that_went_on_after_another_left_fails_both_in_every_order() {
+    let world = World {
+        processes: 2,
+        workers: 1,
+        shards: 1,
+    };
+    let p0 = vec![
+        Msg::Finish { worker: 0 },
+        Msg::RunEnd { from: 0, run: 1 },
+        Msg::Leave { from: 0 },
+    ];
+    let p1_run1 = vec![Msg::Finish { worker: 1 }, Msg::RunEnd { from: 1, run: 1 }];
+    for (went_on, p1_after) in [
+        (true, vec![Msg::Finish { worker: 1 }]),
+        (false, vec![Msg::Leave { from: 1 }]),
+    ] {
+        let mut orders = 0;
+        // Process 1's messages after its RunEnd go only once the barrier answered, i.e.
+        // after process 0's RunEnd: p0's Finish and RunEnd come first, then any merge of
+        // p0's Leave with p1's rest.
+        for before in interleavings(&p0[..2], &p1_run1) {
+            for after in interleavings(&p0[2..], &p1_after) {
+                orders += 1;
+                let mut s = Shard::new(0, world);
+                let mut out = Vec::new();
+                for m in before.iter().chain(&after) {
+                    s.step(m.clone(), &mut out);
+                }
+                for p in 0..2 {
+                    let r = rejections_to(p, &out);
+                    if went_on {
+                        assert_eq!(r.len(), 1, "process {p}: {r:?} after {before:?} {after:?}");
+                        assert!(
+                            r[0].contains("process 0 left the cluster after run 1")
+                                && r[0].contains("process 1 went on to run 2"),
+                            "{}",
+                            r[0]
+                        );
+                    } else {
+                        assert!(r.is_empty(), "process {p}: {r:?}");
+                    }
+                }
+            }
+        }
+        assert_eq!(orders, 6 * 2);
+    }
+}
