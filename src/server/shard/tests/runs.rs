@@ -92,12 +92,12 @@ fn a_process_that_went_on_after_another_left_fails_both_in_every_order() {
         workers: 1,
         shards: 1,
     };
-    let p0 = vec![
+    let p0 = [
         Msg::Finish { worker: 0 },
         Msg::RunEnd { from: 0, run: 1 },
         Msg::Leave { from: 0 },
     ];
-    let p1_run1 = vec![Msg::Finish { worker: 1 }, Msg::RunEnd { from: 1, run: 1 }];
+    let p1_run1 = [Msg::Finish { worker: 1 }, Msg::RunEnd { from: 1, run: 1 }];
     for (went_on, p1_after) in [
         (true, vec![Msg::Finish { worker: 1 }]),
         (false, vec![Msg::Leave { from: 1 }]),
