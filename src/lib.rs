@@ -96,6 +96,7 @@ mod error;
 pub mod fuzzing;
 mod gather;
 mod ids;
+mod launch;
 mod membership;
 mod msg;
 mod net;
@@ -125,6 +126,9 @@ pub use element::{ElemType, Element};
 pub use error::{Error, Result};
 pub use gather::{AccessPattern, RowUse};
 pub use ids::{Clock, RowKey, TableId};
+pub use launch::{
+    launch_local, Launched, LAUNCH_GRACE, LAUNCH_HOSTS_ENV, LAUNCH_RANK_ENV, MAX_LOCAL_PROCESSES,
+};
 pub use membership::{
     loopback_hosts, parse_hosts, rank_from_env, Membership, Secret, MIN_SEND_QUEUE_BYTES,
     SECRET_ENV, SHUTDOWN_TIMEOUT,

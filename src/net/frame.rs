@@ -5,7 +5,7 @@
 //! the body only. Tags and the body's encryption are [`super::seal`]'s: encoding here
 //! leaves the tags zeroed for the connection's [`Sealer`](super::seal::Sealer) to fill in
 //! order, and the decoder opens each frame with the connection's
-//! [`Opener`](super::seal::Opener) — the header before its body is waited for or
+//! [`Opener`] — the header before its body is waited for or
 //! allocated, so a forged length is an integrity error at once. Kinds are [`FrameKind::Data`] (the body is the bincode 2
 //! encoding of one message, `standard()` configuration with fixed-width integers),
 //! [`FrameKind::Heartbeat`] and [`FrameKind::Bye`] (graceful close); the two control kinds

@@ -39,7 +39,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         "protocol",
         &["msg", "net", "transport", "rows_part", "checkpoint"],
     ),
-    ("config", &["membership", "config"]),
+    ("config", &["membership", "config", "launch"]),
     ("runtime", &["pool", "server", "client", "worker"]),
     ("cluster", &["cluster"]),
     ("entry points", &["fuzzing"]),

@@ -30,7 +30,7 @@ pub struct CachePoint {
 }
 
 /// The factor of a working set of `bytes` on `curve` (points by increasing `bytes`,
-/// checked by [`validate_curve`]): 1 on an empty curve, the end points' beyond the ends,
+/// checked when the profile is read): 1 on an empty curve, the end points' beyond the ends,
 /// linear in `log(bytes)` between points.
 pub fn cache_factor(curve: &[CachePoint], bytes: f64) -> f64 {
     let (Some(first), Some(last)) = (curve.first(), curve.last()) else {

@@ -614,15 +614,13 @@ pub(crate) fn parse_bytes(s: &str) -> Result<usize, String> {
     }
 }
 
-/// The most local processes `--processes` starts.
-pub(crate) const MAX_LOCAL_PROCESSES: usize = 64;
-
-/// `--processes`: 1 to [`MAX_LOCAL_PROCESSES`].
+/// `--processes`: 1 to [`iterstore::MAX_LOCAL_PROCESSES`] (the library's launcher's bound).
 pub(crate) fn parse_processes(s: &str) -> Result<usize, String> {
     let n = at_least_one(s)?;
-    if n > MAX_LOCAL_PROCESSES {
+    if n > iterstore::MAX_LOCAL_PROCESSES {
         return Err(format!(
-            "{n} local processes is more than {MAX_LOCAL_PROCESSES}: they share this machine's cores (run a larger cluster with --hosts)"
+            "{n} local processes is more than {}: they share this machine's cores (run a larger cluster with --hosts)",
+            iterstore::MAX_LOCAL_PROCESSES
         ));
     }
     Ok(n)
