@@ -81,6 +81,18 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! ## Logs, diagnostics and statistics
+//!
+//! The store logs through [`tracing`](https://docs.rs/tracing): install a subscriber
+//! (`tracing-subscriber`'s `fmt().init()`, say) to see its progress and warnings. What it
+//! could not do as asked — a virtual iteration outside [`Mode::Virtual`] (nothing is
+//! specialized), a virtual-mode run before any virtual iteration (it runs generic), a
+//! recorded iteration without a CLOCK — is said once per kind *even without a
+//! subscriber* (then on standard error), counted in [`Stats::diagnostics`] and listed by
+//! [`Cluster::diagnostics`]. [`Cluster::stats`] says whether the specialization was
+//! taken: `tape_accesses` (found on the op tape, the fast path) against
+//! `indexed_accesses` (off the pattern). `examples/custom_app.rs` shows all three.
 #![warn(missing_docs)]
 
 mod buf;

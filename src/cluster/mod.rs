@@ -26,6 +26,7 @@
 
 mod agree;
 mod checkpointing;
+mod diagnostics;
 mod runs;
 mod shutdown;
 mod specialize;
@@ -77,6 +78,8 @@ pub struct Cluster {
     threads: Threads,
     /// Whether the cluster has shut down: later calls return [`Error::ShutDown`].
     down: bool,
+    /// What the store could not do as asked, said once per kind.
+    diagnostics: diagnostics::Diagnostics,
 }
 
 /// Where a cluster's runs are. Every process counts the same runs, gathers and rounds.

@@ -8,6 +8,7 @@
 //! worker does with it is `worker`'s. A first-iter run may be the one gathered: it then
 //! hands the logs to `specialize`, which decides what to make of them.
 
+use super::diagnostics::Diagnostic;
 use super::Cluster;
 use crate::buf::AlignedBuf;
 use crate::config::Mode;
@@ -102,6 +103,14 @@ impl Cluster {
         F: Fn(&mut Worker<'_>, I) -> Result<R> + Sync,
     {
         self.check()?;
+        if may_gather && self.config.mode == Mode::Virtual && self.spec.pattern.is_none() {
+            self.diagnose(Diagnostic::VirtualModeWithoutPattern, || {
+                "Mode::Virtual, but this run comes before any virtual_iteration: it runs \
+                 generic, unspecialized (call Cluster::virtual_iteration first, or use \
+                 Mode::Generic)"
+                    .to_string()
+            });
+        }
         let start = self.runs.start_clock;
         let gather_first =
             may_gather && self.config.mode == Mode::FirstIter && self.spec.gather_next;

@@ -9,6 +9,7 @@
 //! the placement's arithmetic `placement`'s. It reports nothing itself: `stats` reads
 //! what it keeps.
 
+use super::diagnostics::Diagnostic;
 use super::Cluster;
 use crate::client::ProcessArena;
 use crate::config::Mode;
@@ -85,6 +86,14 @@ impl Cluster {
         if self.config.mode == Mode::Virtual {
             self.place_rows()?;
             self.specialize()?;
+        } else {
+            let mode = self.config.mode.name();
+            self.diagnose(Diagnostic::VirtualNotSpecialized, || {
+                format!(
+                    "virtual_iteration in {mode} mode returns the access pattern but specializes \
+                     nothing: only Mode::Virtual specializes from a virtual iteration"
+                )
+            });
         }
         Ok(self.spec.pattern.as_ref().expect("set above"))
     }
@@ -189,7 +198,18 @@ impl Cluster {
         let log_bytes = logs.iter().map(AccessLog::bytes).sum();
         let pattern = AccessPattern::from_logs(logs);
         self.spec.gathered = (log_bytes, pattern.bytes());
+        let (clocks, accesses) = (pattern.clocks(), pattern.accesses());
         self.spec.pattern = Some(pattern);
+        if clocks == 0 && accesses > 0 {
+            self.diagnose(Diagnostic::NoClock, || {
+                format!(
+                    "the recorded iteration made {accesses} accesses and no CLOCK: a worker's \
+                     updates then reach the servers only when the run ends, and nothing is \
+                     prefetched per clock (call Worker::clock after each unit of work, e.g. \
+                     each mini-batch)"
+                )
+            });
+        }
     }
 
     /// Builds the plan from the gathered pattern and switches the servers and this

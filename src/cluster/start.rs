@@ -360,6 +360,7 @@ impl Cluster {
             pool,
             threads,
             down: false,
+            diagnostics: Default::default(),
         })
     }
 }

@@ -76,6 +76,12 @@ pub struct Stats {
     /// Wall time spent building plans from gathered patterns and switching the store to
     /// them, summed over all plans (the "build" half of preprocessing).
     pub specialize_time: Duration,
+    /// How many kinds of diagnostic the store has said: things it could not do as asked
+    /// (a virtual iteration outside virtual mode specializes nothing; a virtual-mode run
+    /// before any virtual iteration runs generic; a recorded iteration without a CLOCK).
+    /// Their messages are [`Cluster::diagnostics`]; each is also logged once (through
+    /// `tracing`, or on standard error when no subscriber is installed).
+    pub diagnostics: u32,
     /// Accesses of specialized workers found as the next step of their op tape, with no
     /// look-up (the fast path). Counted when a run ends; init runs
     /// ([`Cluster::init_run`]) are not counted, since they write each row once rather
@@ -289,7 +295,13 @@ impl Cluster {
                 .map_or(0, |a| a.plan.thread_cached.iter().map(Vec::len).sum()),
             plans: self.spec.plans,
             specialize_time: self.spec.specialize_time,
+            diagnostics: self.diagnostics.messages().len() as u32,
         }
+    }
+
+    /// The diagnostics said so far, in order (see [`Stats::diagnostics`]).
+    pub fn diagnostics(&self) -> Vec<String> {
+        self.diagnostics.messages()
     }
 
     /// This process's network traffic so far, by kind of protocol message: what the

@@ -259,3 +259,53 @@ fn a_reader_never_waits_on_a_request_with_a_higher_requirement() {
             .unwrap();
     });
 }
+
+/// What would be a silent no-op is said (issue 46): a virtual iteration outside virtual
+/// mode, a virtual-mode run before any virtual iteration, an iteration without a CLOCK —
+/// each once, counted in `Stats::diagnostics` and listed by `Cluster::diagnostics`; a
+/// proper virtual-mode program says nothing.
+#[test]
+fn would_be_silent_no_ops_are_diagnosed_once_each() {
+    within(60, || {
+        let with_clock = |t: &iterstore::Table<f32>| {
+            let t = *t;
+            move |w: &mut iterstore::Worker<'_>| {
+                w.update(&t, 0, &[1.0])?;
+                w.clock()
+            }
+        };
+        // Generic mode: the virtual iteration specializes nothing.
+        let mut c = Cluster::start(Config::new(1)).unwrap();
+        let t = c.create_table::<f32>("t", 1).unwrap();
+        c.virtual_iteration(with_clock(&t)).unwrap();
+        c.virtual_iteration(with_clock(&t)).unwrap();
+        assert_eq!(c.stats().diagnostics, 1, "{:?}", c.diagnostics());
+        assert!(c.diagnostics()[0].contains("specializes nothing"));
+
+        // Virtual mode, a run before any virtual iteration: it runs generic.
+        let mut c = Cluster::start(Config::new(1).with_mode(Mode::Virtual)).unwrap();
+        let t = c.create_table::<f32>("t", 1).unwrap();
+        c.run(with_clock(&t)).unwrap();
+        assert_eq!(c.stats().diagnostics, 1);
+        assert!(c.diagnostics()[0].contains("before any virtual_iteration"));
+
+        // An iteration without a CLOCK.
+        let mut c = Cluster::start(Config::new(1).with_mode(Mode::Virtual)).unwrap();
+        let t = c.create_table::<f32>("t", 1).unwrap();
+        let t2 = t;
+        c.virtual_iteration(move |w| w.update(&t2, 0, &[1.0]))
+            .unwrap();
+        assert!(
+            c.diagnostics()[0].contains("no CLOCK"),
+            "{:?}",
+            c.diagnostics()
+        );
+
+        // A proper program: nothing to say.
+        let mut c = Cluster::start(Config::new(2).with_mode(Mode::Virtual)).unwrap();
+        let t = c.create_table::<f32>("t", 1).unwrap();
+        c.virtual_iteration(with_clock(&t)).unwrap();
+        c.run(with_clock(&t)).unwrap();
+        assert_eq!(c.stats().diagnostics, 0, "{:?}", c.diagnostics());
+    });
+}
