@@ -26,7 +26,12 @@ use std::collections::BTreeMap;
 pub enum Staleness {
     /// SSP with this bound; `Bounded(0)` is Bulk Synchronous Parallel.
     Bounded(u32),
-    /// No bound (fully asynchronous): any cached value is acceptable.
+    /// No bound within a run (fully asynchronous): a read needs only the values every
+    /// worker had when the run began (each run starts from every update of the runs
+    /// before it), and a worker never waits for a slower one. The store still refreshes
+    /// its cache as it goes — a specialized worker's per-clock refresh, a generic miss —
+    /// so reads are usually much fresher than that, and a run fetches about as many rows
+    /// as under BSP: what asynchrony saves is the waiting, not the fetching.
     Unbounded,
 }
 
