@@ -209,41 +209,8 @@ pub fn fit_alpha(measured: &[f64], estimate: impl Fn(f64) -> Vec<f64>) -> (f64, 
 }
 
 /// Spearman's rank correlation of `a` and `b` (average ranks for ties); 1 when they
-/// order the items alike.
-pub fn spearman(a: &[f64], b: &[f64]) -> f64 {
-    assert_eq!(a.len(), b.len());
-    let ranks = |v: &[f64]| {
-        let mut idx: Vec<usize> = (0..v.len()).collect();
-        idx.sort_by(|&i, &j| v[i].total_cmp(&v[j]));
-        let mut r = vec![0.0; v.len()];
-        let mut i = 0;
-        while i < idx.len() {
-            let mut j = i;
-            while j + 1 < idx.len() && v[idx[j + 1]] == v[idx[i]] {
-                j += 1;
-            }
-            let avg = (i + j) as f64 / 2.0 + 1.0;
-            for &k in &idx[i..=j] {
-                r[k] = avg;
-            }
-            i = j + 1;
-        }
-        r
-    };
-    let (ra, rb) = (ranks(a), ranks(b));
-    let n = a.len() as f64;
-    let mean = (n + 1.0) / 2.0;
-    let (mut cov, mut va, mut vb) = (0.0, 0.0, 0.0);
-    for (x, y) in ra.iter().zip(&rb) {
-        cov += (x - mean) * (y - mean);
-        va += (x - mean) * (x - mean);
-        vb += (y - mean) * (y - mean);
-    }
-    if va == 0.0 || vb == 0.0 {
-        return 0.0;
-    }
-    cov / (va * vb).sqrt()
-}
+/// order the items alike: the performance model crate's ([`iterstore_perf::rank`]).
+pub use iterstore_perf::rank::spearman;
 
 /// A scatter chart of `(name, estimated, measured)` seconds: each configuration a point,
 /// the diagonal where the estimate equals the measurement and the ±25 % band around it.
