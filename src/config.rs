@@ -7,6 +7,7 @@ use crate::error::{Error, Result};
 use crate::membership::Membership;
 use crate::numa::WorkerPlacement;
 use crate::topology::Topology;
+use std::net::SocketAddr;
 use std::time::Duration;
 
 /// How the store obtains and uses the application's access pattern (the IterStore paper's
@@ -164,6 +165,16 @@ pub struct Config {
     /// How a specialized worker writes the update slabs its CLOCKs send (default
     /// [`SlabStores::Auto`]).
     pub slab_stores: SlabStores,
+    /// Where this process serves its metrics for Prometheus (`GET /metrics`: worker
+    /// clocks and their lag, waits, traffic per peer, queue depths, run and checkpoint
+    /// durations, specialization coverage); `None` (the default): no endpoint. The
+    /// address is bound when the cluster starts, which fails naming it if it cannot be;
+    /// port 0 takes any free port ([`Cluster::metrics_addr`] says which). With
+    /// [`Cluster::run_local_processes`], process `r` binds the port plus `r`.
+    ///
+    /// [`Cluster::metrics_addr`]: crate::Cluster::metrics_addr
+    /// [`Cluster::run_local_processes`]: crate::Cluster::run_local_processes
+    pub metrics_addr: Option<SocketAddr>,
 }
 
 /// How a specialized worker writes the update slabs its CLOCKs send to the shards
@@ -226,6 +237,7 @@ impl Default for Config {
             message_timeout: MESSAGE_TIMEOUT,
             yield_waits: true,
             slab_stores: SlabStores::Auto,
+            metrics_addr: None,
         }
     }
 }
@@ -307,6 +319,13 @@ impl Config {
     #[must_use = "a builder returns the changed settings"]
     pub fn with_slab_stores(mut self, slab_stores: SlabStores) -> Self {
         self.slab_stores = slab_stores;
+        self
+    }
+
+    /// Serves this process's metrics at `addr` (see [`Config::metrics_addr`]).
+    #[must_use = "a builder returns the changed settings"]
+    pub fn with_metrics_addr(mut self, addr: SocketAddr) -> Self {
+        self.metrics_addr = Some(addr);
         self
     }
 

@@ -8,6 +8,7 @@
 mod arena;
 mod cache;
 mod fetch;
+mod live;
 mod mailbox;
 mod replies;
 
@@ -15,6 +16,7 @@ pub(crate) use crate::sync::Signal;
 pub(crate) use arena::{ArenaWords, ProcessArena};
 pub(crate) use cache::{CacheRef, ProcessCache};
 pub(crate) use fetch::Fetcher;
+pub(crate) use live::{LiveWorker, LiveWorkers};
 pub(crate) use mailbox::{deadline, Empty, Letter, Mailboxes};
 use replies::Replies;
 
@@ -66,6 +68,8 @@ pub(crate) struct ClientShared {
     pub(crate) mailboxes: Mailboxes,
     /// Times a waiting worker took a shard's queued messages ([`ClientShared::help`]).
     pub(crate) helped: AtomicU64,
+    /// The local workers' clocks and waits, for observers (the metrics endpoint).
+    pub(crate) live: LiveWorkers,
 }
 
 impl ClientShared {
@@ -93,6 +97,7 @@ impl ClientShared {
             replies: Replies::default(),
             mailboxes: Mailboxes::new(world.workers),
             helped: AtomicU64::new(0),
+            live: LiveWorkers::new(world.worker_id(process, 0), world.workers),
         }
     }
 

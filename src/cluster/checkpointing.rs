@@ -210,6 +210,7 @@ impl Cluster {
     /// [`checkpoint_with`](Self::checkpoint_with), `state` optional.
     fn checkpoint_parts(&mut self, dir: &Path, app: &str, state: Option<&[u8]>) -> Result<PathBuf> {
         self.check()?;
+        let began = std::time::Instant::now();
         let clock = self.runs.start_clock;
         let writer = CheckpointWriter::begin(dir, clock, self.checkpoint_meta(app));
         let written = match &writer {
@@ -223,9 +224,11 @@ impl Cluster {
             _ => None,
         };
         let outcome = self.gather_reports(committed.unwrap_or(Ok(PathBuf::new())))?;
-        outcome.into_iter().next().ok_or_else(|| {
+        let done = outcome.into_iter().next().ok_or_else(|| {
             Error::failed("checkpoint", "the all-gather returned no process's outcome")
-        })
+        })?;
+        self.metrics.checkpointed(began);
+        Ok(done)
     }
 
     /// Writes this process's parts of the checkpoint at `clock` (begun in `dir`): its

@@ -21,12 +21,14 @@
 //! - `stats`: the report types ([`Stats`], [`SpecialMemory`], [`NumaReport`]) and the
 //!   calls that fill them;
 //! - `checkpointing`: checkpoint and resume, with [`Resumed`];
+//! - `metrics`: the Prometheus endpoint ([`Config::metrics_addr`]) and what it serves;
 //! - `shutdown`: coordinated shutdown, on drop too, and the shard and communication
 //!   threads.
 
 mod agree;
 mod checkpointing;
 mod diagnostics;
+mod metrics;
 mod runs;
 mod shutdown;
 mod specialize;
@@ -49,7 +51,9 @@ use crate::table::Registry;
 use crate::topology::{bind::MemBinder, Topology};
 use crate::transport::Transport;
 use crate::worker::{AccessCounters, KeptState};
+use metrics::ProcessMetrics;
 use shutdown::Threads;
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -74,8 +78,10 @@ pub struct Cluster {
     machine: Machine,
     /// The worker threads, alive as long as the cluster.
     pool: WorkerPool,
-    /// The shard threads and the communication thread.
+    /// The shard threads, the communication thread and the metrics endpoint's.
     threads: Threads,
+    /// What the cluster measures of its runs and checkpoints for the metrics endpoint.
+    metrics: Arc<ProcessMetrics>,
     /// Whether the cluster has shut down: later calls return [`Error::ShutDown`].
     down: bool,
     /// What the store could not do as asked, said once per kind.
@@ -177,6 +183,12 @@ impl Cluster {
     /// ids ([`Worker::id`](crate::worker::Worker::id)) run over `0..total_workers()`.
     pub fn total_workers(&self) -> usize {
         self.shared.world.total_workers()
+    }
+
+    /// The address this process serves its metrics on (`GET /metrics`), if
+    /// [`Config::metrics_addr`] asked for an endpoint: the port actually bound.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.threads.metrics.as_ref().map(|m| m.addr())
     }
 
     /// The configuration the cluster runs with.

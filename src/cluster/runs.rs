@@ -122,10 +122,15 @@ impl Cluster {
         // An init run writes each row once rather than following the iteration's pattern:
         // how its accesses found their rows says nothing about the specialization.
         let count = may_gather;
+        let began = std::time::Instant::now();
         let outcome = self.on_workers(role, start, count, inputs, &f);
         // Every worker has finished (even a failed one), so the run can end everywhere;
         // the run's own error, if any, is the one to report.
+        let at_barrier = std::time::Instant::now();
         let ended = self.end_run();
+        if ended.is_ok() {
+            (self.metrics).run_ended(began, at_barrier, &self.spec.counters);
+        }
         let (results, logs) = outcome?;
         ended?;
         if gather_first {

@@ -1,10 +1,12 @@
 //! Leaving the cluster: [`Cluster::shutdown`] (coordinated: this process's shards serve
 //! the others until every process has left them), shutdown on drop, and [`Threads`], the
-//! shard and communication threads a process stops and joins (after a failed start too).
+//! shard, communication and metrics threads a process stops and joins (after a failed
+//! start too).
 //!
 //! It knows the threads and the leave protocol ([`Msg::Leave`]); what a shard does until
 //! every process has left it is `server`'s, closing the network the transport's.
 
+use super::metrics::MetricsServer;
 use super::Cluster;
 use crate::error::{panic_message, Error, Result};
 use crate::ids::ProcessId;
@@ -70,11 +72,13 @@ impl Drop for Cluster {
     }
 }
 
-/// A process's shard threads and communication thread.
+/// A process's shard threads, communication thread and metrics endpoint.
 #[derive(Default)]
 pub(super) struct Threads {
     pub(super) shards: Vec<(u32, JoinHandle<()>, server::Staying)>,
     pub(super) comm: Option<JoinHandle<()>>,
+    /// The metrics endpoint, if any: stopped first, before the transport it reads closes.
+    pub(super) metrics: Option<MetricsServer>,
     /// How long `stop` waits for the other processes to leave the shards.
     pub(super) shutdown_timeout: Duration,
 }
@@ -118,6 +122,9 @@ impl Threads {
         now: bool,
         give_up: &dyn Fn() -> bool,
     ) -> Result<()> {
+        if let Some(mut m) = self.metrics.take() {
+            m.stop();
+        }
         let deadline = Instant::now()
             + if now {
                 Duration::ZERO

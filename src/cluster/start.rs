@@ -2,13 +2,14 @@
 //! TCP the processes its [`Membership`] names), [`Cluster::run_local_processes`]
 //! (several processes' worth of cluster in this OS process, joined by the in-process
 //! transport), and the start they share: the worker pool pinned to its planned cores,
-//! the server shards and the communication thread spawned in their zones, and the
-//! [`Cluster`] put together. Also the cluster id the processes check in their handshake.
+//! the server shards and the communication thread spawned in their zones, the metrics
+//! endpoint bound first and served last, and the [`Cluster`] put together. Also the cluster id the processes check in their handshake.
 //!
 //! It decides what runs where at start and nothing after: the protocol is the shards'
 //! and the client's, the wiring `transport`'s and `net`'s, the placement of threads
 //! `numa`'s, and what the threads do later (runs, plans, shutdown) the other files'.
 
+use super::metrics::{self, MetricsServer};
 use super::runs::is_secondary;
 use super::shutdown::Threads;
 use super::{Cluster, Machine, Runs, Specialization};
@@ -27,6 +28,7 @@ use crate::transport::{InProcTransport, Inbox, LocalInboxes, TcpTransport, Trans
 use crate::world::World;
 use crossbeam::channel::unbounded;
 use std::hash::{BuildHasher, Hasher};
+use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
 
 impl Cluster {
@@ -35,8 +37,10 @@ impl Cluster {
     /// as long as the cluster: every [`run`](Self::run) uses the same threads.
     pub fn start(config: Config) -> Result<Cluster> {
         config.validate()?;
+        // First: an address that cannot be bound fails the start before any work.
+        let metrics = metrics::bind(&config, 0)?;
         if let Some(m) = config.membership.clone() {
-            return Self::join(config, m);
+            return Self::join(config, m, metrics);
         }
         let world = World::single(config.workers, config.shards);
         let (transport, shard_inboxes, mut client_inboxes) = InProcTransport::new(1, config.shards);
@@ -49,13 +53,14 @@ impl Cluster {
             shard_inboxes,
             inbox,
             Binding::After(0),
-        )
+        )?
+        .serve_metrics(metrics)
     }
 
     /// Joins the cluster of processes `m` describes over TCP: connects to and
     /// authenticates every other process (within `m.connect_timeout`), then starts this
     /// process's threads.
-    fn join(config: Config, m: Membership) -> Result<Cluster> {
+    fn join(config: Config, m: Membership, metrics: Option<TcpListener>) -> Result<Cluster> {
         let world = World {
             processes: m.hosts.len(),
             workers: config.workers,
@@ -105,7 +110,8 @@ impl Cluster {
             shard_rx,
             client_rx,
             binding,
-        )?;
+        )?
+        .serve_metrics(metrics)?;
         // Before anything else, every process checks that the others run with the same
         // store settings, naming the one that differs. On a difference the process leaves
         // without a word to any shard: where the shards live is one of the settings.
@@ -175,6 +181,10 @@ impl Cluster {
             workers: config.workers,
             shards: config.shards,
         };
+        let mut endpoints = (0..processes)
+            .map(|rank| metrics::bind(&config, rank))
+            .collect::<Result<Vec<_>>>()?
+            .into_iter();
         let (transport, mut shard_inboxes, client_inboxes) =
             InProcTransport::new(processes, world.total_shards());
         let transport: Arc<dyn Transport> = Arc::new(transport);
@@ -194,7 +204,8 @@ impl Cluster {
                 } else {
                     Binding::Never
                 },
-            );
+            )
+            .and_then(|c| c.serve_metrics(endpoints.next().flatten()));
             match cluster {
                 Ok(c) => clusters.push(c),
                 Err(e) => {
@@ -255,6 +266,21 @@ impl Cluster {
             Some(e) => Err(e),
             None => Ok(results),
         }
+    }
+
+    /// Serves this process's metrics on `listener`, if given, from a thread of its own.
+    fn serve_metrics(mut self, listener: Option<TcpListener>) -> Result<Cluster> {
+        if let Some(listener) = listener {
+            let registry = metrics::registry(
+                self.shared.clone(),
+                self.transport.clone(),
+                self.metrics.clone(),
+            );
+            let server = MetricsServer::spawn(listener, registry, self.shared.process)
+                .map_err(|e| Error::failed("metrics endpoint", e))?;
+            self.threads.metrics = Some(server);
+        }
+        Ok(self)
     }
 
     /// Starts process `rank` of a cluster shaped `world`: its worker pool, its shards
@@ -359,6 +385,7 @@ impl Cluster {
             transport,
             pool,
             threads,
+            metrics: Arc::default(),
             down: false,
             diagnostics: Default::default(),
         })

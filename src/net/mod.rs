@@ -478,6 +478,11 @@ impl<M: Serialize + DeserializeOwned + Send + 'static> Net<M> {
         self.shared.counters()
     }
 
+    /// The same by peer, with each peer's queued bytes now.
+    pub(crate) fn peer_traffic(&self) -> Vec<shared::PeerTraffic> {
+        self.shared.peer_traffic()
+    }
+
     /// Test hook: stops the loop at once and closes every socket without Bye, as if the
     /// process died.
     #[cfg(test)]

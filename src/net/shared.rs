@@ -6,6 +6,9 @@
 //! frames is the order in which `send` calls took that mutex (FIFO per pair of
 //! processes). `bytes` counts the frames in the queue *and* those the loop has taken but
 //! not yet written to the socket, so the memory held for a peer is bounded by it.
+//!
+//! The traffic counters are kept in total and per peer ([`PeerCounters`], relaxed atomics
+//! the event loop adds to as it reads and writes) for the metrics endpoint.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -72,6 +75,36 @@ pub(crate) struct Counters {
     pub(crate) peak_queued_bytes: AtomicU64,
 }
 
+/// Atomic traffic counters of one peer (what [`Counters`] totals, by peer).
+#[derive(Debug, Default)]
+pub(crate) struct PeerCounters {
+    /// Bytes of frames written to the peer.
+    bytes_sent: AtomicU64,
+    /// Frames written to the peer.
+    frames_sent: AtomicU64,
+    /// Bytes of frames read from the peer.
+    bytes_received: AtomicU64,
+    /// Frames read from the peer.
+    frames_received: AtomicU64,
+}
+
+/// The traffic with one peer so far, and what is queued for it now.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct PeerTraffic {
+    /// The peer's rank.
+    pub(crate) rank: u32,
+    /// Bytes of frames written to it (headers and heartbeats included).
+    pub(crate) bytes_sent: u64,
+    /// Frames written to it.
+    pub(crate) frames_sent: u64,
+    /// Bytes of frames read from it.
+    pub(crate) bytes_received: u64,
+    /// Frames read from it.
+    pub(crate) frames_received: u64,
+    /// Bytes queued for it and not yet written.
+    pub(crate) queued_bytes: u64,
+}
+
 /// Everything the senders and the loop share.
 #[derive(Debug)]
 pub(crate) struct Shared {
@@ -85,6 +118,8 @@ pub(crate) struct Shared {
     pub(crate) waker: mio::Waker,
     /// Activity counters.
     pub(crate) counters: Counters,
+    /// The same by peer (index = rank; ours stays zero).
+    peer_counters: Vec<PeerCounters>,
     /// Blocking sends wait while a queue holds more than this.
     pub(crate) queue_bytes: usize,
     /// Non-blocking sends finding more than this queued declare the peer lost.
@@ -124,12 +159,14 @@ impl Shared {
                 space: Condvar::new(),
             })
             .collect();
+        let addrs_len = addrs.len();
         Shared {
             rank,
             addrs,
             queues,
             waker,
             counters: Counters::default(),
+            peer_counters: (0..addrs_len).map(|_| PeerCounters::default()).collect(),
             queue_bytes,
             hard_bytes: queue_bytes.saturating_mul(4),
             send_timeout,
@@ -318,6 +355,54 @@ impl Shared {
         }
     }
 
+    /// Loop side: `bytes` in `frames` frames were written to `rank`.
+    pub(crate) fn count_sent(&self, rank: u32, bytes: u64, frames: u64) {
+        let (c, p) = (&self.counters, &self.peer_counters[rank as usize]);
+        c.bytes_sent.fetch_add(bytes, Ordering::Relaxed);
+        c.frames_sent.fetch_add(frames, Ordering::Relaxed);
+        p.bytes_sent.fetch_add(bytes, Ordering::Relaxed);
+        p.frames_sent.fetch_add(frames, Ordering::Relaxed);
+    }
+
+    /// Loop side: `bytes` were read from `rank`.
+    pub(crate) fn count_received_bytes(&self, rank: u32, bytes: u64) {
+        self.counters
+            .bytes_received
+            .fetch_add(bytes, Ordering::Relaxed);
+        self.peer_counters[rank as usize]
+            .bytes_received
+            .fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// Loop side: `frames` whole frames were read from `rank`.
+    pub(crate) fn count_received_frames(&self, rank: u32, frames: u64) {
+        self.counters
+            .frames_received
+            .fetch_add(frames, Ordering::Relaxed);
+        self.peer_counters[rank as usize]
+            .frames_received
+            .fetch_add(frames, Ordering::Relaxed);
+    }
+
+    /// Every other rank's traffic so far and its queue now (each queue's lock taken in
+    /// turn, briefly: for observers, not for the hot path).
+    pub(crate) fn peer_traffic(&self) -> Vec<PeerTraffic> {
+        (0..self.addrs.len() as u32)
+            .filter(|&r| r != self.rank)
+            .map(|rank| {
+                let p = &self.peer_counters[rank as usize];
+                PeerTraffic {
+                    rank,
+                    bytes_sent: p.bytes_sent.load(Ordering::Relaxed),
+                    frames_sent: p.frames_sent.load(Ordering::Relaxed),
+                    bytes_received: p.bytes_received.load(Ordering::Relaxed),
+                    frames_received: p.frames_received.load(Ordering::Relaxed),
+                    queued_bytes: self.lock(rank).bytes as u64,
+                }
+            })
+            .collect()
+    }
+
     /// A snapshot of the counters.
     pub(crate) fn counters(&self) -> NetCounters {
         let c = &self.counters;
@@ -371,5 +456,37 @@ mod tests {
         assert!(matches!(e, NetError::Backpressure { rank: 1, .. }), "{e}");
         let c = s.counters();
         assert_eq!((c.send_waits, c.peak_queued_bytes), (1, 5000));
+    }
+
+    #[test]
+    fn traffic_is_counted_by_peer_as_well_as_in_total() {
+        let (s, _poll) = shared(1024);
+        s.enqueue(1, vec![0; 10], Mode::NonBlocking).unwrap();
+        s.count_sent(1, 30, 2);
+        s.count_received_bytes(1, 7);
+        s.count_received_frames(1, 1);
+        let peers = s.peer_traffic();
+        assert_eq!(
+            peers,
+            [PeerTraffic {
+                rank: 1,
+                bytes_sent: 30,
+                frames_sent: 2,
+                bytes_received: 7,
+                frames_received: 1,
+                queued_bytes: 10,
+            }],
+            "our own rank is left out"
+        );
+        let c = s.counters();
+        assert_eq!(
+            (
+                c.bytes_sent,
+                c.frames_sent,
+                c.bytes_received,
+                c.frames_received
+            ),
+            (30, 2, 7, 1)
+        );
     }
 }

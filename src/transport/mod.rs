@@ -116,6 +116,12 @@ pub(crate) trait Transport: Send + Sync + 'static {
         crate::net::NetCounters::default()
     }
 
+    /// Bytes and frames sent to and received from each other process so far, and the
+    /// bytes queued for it now (empty for a transport that does not leave the process).
+    fn peer_traffic(&self) -> Vec<crate::net::shared::PeerTraffic> {
+        Vec::new()
+    }
+
     /// Messages and bytes sent to and received from other processes so far, by kind of
     /// message (kinds with none left out; empty for a transport that does not leave the
     /// process).

@@ -173,6 +173,13 @@ impl Transport for TcpTransport {
             .counters()
     }
 
+    fn peer_traffic(&self) -> Vec<crate::net::shared::PeerTraffic> {
+        self.net
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .peer_traffic()
+    }
+
     fn close(&self) -> Result<(), TransportError> {
         let mut net = self.net.write().unwrap_or_else(PoisonError::into_inner);
         net.shutdown()

@@ -42,6 +42,7 @@ impl Worker<'_> {
         };
         slabs.resize_with(shards, Slab::default);
         self.clock += 1;
+        self.shared.live.set_clock(self.local, self.clock);
         self.floor = self
             .shared
             .config

@@ -76,13 +76,17 @@ impl<'a> Worker<'a> {
         if let Some(entry) = self.shared.cache.get_fresh(key, required) {
             return Ok(entry);
         }
-        loop {
+        // The wait for a fresh enough row, published for the metrics endpoint.
+        let since = std::time::Instant::now();
+        let entry = loop {
             let generation = self.shared.signal.generation();
             if let Some(entry) = self.shared.cache.get_fresh(key, required) {
-                return Ok(entry);
+                break entry;
             }
             self.request_and_wait(key, required, generation)?;
-        }
+        };
+        self.shared.live.waited(self.local, since);
+        Ok(entry)
     }
 
     pub(super) fn request_and_wait(

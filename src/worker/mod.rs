@@ -38,6 +38,8 @@ pub struct Worker<'a> {
     cluster: u64,
     /// Global id in the cluster (what messages and applications see).
     global: WorkerId,
+    /// Index among this process's workers.
+    local: usize,
     /// Workers in the cluster.
     workers: usize,
     clock: Clock,
@@ -106,11 +108,15 @@ impl<'a> Worker<'a> {
         role: Role,
         kept: KeptState,
     ) -> Self {
+        if role != Role::Virtual {
+            shared.live.set_clock(id, clock);
+        }
         Worker {
             shared,
             tables,
             cluster,
             global: shared.world.worker_id(shared.process, id),
+            local: id,
             workers: shared.world.total_workers(),
             clock,
             run_start: clock,

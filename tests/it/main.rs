@@ -5,6 +5,7 @@ mod checkpoint;
 mod cluster;
 mod fuzz_corpus;
 mod messages;
+mod metrics;
 mod modes;
 mod numa;
 mod runs_differ;

@@ -123,6 +123,9 @@ pub struct AppConfig {
     /// How specialized workers write their update slabs
     /// ([`iterstore::Config::slab_stores`]).
     pub slab_stores: iterstore::SlabStores,
+    /// Where this process serves its metrics for Prometheus
+    /// ([`iterstore::Config::metrics_addr`]; `None`: nowhere).
+    pub metrics_addr: Option<std::net::SocketAddr>,
 }
 
 impl Default for AppConfig {
@@ -143,6 +146,7 @@ impl Default for AppConfig {
             message_timeout: iterstore::MESSAGE_TIMEOUT,
             yield_waits: true,
             slab_stores: iterstore::SlabStores::Auto,
+            metrics_addr: None,
         }
     }
 }
@@ -176,6 +180,7 @@ impl AppConfig {
         config.message_timeout = self.message_timeout;
         config.yield_waits = self.yield_waits;
         config.slab_stores = self.slab_stores;
+        config.metrics_addr = self.metrics_addr;
         config
     }
 

@@ -8,7 +8,6 @@
 //! they decide.
 
 use std::io::{self, Read};
-use std::sync::atomic::Ordering;
 
 use serde::de::DeserializeOwned;
 
@@ -140,10 +139,7 @@ impl<M: DeserializeOwned> EventLoop<M> {
             return true;
         };
         let rank = *rank;
-        self.shared
-            .counters
-            .bytes_received
-            .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        self.shared.count_received_bytes(rank, bytes.len() as u64);
         let mut frames = std::mem::take(&mut self.frames);
         let fed = decoder.feed(bytes, &mut frames);
         // A frame's deadline runs from its header: restart it when a frame completed.
@@ -152,10 +148,7 @@ impl<M: DeserializeOwned> EventLoop<M> {
             (Some(_), Some(t)) if frames.is_empty() => Some(t),
             (Some(_), _) => Some(now()),
         };
-        self.shared
-            .counters
-            .frames_received
-            .fetch_add(frames.len() as u64, Ordering::Relaxed);
+        self.shared.count_received_frames(rank, frames.len() as u64);
         let mut alive = true;
         for f in frames.drain(..) {
             if !alive {
@@ -283,10 +276,8 @@ impl<M: DeserializeOwned> EventLoop<M> {
             ConnState::Handshaking { .. } => None,
         };
         if let Some((rank, _)) = up {
-            let c = &self.shared.counters;
-            c.bytes_sent
-                .fetch_add(written.bytes as u64, Ordering::Relaxed);
-            c.frames_sent.fetch_add(written.frames, Ordering::Relaxed);
+            self.shared
+                .count_sent(rank, written.bytes as u64, written.frames);
             if written.released > 0 {
                 self.shared.release(rank, written.released);
             }

@@ -40,7 +40,7 @@ impl SpecialWorker {
         }
         wait_read(
             shared,
-            (&self.arena, self.zone),
+            (&self.arena, self.zone, self.worker),
             (place.slot, self.phase),
             &info,
             required,
@@ -166,7 +166,7 @@ impl SpecialWorker {
         };
         let clock = wait_chunk(
             shared,
-            (&self.arena, self.zone),
+            (&self.arena, self.zone, self.worker),
             (place.slot, self.phase),
             info.chunk,
             required,
@@ -245,7 +245,7 @@ impl SpecialWorker {
             let row = &mut self.copies.data.as_bytes_mut()[at..at + len];
             self.copies.clocks[r] = wait_read(
                 shared,
-                (&self.arena, self.zone),
+                (&self.arena, self.zone, self.worker),
                 (slot, self.phase),
                 &info,
                 required,
@@ -300,13 +300,13 @@ pub(super) const RUN_VIEWS: u32 = u32::MAX;
 /// is too stale; returns the snapshot's data clock.
 fn wait_chunk(
     shared: &ClientShared,
-    (arena, zone): (&ProcessArena, u8),
+    (arena, zone, worker): (&ProcessArena, u8, usize),
     slot: (u32, u32),
     chunk: u32,
     required: Clock,
     mut copy: impl FnMut(&crate::client::ArenaWords<'_>),
 ) -> Result<Clock> {
-    wait_fresh(shared, arena, slot, required, || {
+    wait_fresh(shared, (arena, worker), slot, required, || {
         arena.read_chunk_in(zone, chunk, required, &mut copy)
     })
 }
@@ -315,34 +315,37 @@ fn wait_chunk(
 /// [`wait_chunk`]) and waiting while it is too stale.
 fn wait_read(
     shared: &ClientShared,
-    (arena, zone): (&ProcessArena, u8),
+    (arena, zone, worker): (&ProcessArena, u8, usize),
     slot: (u32, u32),
     info: &SlotInfo,
     required: Clock,
     dst: &mut [u8],
 ) -> Result<Clock> {
-    wait_fresh(shared, arena, slot, required, || {
+    wait_fresh(shared, (arena, worker), slot, required, || {
         arena.read_at_in(zone, info.chunk, info.word, required, dst)
     })
 }
 
 /// Calls `attempt` (a read of the arena that needs data clock `>= required`) until it
 /// succeeds, asking for a refresh for the read of `slot` in the iteration's clock `phase`
-/// and waiting for replies in between; returns the data clock it read.
+/// and waiting for replies in between; returns the data clock it read. The time it waited
+/// is local worker `worker`'s ([`LiveWorkers::waited`](crate::client::LiveWorkers::waited)).
 fn wait_fresh(
     shared: &ClientShared,
-    arena: &ProcessArena,
+    (arena, worker): (&ProcessArena, usize),
     (slot, phase): (u32, u32),
     required: Clock,
     mut attempt: impl FnMut() -> Option<Clock>,
 ) -> Result<Clock> {
-    loop {
-        if let Some(clock) = attempt() {
-            return Ok(clock);
-        }
+    if let Some(clock) = attempt() {
+        return Ok(clock);
+    }
+    // The wait for a fresh enough row, published for the metrics endpoint.
+    let since = std::time::Instant::now();
+    let clock = loop {
         let generation = shared.signal.generation();
         if let Some(clock) = attempt() {
-            return Ok(clock);
+            break clock;
         }
         shared.check()?;
         arena.request(shared, required, phase, Some(slot))?;
@@ -350,5 +353,7 @@ fn wait_fresh(
             continue; // a shard's queued work done here: look again before sleeping
         }
         shared.signal.wait(generation, WAIT_SLICE);
-    }
+    };
+    shared.live.waited(worker, since);
+    Ok(clock)
 }

@@ -3,7 +3,8 @@
 //!
 //! It picks P free ports, writes a hosts file and a fresh random secret (mode 0600) into a
 //! private temporary directory, and starts P copies of this binary with the same command
-//! line, `--processes` replaced by `--hosts FILE --rank R --secret-file FILE`. Their
+//! line, `--processes` replaced by `--hosts FILE --rank R --secret-file FILE` (and
+//! `--metrics-addr HOST:PORT` by `HOST:PORT+R`: each its own endpoint). Their
 //! output is copied line by line, prefixed with `[rank R]`. Only rank 0 writes `--output`
 //! and `--json`. The exit status is the worst child's (the first to fail; of children
 //! found failed at once, one killed by a signal before those that exited with an error):
@@ -72,6 +73,22 @@ pub(crate) fn launch(app: &dyn Runnable, processes: usize, argv: &[OsString]) ->
     };
     catch_interrupts();
     let base = child_args(argv);
+    let metrics = app.cluster().metrics_addr;
+    let metrics_of = |rank: usize| -> Result<Option<std::net::SocketAddr>> {
+        let Some(mut addr) = metrics else {
+            return Ok(None);
+        };
+        if addr.port() != 0 {
+            let port = u16::try_from(usize::from(addr.port()) + rank).ok();
+            let port = port.with_context(|| {
+                format!("--metrics-addr {addr}: process {rank}'s port would be past 65535")
+            })?;
+            addr.set_port(port);
+        }
+        Ok(Some(addr))
+    };
+    // Checked before any process starts.
+    metrics_of(processes - 1)?;
     tracing::info!(
         "launching {processes} processes on 127.0.0.1 (ports {})",
         ports
@@ -90,6 +107,12 @@ pub(crate) fn launch(app: &dyn Runnable, processes: usize, argv: &[OsString]) ->
             .arg(rank.to_string())
             .arg("--secret-file")
             .arg(&secret)
+            .args(
+                metrics_of(rank)?
+                    .map(|a| ["--metrics-addr".to_string(), a.to_string()])
+                    .into_iter()
+                    .flatten(),
+            )
             .env_remove("ITERSTORE_SECRET")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -225,8 +248,9 @@ fn copy_lines(
         .ok()
 }
 
-/// The command line for a child: everything after the program name, without
-/// `--processes P` (or `--processes=P`).
+/// The command line for a child: everything after the program name, without the
+/// launcher's own options (`--processes P`, `--cpu-quota F`, or `--processes=P`, ...) and
+/// `--metrics-addr`, which each child gets its own of.
 fn child_args(argv: &[OsString]) -> Vec<OsString> {
     let mut out = Vec::with_capacity(argv.len());
     let mut skip_next = false;
@@ -235,14 +259,17 @@ fn child_args(argv: &[OsString]) -> Vec<OsString> {
             continue;
         }
         // The launcher's own options.
-        for own in ["--processes", "--cpu-quota"] {
+        for own in ["--processes", "--cpu-quota", "--metrics-addr"] {
             if a == OsStr::new(own) {
                 skip_next = true;
             }
         }
         if skip_next
-            || a.to_str()
-                .is_some_and(|s| s.starts_with("--processes=") || s.starts_with("--cpu-quota="))
+            || a.to_str().is_some_and(|s| {
+                ["--processes=", "--cpu-quota=", "--metrics-addr="]
+                    .iter()
+                    .any(|own| s.starts_with(own))
+            })
         {
             continue;
         }
@@ -345,6 +372,9 @@ mod tests {
             "--cpu-quota",
             "0.5",
             "--cpu-quota=1",
+            "--metrics-addr",
+            "127.0.0.1:9400",
+            "--metrics-addr=127.0.0.1:9400",
         ]
         .iter()
         .map(OsString::from)

@@ -500,6 +500,12 @@ pub struct ClusterOptions {
     #[arg(long, value_name = "BYTES", default_value = "64M", help_heading = "Cluster options",
           value_parser = parse_send_queue)]
     pub send_queue: usize,
+    /// Serve this process's metrics for Prometheus at http://ADDR/metrics while it runs
+    /// (worker clocks and their lag, waits, bytes per peer, queue depths, run and
+    /// checkpoint durations, specialization coverage). With --processes P, rank R serves
+    /// the port plus R (9400, 9401, ...); port 0 takes any free port.
+    #[arg(long, value_name = "ADDR", help_heading = "Cluster options")]
+    pub metrics_addr: Option<std::net::SocketAddr>,
 }
 
 /// The version of this binary, as `--version` prints it and the JSON reports record it.

@@ -191,6 +191,7 @@ pub(crate) fn app_config(
         message_timeout,
         yield_waits: run.yield_waits,
         slab_stores: run.slab_stores,
+        metrics_addr: cluster.metrics_addr,
     })
 }
 

@@ -15,6 +15,7 @@ mod dnn_partitioned;
 mod faults;
 mod hostile;
 mod launcher;
+mod metrics;
 mod peers;
 mod plan_cli;
 mod procs;
