@@ -189,13 +189,23 @@ fn garbage_on_the_port_does_not_disturb_a_run() {
         !dir.join("got1.txt").exists(),
         "rank 1 wrote --output (only rank 0 should)"
     );
+    // Warnings about strangers are rate-limited (one per 5 s, with the count held back):
+    // the first stray connection is named, the flood is not echoed line by line.
     let e0 = r0.stderr();
-    for port in stray_ports {
-        assert!(
-            e0.contains(&format!("peer=127.0.0.1:{port}")),
-            "rank 0 did not log the stray connection from port {port}:\n{e0}"
-        );
-    }
+    assert!(
+        stray_ports
+            .iter()
+            .any(|port| e0.contains(&format!("peer=127.0.0.1:{port}"))),
+        "rank 0 logged none of the stray connections {stray_ports:?}:\n{e0}"
+    );
+    let strangers = e0
+        .lines()
+        .filter(|l| l.contains("iterstore net:") && l.contains("WARN"))
+        .count();
+    assert!(
+        strangers <= 2,
+        "{strangers} warnings about strangers:\n{e0}"
+    );
 }
 
 #[test]
