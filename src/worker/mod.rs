@@ -8,6 +8,7 @@
 mod clock;
 mod generic;
 mod held;
+mod many;
 mod messages;
 mod sent;
 mod special;

@@ -4,6 +4,7 @@ mod api_errors;
 mod checkpoint;
 mod cluster;
 mod fuzz_corpus;
+mod many_rows;
 mod messages;
 mod metrics;
 mod modes;
