@@ -67,6 +67,17 @@ pub enum Error {
         /// The length supplied.
         actual: usize,
     },
+    /// A row outside a table declared with a row count
+    /// ([`Cluster::create_table_sized`](crate::cluster::Cluster::create_table_sized)).
+    #[error("table '{table}': row {row} is out of range (the table has rows 0..{rows})")]
+    RowOutOfRange {
+        /// The table.
+        table: String,
+        /// The row asked for.
+        row: u64,
+        /// The table's number of rows.
+        rows: u64,
+    },
     /// A column index is outside the row.
     #[error("table '{table}' row {row}: column {column} is out of range (width {width})")]
     ColumnOutOfRange {

@@ -105,7 +105,12 @@ impl<'a> Input<'a> {
             name: self.string(),
             width: self.u64() as usize,
             elem: self.elem(),
+            rows: self.row_count(),
         }
+    }
+
+    fn row_count(&mut self) -> Option<u64> {
+        (self.u8() & 1 == 1).then(|| self.u64())
     }
 
     fn elem(&mut self) -> ElemType {
@@ -134,6 +139,7 @@ fn envelope(inp: &mut Input<'_>) -> Envelope {
             name: inp.string(),
             width: inp.u64() as usize,
             elem: inp.elem(),
+            rows: inp.row_count(),
         },
         1 => Msg::Gather {
             from: inp.u32(),

@@ -57,6 +57,8 @@ pub enum Msg {
         width: usize,
         /// Element type.
         elem: crate::element::ElemType,
+        /// Its number of rows, if declared with one.
+        rows: Option<u64>,
     },
 
     /// A process's part of an all-gather (`Cluster::all_gather`): the coordinator answers

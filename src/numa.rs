@@ -486,6 +486,7 @@ mod tests {
             name: name.into(),
             width,
             elem,
+            rows: None,
         };
         vec![
             table(0, "rows", 8, ElemType::F32),

@@ -281,12 +281,14 @@ mod tests {
                 name: "a".into(),
                 width: 3,
                 elem: ElemType::F32,
+                rows: None,
             },
             TableMeta {
                 id: 1,
                 name: "hot".into(),
                 width: 2,
                 elem: ElemType::I64,
+                rows: None,
             },
         ]
     }

@@ -21,6 +21,11 @@ pub struct TableMeta {
     pub width: usize,
     /// Element type.
     pub elem: ElemType,
+    /// Its number of rows, if declared with one ([`Cluster::create_table_sized`]): rows
+    /// `0..rows`; `None`: any `u64` row.
+    ///
+    /// [`Cluster::create_table_sized`]: crate::cluster::Cluster::create_table_sized
+    pub rows: Option<u64>,
 }
 
 impl TableMeta {
@@ -40,6 +45,8 @@ pub struct Table<T> {
     pub(crate) cluster: u64,
     pub(crate) id: TableId,
     pub(crate) width: usize,
+    /// Rows `0..rows` exist (`u64::MAX` for a table declared without a count).
+    pub(crate) rows: u64,
     _elem: PhantomData<fn() -> T>,
 }
 
@@ -57,8 +64,14 @@ impl<T: Element> Table<T> {
             cluster,
             id: meta.id,
             width: meta.width,
+            rows: meta.rows.unwrap_or(u64::MAX),
             _elem: PhantomData,
         }
+    }
+
+    /// Its number of rows, if it was declared with one.
+    pub fn rows(&self) -> Option<u64> {
+        (self.rows != u64::MAX).then_some(self.rows)
     }
 
     /// Elements per row.
@@ -139,6 +152,7 @@ impl Registry {
             name: name.to_string(),
             width,
             elem,
+            rows: None,
         })
     }
 

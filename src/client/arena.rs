@@ -712,6 +712,7 @@ mod tests {
             name: "t".into(),
             width: 3,
             elem: ElemType::I32,
+            rows: None,
         }];
         let cfg = PlanConfig {
             workers: 1,

@@ -17,6 +17,51 @@ use std::sync::PoisonError;
 impl Cluster {
     /// Creates a table of `width`-element rows of `T`. Every row starts as zeros.
     pub fn create_table<T: Element>(&mut self, name: &str, width: usize) -> Result<Table<T>> {
+        self.declare::<T>(name, width, None)
+    }
+
+    /// [`create_table`](Self::create_table) of a table with rows `0..rows` only: reading
+    /// or updating a row outside them is [`Error::RowOutOfRange`] naming the table, on
+    /// every path (the check rides on the handle's width check). Every process must give
+    /// the same count.
+    ///
+    /// ```
+    /// use iterstore::{Cluster, Config, Error};
+    ///
+    /// # fn main() -> iterstore::Result<()> {
+    /// let mut cluster = Cluster::start(Config::new(1))?;
+    /// let weights = cluster.create_table_sized::<f32>("weights", 785, 10)?;
+    /// let refused = cluster.run(|w| {
+    ///     let mut row = vec![0.0f32; 785];
+    ///     w.read(&weights, 9, &mut row)?;
+    ///     Ok(w.read(&weights, 10, &mut row).unwrap_err())
+    /// })?;
+    /// assert!(matches!(refused[0], Error::RowOutOfRange { row: 10, rows: 10, .. }));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn create_table_sized<T: Element>(
+        &mut self,
+        name: &str,
+        width: usize,
+        rows: u64,
+    ) -> Result<Table<T>> {
+        if rows == 0 || rows == u64::MAX {
+            return Err(Error::config(
+                "rows",
+                format!("table {name:?}: {rows} rows (a count from 1 to u64::MAX - 1)"),
+            ));
+        }
+        self.declare::<T>(name, width, Some(rows))
+    }
+
+    /// Declares the table to the coordinator and creates it on every shard.
+    fn declare<T: Element>(
+        &mut self,
+        name: &str,
+        width: usize,
+        rows: Option<u64>,
+    ) -> Result<Table<T>> {
         self.check()?;
         self.registry.check_new(name, width)?;
         // The coordinator (shard 0, on rank 0) assigns the id, once per name.
@@ -25,6 +70,7 @@ impl Cluster {
             name: name.to_string(),
             width,
             elem: T::TYPE,
+            rows,
         };
         self.send(0, declare)?;
         let meta = self.shared.await_table(name)?;

@@ -616,6 +616,7 @@ mod tests {
             name: "t".into(),
             width: 1,
             elem: ElemType::I32,
+            rows: None,
         })]
     }
 
@@ -685,6 +686,7 @@ mod tests {
             name: format!("t{id}"),
             width,
             elem: ElemType::F32,
+            rows: None,
         };
         // Table 0: three f32s a row (two words padded); table 1: two (one word).
         let t = vec![Some(f32s(0, 3)), Some(f32s(1, 2))];

@@ -82,12 +82,13 @@ impl Coordinator {
     }
 
     /// The table `name`: assigned the next id on its first declaration; a later one must
-    /// have the same shape.
+    /// have the same shape and row count.
     pub(crate) fn declare(
         &mut self,
         name: String,
         width: usize,
         elem: ElemType,
+        rows: Option<u64>,
     ) -> Result<TableMeta, String> {
         let next = self.tables.len() as u32;
         let meta = self.tables.entry(name.clone()).or_insert(TableMeta {
@@ -95,7 +96,18 @@ impl Coordinator {
             name,
             width,
             elem,
+            rows,
         });
+        if meta.rows != rows {
+            let count =
+                |r: Option<u64>| r.map_or("no row count".to_string(), |r| format!("{r} rows"));
+            return Err(format!(
+                "table '{}' declared with {} by one process and {} by another",
+                meta.name,
+                count(meta.rows),
+                count(rows)
+            ));
+        }
         if meta.width != width || meta.elem != elem {
             return Err(format!(
                 "table '{}' declared as {} x {} by one process and {} x {} by another",
@@ -117,12 +129,21 @@ mod tests {
     #[test]
     fn ids_are_assigned_once_by_name() {
         let mut c = Coordinator::new(1);
-        let a = c.declare("a".into(), 2, ElemType::F32).unwrap();
-        let b = c.declare("b".into(), 1, ElemType::I64).unwrap();
+        let a = c.declare("a".into(), 2, ElemType::F32, None).unwrap();
+        let b = c.declare("b".into(), 1, ElemType::I64, Some(10)).unwrap();
         assert_eq!((a.id, b.id), (0, 1));
-        assert_eq!(c.declare("a".into(), 2, ElemType::F32).unwrap(), a);
-        let err = c.declare("a".into(), 3, ElemType::F32).unwrap_err();
+        assert_eq!(c.declare("a".into(), 2, ElemType::F32, None).unwrap(), a);
+        let err = c.declare("a".into(), 3, ElemType::F32, None).unwrap_err();
         assert!(err.contains("'a'"), "{err}");
+        // The row count must agree too.
+        let err = c
+            .declare("b".into(), 1, ElemType::I64, Some(11))
+            .unwrap_err();
+        assert!(err.contains("10 rows") && err.contains("11 rows"), "{err}");
+        let err = c
+            .declare("a".into(), 2, ElemType::F32, Some(2))
+            .unwrap_err();
+        assert!(err.contains("no row count"), "{err}");
     }
 
     #[test]

@@ -58,18 +58,27 @@ impl Worker<'_> {
         Ok(())
     }
 
-    /// The table's width, if `len` is a whole number of its rows starting at `first`
-    /// (and the last row's id fits); else the error naming the table.
+    /// The table's width, if `len` is a whole number of its rows starting at `first`,
+    /// all of them in the table; else the error naming the table.
     fn rows_width<T: Element>(&self, table: &Table<T>, first: u64, len: usize) -> Result<usize> {
         let width = table.width;
-        let rows = len.checked_div(width).unwrap_or(0);
-        if width == 0 || !len.is_multiple_of(width) || first.checked_add(rows as u64).is_none() {
+        let rows = len.checked_div(width).unwrap_or(0) as u64;
+        if width == 0 || !len.is_multiple_of(width) {
             let meta = self.check(table, first, width)?;
             return Err(Error::WidthMismatch {
                 table: meta.name.clone(),
                 row: first,
-                expected: width * rows.max(1),
+                expected: width * rows.max(1) as usize,
                 actual: len,
+            });
+        }
+        let end = first.checked_add(rows).filter(|&end| end <= table.rows);
+        if end.is_none() && rows > 0 {
+            let meta = self.check(table, first, width)?;
+            return Err(Error::RowOutOfRange {
+                table: meta.name.clone(),
+                row: first.saturating_add(rows - 1).min(table.rows.max(first)),
+                rows: table.rows,
             });
         }
         Ok(width)

@@ -220,6 +220,8 @@ impl<'a> Worker<'a> {
     pub fn read<T: Element>(&mut self, table: &Table<T>, row: u64, out: &mut [T]) -> Result<()> {
         // The specialized fast path needs only the handle's cluster and width checked:
         // the row's block names its table.
+        // No row bound here: the fast path serves only planned rows, which were checked
+        // when the pattern was recorded (an out-of-range row never reaches a plan).
         let checked = table.cluster == self.cluster && out.len() == table.width;
         if checked && self.log.is_none() && self.special.is_some() {
             let required = self.required();
@@ -527,6 +529,13 @@ impl<'a> Worker<'a> {
     #[inline]
     fn check<T: Element>(&self, table: &Table<T>, row: u64, len: usize) -> Result<&'a TableMeta> {
         let meta = resolve(self.tables, self.cluster, table)?;
+        if row >= table.rows {
+            return Err(Error::RowOutOfRange {
+                table: meta.name.clone(),
+                row,
+                rows: table.rows,
+            });
+        }
         if len != table.width {
             return Err(Error::WidthMismatch {
                 table: meta.name.clone(),

@@ -84,7 +84,71 @@ fn a_buffer_that_is_not_whole_rows_is_an_error() {
             matches!(read, Error::WidthMismatch { actual: 4, .. }),
             "{read}"
         );
-        assert!(matches!(update, Error::WidthMismatch { .. }), "{update}");
+        assert!(matches!(update, Error::RowOutOfRange { .. }), "{update}");
         assert!(read.to_string().contains("table 't'"), "{read}");
+    });
+}
+
+/// A table declared with a row count refuses rows outside it on every access path, in
+/// generic and in virtual mode (the specialized fast paths too), and creates none:
+/// the snapshot lists only rows inside it. Processes must declare the same count.
+#[test]
+fn a_sized_table_refuses_rows_outside_it_on_every_path() {
+    within(60, || {
+        for mode in [Mode::Generic, Mode::Virtual] {
+            let mut c = Cluster::start(Config::new(2).with_mode(mode)).unwrap();
+            let t = c.create_table_sized::<f32>("model", 2, 10).unwrap();
+            assert_eq!(t.rows(), Some(10));
+            let body = |w: &mut iterstore::Worker<'_>| -> iterstore::Result<()> {
+                let mut row = [0.0f32; 2];
+                w.read(&t, 9, &mut row)?;
+                w.update(&t, 9, &[1.0, 1.0])?;
+                w.clock()
+            };
+            if mode == Mode::Virtual {
+                c.virtual_iteration(body).unwrap();
+            }
+            c.run(body).unwrap();
+            let refused = c
+                .run(|w| {
+                    let mut row = [0.0f32; 2];
+                    let mut d = [0.0f32; 2];
+                    let errors = vec![
+                        w.read(&t, 10, &mut row).unwrap_err(),
+                        w.read(&t, u64::MAX, &mut row).unwrap_err(),
+                        w.update(&t, 10, &[1.0, 1.0]).unwrap_err(),
+                        w.read_with(&t, 10, |_| ()).unwrap_err(),
+                        w.update_col(&t, 11, 0, 1.0).unwrap_err(),
+                        w.read_update([(&t, 12)], [&mut d], |_, _| ()).unwrap_err(),
+                        w.read_rows(&t, 9, &mut [0.0; 4]).unwrap_err(),
+                    ];
+                    body(w)?; // still on its pattern
+                    Ok(errors)
+                })
+                .unwrap();
+            for e in &refused[0] {
+                assert!(
+                    matches!(e, iterstore::Error::RowOutOfRange { rows: 10, .. }),
+                    "{mode:?}: {e}"
+                );
+                assert!(e.to_string().contains("table 'model'"), "{e}");
+            }
+            let rows: Vec<u64> = c
+                .snapshot(&t)
+                .unwrap()
+                .into_iter()
+                .map(|(r, _)| r)
+                .collect();
+            assert_eq!(rows, [9], "{mode:?}");
+            assert!(c.create_table_sized::<f32>("zero", 2, 0).is_err());
+            c.shutdown().unwrap();
+        }
+        let e = Cluster::run_local_processes(Config::new(1), 2, |c| {
+            c.create_table_sized::<f32>("m", 1, 10 + c.rank() as u64)?;
+            Ok(())
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("10 rows") && e.contains("11 rows"), "{e}");
     });
 }

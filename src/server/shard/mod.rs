@@ -193,7 +193,8 @@ impl Shard {
                 name,
                 width,
                 elem,
-            } => self.declare_table(from, name, width, elem, out),
+                rows,
+            } => self.declare_table(from, name, width, elem, rows, out),
             Msg::Gather {
                 from,
                 round,

@@ -22,10 +22,11 @@ impl Shard {
         name: String,
         width: usize,
         elem: ElemType,
+        rows: Option<u64>,
         out: &mut Vec<(Endpoint, Msg)>,
     ) {
         match self.coordinator.as_mut() {
-            Some(c) => match c.declare(name, width, elem) {
+            Some(c) => match c.declare(name, width, elem, rows) {
                 Ok(meta) => out.push((Endpoint::Client(from), Msg::TableDeclared { meta })),
                 Err(reason) => self.reject(from, reason, out),
             },

@@ -200,6 +200,7 @@ mod tests {
             name: "t".into(),
             width: 3,
             elem: ElemType::F32,
+            rows: None,
         }];
         let key = |table| RowKey { table, row: 7 };
         let header = |table, len| Header::for_row(key(table), 0, 0, len);

@@ -73,6 +73,7 @@ fn updates_apply_in_worker_order_within_a_clock() {
         name: "f".into(),
         width: 1,
         elem: ElemType::F64,
+        rows: None,
     };
     s.step(Msg::CreateTable { meta }, &mut Vec::new());
     let big = |w: WorkerId, v: f64| Msg::Clock {

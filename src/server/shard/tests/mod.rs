@@ -40,6 +40,7 @@ fn table_t() -> TableMeta {
         name: "t".into(),
         width: 2,
         elem: ElemType::I64,
+        rows: None,
     }
 }
 
