@@ -252,6 +252,10 @@ pub struct RunReport {
     pub pattern: Option<PatternSummary>,
     /// How the store served accesses.
     pub store: StoreReport,
+    /// What the store could not do as asked (`iterstore::Cluster::diagnostics`); absent
+    /// from the JSON when empty.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub diagnostics: Vec<String>,
     /// Resident memory and the specialized state's size.
     pub memory: MemoryReport,
     /// The NUMA placement ([`iterstore::NumaReport`]: where workers ran, what went in
@@ -338,6 +342,7 @@ impl RunReport {
             params: BTreeMap::new(),
             pattern: None,
             store: StoreReport::default(),
+            diagnostics: Vec::new(),
             memory: MemoryReport::default(),
             numa: None,
             traffic: Vec::new(),
@@ -379,6 +384,7 @@ impl RunReport {
         self.numa = cluster.numa();
         self.traffic = cluster.traffic();
         self.specialize_s = stats.specialize_time.as_secs_f64();
+        self.diagnostics = cluster.diagnostics();
         self.store = StoreReport {
             row_fetches: stats.row_fetches,
             arena_refreshes: stats.arena_refreshes,
@@ -678,6 +684,30 @@ mod tests {
         r.staleness = Staleness::Unbounded;
         let v: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap();
         assert_eq!(v["staleness"], "async");
+    }
+
+    /// The store's diagnostics reach the run JSON, and only when there are some.
+    #[test]
+    fn diagnostics_reach_the_json_only_when_there_are_some() {
+        let mut cluster = Cluster::start(iterstore::Config::new(1)).unwrap();
+        let t = cluster.create_table::<f32>("t", 1).unwrap();
+        let mut r = RunReport::new("mf", "train_rmse", &AppConfig::default());
+        r.record_store(&cluster);
+        let v: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap();
+        assert!(v.get("diagnostics").is_none(), "{v}");
+        // A virtual iteration in generic mode specializes nothing: said.
+        cluster
+            .virtual_iteration(|w| {
+                w.update(&t, 0, &[1.0])?;
+                w.clock()
+            })
+            .unwrap();
+        r.record_store(&cluster);
+        let v: serde_json::Value = serde_json::from_str(&r.to_json()).unwrap();
+        let said = v["diagnostics"].as_array().unwrap();
+        assert_eq!(said.len(), 1, "{v}");
+        assert!(said[0].as_str().unwrap().contains("specializes nothing"));
+        cluster.shutdown().unwrap();
     }
 
     #[test]
