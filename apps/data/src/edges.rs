@@ -71,9 +71,8 @@ fn is_vertex_id(token: &str) -> bool {
 
 /// The error for a line that is not an edge, quoting (the start of) the line.
 fn not_an_edge(path: &Path, line_no: usize, line: &str) -> DataError {
-    let line = line.trim_end();
-    let quoted: String = line.chars().take(QUOTE_CHARS).collect();
-    let more = if quoted.len() < line.len() { "…" } else { "" };
+    let (quoted, cut) = input::head(line.trim_end(), QUOTE_CHARS);
+    let more = if cut { "…" } else { "" };
     input::malformed(
         path,
         line_no,

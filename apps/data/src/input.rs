@@ -24,12 +24,20 @@ pub const MAX_LINE_BYTES: usize = 16 << 20;
 /// How much of a line an error message quotes (see [`excerpt`]).
 const EXCERPT_CHARS: usize = 80;
 
+/// The first `chars` characters of `text`, and whether that cut anything off.
+pub(crate) fn head(text: &str, chars: usize) -> (&str, bool) {
+    match text.char_indices().nth(chars) {
+        None => (text, false),
+        Some((end, _)) => (&text[..end], true),
+    }
+}
+
 /// `text` cut to its first [`EXCERPT_CHARS`] characters (with `…` and the full length if
 /// cut), for quoting input in an error message without echoing megabytes of it.
 pub(crate) fn excerpt(text: &str) -> String {
-    match text.char_indices().nth(EXCERPT_CHARS) {
-        None => text.to_string(),
-        Some((end, _)) => format!("{}… ({} bytes)", &text[..end], text.len()),
+    match head(text, EXCERPT_CHARS) {
+        (all, false) => all.to_string(),
+        (start, true) => format!("{start}… ({} bytes)", text.len()),
     }
 }
 
