@@ -184,6 +184,17 @@ impl Error {
     }
 }
 
+/// Logs a warning the library's user must see: through `tracing` when the program has
+/// installed a subscriber, else on standard error (a library's `tracing` events are
+/// dropped without one).
+pub(crate) fn warn_visible(message: &str) {
+    if tracing::dispatcher::has_been_set() {
+        tracing::warn!("{message}");
+    } else {
+        eprintln!("iterstore: warning: {message}");
+    }
+}
+
 /// The message of a caught panic.
 pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     if let Some(s) = payload.downcast_ref::<&str>() {

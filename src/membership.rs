@@ -9,7 +9,7 @@
 //! variable — never a command-line argument, where other users of the machine could read
 //! it — and is never printed.
 
-use crate::error::{Error, Result};
+use crate::error::{warn_visible, Error, Result};
 use std::fmt;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::Path;
@@ -128,9 +128,9 @@ impl Secret {
             .filter(|&&seen| seen)
             .count();
         if distinct < Self::MIN_DISTINCT_BYTES {
-            tracing::warn!(
+            warn_visible(&format!(
                 "the secret has only {distinct} distinct byte values: it may be guessed (use e.g. `head -c 32 /dev/urandom | base64`)"
-            );
+            ));
         }
         Ok(Secret(bytes))
     }
@@ -141,11 +141,11 @@ impl Secret {
         let secret = Secret::new(text.trim_ascii().to_vec())
             .map_err(|e| Error::config("secret", format!("{}: {e}", path.display())))?;
         if mode & 0o077 != 0 {
-            tracing::warn!(
+            warn_visible(&format!(
                 "the secret file {} can be read by other users (mode {:o}): anyone who can read it can join the cluster; chmod 600 it",
                 path.display(),
                 mode & 0o777
-            );
+            ));
         }
         Ok(secret)
     }

@@ -7,6 +7,7 @@
 //! [`Stats::diagnostics`]: super::Stats::diagnostics
 
 use super::Cluster;
+use crate::error::warn_visible;
 
 /// A kind of diagnostic (each is said once per cluster).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,11 +40,7 @@ impl Cluster {
             return;
         }
         let message = message();
-        if tracing::dispatcher::has_been_set() {
-            tracing::warn!("{message}");
-        } else {
-            eprintln!("iterstore: warning: {message}");
-        }
+        warn_visible(&message);
         self.diagnostics.said.push((kind, message));
     }
 }
