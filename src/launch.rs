@@ -145,8 +145,11 @@ fn member(rank: &str, hosts: Option<&str>, processes: usize, secret: Secret) -> 
     Ok(m)
 }
 
-/// 32 random bytes, hex-encoded.
-fn fresh_secret() -> Result<String> {
+/// A fresh cluster secret as text: 32 bytes of the operating system's randomness,
+/// hex-encoded (64 characters) — what [`launch_local`] hands its copies, and what a
+/// launcher of one's own may write to a secret file (mode 0600) for
+/// [`Secret::from_file`].
+pub fn fresh_secret() -> Result<String> {
     let mut bytes = [0u8; 32];
     getrandom::getrandom(&mut bytes).map_err(|e| {
         Error::failed(
@@ -157,8 +160,10 @@ fn fresh_secret() -> Result<String> {
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
-/// Makes the child die when the launcher does (Linux), also if it died before the fork.
-fn die_with_parent(cmd: &mut Command) {
+/// Makes the process `cmd` starts receive SIGKILL when this one dies (Linux; elsewhere
+/// nothing), also when this one died before the child could ask: what [`launch_local`]
+/// does for its copies, for a launcher of one's own.
+pub fn die_with_parent(cmd: &mut Command) {
     #[cfg(target_os = "linux")]
     {
         use std::os::unix::process::CommandExt;

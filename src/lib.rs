@@ -139,7 +139,8 @@ pub use error::{Error, Result};
 pub use gather::{AccessPattern, RowUse};
 pub use ids::{Clock, RowKey, TableId};
 pub use launch::{
-    launch_local, Launched, LAUNCH_GRACE, LAUNCH_HOSTS_ENV, LAUNCH_RANK_ENV, MAX_LOCAL_PROCESSES,
+    die_with_parent, fresh_secret, launch_local, Launched, LAUNCH_GRACE, LAUNCH_HOSTS_ENV,
+    LAUNCH_RANK_ENV, MAX_LOCAL_PROCESSES,
 };
 pub use membership::{
     loopback_hosts, parse_hosts, rank_from_env, Membership, Secret, MIN_SEND_QUEUE_BYTES,

@@ -117,7 +117,7 @@ pub(crate) fn launch(app: &dyn Runnable, processes: usize, argv: &[OsString]) ->
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        die_with_parent(&mut cmd);
+        iterstore::die_with_parent(&mut cmd);
         let mut child = cmd
             .spawn()
             .with_context(|| format!("starting process {rank} ({})", exe.display()))?;
@@ -281,11 +281,7 @@ fn child_args(argv: &[OsString]) -> Vec<OsString> {
 /// Writes 32 random bytes, hex-encoded, to `path`, readable by this user only.
 fn write_secret(path: &Path) -> Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
-    let mut bytes = [0u8; 32];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut bytes))
-        .context("reading /dev/urandom for the cluster secret")?;
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let hex = iterstore::fresh_secret()?;
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -294,32 +290,6 @@ fn write_secret(path: &Path) -> Result<()> {
         .with_context(|| format!("creating {}", path.display()))?;
     f.write_all(hex.as_bytes())
         .with_context(|| format!("writing {}", path.display()))
-}
-
-/// Makes the child receive SIGKILL when the launcher dies (Linux).
-fn die_with_parent(cmd: &mut Command) {
-    use std::os::unix::process::CommandExt;
-    // Read before the fork: the child compares its parent with it.
-    let launcher = std::process::id();
-    // SAFETY: the closure runs in the forked child before exec, where only
-    // async-signal-safe calls are allowed: it calls prctl and getppid and allocates
-    // nothing (its errors are OS error codes, not boxed messages).
-    unsafe {
-        cmd.pre_exec(move || {
-            #[cfg(target_os = "linux")]
-            {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                // The launcher may already have died before the prctl (the child was
-                // then re-parented, to init or a subreaper).
-                if libc::getppid() as u32 != launcher {
-                    return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
-                }
-            }
-            Ok(())
-        });
-    }
 }
 
 /// A private temporary directory, removed on drop.
