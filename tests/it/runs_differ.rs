@@ -2,8 +2,8 @@
 //! decided per process) fail, both of them and within seconds, naming the process that
 //! left and the runs, instead of hanging — over TCP and in one OS process, in every mode.
 
-use crate::util::{free_addrs, within};
-use iterstore::{Cluster, Config, Membership, Mode, Secret};
+use crate::util::{over_tcp_results, within};
+use iterstore::{Cluster, Config, Mode};
 use std::time::{Duration, Instant};
 
 /// One process's application: a table, (in virtual mode) a virtual iteration, `runs`
@@ -32,21 +32,9 @@ fn app(cluster: &mut Cluster, runs: usize) -> iterstore::Result<()> {
 
 /// The results of rank 0 doing one run and rank 1 two, over TCP.
 fn over_tcp(mode: Mode) -> Vec<iterstore::Result<()>> {
-    let hosts = free_addrs(2);
-    let secret = Secret::new(b"a test secret of enough bytes".to_vec()).unwrap();
-    std::thread::scope(|s| {
-        let handles: Vec<_> = (0..2)
-            .map(|rank| {
-                let m = Membership::new(rank, hosts.clone(), secret.clone());
-                let config = Config::new(2).with_mode(mode).with_membership(m);
-                s.spawn(move || {
-                    let mut cluster = Cluster::start(config)?;
-                    app(&mut cluster, 1 + rank)?;
-                    cluster.shutdown()
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    over_tcp_results(Config::new(2).with_mode(mode), 2, |cluster| {
+        let runs = 1 + cluster.rank();
+        app(cluster, runs)
     })
 }
 

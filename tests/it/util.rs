@@ -25,6 +25,20 @@ pub fn over_tcp<R: Send>(
     processes: usize,
     body: impl Fn(&mut iterstore::Cluster) -> iterstore::Result<R> + Sync,
 ) -> Vec<R> {
+    over_tcp_results(config, processes, body)
+        .into_iter()
+        .enumerate()
+        .map(|(rank, r)| r.unwrap_or_else(|e| panic!("process {rank}: {e}")))
+        .collect()
+}
+
+/// [`over_tcp`] returning each process's result (start, `body`, shutdown) in rank order
+/// instead of panicking on an error; panics only if a process's thread panicked.
+pub fn over_tcp_results<R: Send>(
+    config: iterstore::Config,
+    processes: usize,
+    body: impl Fn(&mut iterstore::Cluster) -> iterstore::Result<R> + Sync,
+) -> Vec<iterstore::Result<R>> {
     let hosts = free_addrs(processes);
     let secret = iterstore::Secret::new(b"a test secret of enough bytes".to_vec()).unwrap();
     std::thread::scope(|s| {
@@ -45,8 +59,7 @@ pub fn over_tcp<R: Send>(
             .into_iter()
             .enumerate()
             .map(|(rank, h)| match h.join() {
-                Ok(Ok(r)) => r,
-                Ok(Err(e)) => panic!("process {rank}: {e}"),
+                Ok(r) => r,
                 Err(_) => panic!("process {rank} panicked"),
             })
             .collect()
