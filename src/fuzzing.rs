@@ -259,10 +259,16 @@ fn envelope(inp: &mut Input<'_>) -> Envelope {
             elem: inp.elem(),
             values: inp.buf(),
         },
-        _ => Msg::WorkerStopped {
+        27 => Msg::WorkerStopped {
             worker: inp.u32(),
             round: inp.u64(),
         },
+        28 => Msg::SetRows {
+            from: inp.u32(),
+            rows: inp.rows(),
+            last: inp.u8() & 1 == 1,
+        },
+        _ => Msg::RowsSet { shard: inp.u32() },
     };
     Envelope { to, msg }
 }

@@ -197,6 +197,21 @@ pub enum Msg {
         /// Whether this is the process's last `Restore` to this shard.
         last: bool,
     },
+    /// Between runs, when every update is applied ([`Cluster::set_rows`]): rows this
+    /// process sets, whose home is this shard, with their new values. Each process sends
+    /// every shard one or more, the last with `last` set (possibly empty); once every
+    /// process's last has come, the shard answers [`Msg::RowsSet`]. A row set by two
+    /// processes, or work of the next run before every process's last, fails the cluster.
+    ///
+    /// [`Cluster::set_rows`]: crate::cluster::Cluster::set_rows
+    SetRows {
+        /// The sending process.
+        from: ProcessId,
+        /// The rows, with their new values.
+        rows: Vec<(RowKey, AlignedBuf)>,
+        /// Whether this is the process's last `SetRows` to this shard.
+        last: bool,
+    },
 
     // ---- shard -> shard ----
     /// The rows of a migration whose new home is the receiving shard, with their values;
@@ -292,6 +307,12 @@ pub enum Msg {
         /// The sending shard.
         shard: ShardId,
     },
+    /// The shard has set every process's rows of a [`Msg::SetRows`] and forgotten what
+    /// it last sent each process's arena (its next refreshes are whole).
+    RowsSet {
+        /// The sending shard.
+        shard: ShardId,
+    },
     /// Answer to [`Msg::Dump`].
     DumpRows {
         /// The sending shard.
@@ -338,7 +359,7 @@ pub enum Msg {
 
 impl Msg {
     /// The names of the kinds of message, indexed by [`Msg::kind`].
-    pub(crate) const KINDS: [&'static str; 28] = [
+    pub(crate) const KINDS: [&'static str; 30] = [
         "DeclareTable",
         "Gather",
         "CreateTable",
@@ -367,6 +388,8 @@ impl Msg {
         "Restored",
         "Pass",
         "WorkerStopped",
+        "SetRows",
+        "RowsSet",
     ];
 
     /// This message's kind, an index into [`Msg::KINDS`].
@@ -400,6 +423,8 @@ impl Msg {
             Msg::Restored { .. } => 25,
             Msg::Pass { .. } => 26,
             Msg::WorkerStopped { .. } => 27,
+            Msg::SetRows { .. } => 28,
+            Msg::RowsSet { .. } => 29,
         }
     }
 
@@ -416,6 +441,7 @@ impl Msg {
             | Msg::Migrate { from, .. }
             | Msg::Checkpoint { from, .. }
             | Msg::Restore { from, .. }
+            | Msg::SetRows { from, .. }
             | Msg::Leave { from } => Some(*from),
             _ => None,
         }

@@ -581,6 +581,22 @@ impl ProcessArena {
         self.versions[global].store(v + 1, Ordering::Release);
     }
 
+    /// Marks every chunk empty again (its words stay, unread) and forgets every request:
+    /// after rows were set between runs, when no refresh is on its way and the shards
+    /// will send each chunk whole ([`Msg::RowsSet`]).
+    pub(crate) fn forget_chunks(&self) {
+        self.requested
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+        for global in 0..self.chunk_clocks.len() {
+            self.begin_write(global);
+            let v = self.versions[global].load(Ordering::Relaxed);
+            self.chunk_clocks[global].store(EMPTY, Ordering::Relaxed);
+            self.versions[global].store(v + 1, Ordering::Release);
+        }
+    }
+
     /// Makes sure a refresh that will satisfy `required` has been asked for. With
     /// batching: the chunks read in the iteration's clock `phase` (one request per shard
     /// holding some), or, when `slot` is given and its chunk is not read in that clock (an

@@ -352,6 +352,27 @@ impl ClientShared {
         })
     }
 
+    /// Waits until every shard of the cluster has every process's rows of the set under
+    /// way ([`Msg::RowsSet`]). Like a run barrier it waits for the slowest process; a
+    /// failed cluster (a process that left or called another collective) ends the wait.
+    pub(crate) fn await_rows_set(&self) -> Result<()> {
+        let total = self.world.total_shards();
+        self.wait_for("set_rows", Duration::MAX, || {
+            self.replies.take_rows_set(total)
+        })
+    }
+
+    /// Drops every copy of a row this process holds — the generic cache and the
+    /// specialized arena's chunks — so that every later read fetches anew. Between runs
+    /// only, once every shard has answered a set ([`Msg::RowsSet`]): nothing is then on its
+    /// way to them, and the shards' next arena refreshes are whole.
+    pub(crate) fn forget_rows(&self) {
+        self.cache.clear();
+        if let Some(arena) = self.arena() {
+            arena.forget_chunks();
+        }
+    }
+
     fn on_rows(&self, data_clock: Clock, rows: Vec<(RowKey, AlignedBuf)>) {
         self.known_min.fetch_max(data_clock, Ordering::AcqRel);
         let keys: Vec<RowKey> = rows.iter().map(|(k, _)| *k).collect();

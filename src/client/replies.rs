@@ -1,5 +1,6 @@
 //! [`Replies`]: the shards' answers to a process's collective requests — the run barrier,
-//! table declarations, all-gathers, migrations, checkpoints, resumes and table snapshots
+//! table declarations, all-gathers, migrations, checkpoints, resumes, sets and table
+//! snapshots
 //! — filed by the communication thread and taken by the thread that waits for them.
 //!
 //! One box per kind of answer, all under one lock (answers are rare: a few per run). It
@@ -34,6 +35,8 @@ struct Boxes {
     checkpointed: Vec<(ShardId, ShardPart)>,
     /// Shards that have finished the resume under way ([`Msg::Restored`]).
     restored: Vec<ShardId>,
+    /// Shards that have set every process's rows of the set under way ([`Msg::RowsSet`]).
+    rows_set: Vec<ShardId>,
     /// Shards' rows for a table snapshot ([`Msg::DumpRows`]).
     dumps: Vec<Vec<(RowKey, AlignedBuf)>>,
 }
@@ -50,6 +53,7 @@ impl Replies {
             Msg::Migrated { shard } => b.migrated.push(shard),
             Msg::Checkpointed { shard, part } => b.checkpointed.push((shard, part)),
             Msg::Restored { shard } => b.restored.push(shard),
+            Msg::RowsSet { shard } => b.rows_set.push(shard),
             Msg::Gathered { round, parts } => {
                 b.gathered.insert(round, parts);
             }
@@ -98,6 +102,12 @@ impl Replies {
     pub(crate) fn take_restored(&self, shards: usize) -> Option<()> {
         let mut b = lock(&self.boxes);
         (b.restored.len() >= shards).then(|| b.restored.clear())
+    }
+
+    /// Whether `shards` shards finished the set under way (and forgets them).
+    pub(crate) fn take_rows_set(&self, shards: usize) -> Option<()> {
+        let mut b = lock(&self.boxes);
+        (b.rows_set.len() >= shards).then(|| b.rows_set.clear())
     }
 
     /// The rows of `shards` shards' snapshot answers, once all arrived.

@@ -133,11 +133,12 @@ impl Cluster {
     /// never silently left empty.
     pub fn resume(&mut self, dir: &Path, app: &str, rule: ClusterRule) -> Result<Resumed> {
         self.check()?;
-        let opened = if self.runs.ended > 0 || self.spec.plans > 0 || self.runs.resumed {
+        let used = self.runs.ended > 0 || self.spec.plans > 0 || self.runs.sets > 0;
+        let opened = if used || self.runs.resumed {
             Err(Error::checkpoint(
                 dir,
                 format!(
-                    "{}: a resume must come before any run, plan or other resume",
+                    "{}: a resume must come before any run, plan, set_rows or other resume",
                     dir.display()
                 ),
             ))

@@ -30,6 +30,7 @@ mod checkpointing;
 mod diagnostics;
 mod metrics;
 mod runs;
+mod set_rows;
 mod shutdown;
 mod specialize;
 mod start;
@@ -108,6 +109,8 @@ struct Runs {
     help_at_end: bool,
     /// Whether the tables were restored from a checkpoint ([`Cluster::resume`]).
     resumed: bool,
+    /// Sets of rows done so far ([`Cluster::set_rows`]).
+    sets: u64,
 }
 
 /// The specialization pipeline's state (see `specialize`), kept between runs.

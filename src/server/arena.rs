@@ -20,8 +20,9 @@
 //! written only by these refreshes, which arrive in order (FIFO per pair of processes, or
 //! written by the shard itself as it makes them for a process in its own OS process:
 //! [`ArenaShard::refresh_rows`]), so its copy of a chunk is always the last one sent. Rows start as zeros and only ever have
-//! deltas added, so a row is never `-0.0` and adding an all-zero delta changes nothing:
-//! such deltas (rows a worker's slab covers but it did not touch) are skipped.
+//! deltas added (or are set to what adding to zeros gives, `Cluster::set_rows`), so a row
+//! is never `-0.0` and adding an all-zero delta changes nothing: such deltas (rows a
+//! worker's slab covers but it did not touch) are skipped.
 
 use crate::buf::AlignedBuf;
 use crate::element::{ElemType, Element};
@@ -577,6 +578,14 @@ impl ArenaShard {
             }
         }
         Some((changed, bytes))
+    }
+
+    /// Forgets what was last sent to every subscription: each chunk's next refresh is
+    /// whole. For rows set between runs, after which every process drops its copies.
+    pub(crate) fn forget_sent(&mut self) {
+        for sub in self.subs.values_mut() {
+            sub.sent.fill(None);
+        }
     }
 
     /// Every row in the arena with its value.

@@ -66,6 +66,13 @@ impl Coordinator {
         Ok(Some(parts.into_iter().flatten().collect()))
     }
 
+    /// An all-gather round some process has begun and not every process has joined, if
+    /// any: a collective of another kind begun meanwhile means the processes called
+    /// different collectives.
+    pub(crate) fn open_round(&self) -> Option<u64> {
+        self.gathers.keys().next().copied()
+    }
+
     /// Process `from` has left the cluster: if an all-gather round waits for its part,
     /// the round can never complete, and this says why (the cluster must fail rather
     /// than leave the others waiting). A round begun later fails in

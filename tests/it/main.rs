@@ -10,6 +10,7 @@ mod metrics;
 mod modes;
 mod numa;
 mod runs_differ;
+mod set_rows;
 mod ssp_props;
 mod tidy;
 mod util;

@@ -26,7 +26,8 @@
 //!   bytes [`Shard::encode_part`] encodes, and hands the outcome back to
 //!   [`Shard::part_written`], which answers [`Msg::Checkpointed`].
 //!
-//! Before any run it takes rows back from a checkpoint ([`Msg::Restore`]), as messages.
+//! Before any run it takes rows back from a checkpoint ([`Msg::Restore`]), as messages;
+//! between runs it sets rows to values the processes give ([`Msg::SetRows`]).
 //!
 //! One concept per file; each works on the [`Shard`] defined here:
 //!
@@ -38,7 +39,8 @@
 //! - `runs`: the run barrier and processes leaving;
 //! - `migration`: rows moving between shards under a new placement;
 //! - `checkpoint`: the rows' part of a checkpoint (what to write, its bytes, the answer);
-//! - `restore`: rows coming back from a checkpoint.
+//! - `restore`: rows coming back from a checkpoint;
+//! - `set`: rows given new values between runs.
 //!
 //! This module holds the state and dispatches messages to those files; it knows nothing
 //! of threads, transports, files or the cluster that drives it.
@@ -49,6 +51,7 @@ mod migration;
 mod restore;
 mod rows;
 mod runs;
+mod set;
 mod tables;
 
 #[cfg(test)]
@@ -59,6 +62,7 @@ pub(crate) use checkpoint::PartWrite;
 use self::migration::Migration;
 use self::restore::Restoring;
 use self::rows::Resolved;
+use self::set::Setting;
 use super::arena::ArenaShard;
 use super::coordinator::Coordinator;
 use super::LocalArena;
@@ -108,6 +112,8 @@ pub(crate) struct Shard {
     restore: Option<Restoring>,
     /// Whether a restore has completed (there is only one, before any run).
     restored: bool,
+    /// Rows being set between runs (see [`Msg::SetRows`]).
+    setting: Option<Setting>,
     /// The process in this shard's OS process and its arena, which takes its refreshes
     /// straight from this shard's arena ([`LocalArena`]) while it lives.
     local: Option<(ProcessId, Weak<dyn LocalArena>)>,
@@ -134,6 +140,7 @@ impl Shard {
             migration: None,
             restore: None,
             restored: false,
+            setting: None,
             local: None,
         }
     }
@@ -195,6 +202,7 @@ impl Shard {
                 elem,
                 rows,
             } => self.declare_table(from, name, width, elem, rows, out),
+            Msg::Gather { from, .. } if self.refuse_during_set(from, "an all-gather", out) => {}
             Msg::Gather {
                 from,
                 round,
@@ -228,8 +236,10 @@ impl Shard {
                 slab_rows,
             } => self.clock(worker, clock, epoch, rows, (slab, slab_rows), out),
             Msg::Finish { worker } => self.finish(worker, out),
+            Msg::RunEnd { from, .. } if self.refuse_during_set(from, "a run's end", out) => {}
             Msg::RunEnd { from, run } => self.run_end(from, run, out),
             Msg::Leave { from } => self.leave(from, out),
+            Msg::Checkpoint { from, .. } if self.refuse_during_set(from, "a checkpoint", out) => {}
             Msg::Checkpoint { from, root, clock } => {
                 return self.checkpoint(from, root, clock, out)
             }
@@ -239,6 +249,8 @@ impl Shard {
                 rows,
                 last,
             } => self.restore(from, clock, rows, last, out),
+            Msg::SetRows { from, rows, last } => self.set_rows(from, rows, last, out),
+            Msg::Migrate { from, .. } if self.refuse_during_set(from, "a migration", out) => {}
             Msg::Migrate { from, overrides } => self.migrate(from, overrides, out),
             Msg::Adopt { shard, rows } => self.adopt(shard, rows, out),
             Msg::Dump { from, table } => self.dump(from, table, out),

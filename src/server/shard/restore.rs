@@ -47,7 +47,7 @@ impl Shard {
                 || self.migration.is_some();
             if used {
                 return self.reject_all(
-                    "a resume after runs, a plan, a migration or another resume".into(),
+                    "a resume after runs, a plan, a migration, set rows or another resume".into(),
                     out,
                 );
             }

@@ -31,6 +31,9 @@ impl Shard {
         if let Some(w) = self.working.get_mut(from as usize) {
             *w = true;
         }
+        if self.refuse_during_set(from, "work of the next run", out) {
+            return true;
+        }
         self.check_moved_on(out)
     }
 
@@ -73,6 +76,15 @@ impl Shard {
         if self.restore.as_ref().is_some_and(|r| !r.done_by(from)) {
             return self.reject_all(
                 format!("process {from} left the cluster during a resume"),
+                out,
+            );
+        }
+        if self.setting.as_ref().is_some_and(|s| !s.done_by(from)) {
+            return self.reject_everyone(
+                format!(
+                    "process {from} left the cluster while the others set rows (the \
+                     processes called different collectives, or one stopped early)"
+                ),
                 out,
             );
         }

@@ -10,6 +10,7 @@ mod migration;
 mod restore;
 mod rows;
 mod runs;
+mod set;
 
 use super::*;
 pub(super) use crate::element::ElemType;
