@@ -106,11 +106,38 @@ impl<'a> Input<'a> {
             width: self.u64() as usize,
             elem: self.elem(),
             rows: self.row_count(),
+            rule: self.rule(),
         }
     }
 
     fn row_count(&mut self) -> Option<u64> {
         (self.u8() & 1 == 1).then(|| self.u64())
+    }
+
+    fn rule(&mut self) -> crate::rule::Rule {
+        use crate::rule::Rule;
+        let kind = self.u8() % 6;
+        let mut f = || f64::from_bits(self.u64());
+        match kind {
+            0 => Rule::Sum,
+            1 => Rule::Sgd { lr: f() },
+            2 => Rule::Momentum {
+                lr: f(),
+                momentum: f(),
+            },
+            3 => Rule::AdaGrad { lr: f(), eps: f() },
+            4 => Rule::RmsProp {
+                lr: f(),
+                decay: f(),
+                eps: f(),
+            },
+            _ => Rule::Adam {
+                lr: f(),
+                beta1: f(),
+                beta2: f(),
+                eps: f(),
+            },
+        }
     }
 
     fn elem(&mut self) -> ElemType {
@@ -140,6 +167,7 @@ fn envelope(inp: &mut Input<'_>) -> Envelope {
             width: inp.u64() as usize,
             elem: inp.elem(),
             rows: inp.row_count(),
+            rule: inp.rule(),
         },
         1 => Msg::Gather {
             from: inp.u32(),

@@ -118,6 +118,7 @@ mod plan;
 mod pool;
 mod prefetch;
 mod rows_part;
+mod rule;
 mod server;
 mod slot;
 mod stream;
@@ -147,6 +148,7 @@ pub use membership::{
     SECRET_ENV, SHUTDOWN_TIMEOUT,
 };
 pub use numa::WorkerPlacement;
+pub use rule::{Real, Rule};
 pub use table::Table;
 pub use topology::{Core, Topology, TopologySource, Zone};
 pub use transport::KindTraffic;

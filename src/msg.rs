@@ -59,6 +59,8 @@ pub enum Msg {
         elem: crate::element::ElemType,
         /// Its number of rows, if declared with one.
         rows: Option<u64>,
+        /// How its servers apply updates.
+        rule: crate::rule::Rule,
     },
 
     /// A process's part of an all-gather (`Cluster::all_gather`): the coordinator answers

@@ -487,6 +487,7 @@ mod tests {
             width,
             elem,
             rows: None,
+            rule: crate::rule::Rule::Sum,
         };
         vec![
             table(0, "rows", 8, ElemType::F32),

@@ -173,7 +173,12 @@ pub(crate) fn build(
     // Rows grouped by shard; within a shard, first-use order (the pattern's order).
     let mut by_shard: Vec<Vec<usize>> = vec![Vec::new(); shards];
     for (i, row) in pattern.rows().iter().enumerate() {
-        if tables.get(row.key.table as usize).is_some() {
+        // Rows of a table with an update rule stay generic: the shards step them per
+        // clock in their generic map.
+        if tables
+            .get(row.key.table as usize)
+            .is_some_and(|t| t.rule.is_sum())
+        {
             by_shard[placement.shard_of(row.key) as usize].push(i);
         }
     }
@@ -282,6 +287,7 @@ mod tests {
                 width: 3,
                 elem: ElemType::F32,
                 rows: None,
+                rule: crate::rule::Rule::Sum,
             },
             TableMeta {
                 id: 1,
@@ -289,6 +295,7 @@ mod tests {
                 width: 2,
                 elem: ElemType::I64,
                 rows: None,
+                rule: crate::rule::Rule::Sum,
             },
         ]
     }

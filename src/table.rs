@@ -7,6 +7,7 @@
 use crate::element::{ElemType, Element};
 use crate::error::{Error, Result};
 use crate::ids::{RowKey, TableId};
+use crate::rule::Rule;
 use serde::{Deserialize, Serialize};
 use std::marker::PhantomData;
 
@@ -26,6 +27,9 @@ pub struct TableMeta {
     ///
     /// [`Cluster::create_table_sized`]: crate::cluster::Cluster::create_table_sized
     pub rows: Option<u64>,
+    /// How its servers apply updates ([`Rule::Sum`]: add them).
+    #[serde(default)]
+    pub rule: Rule,
 }
 
 impl TableMeta {
@@ -153,6 +157,7 @@ impl Registry {
             width,
             elem,
             rows: None,
+            rule: crate::rule::Rule::Sum,
         })
     }
 

@@ -729,6 +729,7 @@ mod tests {
             width: 3,
             elem: ElemType::I32,
             rows: None,
+            rule: crate::rule::Rule::Sum,
         }];
         let cfg = PlanConfig {
             workers: 1,

@@ -211,6 +211,18 @@ impl Cluster {
     /// [`checkpoint_with`](Self::checkpoint_with), `state` optional.
     fn checkpoint_parts(&mut self, dir: &Path, app: &str, state: Option<&[u8]>) -> Result<PathBuf> {
         self.check()?;
+        if let Some(t) = self.registry.tables().iter().find(|t| !t.rule.is_sum()) {
+            return Err(Error::checkpoint(
+                dir,
+                format!(
+                    "{}: table '{}' has a server-side rule ({}) whose state checkpoints do \
+                     not hold yet; a checkpoint would lose it",
+                    dir.display(),
+                    t.name,
+                    t.rule
+                ),
+            ));
+        }
         let began = std::time::Instant::now();
         let clock = self.runs.start_clock;
         let writer = CheckpointWriter::begin(dir, clock, self.checkpoint_meta(app));

@@ -152,6 +152,15 @@ impl Cluster {
         }
         let uses: Vec<(RowKey, u64, Vec<u64>)> =
             uses.into_iter().map(|(k, (b, a))| (k, b, a)).collect();
+        let moving = self.runs.ended > 0 || self.runs.resumed;
+        if moving && self.registry.tables().iter().any(|t| !t.rule.is_sum()) {
+            // A row's rule state stays on its shard: it must not move.
+            tracing::warn!(
+                "locality placement skipped: rows holding values would have to migrate, \
+                 and a table has a server-side update rule whose state does not move"
+            );
+            return Ok(());
+        }
         let hashed = self.shared.placement().without_overrides();
         if (self.runs.ended > 0 || self.runs.resumed) && hashed.has_restrictions() {
             // Shards migrate rows by the hash and the overrides alone: a table kept on a
@@ -223,6 +232,30 @@ impl Cluster {
         else {
             return Ok(());
         };
+        let Some(pattern) = &self.spec.pattern else {
+            return Ok(());
+        };
+        let tables = self.registry.tables();
+        let ruled = |t: u32| tables.get(t as usize).filter(|m| !m.rule.is_sum());
+        let unplanned = pattern
+            .rows()
+            .iter()
+            .filter(|r| ruled(r.key.table).is_some());
+        let (rows, accesses) = unplanned.fold((0, 0), |(n, a), r| (n + 1, a + r.accesses()));
+        if rows > 0 {
+            let names: Vec<String> = tables
+                .iter()
+                .filter(|m| !m.rule.is_sum())
+                .map(|m| format!("'{}' ({})", m.name, m.rule))
+                .collect();
+            let message = format!(
+                "{rows} rows of tables with a server-side update rule ({}) take the generic \
+                 path, not the plan ({accesses} accesses an iteration): their shards step \
+                 them per clock in their generic store",
+                names.join(", ")
+            );
+            self.diagnose(Diagnostic::RuleRowsGeneric, || message);
+        }
         let Some(pattern) = &self.spec.pattern else {
             return Ok(());
         };

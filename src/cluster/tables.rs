@@ -11,13 +11,51 @@ use super::Cluster;
 use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::msg::Msg;
+use crate::rule::Rule;
 use crate::table::{resolve, Table};
 use std::sync::PoisonError;
 
 impl Cluster {
     /// Creates a table of `width`-element rows of `T`. Every row starts as zeros.
     pub fn create_table<T: Element>(&mut self, name: &str, width: usize) -> Result<Table<T>> {
-        self.declare::<T>(name, width, None)
+        self.declare::<T>(name, width, None, Rule::Sum)
+    }
+
+    /// [`create_table`](Self::create_table) of a table whose servers apply `rule` to the
+    /// updates (see [`Rule`]): an UPDATE is then a gradient, summed per clock over the
+    /// workers and stepped through the rule on the shards, which keep the rule's state per
+    /// row; a READ returns the servers' value, without the worker's own gradients. `rows`:
+    /// its row count, as [`create_table_sized`](Self::create_table_sized), or `None`.
+    /// Every process must give the same rule (parameters compared bit for bit); a rule
+    /// needs a float table and parameters in range, checked here.
+    ///
+    /// ```
+    /// use iterstore::{Cluster, Config, Rule};
+    ///
+    /// # fn main() -> iterstore::Result<()> {
+    /// let mut cluster = Cluster::start(Config::new(2))?;
+    /// let w = cluster.create_table_with_rule::<f64>("w", 1, Some(1), Rule::Sgd { lr: 0.5 })?;
+    /// cluster.run(|worker| {
+    ///     worker.update(&w, 0, &[1.0])?; // a gradient: each worker's is summed
+    ///     worker.clock()
+    /// })?;
+    /// assert_eq!(cluster.snapshot(&w)?, vec![(0, vec![-1.0])]); // 0 - 0.5 * (1 + 1)
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn create_table_with_rule<T: Element>(
+        &mut self,
+        name: &str,
+        width: usize,
+        rows: Option<u64>,
+        rule: Rule,
+    ) -> Result<Table<T>> {
+        rule.check(T::TYPE)
+            .map_err(|e| Error::config("rule", format!("table {name:?}: {e}")))?;
+        if let Some(rows) = rows {
+            check_rows(name, rows)?;
+        }
+        self.declare::<T>(name, width, rows, rule)
     }
 
     /// [`create_table`](Self::create_table) of a table with rows `0..rows` only: reading
@@ -46,13 +84,8 @@ impl Cluster {
         width: usize,
         rows: u64,
     ) -> Result<Table<T>> {
-        if rows == 0 || rows == u64::MAX {
-            return Err(Error::config(
-                "rows",
-                format!("table {name:?}: {rows} rows (a count from 1 to u64::MAX - 1)"),
-            ));
-        }
-        self.declare::<T>(name, width, Some(rows))
+        check_rows(name, rows)?;
+        self.declare::<T>(name, width, Some(rows), Rule::Sum)
     }
 
     /// Declares the table to the coordinator and creates it on every shard.
@@ -61,6 +94,7 @@ impl Cluster {
         name: &str,
         width: usize,
         rows: Option<u64>,
+        rule: Rule,
     ) -> Result<Table<T>> {
         self.check()?;
         self.registry.check_new(name, width)?;
@@ -71,6 +105,7 @@ impl Cluster {
             width,
             elem: T::TYPE,
             rows,
+            rule,
         };
         self.send(0, declare)?;
         let meta = self.shared.await_table(name)?;
@@ -178,4 +213,15 @@ impl Cluster {
         rows.sort_unstable_by_key(|(r, _)| *r);
         Ok(rows)
     }
+}
+
+/// `Err` unless `rows` is a table's row count: from 1 to `u64::MAX - 1`.
+fn check_rows(name: &str, rows: u64) -> Result<()> {
+    if rows == 0 || rows == u64::MAX {
+        return Err(Error::config(
+            "rows",
+            format!("table {name:?}: {rows} rows (a count from 1 to u64::MAX - 1)"),
+        ));
+    }
+    Ok(())
 }

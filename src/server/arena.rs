@@ -626,6 +626,7 @@ mod tests {
             width: 1,
             elem: ElemType::I32,
             rows: None,
+            rule: crate::rule::Rule::Sum,
         })]
     }
 
@@ -696,6 +697,7 @@ mod tests {
             width,
             elem: ElemType::F32,
             rows: None,
+            rule: crate::rule::Rule::Sum,
         };
         // Table 0: three f32s a row (two words padded); table 1: two (one word).
         let t = vec![Some(f32s(0, 3)), Some(f32s(1, 2))];

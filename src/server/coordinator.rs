@@ -5,6 +5,7 @@
 use crate::buf::AlignedBuf;
 use crate::element::ElemType;
 use crate::ids::ProcessId;
+use crate::rule::Rule;
 use crate::table::TableMeta;
 use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
@@ -96,6 +97,7 @@ impl Coordinator {
         width: usize,
         elem: ElemType,
         rows: Option<u64>,
+        rule: Rule,
     ) -> Result<TableMeta, String> {
         let next = self.tables.len() as u32;
         let meta = self.tables.entry(name.clone()).or_insert(TableMeta {
@@ -104,7 +106,14 @@ impl Coordinator {
             width,
             elem,
             rows,
+            rule,
         });
+        if meta.rule != rule {
+            return Err(format!(
+                "table '{}' declared with rule {} by one process and {rule} by another",
+                meta.name, meta.rule
+            ));
+        }
         if meta.rows != rows {
             let count =
                 |r: Option<u64>| r.map_or("no row count".to_string(), |r| format!("{r} rows"));
@@ -136,19 +145,29 @@ mod tests {
     #[test]
     fn ids_are_assigned_once_by_name() {
         let mut c = Coordinator::new(1);
-        let a = c.declare("a".into(), 2, ElemType::F32, None).unwrap();
-        let b = c.declare("b".into(), 1, ElemType::I64, Some(10)).unwrap();
+        let a = c
+            .declare("a".into(), 2, ElemType::F32, None, Rule::Sum)
+            .unwrap();
+        let b = c
+            .declare("b".into(), 1, ElemType::I64, Some(10), Rule::Sum)
+            .unwrap();
         assert_eq!((a.id, b.id), (0, 1));
-        assert_eq!(c.declare("a".into(), 2, ElemType::F32, None).unwrap(), a);
-        let err = c.declare("a".into(), 3, ElemType::F32, None).unwrap_err();
+        assert_eq!(
+            c.declare("a".into(), 2, ElemType::F32, None, Rule::Sum)
+                .unwrap(),
+            a
+        );
+        let err = c
+            .declare("a".into(), 3, ElemType::F32, None, Rule::Sum)
+            .unwrap_err();
         assert!(err.contains("'a'"), "{err}");
         // The row count must agree too.
         let err = c
-            .declare("b".into(), 1, ElemType::I64, Some(11))
+            .declare("b".into(), 1, ElemType::I64, Some(11), Rule::Sum)
             .unwrap_err();
         assert!(err.contains("10 rows") && err.contains("11 rows"), "{err}");
         let err = c
-            .declare("a".into(), 2, ElemType::F32, Some(2))
+            .declare("a".into(), 2, ElemType::F32, Some(2), Rule::Sum)
             .unwrap_err();
         assert!(err.contains("no row count"), "{err}");
     }

@@ -35,7 +35,9 @@ impl<'a> Worker<'a> {
         if let Some(row) = self.held_row(key) {
             return Ok(f(row.cast()));
         }
-        let own = self.oplog.contains_key(&key) || self.recent.all().any(|l| l.contains_key(&key));
+        let own = (self.oplog.contains_key(&key)
+            || self.recent.all().any(|l| l.contains_key(&key)))
+            && self.additive(key.table);
         if !own {
             let entry = self.fresh_entry(key)?;
             return Ok(f(entry.data.cast()));
@@ -104,9 +106,24 @@ impl<'a> Worker<'a> {
         Ok(())
     }
 
-    /// Adds this worker's updates that a snapshot at `data_clock` does not include.
+    /// Whether `table`'s updates are deltas ([`Rule::Sum`]), which a READ adds to the
+    /// snapshot; under any other rule they are gradients, which it does not.
+    ///
+    /// [`Rule::Sum`]: crate::rule::Rule::Sum
+    #[inline]
+    pub(super) fn additive(&self, table: crate::ids::TableId) -> bool {
+        self.tables
+            .get(table as usize)
+            .is_none_or(|m| m.rule.is_sum())
+    }
+
+    /// Adds this worker's updates that a snapshot at `data_clock` does not include (none
+    /// for a table with an update rule).
     #[inline(always)]
     pub(super) fn add_own<T: Element>(&self, key: RowKey, data_clock: Clock, dst: &mut [T]) {
+        if (!self.recent.is_empty() || !self.oplog.is_empty()) && !self.additive(key.table) {
+            return; // a table with an update rule: own updates are gradients, not values
+        }
         if !self.recent.is_empty() {
             for log in self.recent.missing_from(data_clock) {
                 if let Some(delta) = log.get(&key) {

@@ -142,7 +142,7 @@ impl Worker<'_> {
     /// the held map (a copy of the row as a READ returns it now). Logs no access and
     /// moves no cursor.
     fn hold<T: Element>(&mut self, table: &Table<T>, row: u64) -> Result<()> {
-        if T::TYPE.exact() || self.virtual_only {
+        if T::TYPE.exact() || self.virtual_only || !self.additive(table.id) {
             return Ok(());
         }
         let key = table.key(row);

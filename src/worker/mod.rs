@@ -215,7 +215,9 @@ impl<'a> Worker<'a> {
     }
 
     /// Copies row `row` of `table` into `out` (which must have the table's width): a value
-    /// at most `s` clocks stale, plus every update this worker has made.
+    /// at most `s` clocks stale, plus every update this worker has made — except for a
+    /// table with a server-side update rule ([`Rule`](crate::Rule)), whose updates are
+    /// gradients: there it is the servers' value alone.
     #[inline(always)]
     pub fn read<T: Element>(&mut self, table: &Table<T>, row: u64, out: &mut [T]) -> Result<()> {
         // The specialized fast path needs only the handle's cluster and width checked:

@@ -9,6 +9,7 @@ mod messages;
 mod metrics;
 mod modes;
 mod numa;
+mod rules;
 mod runs_differ;
 mod set_rows;
 mod ssp_props;

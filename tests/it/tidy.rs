@@ -32,7 +32,14 @@ const LAYERS: &[(&str, &[&str])] = &[
     ),
     (
         "model",
-        &["table", "consistency", "gather", "placement", "world"],
+        &[
+            "rule",
+            "table",
+            "consistency",
+            "gather",
+            "placement",
+            "world",
+        ],
     ),
     ("plan", &["topology", "plan", "numa"]),
     (

@@ -79,6 +79,13 @@ impl Shard {
             self.reject_all(format!("a checkpoint at clock {clock} {reason}"), out);
             return None;
         }
+        if self.rules.has_state() {
+            self.reject_all(
+                "a checkpoint of rows with update-rule state (not written yet)".into(),
+                out,
+            );
+            return None;
+        }
         Some(PartWrite {
             from,
             root,

@@ -127,6 +127,7 @@ impl Shard {
             for (_worker, batch, slab) in batches {
                 self.apply(batch, slab, min, out);
             }
+            self.step_rules();
         }
         for p in self.staying() {
             out.push((

@@ -39,6 +39,7 @@
 //! - `runs`: the run barrier and processes leaving;
 //! - `migration`: rows moving between shards under a new placement;
 //! - `checkpoint`: the rows' part of a checkpoint (what to write, its bytes, the answer);
+//! - `rules`: tables whose updates are gradients, stepped per clock through their rule;
 //! - `restore`: rows coming back from a checkpoint;
 //! - `set`: rows given new values between runs.
 //!
@@ -50,6 +51,7 @@ mod clocks;
 mod migration;
 mod restore;
 mod rows;
+mod rules;
 mod runs;
 mod set;
 mod tables;
@@ -62,6 +64,7 @@ pub(crate) use checkpoint::PartWrite;
 use self::migration::Migration;
 use self::restore::Restoring;
 use self::rows::Resolved;
+use self::rules::RuleRows;
 use self::set::Setting;
 use super::arena::ArenaShard;
 use super::coordinator::Coordinator;
@@ -114,6 +117,8 @@ pub(crate) struct Shard {
     restored: bool,
     /// Rows being set between runs (see [`Msg::SetRows`]).
     setting: Option<Setting>,
+    /// Gradients and rule states of the rows of tables with an update rule.
+    rules: RuleRows,
     /// The process in this shard's OS process and its arena, which takes its refreshes
     /// straight from this shard's arena ([`LocalArena`]) while it lives.
     local: Option<(ProcessId, Weak<dyn LocalArena>)>,
@@ -141,6 +146,7 @@ impl Shard {
             restore: None,
             restored: false,
             setting: None,
+            rules: RuleRows::default(),
             local: None,
         }
     }
@@ -201,7 +207,8 @@ impl Shard {
                 width,
                 elem,
                 rows,
-            } => self.declare_table(from, name, width, elem, rows, out),
+                rule,
+            } => self.declare_table(from, name, width, (elem, rows, rule), out),
             Msg::Gather { from, .. } if self.refuse_during_set(from, "an all-gather", out) => {}
             Msg::Gather {
                 from,

@@ -67,9 +67,13 @@ impl Shard {
     /// Adds `batch`, visible from data clock `now`.
     fn apply_rows(&mut self, batch: RowBatch, now: Clock) {
         for (key, delta) in batch {
-            let Some(elem) = self.table(key.table).map(|m| m.elem) else {
+            let Some((elem, rule)) = self.table(key.table).map(|m| (m.elem, m.rule)) else {
                 continue;
             };
+            if !rule.is_sum() {
+                self.add_gradient(key, rule, elem, &delta);
+                continue;
+            }
             if let Some((row, _)) = self.arena.row_mut(key, now) {
                 elem.add(row, delta.as_bytes());
                 continue;
@@ -128,6 +132,16 @@ impl Shard {
             return self.reject(
                 from,
                 format!("plan of process {from} lays out worker {w}"),
+                out,
+            );
+        }
+        if let Some(key) = keys
+            .iter()
+            .find(|k| self.table(k.table).is_some_and(|m| !m.rule.is_sum()))
+        {
+            return self.reject(
+                from,
+                format!("plan of process {from} names {key:?}, of a table with an update rule"),
                 out,
             );
         }

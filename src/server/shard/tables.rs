@@ -12,6 +12,7 @@ use crate::buf::AlignedBuf;
 use crate::element::ElemType;
 use crate::ids::ProcessId;
 use crate::msg::{Endpoint, Msg, RowBatch};
+use crate::rule::Rule;
 use crate::table::TableMeta;
 
 impl Shard {
@@ -21,12 +22,11 @@ impl Shard {
         from: ProcessId,
         name: String,
         width: usize,
-        elem: ElemType,
-        rows: Option<u64>,
+        (elem, rows, rule): (ElemType, Option<u64>, Rule),
         out: &mut Vec<(Endpoint, Msg)>,
     ) {
         match self.coordinator.as_mut() {
-            Some(c) => match c.declare(name, width, elem, rows) {
+            Some(c) => match c.declare(name, width, elem, rows, rule) {
                 Ok(meta) => out.push((Endpoint::Client(from), Msg::TableDeclared { meta })),
                 Err(reason) => self.reject(from, reason, out),
             },
@@ -65,6 +65,9 @@ impl Shard {
         let id = meta.id as usize;
         if self.tables.len() <= id {
             self.tables.resize(id + 1, None);
+        }
+        if let Err(reason) = meta.rule.check(meta.elem) {
+            return self.reject_all(format!("table '{}': {reason}", meta.name), out);
         }
         match &self.tables[id] {
             Some(known) if *known != meta => self.reject_all(

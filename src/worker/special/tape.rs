@@ -201,6 +201,7 @@ mod tests {
             width: 3,
             elem: ElemType::F32,
             rows: None,
+            rule: crate::rule::Rule::Sum,
         }];
         let key = |table| RowKey { table, row: 7 };
         let header = |table, len| Header::for_row(key(table), 0, 0, len);

@@ -74,6 +74,7 @@ fn updates_apply_in_worker_order_within_a_clock() {
         width: 1,
         elem: ElemType::F64,
         rows: None,
+        rule: crate::rule::Rule::Sum,
     };
     s.step(Msg::CreateTable { meta }, &mut Vec::new());
     let big = |w: WorkerId, v: f64| Msg::Clock {

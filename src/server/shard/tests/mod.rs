@@ -42,6 +42,7 @@ fn table_t() -> TableMeta {
         width: 2,
         elem: ElemType::I64,
         rows: None,
+        rule: crate::rule::Rule::Sum,
     }
 }
 

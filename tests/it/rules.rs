@@ -1,0 +1,240 @@
+//! Server-side update rules (issue 41): under BSP a run equals the sequential reference —
+//! per clock, each worker's updates of a row summed in its order, the workers' sums added
+//! to zeros in worker order, then one `Rule::step` — bit for bit, for every rule, in
+//! every mode and over TCP; a READ returns the servers' value without the worker's own
+//! gradients; misuse is refused and what is not yet supported says so.
+
+use crate::util::{over_tcp, within};
+use iterstore::{Cluster, Config, Mode, Rule};
+use std::collections::BTreeMap;
+
+const ROWS: u64 = 5;
+const WIDTH: usize = 3;
+const CLOCKS: u64 = 4;
+const WORKERS: usize = 3;
+
+fn rules() -> Vec<Rule> {
+    vec![
+        Rule::Sgd { lr: 0.1 },
+        Rule::Momentum {
+            lr: 0.05,
+            momentum: 0.9,
+        },
+        Rule::AdaGrad { lr: 0.3, eps: 1e-6 },
+        Rule::RmsProp {
+            lr: 0.01,
+            decay: 0.9,
+            eps: 1e-7,
+        },
+        Rule::Adam {
+            lr: 0.02,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+        },
+    ]
+}
+
+/// The initial value of row `r`.
+fn initial(r: u64) -> Vec<f32> {
+    (0..WIDTH)
+        .map(|i| 1.0 + r as f32 * 0.5 - i as f32 * 0.25)
+        .collect()
+}
+
+/// The rows worker `w` updates at clock `c`, in order (one of them twice).
+fn touched(w: usize, c: u64) -> [u64; 3] {
+    let a = (w as u64 + c) % ROWS;
+    [a, (2 * w as u64 + c + 1) % ROWS, a]
+}
+
+/// A gradient that depends on what was read: wrong reads give wrong models.
+fn gradient(read: &[f32], w: usize, k: usize) -> Vec<f32> {
+    read.iter()
+        .enumerate()
+        .map(|(i, v)| v * 0.5 - (w + k + i) as f32 * 0.125)
+        .collect()
+}
+
+/// Every clock: read every row, then update `touched` rows by `gradient`s of what was
+/// read. Returns what the worker read, flattened per clock.
+fn body(
+    w: &mut iterstore::Worker<'_>,
+    t: &iterstore::Table<f32>,
+) -> iterstore::Result<Vec<Vec<f32>>> {
+    let mut seen = Vec::new();
+    for _ in 0..CLOCKS {
+        let c = w.current_clock();
+        let mut all = vec![0.0f32; ROWS as usize * WIDTH];
+        for (r, row) in all.chunks_exact_mut(WIDTH).enumerate() {
+            w.read(t, r as u64, row)?;
+        }
+        for (k, r) in touched(w.id(), c).into_iter().enumerate() {
+            let read = &all[r as usize * WIDTH..(r as usize + 1) * WIDTH];
+            w.update(t, r, &gradient(read, w.id(), k))?;
+        }
+        // A row read after this worker's own gradient: still the servers' value.
+        let mut again = vec![0.0f32; WIDTH];
+        let r = touched(w.id(), c)[0];
+        w.read(t, r, &mut again)?;
+        assert_eq!(again, all[r as usize * WIDTH..(r as usize + 1) * WIDTH]);
+        seen.push(all);
+        w.clock()?;
+    }
+    Ok(seen)
+}
+
+/// The sequential reference: what every worker reads at each clock, and the final rows.
+fn reference(rule: Rule, workers: usize) -> (Vec<Vec<Vec<f32>>>, Vec<Vec<f32>>) {
+    let mut values: Vec<Vec<f32>> = (0..ROWS).map(initial).collect();
+    let mut state: Vec<Vec<f32>> = vec![vec![0.0; WIDTH * rule.state_per_element()]; ROWS as usize];
+    let mut steps = vec![0u64; ROWS as usize];
+    let mut seen = vec![Vec::new(); workers];
+    for c in 0..CLOCKS {
+        let snapshot: Vec<f32> = values.concat();
+        let mut sums: Vec<BTreeMap<u64, Vec<f32>>> = vec![BTreeMap::new(); workers];
+        for (w, sum) in sums.iter_mut().enumerate() {
+            seen[w].push(snapshot.clone());
+            for (k, r) in touched(w, c).into_iter().enumerate() {
+                let g = gradient(&values[r as usize], w, k);
+                match sum.get_mut(&r) {
+                    Some(s) => s.iter_mut().zip(&g).for_each(|(a, b)| *a += b),
+                    None => {
+                        sum.insert(r, g);
+                    }
+                }
+            }
+        }
+        for r in 0..ROWS {
+            let mut g = vec![0.0f32; WIDTH];
+            let mut got = false;
+            for sum in &sums {
+                if let Some(s) = sum.get(&r).filter(|s| s.iter().any(|v| v.to_bits() != 0)) {
+                    g.iter_mut().zip(s).for_each(|(a, b)| *a += b);
+                    got = true;
+                }
+            }
+            if got {
+                let r = r as usize;
+                steps[r] += 1;
+                rule.step(&mut values[r], &g, &mut state[r], steps[r]);
+            }
+        }
+    }
+    (seen, values)
+}
+
+/// What [`program`] returns: what each worker read per clock, the final rows, the
+/// diagnostics.
+type Outcome = (Vec<Vec<Vec<f32>>>, Vec<Vec<f32>>, Vec<String>);
+
+/// `rule`'s table set to the initial rows, then one run: what each worker read, the final
+/// rows and the diagnostics.
+fn program(cluster: &mut Cluster, rule: Rule) -> iterstore::Result<Outcome> {
+    let t = cluster.create_table_with_rule::<f32>("w", WIDTH, Some(ROWS), rule)?;
+    if cluster.config().mode == Mode::Virtual {
+        cluster.virtual_iteration(|w| body(w, &t))?;
+    }
+    let mine: Vec<(u64, Vec<f32>)> = (0..ROWS)
+        .filter(|r| *r as usize % cluster.processes() == cluster.rank())
+        .map(|r| (r, initial(r)))
+        .collect();
+    cluster.set_rows(&t, &mine)?;
+    let seen = cluster.run(|w| body(w, &t))?;
+    let rows = cluster.snapshot(&t)?.into_iter().map(|(_, v)| v).collect();
+    Ok((seen, rows, cluster.diagnostics()))
+}
+
+#[test]
+fn every_rule_equals_the_sequential_reference_bit_for_bit_in_every_mode() {
+    within(180, || {
+        for rule in rules() {
+            let (want_seen, want_rows) = reference(rule, WORKERS);
+            for mode in [Mode::Generic, Mode::FirstIter, Mode::Virtual] {
+                let mut c = Cluster::start(Config::new(WORKERS).with_mode(mode)).unwrap();
+                let (seen, rows, diagnostics) = program(&mut c, rule).unwrap();
+                c.shutdown().unwrap();
+                assert_eq!(seen, want_seen, "{rule} {mode:?}: reads");
+                assert_eq!(rows, want_rows, "{rule} {mode:?}: rows");
+                if mode == Mode::Virtual {
+                    assert!(
+                        diagnostics
+                            .iter()
+                            .any(|d| d.contains("server-side update rule")),
+                        "{diagnostics:?}"
+                    );
+                }
+            }
+        }
+    });
+}
+
+#[test]
+fn two_processes_over_tcp_equal_the_reference() {
+    within(120, || {
+        for rule in [rules()[2], rules()[4]] {
+            let (want_seen, want_rows) = reference(rule, 4);
+            for mode in [Mode::Generic, Mode::Virtual] {
+                let parts = over_tcp(Config::new(2).with_mode(mode), 2, |c| program(c, rule));
+                let seen: Vec<_> = parts.iter().flat_map(|(s, _, _)| s.clone()).collect();
+                assert_eq!(seen, want_seen, "{rule} {mode:?}");
+                for (_, rows, _) in &parts {
+                    assert_eq!(rows, &want_rows, "{rule} {mode:?}");
+                }
+            }
+        }
+    });
+}
+
+#[test]
+fn misuse_and_what_is_not_yet_supported_are_named() {
+    within(60, || {
+        let mut c = Cluster::start(Config::new(1)).unwrap();
+        let e = c
+            .create_table_with_rule::<i64>("i", 1, None, Rule::Sgd { lr: 0.1 })
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("needs a table of f32 or f64"), "{e}");
+        let e = c
+            .create_table_with_rule::<f32>("f", 1, None, Rule::AdaGrad { lr: 0.1, eps: 0.0 })
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("eps = 0 must be finite and > 0"), "{e}");
+        let t = c
+            .create_table_with_rule::<f32>("f", 1, None, Rule::Sgd { lr: 0.1 })
+            .unwrap();
+        c.run(|w| {
+            w.update(&t, 0, &[1.0])?;
+            w.clock()
+        })
+        .unwrap();
+        let dir = std::env::temp_dir().join(format!("iterstore-rules-{}", std::process::id()));
+        let e = c.checkpoint(&dir, "rules").unwrap_err().to_string();
+        assert!(e.contains("server-side rule (sgd(lr=0.1))"), "{e}");
+        assert!(!dir.join("MANIFEST").exists());
+        let _ = std::fs::remove_dir_all(&dir);
+        c.shutdown().unwrap();
+    });
+}
+
+#[test]
+fn processes_giving_different_rules_fail() {
+    within(60, || {
+        let results = crate::util::over_tcp_results(Config::new(1), 2, |c| {
+            let lr = if c.rank() == 0 { 0.1 } else { 0.2 };
+            c.create_table_with_rule::<f32>("w", 1, None, Rule::Sgd { lr })?;
+            Ok(())
+        });
+        let failed: Vec<String> = results
+            .iter()
+            .filter_map(|r| r.as_ref().err().map(|e| e.to_string()))
+            .collect();
+        assert!(
+            failed
+                .iter()
+                .any(|e| e.contains("table 'w' declared with rule sgd(lr=0.")
+                    && e.contains("by another")),
+            "{failed:?}"
+        );
+    });
+}
