@@ -296,7 +296,12 @@ fn envelope(inp: &mut Input<'_>) -> Envelope {
             rows: inp.rows(),
             last: inp.u8() & 1 == 1,
         },
-        _ => Msg::RowsSet { shard: inp.u32() },
+        29 => Msg::RowsSet { shard: inp.u32() },
+        _ => Msg::SetRule {
+            from: inp.u32(),
+            table: inp.u32(),
+            rule: inp.rule(),
+        },
     };
     Envelope { to, msg }
 }

@@ -309,6 +309,20 @@ pub enum Msg {
         /// The sending shard.
         shard: ShardId,
     },
+    /// Between runs, after every process agreed on it ([`Cluster::set_rule`]): table
+    /// `table`'s rule becomes `rule`, of the same kind (its parameters change; the rows'
+    /// state stays). Every process sends it to every shard before any work of the next
+    /// run, so every step of that run uses it.
+    ///
+    /// [`Cluster::set_rule`]: crate::cluster::Cluster::set_rule
+    SetRule {
+        /// The sending process.
+        from: ProcessId,
+        /// The table.
+        table: u32,
+        /// Its new rule.
+        rule: crate::rule::Rule,
+    },
     /// The shard has set every process's rows of a [`Msg::SetRows`] and forgotten what
     /// it last sent each process's arena (its next refreshes are whole).
     RowsSet {
@@ -361,7 +375,7 @@ pub enum Msg {
 
 impl Msg {
     /// The names of the kinds of message, indexed by [`Msg::kind`].
-    pub(crate) const KINDS: [&'static str; 30] = [
+    pub(crate) const KINDS: [&'static str; 31] = [
         "DeclareTable",
         "Gather",
         "CreateTable",
@@ -392,6 +406,7 @@ impl Msg {
         "WorkerStopped",
         "SetRows",
         "RowsSet",
+        "SetRule",
     ];
 
     /// This message's kind, an index into [`Msg::KINDS`].
@@ -427,6 +442,7 @@ impl Msg {
             Msg::WorkerStopped { .. } => 27,
             Msg::SetRows { .. } => 28,
             Msg::RowsSet { .. } => 29,
+            Msg::SetRule { .. } => 30,
         }
     }
 
@@ -444,6 +460,7 @@ impl Msg {
             | Msg::Checkpoint { from, .. }
             | Msg::Restore { from, .. }
             | Msg::SetRows { from, .. }
+            | Msg::SetRule { from, .. }
             | Msg::Leave { from } => Some(*from),
             _ => None,
         }

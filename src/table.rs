@@ -141,6 +141,13 @@ impl Registry {
         Ok(self.tables.last().expect("pushed"))
     }
 
+    /// Table `id`'s rule becomes `rule` (after every process agreed).
+    pub(crate) fn set_rule(&mut self, id: TableId, rule: Rule) {
+        if let Some(m) = self.tables.get_mut(id as usize) {
+            m.rule = rule;
+        }
+    }
+
     /// Declares the next table locally (tests).
     #[cfg(test)]
     pub(crate) fn create(

@@ -215,6 +215,72 @@ impl Cluster {
     }
 }
 
+impl Cluster {
+    /// Changes `table`'s rule between runs to `rule`, of the same kind (new parameters:
+    /// a learning-rate schedule, a decay changed as training goes; the rows' state is
+    /// kept). A collective: every process calls it at the same point with the same rule,
+    /// checked first ([`Error::Disagreement`] naming the ranks' rules otherwise); every
+    /// step of the following runs uses it.
+    ///
+    /// ```
+    /// use iterstore::{Cluster, Config, Rule};
+    ///
+    /// # fn main() -> iterstore::Result<()> {
+    /// let mut cluster = Cluster::start(Config::new(1))?;
+    /// let w = cluster.create_table_with_rule::<f64>("w", 1, Some(1), Rule::Sgd { lr: 0.5 })?;
+    /// let step = |worker: &mut iterstore::Worker<'_>| {
+    ///     worker.update(&w, 0, &[1.0])?;
+    ///     worker.clock()
+    /// };
+    /// cluster.run(step)?;
+    /// cluster.set_rule(&w, Rule::Sgd { lr: 0.25 })?;
+    /// cluster.run(step)?;
+    /// assert_eq!(cluster.snapshot(&w)?, vec![(0, vec![-0.75])]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn set_rule<T: Element>(&mut self, table: &Table<T>, rule: Rule) -> Result<()> {
+        self.check()?;
+        let meta = resolve(self.registry.tables(), self.id, table)?;
+        let name = meta.name.clone();
+        if meta.rule.kind() != rule.kind() {
+            return Err(Error::config(
+                "rule",
+                format!(
+                    "table {name:?}: rule {} cannot become {rule} (another kind: its state \
+                     would not fit)",
+                    meta.rule
+                ),
+            ));
+        }
+        rule.check(T::TYPE)
+            .map_err(|e| Error::config("rule", format!("table {name:?}: {e}")))?;
+        self.agree(&[(&format!("rule of table '{name}'"), &rule.to_string())])?;
+        let from = self.shared.process;
+        for shard in 0..self.shared.world.total_shards() {
+            self.send(
+                shard,
+                Msg::SetRule {
+                    from,
+                    table: table.id,
+                    rule,
+                },
+            )?;
+        }
+        self.registry.set_rule(table.id, rule);
+        if let Some(m) = self
+            .shared
+            .tables
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get_mut(table.id as usize)
+        {
+            m.rule = rule;
+        }
+        Ok(())
+    }
+}
+
 /// `Err` unless `rows` is a table's row count: from 1 to `u64::MAX - 1`.
 fn check_rows(name: &str, rows: u64) -> Result<()> {
     if rows == 0 || rows == u64::MAX {

@@ -238,3 +238,74 @@ fn processes_giving_different_rules_fail() {
         );
     });
 }
+
+#[test]
+fn a_rule_changed_between_runs_steps_the_next_run_with_its_new_parameters() {
+    within(60, || {
+        let (first, second) = (
+            Rule::Momentum {
+                lr: 0.5,
+                momentum: 0.5,
+            },
+            Rule::Momentum {
+                lr: 0.25,
+                momentum: 0.75,
+            },
+        );
+        let mut c = Cluster::start(Config::new(2)).unwrap();
+        let t = c
+            .create_table_with_rule::<f64>("w", 1, Some(1), first)
+            .unwrap();
+        let step = |w: &mut iterstore::Worker<'_>| {
+            w.update(&t, 0, &[1.0])?;
+            w.clock()
+        };
+        c.run(step).unwrap();
+        c.set_rule(&t, second).unwrap();
+        c.run(step).unwrap();
+        // The reference: one step of each, the velocity kept.
+        let (mut w, mut v) = ([0.0f64], [0.0f64]);
+        first.step(&mut w, &[2.0], &mut v, 1);
+        second.step(&mut w, &[2.0], &mut v, 2);
+        assert_eq!(c.snapshot(&t).unwrap(), vec![(0, w.to_vec())]);
+        let e = c
+            .set_rule(&t, Rule::Sgd { lr: 0.1 })
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("cannot become sgd(lr=0.1) (another kind"), "{e}");
+        let e = c
+            .set_rule(
+                &t,
+                Rule::Momentum {
+                    lr: 0.1,
+                    momentum: 1.5,
+                },
+            )
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("momentum = 1.5 must be in [0, 1)"), "{e}");
+        c.shutdown().unwrap();
+    });
+}
+
+#[test]
+fn processes_changing_a_rule_differently_both_fail_naming_it() {
+    within(60, || {
+        let results = crate::util::over_tcp_results(Config::new(1), 2, |c| {
+            let t = c.create_table_with_rule::<f32>("w", 1, None, Rule::Sgd { lr: 0.1 })?;
+            c.set_rule(
+                &t,
+                Rule::Sgd {
+                    lr: 0.01 * (1 + c.rank()) as f64,
+                },
+            )
+        });
+        for r in results {
+            let e = r.unwrap_err().to_string();
+            assert!(
+                e.contains("rule of table 'w'") && e.contains("rank 1: sgd(lr=0.02)"),
+                "{e}"
+            );
+        }
+    });
+}

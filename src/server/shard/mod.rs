@@ -257,6 +257,7 @@ impl Shard {
                 last,
             } => self.restore(from, clock, rows, last, out),
             Msg::SetRows { from, rows, last } => self.set_rows(from, rows, last, out),
+            Msg::SetRule { table, rule, .. } => self.set_rule(table, rule, out),
             Msg::Migrate { from, .. } if self.refuse_during_set(from, "a migration", out) => {}
             Msg::Migrate { from, overrides } => self.migrate(from, overrides, out),
             Msg::Adopt { shard, rows } => self.adopt(shard, rows, out),

@@ -13,6 +13,7 @@ use super::Shard;
 use crate::buf::AlignedBuf;
 use crate::element::ElemType;
 use crate::ids::RowKey;
+use crate::msg::{Endpoint, Msg};
 use crate::rule::Rule;
 use rustc_hash::FxHashMap;
 
@@ -66,6 +67,26 @@ impl Shard {
             self.rules.touched.push(key);
         }
         elem.add(r.grad.as_bytes_mut(), delta.as_bytes());
+    }
+
+    /// Table `table`'s rule becomes `rule`, which must be valid and of the same kind
+    /// (the rows' state stays as it is); anything else fails the cluster.
+    pub(super) fn set_rule(&mut self, table: u32, rule: Rule, out: &mut Vec<(Endpoint, Msg)>) {
+        let Some(Some(meta)) = self.tables.get_mut(table as usize) else {
+            return self.reject_all(format!("a rule for unknown table #{table}"), out);
+        };
+        if meta.rule.kind() != rule.kind() {
+            let reason = format!(
+                "table '{}': rule {} cannot become {rule} (another kind: its state would not fit)",
+                meta.name, meta.rule
+            );
+            return self.reject_all(reason, out);
+        }
+        if let Err(reason) = rule.check(meta.elem) {
+            let reason = format!("table '{}': {reason}", meta.name);
+            return self.reject_all(reason, out);
+        }
+        meta.rule = rule;
     }
 
     /// Steps every row that got a gradient in the clock just applied (in the order they

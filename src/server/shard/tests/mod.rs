@@ -9,6 +9,7 @@ mod clocks;
 mod migration;
 mod restore;
 mod rows;
+mod rules;
 mod runs;
 mod set;
 
