@@ -125,7 +125,11 @@ impl<'a> Input<'a> {
                 lr: f(),
                 momentum: f(),
             },
-            3 => Rule::AdaGrad { lr: f(), eps: f() },
+            3 => Rule::AdaGrad {
+                lr: f(),
+                eps: f(),
+                initial: f(),
+            },
             4 => Rule::RmsProp {
                 lr: f(),
                 decay: f(),

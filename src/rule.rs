@@ -41,12 +41,16 @@ pub enum Rule {
         /// The velocity's decay, in `[0, 1)`.
         momentum: f64,
     },
-    /// `a += g²; w -= lr · g / (√a + eps)` (Duchi et al.; DistBelief's Downpour SGD).
+    /// `a += g²; w -= lr · g / (√a + eps)`, `a` starting at `initial` (Duchi et al.;
+    /// DistBelief's Downpour SGD; TensorFlow's `initial_accumulator_value`, 0.1 there,
+    /// damps the first steps, which with `a = 0` move every weight by about `lr`).
     AdaGrad {
         /// Learning rate.
         lr: f64,
         /// Added to the denominator, `> 0`.
         eps: f64,
+        /// The accumulator's initial value, `>= 0`.
+        initial: f64,
     },
     /// `a = decay · a + (1 − decay) · g²; w -= lr · g / (√a + eps)`.
     RmsProp {
@@ -119,7 +123,7 @@ impl Rule {
             Rule::Sum => vec![],
             Rule::Sgd { lr } => vec![lr],
             Rule::Momentum { lr, momentum } => vec![lr, momentum],
-            Rule::AdaGrad { lr, eps } => vec![lr, eps],
+            Rule::AdaGrad { lr, eps, initial } => vec![lr, eps, initial],
             Rule::RmsProp { lr, decay, eps } => vec![lr, decay, eps],
             Rule::Adam {
                 lr,
@@ -135,7 +139,7 @@ impl Rule {
             Rule::Sum => &[],
             Rule::Sgd { .. } => &["lr"],
             Rule::Momentum { .. } => &["lr", "momentum"],
-            Rule::AdaGrad { .. } => &["lr", "eps"],
+            Rule::AdaGrad { .. } => &["lr", "eps", "initial"],
             Rule::RmsProp { .. } => &["lr", "decay", "eps"],
             Rule::Adam { .. } => &["lr", "beta1", "beta2", "eps"],
         }
@@ -172,11 +176,13 @@ impl Rule {
         for (name, v) in self.param_names().iter().zip(self.params()) {
             let ok = match *name {
                 "lr" | "eps" => v.is_finite() && v > 0.0,
+                "initial" => v.is_finite() && v >= 0.0,
                 _ => (0.0..1.0).contains(&v),
             };
             if !ok {
                 let range = match *name {
                     "lr" | "eps" => "finite and > 0",
+                    "initial" => "finite and >= 0",
                     _ => "in [0, 1)",
                 };
                 return Err(format!("rule {self}: {name} = {v} must be {range}"));
@@ -208,8 +214,11 @@ impl Rule {
                     *w = *w - p(lr) * *v;
                 }
             }
-            Rule::AdaGrad { lr, eps } => {
+            Rule::AdaGrad { lr, eps, initial } => {
                 for ((w, g), a) in value.iter_mut().zip(grad).zip(state.iter_mut()) {
+                    if t == 1 {
+                        *a = p(initial); // state starts at zeros
+                    }
                     *a = *a + *g * *g;
                     *w = *w - p(lr) * *g / (a.root() + p(eps));
                 }
@@ -292,6 +301,7 @@ mod tests {
         let adagrad = Rule::AdaGrad {
             lr: 1.0,
             eps: 1e-300,
+            initial: 0.0,
         };
         adagrad.step(&mut w, &[3.0], &mut s, 1);
         assert_eq!((w, s), ([-1.0], [9.0]));
@@ -345,10 +355,18 @@ mod tests {
         .check(ElemType::F32)
         .unwrap_err();
         assert!(e.contains("beta1 = 1 must be in [0, 1)"), "{e}");
+        let adagrad = Rule::AdaGrad {
+            lr: 0.1,
+            eps: 1e-8,
+            initial: 0.1,
+        };
         assert_eq!(
-            Rule::AdaGrad { lr: 0.1, eps: 1e-8 }.to_string(),
-            "adagrad(lr=0.1, eps=0.00000001)"
+            adagrad.to_string(),
+            "adagrad(lr=0.1, eps=0.00000001, initial=0.1)"
         );
+        let (mut w, mut s) = ([0.0f64], [0.0f64]);
+        adagrad.step(&mut w, &[0.3], &mut s, 1);
+        assert_eq!(s, [0.1 + 0.3 * 0.3], "the accumulator starts at initial");
         assert_ne!(Rule::Sgd { lr: 0.1 }, Rule::Sgd { lr: 0.2 });
     }
 }

@@ -1,6 +1,7 @@
 //! Integration tests of iterstore through its public API (one test binary).
 
 mod api_errors;
+mod async_reads;
 mod checkpoint;
 mod cluster;
 mod fuzz_corpus;

@@ -20,7 +20,11 @@ fn rules() -> Vec<Rule> {
             lr: 0.05,
             momentum: 0.9,
         },
-        Rule::AdaGrad { lr: 0.3, eps: 1e-6 },
+        Rule::AdaGrad {
+            lr: 0.3,
+            eps: 1e-6,
+            initial: 0.1,
+        },
         Rule::RmsProp {
             lr: 0.01,
             decay: 0.9,
@@ -196,7 +200,16 @@ fn misuse_and_what_is_not_yet_supported_are_named() {
             .to_string();
         assert!(e.contains("needs a table of f32 or f64"), "{e}");
         let e = c
-            .create_table_with_rule::<f32>("f", 1, None, Rule::AdaGrad { lr: 0.1, eps: 0.0 })
+            .create_table_with_rule::<f32>(
+                "f",
+                1,
+                None,
+                Rule::AdaGrad {
+                    lr: 0.1,
+                    eps: 0.0,
+                    initial: 0.0,
+                },
+            )
             .unwrap_err()
             .to_string();
         assert!(e.contains("eps = 0 must be finite and > 0"), "{e}");

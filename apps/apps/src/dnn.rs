@@ -48,7 +48,7 @@ pub use app::{Dnn, DnnParams, DnnRun};
 
 use std::io::{self, Write};
 
-use iterstore::{Cluster, Table, Worker};
+use iterstore::{Cluster, Rule, Table, Worker};
 
 use super::checkpoint::{self, Cursor, Restart, RunId};
 use super::fingerprint;
@@ -62,7 +62,7 @@ use iterstore_algo::dnn::mlp::{gradient_step, init_row, reference};
 use iterstore_algo::dnn::network::add_layers;
 use iterstore_algo::dnn::stack::Stack;
 use iterstore_algo::dnn::{
-    Cnn, CnnSpec, DataParallel, DnnConfig, Layout, Mlp, MlpSpec, Network, Partitioning,
+    Cnn, CnnSpec, DataParallel, DnnConfig, Layout, Mlp, MlpSpec, Network, Partitioning, ServerRule,
 };
 #[cfg(doc)]
 use iterstore_algo::partition;
@@ -218,7 +218,14 @@ fn iteration<N: Network>(
     );
     s.loss = 0.0;
     s.samples = 0;
-    let rate = st.params.rate(s.epoch);
+    // With a server rule a worker UPDATEs gradients: its share of the mini-batch's mean
+    // gradient (gradient_step's step at the rate −1/batch), no velocity of its own.
+    let server = st.params.server_rule.is_some();
+    let (rate, momentum) = if server {
+        (-1.0 / st.params.batch as f32, 0.0)
+    } else {
+        (st.params.rate(s.epoch), st.params.momentum)
+    };
     for b in 0..st.clocks {
         if b % st.read_every == 0 {
             for (l, table) in st.tables.iter().enumerate() {
@@ -230,8 +237,8 @@ fn iteration<N: Network>(
                     w.read(table, r as u64, row)?;
                 }
             }
-            // The steps not written yet are this worker's too.
-            if st.write_every > 1 {
+            // The steps not written yet are this worker's too (gradients are not steps).
+            if st.write_every > 1 && !server {
                 add_layers(s.weights.weights_mut(), &s.pending);
             }
         }
@@ -244,9 +251,10 @@ fn iteration<N: Network>(
                 .gradient_step(train, which, rate, &mut s.scratch, &mut s.step);
             s.samples += which.len() as u64;
         }
-        add_momentum(&mut s.velocity, &s.step, st.params.momentum);
-        // Between reads a worker trains on its own weights with its own steps.
-        if st.read_every > 1 {
+        add_momentum(&mut s.velocity, &s.step, momentum);
+        // Between reads a worker trains on its own weights with its own steps; with a
+        // server rule on the weights it last fetched (Downpour SGD).
+        if st.read_every > 1 && !server {
             add_layers(s.weights.weights_mut(), &s.velocity);
         }
         let written = if st.write_every == 1 {
@@ -299,6 +307,62 @@ fn init<N: Network, S: Send>(
             }
         }
         w.clock()
+    })
+}
+
+/// The initialisation with a server rule: every row gets its [`init_row`] by
+/// [`Cluster::set_rows`], row `k` (counting the rows of all layers) from process `k mod
+/// processes`; returns its time.
+fn init_set<N: Network>(
+    cluster: &mut Cluster,
+    tables: &[Table<f32>],
+    net: &N,
+    seed: u64,
+) -> Result<f64, AppError> {
+    let (rank, processes) = (cluster.rank(), cluster.processes());
+    let started = std::time::Instant::now();
+    let mut k = 0usize;
+    for (l, table) in tables.iter().enumerate() {
+        let mut mine = Vec::new();
+        for r in 0..net.rows(l) {
+            if k % processes == rank {
+                let mut row = vec![0.0f32; net.width(l)];
+                net.init_row(seed, l, r, &mut row);
+                mine.push((r as u64, row));
+            }
+            k += 1;
+        }
+        cluster.set_rows(table, &mine)?;
+    }
+    Ok(started.elapsed().as_secs_f64())
+}
+
+/// The store's rule for `params`' server rule in epoch `epoch` (from 0): its step is
+/// `learning_rate / (1 + lr_decay · epoch)`; `None` without a server rule.
+fn server_rule(params: &DnnConfig, epoch: u64) -> Option<Rule> {
+    let lr = f64::from(params.learning_rate) / (1.0 + f64::from(params.lr_decay) * epoch as f64);
+    Some(match params.server_rule? {
+        ServerRule::Sgd => Rule::Sgd { lr },
+        ServerRule::Momentum => Rule::Momentum {
+            lr,
+            momentum: f64::from(params.momentum),
+        },
+        ServerRule::AdaGrad => Rule::AdaGrad {
+            lr,
+            eps: 1e-8,
+            initial: 0.1,
+        },
+        ServerRule::RmsProp => Rule::RmsProp {
+            lr,
+            decay: 0.9,
+            eps: 1e-8,
+        },
+        ServerRule::Adam => Rule::Adam {
+            lr,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+        },
     })
 }
 
@@ -538,6 +602,12 @@ fn run_split_in<N: Network>(
         outcome.report.param("partitioning", asked.to_string());
         return Ok(outcome);
     }
+    if params.server_rule.is_some() {
+        return Err(AppError::Invalid(format!(
+            "dnn: a server rule with a partitioned replica ({asked}) is not supported yet: \
+             use data parallelism (--replicas, --n-read, --n-write)"
+        )));
+    }
     let mut report = prepare(cluster, cfg, params, data, &zeros)?;
     report.param("partitioning", asked.to_string());
     report.param("replica_workers", layout.replica_workers);
@@ -547,7 +617,7 @@ fn run_split_in<N: Network>(
     let shards = weight_shards(layout.parameter_servers, cluster, cfg, &mut report)?;
     fingerprint::agree(cluster, cfg, &report)?;
     let (setup, setup_s) = timed(|| -> Result<_, AppError> {
-        let tables = create_tables(cluster, &zeros, shards)?;
+        let tables = create_tables(cluster, &zeros, shards, None)?;
         let capacity = n.div_ceil(layout.replicas).div_ceil(clocks);
         let first = cluster.rank() * cfg.workers;
         let states: Vec<partitioned::State> = (first..first + cfg.workers)
@@ -612,6 +682,9 @@ fn prepare<N: Network>(
     report.param("learning_rate", params.learning_rate);
     report.param("lr_decay", params.lr_decay);
     report.param("momentum", params.momentum);
+    if let Some(rule) = params.server_rule {
+        report.param("server_rule", rule.name());
+    }
     report.param("batch", params.batch);
     report.param("seed", params.seed);
     report.param(
@@ -627,16 +700,29 @@ fn create_tables<N: Network>(
     cluster: &mut Cluster,
     zeros: &N,
     shards: Option<std::ops::Range<usize>>,
-) -> iterstore::Result<Vec<Table<f32>>> {
-    (0..zeros.layer_count())
-        .map(|l| {
-            let (name, width) = (format!("dnn.w{l}"), zeros.width(l));
-            match &shards {
-                None => cluster.create_table::<f32>(&name, width),
-                Some(range) => cluster.create_table_on::<f32>(&name, width, range.clone()),
-            }
-        })
-        .collect()
+    rule: Option<Rule>,
+) -> Result<Vec<Table<f32>>, AppError> {
+    if rule.is_some() && shards.is_some() {
+        return Err(AppError::Invalid(
+            "dnn: a server rule with dedicated parameter servers (--parameter-servers or a \
+             plan's) is not supported yet"
+                .into(),
+        ));
+    }
+    let tables = (0..zeros.layer_count()).map(|l| {
+        let (name, width) = (format!("dnn.w{l}"), zeros.width(l));
+        match (&shards, rule) {
+            (_, Some(rule)) => cluster.create_table_with_rule::<f32>(
+                &name,
+                width,
+                Some(zeros.rows(l) as u64),
+                rule,
+            ),
+            (None, None) => cluster.create_table::<f32>(&name, width),
+            (Some(range), None) => cluster.create_table_on::<f32>(&name, width, range.clone()),
+        }
+    });
+    Ok(tables.collect::<iterstore::Result<_>>()?)
 }
 
 /// The shards of `parameter_servers` dedicated parameter servers (the cluster's last
@@ -702,18 +788,30 @@ impl<N: Network> Training<'_, N> {
         report.preprocess_s = pre_s;
         report.pattern = pattern;
         if restart.is_none() {
-            report.init_s = init(
-                cluster,
-                &mut states,
-                tables,
-                zeros,
-                self.params.seed,
-                workers,
-            )?;
+            report.init_s = match self.params.server_rule {
+                None => init(
+                    cluster,
+                    &mut states,
+                    tables,
+                    zeros,
+                    self.params.seed,
+                    workers,
+                )?,
+                // UPDATEs are gradients: the initial weights are set, not added.
+                Some(_) => init_set(cluster, tables, zeros, self.params.seed)?,
+            };
         }
         let mut model = snapshot(cluster, tables, zeros)?;
         let mut accuracies = Vec::with_capacity(cfg.iterations.min(1024));
         for iter in start..cfg.iterations {
+            // The servers' step decays per epoch as the workers' does.
+            if let Some(rule) = server_rule(self.params, iter as u64) {
+                if iter > start && self.params.lr_decay != 0.0 {
+                    for table in tables {
+                        cluster.set_rule(table, rule)?;
+                    }
+                }
+            }
             let cost = timed_run(cluster, &mut states, &iteration)?;
             let mine: Vec<f64> = states
                 .iter()
@@ -778,7 +876,7 @@ fn run_network_in<N: Network>(
     }
     fingerprint::agree(cluster, cfg, &report)?;
     let (setup, setup_s) = timed(|| -> Result<_, AppError> {
-        let tables = create_tables(cluster, &zeros, shards)?;
+        let tables = create_tables(cluster, &zeros, shards, server_rule(params, 0))?;
         // A replica's share of a mini-batch: at most ceil(ceil(n / N_mr) / clocks) samples.
         let capacity = n.div_ceil(dp.replicas).div_ceil(clocks);
         let states: Vec<State<N>> = (0..cfg.workers)

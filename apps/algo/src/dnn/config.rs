@@ -33,6 +33,61 @@ pub struct DnnConfig {
     pub batch: usize,
     /// Seed of the initial weights and the per-epoch sample order.
     pub seed: u64,
+    /// `None`: the workers step the weights (SGD with their own momentum, above). Else
+    /// the parameter servers do, by this optimizer (DistBelief's Downpour SGD applies
+    /// AdaGrad there): a worker UPDATEs its share of the mini-batch's mean gradient, and
+    /// the servers step every weight row once per mini-batch with `learning_rate` (decayed
+    /// per epoch as above) and, for [`ServerRule::Momentum`], `momentum`.
+    pub server_rule: Option<ServerRule>,
+}
+
+/// An optimizer the parameter servers run for the DNN ([`DnnConfig::server_rule`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServerRule {
+    /// Plain SGD.
+    Sgd,
+    /// SGD with momentum ([`DnnConfig::momentum`]).
+    Momentum,
+    /// AdaGrad (Downpour SGD's).
+    AdaGrad,
+    /// RMSProp (decay 0.9).
+    RmsProp,
+    /// Adam (β1 0.9, β2 0.999).
+    Adam,
+}
+
+impl ServerRule {
+    /// Every rule, with its name.
+    pub const ALL: [(&'static str, ServerRule); 5] = [
+        ("sgd", ServerRule::Sgd),
+        ("momentum", ServerRule::Momentum),
+        ("adagrad", ServerRule::AdaGrad),
+        ("rmsprop", ServerRule::RmsProp),
+        ("adam", ServerRule::Adam),
+    ];
+
+    /// Its name, as [`ServerRule::ALL`] gives it.
+    pub fn name(self) -> &'static str {
+        Self::ALL
+            .iter()
+            .find(|(_, r)| *r == self)
+            .map_or("?", |(n, _)| n)
+    }
+}
+
+impl std::str::FromStr for ServerRule {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        Self::ALL
+            .iter()
+            .find(|(n, _)| *n == s)
+            .map(|(_, r)| *r)
+            .ok_or_else(|| {
+                let names: Vec<&str> = Self::ALL.iter().map(|(n, _)| *n).collect();
+                format!("{s:?} is not a server rule (one of {})", names.join(", "))
+            })
+    }
 }
 
 impl Default for DnnConfig {
@@ -50,6 +105,7 @@ impl Default for DnnConfig {
             momentum: 0.9,
             batch: 64,
             seed: 42,
+            server_rule: None,
         }
     }
 }
@@ -101,6 +157,16 @@ impl DnnConfig {
         }
         if !(0.0..1.0).contains(&self.momentum) {
             return Err(format!("momentum {} must be in [0, 1)", self.momentum));
+        }
+        if let Some(rule) = self.server_rule {
+            if rule != ServerRule::Momentum && self.momentum != 0.0 {
+                return Err(format!(
+                    "momentum {} with server rule {}: the workers keep no velocity when the \
+                     servers step (momentum is for server rule momentum)",
+                    self.momentum,
+                    rule.name()
+                ));
+            }
         }
         if self.batch == 0 || self.batch > 1 << 20 {
             return Err(format!(

@@ -35,7 +35,7 @@ pub mod stack;
 
 pub use activation::Activation;
 pub use cnn::{Cnn, CnnSpec};
-pub use config::DnnConfig;
+pub use config::{DnnConfig, ServerRule};
 pub use layout::{DataParallel, Layout, Partitioning};
 pub use mlp::{Mlp, MlpSpec};
 pub use network::Network;

@@ -75,7 +75,15 @@ fn a_rule_of_another_kind_or_out_of_range_fails_the_cluster() {
         rejected(&out).first().map(|r| r.to_string())
     };
     assert_eq!(refused(Rule::Sgd { lr: 0.1 }, 0), None);
-    let why = refused(Rule::AdaGrad { lr: 0.1, eps: 1e-8 }, 0).unwrap();
+    let why = refused(
+        Rule::AdaGrad {
+            lr: 0.1,
+            eps: 1e-8,
+            initial: 0.0,
+        },
+        0,
+    )
+    .unwrap();
     assert!(why.contains("another kind"), "{why}");
     let why = refused(Rule::Sgd { lr: f64::NAN }, 0).unwrap();
     assert!(why.contains("must be finite"), "{why}");

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Result};
 use clap::Args;
-use iterstore_algo::dnn::{Activation, DnnConfig, Partitioning};
+use iterstore_algo::dnn::{Activation, DnnConfig, Partitioning, ServerRule};
 use iterstore_apps::dnn::DnnParams;
 use iterstore_apps::{App, AppConfig, Dnn, Input};
 use iterstore_bench::Workload;
@@ -49,6 +49,13 @@ pub struct DnnArgs {
     /// same as momentum on the whole mini-batch) [default: 0.9].
     #[arg(long, value_name = "MU", help_heading = "DNN options")]
     pub momentum: Option<f32>,
+    /// Let the parameter servers step the weights: sgd, momentum (with --momentum),
+    /// adagrad, rmsprop or adam, at --lr decayed by --lr-decay; the workers UPDATE
+    /// gradients and keep no velocity. With --replicas, --n-read, --n-write and
+    /// --staleness unbounded this is DistBelief's Downpour SGD (adagrad) [default: the
+    /// workers step, with momentum].
+    #[arg(long, value_name = "R", help_heading = "DNN options")]
+    pub server_rule: Option<String>,
     /// Samples per mini-batch over all workers; each mini-batch ends in a CLOCK
     /// [default: 64].
     #[arg(long, value_name = "B", help_heading = "DNN options", value_parser = at_least_one)]
@@ -177,7 +184,7 @@ impl CliApp for Dnn {
 
 /// The DNN's network from `--model` (`true`: the CNN) and its hyper-parameters from
 /// `args` (`--hidden`, `--activation`, `--channels`, `--kernel`, `--lr`, `--lr-decay`,
-/// `--momentum`, `--batch`) and `seed`, the defaults being the network's.
+/// `--momentum`, `--server-rule`, `--batch`) and `seed`, the defaults being the network's.
 fn dnn_config(args: &DnnArgs, seed: u64) -> Result<(bool, DnnConfig)> {
     let cnn = match args.model.as_deref() {
         None | Some("mlp") => false,
@@ -192,6 +199,13 @@ fn dnn_config(args: &DnnArgs, seed: u64) -> Result<(bool, DnnConfig)> {
     } else {
         DnnConfig::default()
     };
+    let server_rule = match args.server_rule.as_deref() {
+        None => None,
+        Some(r) => Some(
+            r.parse::<ServerRule>()
+                .map_err(|e| anyhow::anyhow!("--server-rule: {e}"))?,
+        ),
+    };
     let params = DnnConfig {
         hidden: args.hidden.clone().unwrap_or(defaults.hidden),
         channels: args.channels.clone().unwrap_or(defaults.channels),
@@ -204,9 +218,15 @@ fn dnn_config(args: &DnnArgs, seed: u64) -> Result<(bool, DnnConfig)> {
         },
         learning_rate: args.lr.unwrap_or(defaults.learning_rate),
         lr_decay: args.lr_decay.unwrap_or(defaults.lr_decay),
-        momentum: args.momentum.unwrap_or(defaults.momentum),
+        momentum: match (args.momentum, server_rule) {
+            (Some(m), _) => m,
+            // The workers keep no velocity when the servers step (but momentum's does).
+            (None, Some(r)) if r != ServerRule::Momentum => 0.0,
+            (None, _) => defaults.momentum,
+        },
         batch: args.batch.unwrap_or(defaults.batch),
         seed,
+        server_rule,
     };
     params.validate().map_err(anyhow::Error::msg)?;
     Ok((cnn, params))
