@@ -29,10 +29,8 @@ pub enum Staleness {
     /// No bound within a run (fully asynchronous): a read needs only the values every
     /// worker had when the run began (each run starts from every update of the runs
     /// before it), and a worker never waits for a slower one. The store still refreshes
-    /// its cache as it goes — a specialized worker's per-clock refresh; on the generic
-    /// path a miss, and a cached row older than the reader's clock, which is served as
-    /// it is while a newer one is fetched without waiting — so reads are usually much
-    /// fresher than that, and a run fetches about as many rows
+    /// its cache as it goes — a specialized worker's per-clock refresh, a generic miss —
+    /// so reads are usually much fresher than that, and a run fetches about as many rows
     /// as under BSP: what asynchrony saves is the waiting, not the fetching.
     Unbounded,
 }

@@ -76,19 +76,7 @@ impl<'a> Worker<'a> {
         let required = self.required();
         // Fast path first: the reply-generation signal is only read on a miss.
         if let Some(entry) = self.shared.cache.get_fresh(key, required) {
-            if !self.unbounded || entry.data_clock >= self.clock {
-                return Ok(entry);
-            }
-            // Asynchronous: any cached value will do, but one older than this worker's
-            // clock is refreshed for later reads (as the specialized store refreshes per
-            // clock), without waiting: an asynchronous replica's READ every few steps must
-            // see the others' progress (Downpour SGD's fetch), not its run's first value.
-            // The guard is dropped first: the reply may be installed on this thread.
-            drop(entry);
-            self.shared.fetcher.request(self.shared, key, self.clock)?;
-            if let Some(entry) = self.shared.cache.get_fresh(key, required) {
-                return Ok(entry);
-            }
+            return Ok(entry);
         }
         // The wait for a fresh enough row, published for the metrics endpoint.
         let since = std::time::Instant::now();

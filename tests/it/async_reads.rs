@@ -1,7 +1,8 @@
-//! Asynchronous reads on the generic path (`Staleness::Unbounded`): a cached row older
-//! than the reader's clock is served, and a newer one fetched without waiting, so a
-//! worker that reads a row again later in the run sees the others' progress (Downpour
-//! SGD's fetch every few steps) instead of its run's first value forever.
+//! Asynchronous reads on the generic path (`Staleness::Unbounded`): a worker that reads a
+//! row again later in the run sees the others' progress (Downpour SGD's fetch every few
+//! steps) instead of its run's first value forever — a read needs the minimum clock the
+//! shards have announced, so a cached row older than that is fetched anew — for a table
+//! that adds updates and for one whose servers step them.
 
 use crate::util::within;
 use iterstore::{Cluster, Config, Mode, Rule, Staleness};
@@ -24,8 +25,8 @@ fn a_later_read_in_an_asynchronous_run_sees_the_others_progress() {
                         w.read(&t, 0, &mut row)?;
                         w.clock()?;
                         w.recv_from::<i32>(1, 0, &mut [0])?;
-                        // Worker 1 has made 3 clocks of updates: within a few reads the
-                        // row shows them, without this worker waiting on a clock.
+                        // Worker 1 has made 3 clocks of updates: once the shards announce
+                        // the minimum clock past worker 0's first, a read shows them.
                         let deadline = Instant::now() + Duration::from_secs(20);
                         loop {
                             w.read(&t, 0, &mut row)?;
