@@ -143,8 +143,8 @@ pub use launch::{
     LAUNCH_RANK_ENV, MAX_LOCAL_PROCESSES,
 };
 pub use membership::{
-    loopback_hosts, parse_hosts, rank_from_env, Membership, Secret, MIN_SEND_QUEUE_BYTES,
-    SECRET_ENV, SHUTDOWN_TIMEOUT,
+    expand_hostlist, loopback_hosts, parse_hosts, parse_tasks_per_node, rank_from_env, Membership,
+    Secret, MAX_HOSTLIST_HOSTS, MIN_SEND_QUEUE_BYTES, SECRET_ENV, SHUTDOWN_TIMEOUT,
 };
 pub use numa::WorkerPlacement;
 pub use table::Table;

@@ -9,6 +9,10 @@
 //! variable — never a command-line argument, where other users of the machine could read
 //! it — and is never printed.
 
+mod hostlist;
+
+pub use hostlist::{expand_hostlist, parse_tasks_per_node, MAX_HOSTLIST_HOSTS};
+
 use crate::error::{warn_visible, Error, Result};
 use std::fmt;
 use std::net::{SocketAddr, ToSocketAddrs};
