@@ -68,6 +68,17 @@ impl Range {
     }
 }
 
+/// Longest piece of input quoted in full in an error; longer ones are cut.
+const MAX_QUOTED: usize = 60;
+
+/// `text` quoted for an error message, cut after [`MAX_QUOTED`] characters.
+fn quoted(text: &str) -> String {
+    match text.char_indices().nth(MAX_QUOTED) {
+        Some((cut, _)) => format!("{:?}...", &text[..cut]),
+        None => format!("{text:?}"),
+    }
+}
+
 /// [`expand_hostlist`] with the reason as text.
 pub(crate) fn expand(text: &str) -> std::result::Result<Vec<String>, String> {
     let text = text.trim();
@@ -83,7 +94,8 @@ pub(crate) fn expand(text: &str) -> std::result::Result<Vec<String>, String> {
         total = total.saturating_add(count(parts));
         if total > MAX_HOSTLIST_HOSTS as u64 {
             return Err(format!(
-                "more than {MAX_HOSTLIST_HOSTS} hosts (by {name:?})"
+                "more than {MAX_HOSTLIST_HOSTS} hosts (by {})",
+                quoted(name)
             ));
         }
     }
@@ -125,7 +137,7 @@ fn split_outside_brackets(text: &str) -> std::result::Result<Vec<&str>, String> 
     for (i, c) in text.char_indices() {
         match c {
             '[' => depth += 1,
-            ']' if depth == 0 => return Err(format!("a ']' without '[' in {text:?}")),
+            ']' if depth == 0 => return Err(format!("a ']' without '[' in {}", quoted(text))),
             ']' => depth -= 1,
             ',' if depth == 0 => {
                 pieces.push(&text[start..i]);
@@ -135,11 +147,11 @@ fn split_outside_brackets(text: &str) -> std::result::Result<Vec<&str>, String> 
         }
     }
     if depth != 0 {
-        return Err(format!("a '[' without ']' in {text:?}"));
+        return Err(format!("a '[' without ']' in {}", quoted(text)));
     }
     pieces.push(&text[start..]);
     match pieces.iter().position(|p| p.is_empty()) {
-        Some(i) => Err(format!("host name {} of {text:?} is empty", i + 1)),
+        Some(i) => Err(format!("host name {} of {} is empty", i + 1, quoted(text))),
         None => Ok(pieces),
     }
 }
@@ -153,10 +165,10 @@ fn parse_name(name: &str) -> std::result::Result<Vec<Part<'_>>, String> {
             Some(0) => {
                 let end = rest
                     .find(']')
-                    .ok_or_else(|| format!("a '[' without ']' in {name:?}"))?;
+                    .ok_or_else(|| format!("a '[' without ']' in {}", quoted(name)))?;
                 let inside = &rest[1..end];
                 if inside.contains('[') {
-                    return Err(format!("nested '[' in {name:?}"));
+                    return Err(format!("nested '[' in {}", quoted(name)));
                 }
                 parts.push(Part::Group(parse_ranges(inside, name)?));
                 rest = &rest[end + 1..];
@@ -168,7 +180,7 @@ fn parse_name(name: &str) -> std::result::Result<Vec<Part<'_>>, String> {
                     .chars()
                     .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_')))
                 {
-                    return Err(format!("{c:?} in host name {name:?}"));
+                    return Err(format!("{c:?} in host name {}", quoted(name)));
                 }
                 parts.push(Part::Literal(literal));
                 rest = &rest[end..];
@@ -189,12 +201,14 @@ fn parse_ranges(inside: &str, name: &str) -> std::result::Result<Vec<Range>, Str
                     || !digits.bytes().all(|b| b.is_ascii_digit())
                 {
                     return Err(format!(
-                        "[{inside}] in {name:?}: {item:?} is not a number or a range lo-hi"
+                        "{} in {} is not a number or a range lo-hi",
+                        quoted(item),
+                        quoted(name)
                     ));
                 }
                 digits
                     .parse::<u64>()
-                    .map_err(|e| format!("{digits:?}: {e}"))
+                    .map_err(|e| format!("{}: {e}", quoted(digits)))
             };
             let (lo, hi) = item.split_once('-').unwrap_or((item, item));
             let range = Range {
@@ -204,7 +218,9 @@ fn parse_ranges(inside: &str, name: &str) -> std::result::Result<Vec<Range>, Str
             };
             if range.lo > range.hi {
                 return Err(format!(
-                    "[{inside}] in {name:?}: the range {item:?} decreases"
+                    "the range {} in {} decreases",
+                    quoted(item),
+                    quoted(name)
                 ));
             }
             Ok(range)
@@ -221,7 +237,7 @@ pub(crate) fn tasks_per_node(text: &str) -> std::result::Result<Vec<usize>, Stri
     let mut items = Vec::new();
     let (mut nodes, mut tasks) = (0usize, 0usize);
     for item in text.split(',') {
-        let bad = || format!("{item:?} is not a task count N or N(xM)");
+        let bad = || format!("{} is not a task count N or N(xM)", quoted(item));
         let (n, times) = match item.split_once('(') {
             None => (item, "1"),
             Some((n, rest)) => {
@@ -237,7 +253,7 @@ pub(crate) fn tasks_per_node(text: &str) -> std::result::Result<Vec<usize>, Stri
                 return Err(bad());
             }
             match digits.parse::<usize>() {
-                Ok(0) => Err(format!("{item:?}: a count of 0")),
+                Ok(0) => Err(format!("{}: a count of 0", quoted(item))),
                 Ok(v) => Ok(v),
                 Err(_) => Err(bad()),
             }
@@ -247,7 +263,8 @@ pub(crate) fn tasks_per_node(text: &str) -> std::result::Result<Vec<usize>, Stri
         tasks = tasks.saturating_add(n.saturating_mul(times));
         if nodes > MAX_HOSTLIST_HOSTS || tasks > MAX_HOSTLIST_HOSTS {
             return Err(format!(
-                "more than {MAX_HOSTLIST_HOSTS} nodes or tasks (by {item:?})"
+                "more than {MAX_HOSTLIST_HOSTS} nodes or tasks (by {})",
+                quoted(item)
             ));
         }
         items.push((n, times));
@@ -299,12 +316,12 @@ mod tests {
             ("node[1-", "'[' without ']'"),
             ("node1]", "']' without '['"),
             ("node[1-[2]]", "nested '['"),
-            ("node[3-1]", "the range \"3-1\" decreases"),
-            ("node[]", "\"\" is not a number"),
-            ("node[a-b]", "\"a-b\" is not a number"),
+            ("node[3-1]", "the range \"3-1\" in \"node[3-1]\" decreases"),
+            ("node[]", "\"\" in \"node[]\" is not a number"),
+            ("node[a-b]", "\"a-b\" in \"node[a-b]\" is not a number"),
             ("node[1-2-3]", "\"1-2-3\""),
             ("node[-1]", "\"-1\""),
-            ("node[1,]", "\"\" is not a number"),
+            ("node[1,]", "\"\" in \"node[1,]\" is not a number"),
             ("node[1234567890123456789]", "is not a number"),
             ("no de", "' ' in host name \"no de\""),
             ("n/1", "'/' in host name"),
@@ -314,10 +331,13 @@ mod tests {
                 "n[0-999999999999999999][0-999999999999999999]",
                 "more than 65536 hosts",
             ),
+            (&format!("{},", "x".repeat(10_000)), "host name 2 of \"xxx"),
         ] {
             let err = expand(text).expect_err(text);
             assert!(err.contains(says), "{text:?}: {err}");
         }
+        let long = expand(&format!("{},", "x".repeat(10_000))).unwrap_err();
+        assert!(long.len() < 100, "a long list is quoted in full: {long}");
         let err = expand_hostlist("x[2-1]").unwrap_err().to_string();
         assert!(err.contains("hostlist") && err.contains("x[2-1]"), "{err}");
     }
