@@ -144,7 +144,8 @@ pub use launch::{
 };
 pub use membership::{
     expand_hostlist, loopback_hosts, parse_hosts, parse_tasks_per_node, rank_from_env, Membership,
-    Secret, MAX_HOSTLIST_HOSTS, MIN_SEND_QUEUE_BYTES, SECRET_ENV, SHUTDOWN_TIMEOUT,
+    Secret, BASE_PORT_ENV, DEFAULT_BASE_PORT, MAX_HOSTLIST_HOSTS, MIN_SEND_QUEUE_BYTES, SECRET_ENV,
+    SHUTDOWN_TIMEOUT,
 };
 pub use numa::WorkerPlacement;
 pub use table::Table;
