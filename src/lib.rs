@@ -145,7 +145,8 @@ pub use launch::{
 pub use membership::{
     expand_hostlist, loopback_hosts, parse_hosts, parse_tasks_per_node, rank_from_env, rendezvous,
     Membership, RendezvousConfig, Secret, BASE_PORT_ENV, DEFAULT_BASE_PORT, MAX_HOSTLIST_HOSTS,
-    MIN_SEND_QUEUE_BYTES, RENDEZVOUS_PORT_ENV, RENDEZVOUS_TIMEOUT, SECRET_ENV, SHUTDOWN_TIMEOUT,
+    MIN_SEND_QUEUE_BYTES, RENDEZVOUS_PORT_ENV, RENDEZVOUS_TIMEOUT, RENDEZVOUS_TIMEOUT_ENV,
+    SECRET_ENV, SHUTDOWN_TIMEOUT,
 };
 pub use numa::WorkerPlacement;
 pub use table::Table;

@@ -17,7 +17,9 @@ mod rendezvous;
 mod slurm;
 
 pub use hostlist::{expand_hostlist, parse_tasks_per_node, MAX_HOSTLIST_HOSTS};
-pub use rendezvous::{rendezvous, RendezvousConfig, RENDEZVOUS_PORT_ENV, RENDEZVOUS_TIMEOUT};
+pub use rendezvous::{
+    rendezvous, RendezvousConfig, RENDEZVOUS_PORT_ENV, RENDEZVOUS_TIMEOUT, RENDEZVOUS_TIMEOUT_ENV,
+};
 pub use slurm::{BASE_PORT_ENV, DEFAULT_BASE_PORT};
 
 use crate::error::{warn_visible, Error, Result};

@@ -41,6 +41,10 @@ pub const RENDEZVOUS_TIMEOUT: Duration = Duration::from_secs(120);
 /// otherwise.
 pub const RENDEZVOUS_PORT_ENV: &str = "ITERSTORE_RENDEZVOUS_PORT";
 
+/// The environment variable with the rendezvous's timeout in seconds, for
+/// [`Membership::from_launcher_env`] (default: [`RENDEZVOUS_TIMEOUT`]).
+pub const RENDEZVOUS_TIMEOUT_ENV: &str = "ITERSTORE_RENDEZVOUS_TIMEOUT";
+
 /// How long rank 0 gives one connection to check in, and rank 0's answer to be written.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
