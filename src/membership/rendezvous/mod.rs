@@ -55,6 +55,9 @@ const REPLY_GRACE: Duration = Duration::from_secs(2);
 /// The most connections rank 0 greets at once; more are closed unread.
 const MAX_PENDING: usize = 256;
 
+/// How long rank 0 waits to tell a refused rank why (meanwhile it accepts no one).
+const REFUSAL_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// How often rank 0 looks for new connections.
 const POLL: Duration = Duration::from_millis(10);
 
@@ -153,11 +156,13 @@ fn secs(d: Duration) -> String {
     format!("{} s", d.as_secs_f64())
 }
 
-/// The first [`MAX_NAMED`] of `items`, comma-separated, and how many more there are.
-fn named(items: &[String]) -> String {
-    let mut text = items[..items.len().min(MAX_NAMED)].join(", ");
-    if items.len() > MAX_NAMED {
-        text += &format!(" and {} more", items.len() - MAX_NAMED);
+/// The first [`MAX_NAMED`] of `items`, comma-separated, and how many more of `total`
+/// there are.
+fn named(items: &[String], total: usize) -> String {
+    let shown = items.len().min(MAX_NAMED);
+    let mut text = items[..shown].join(", ");
+    if total > shown {
+        text += &format!(" and {} more", total - shown);
     }
     text
 }
@@ -293,7 +298,10 @@ struct Hall<'a> {
     members: Vec<Option<Member>>,
     /// Ranks checked in, rank 0 included.
     arrived: usize,
+    /// The first [`MAX_NAMED`] peers refused, and why.
     refusals: Vec<String>,
+    /// How many peers were refused in all.
+    refused: usize,
     pending: Arc<AtomicUsize>,
     sender: Sender<Greeting>,
     receiver: Receiver<Greeting>,
@@ -307,6 +315,7 @@ impl<'a> Hall<'a> {
             members: (0..cfg.world).map(|_| None).collect(),
             arrived: 1,
             refusals: Vec::new(),
+            refused: 0,
             pending: Arc::new(AtomicUsize::new(0)),
             sender,
             receiver,
@@ -379,33 +388,44 @@ impl<'a> Hall<'a> {
             &m.hello.nonce,
             &format!("refused peer {}: {why}", m.peer),
         );
-        let _ = frame::write_by(&mut m.stream, &bytes, Instant::now() + POLL * 100);
+        let _ = frame::write_by(&mut m.stream, &bytes, Instant::now() + REFUSAL_TIMEOUT);
         self.refuse(m.peer, why);
     }
 
-    /// Records and logs that `peer` was refused.
+    /// Records and logs that `peer` was refused (the first [`MAX_NAMED`]; then once that
+    /// more are not logged).
     fn refuse(&mut self, peer: SocketAddr, why: String) {
-        let why = format!("peer {peer}: {why}");
-        warn_visible(&format!("rendezvous at {}: refused {why}", self.cfg.master));
-        self.refusals.push(why);
+        self.refused += 1;
+        if self.refusals.len() < MAX_NAMED {
+            let why = format!("peer {peer}: {why}");
+            warn_visible(&format!("rendezvous at {}: refused {why}", self.cfg.master));
+            self.refusals.push(why);
+        } else if self.refused == MAX_NAMED + 1 {
+            warn_visible(&format!(
+                "rendezvous at {}: refused more peers (not logged one by one)",
+                self.cfg.master
+            ));
+        }
     }
 
     /// The error naming the ranks that never arrived (and the peers refused), told to
     /// every rank that did.
     fn give_up(self) -> Error {
-        let missing: Vec<String> = (1..self.cfg.world)
+        let missing = self.cfg.world - self.arrived;
+        let first: Vec<String> = (1..self.cfg.world)
             .filter(|&r| self.members[r].is_none())
+            .take(MAX_NAMED)
             .map(|r| r.to_string())
             .collect();
         let mut why = format!(
             "{} {} of {} never arrived within {}",
-            if missing.len() == 1 { "rank" } else { "ranks" },
-            named(&missing),
+            if missing == 1 { "rank" } else { "ranks" },
+            named(&first, missing),
             self.cfg.world,
             secs(self.cfg.timeout)
         );
         if !self.refusals.is_empty() {
-            why += &format!("; refused: {}", named(&self.refusals));
+            why += &format!("; refused: {}", named(&self.refusals, self.refused));
         }
         let members = self.members.into_iter().flatten().collect();
         let deadline = Instant::now() + HANDSHAKE_TIMEOUT;

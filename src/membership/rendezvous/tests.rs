@@ -251,3 +251,15 @@ fn bad_settings_are_named() {
         "{e}"
     );
 }
+
+#[test]
+fn long_lists_are_cut_and_counted() {
+    let first: Vec<String> = (1..=MAX_NAMED).map(|r| r.to_string()).collect();
+    assert_eq!(named(&first[..2], 2), "1, 2");
+    let all = named(&first, 100);
+    assert!(
+        all.starts_with("1, 2, 3")
+            && all.ends_with(&format!("{MAX_NAMED} and {} more", 100 - MAX_NAMED)),
+        "{all}"
+    );
+}
