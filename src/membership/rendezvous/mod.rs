@@ -232,12 +232,19 @@ fn lead(cfg: &RendezvousConfig) -> Result<Membership> {
     let listener = TcpListener::bind((any, cfg.master.port()))
         .and_then(|l| l.set_nonblocking(true).map(|()| l))
         .map_err(|e| {
+            let port = cfg.master.port();
             let hint = if e.kind() == std::io::ErrorKind::AddrInUse {
-                format!(" (another program holds it — under torchrun, its own store: set {} to a free port, the same for every process)", RENDEZVOUS_PORT_ENV)
+                format!(
+                    " (another program holds it — under torchrun, its own store: set \
+                     {RENDEZVOUS_PORT_ENV} to a free port, the same for every process)"
+                )
             } else {
                 String::new()
             };
-            failed(cfg, format!("rank 0 cannot listen on port {}: {e}{hint}", cfg.master.port()))
+            failed(
+                cfg,
+                format!("rank 0 cannot listen on port {port}: {e}{hint}"),
+            )
         })?;
     let mut hall = Hall::new(cfg);
     while hall.arrived < cfg.world {
