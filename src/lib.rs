@@ -144,7 +144,9 @@ pub use launch::{
     LAUNCH_RANK_ENV, MAX_LOCAL_PROCESSES,
 };
 pub use membership::{
-    loopback_hosts, parse_hosts, rank_from_env, Membership, Secret, MIN_SEND_QUEUE_BYTES,
+    expand_hostlist, loopback_hosts, parse_hosts, parse_tasks_per_node, rank_from_env, rendezvous,
+    Membership, RendezvousConfig, Secret, BASE_PORT_ENV, DEFAULT_BASE_PORT, MAX_HOSTLIST_HOSTS,
+    MIN_SEND_QUEUE_BYTES, RENDEZVOUS_PORT_ENV, RENDEZVOUS_TIMEOUT, RENDEZVOUS_TIMEOUT_ENV,
     SECRET_ENV, SHUTDOWN_TIMEOUT,
 };
 pub use numa::WorkerPlacement;

@@ -435,12 +435,32 @@ pub struct ClusterOptions {
     /// The result is the same as one process of P x --workers workers. At most
     /// 64 (local processes share this machine's cores; a larger cluster is --hosts).
     #[arg(long, value_name = "P", help_heading = "Cluster options", value_parser = parse_processes,
-          conflicts_with_all = ["hosts", "rank"])]
+          conflicts_with_all = ["hosts", "rank", "join"])]
     pub processes: Option<usize>,
     /// Join the cluster described by FILE: one `rank host:port` line per process. Every
     /// process runs the same command with its own --rank.
-    #[arg(long, value_name = "FILE", help_heading = "Cluster options")]
+    #[arg(
+        long,
+        value_name = "FILE",
+        help_heading = "Cluster options",
+        group = "cluster_source"
+    )]
     pub hosts: Option<PathBuf>,
+    /// Join the cluster the launcher's environment describes, with no hosts file (every
+    /// process runs the same command): under srun, the nodes, tasks and rank it gives
+    /// (each task listens on ITERSTORE_PORT [29600] plus its index on its node); under
+    /// torchrun, MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE (the processes meet at rank
+    /// 0, which tells each every address; ITERSTORE_RENDEZVOUS_TIMEOUT [120] seconds at
+    /// most).
+    #[arg(
+        long,
+        value_name = "SOURCE",
+        value_enum,
+        help_heading = "Cluster options",
+        group = "cluster_source",
+        conflicts_with = "rank"
+    )]
+    pub join: Option<JoinFrom>,
     /// This process's rank in --hosts [default: from SLURM_PROCID, OMPI_COMM_WORLD_RANK
     /// or RANK].
     #[arg(
@@ -456,7 +476,7 @@ pub struct ClusterOptions {
         long,
         value_name = "FILE",
         help_heading = "Cluster options",
-        requires = "hosts"
+        requires = "cluster_source"
     )]
     pub secret_file: Option<PathBuf>,
     /// Locality placement in virtual mode on several processes: each row on the process
@@ -506,6 +526,13 @@ pub struct ClusterOptions {
     /// the port plus R (9400, 9401, ...); port 0 takes any free port.
     #[arg(long, value_name = "ADDR", help_heading = "Cluster options")]
     pub metrics_addr: Option<std::net::SocketAddr>,
+}
+
+/// Where `--join` reads the cluster's description from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum JoinFrom {
+    /// The launcher's environment (srun, torchrun, mpirun with MASTER_ADDR exported).
+    Env,
 }
 
 /// The version of this binary, as `--version` prints it and the JSON reports record it.

@@ -16,7 +16,7 @@ use iterstore_apps::{AppConfig, CheckpointConfig, Input, IterRecord, RunReport};
 
 use super::apps::{AppRun, CliApp, Runnable};
 use super::log::{self, Iterations, Step};
-use super::{ClusterOptions, RunOptions};
+use super::{ClusterOptions, JoinFrom, RunOptions};
 
 /// Where the input of `run` comes from: `--data`, else `--synthetic` (by default small).
 pub(crate) fn input(run: &RunOptions) -> Input {
@@ -117,11 +117,21 @@ impl Output {
     }
 }
 
-/// How this process joins a cluster (`--hosts`, `--rank` or a launcher's environment,
-/// `--secret-file` or `ITERSTORE_SECRET`); `None` without `--hosts`.
+/// How this process joins a cluster (`--hosts` with `--rank` or a launcher's rank, or
+/// `--join env`; `--secret-file` or `ITERSTORE_SECRET`); `None` without either.
 fn membership(args: &ClusterOptions) -> Result<Option<Membership>> {
     let Some(hosts) = &args.hosts else {
-        return Ok(None);
+        return match args.join {
+            Some(JoinFrom::Env) => {
+                let secret = secret(args, "--join env")?;
+                let mut m = Membership::from_launcher_env(secret)?;
+                m.connect_timeout = std::time::Duration::from_secs(args.connect_timeout);
+                m.send_queue_bytes = args.send_queue;
+                m.validate()?;
+                Ok(Some(m))
+            }
+            None => Ok(None),
+        };
     };
     let rank = match args.rank {
         Some(r) => r,
@@ -132,13 +142,7 @@ fn membership(args: &ClusterOptions) -> Result<Option<Membership>> {
             ),
         },
     };
-    let secret = match &args.secret_file {
-        Some(path) => Secret::from_file(path)?,
-        None => Secret::from_env(SECRET_ENV).context(
-            "--hosts needs the cluster's secret: --secret-file FILE or ITERSTORE_SECRET",
-        )?,
-    };
-    let mut m = Membership::from_hosts_file(hosts, rank, secret)?;
+    let mut m = Membership::from_hosts_file(hosts, rank, secret(args, "--hosts")?)?;
     m.connect_timeout = std::time::Duration::from_secs(args.connect_timeout);
     m.send_queue_bytes = args.send_queue;
     if let Some((_, size)) = rank_from_env()? {
@@ -152,6 +156,17 @@ fn membership(args: &ClusterOptions) -> Result<Option<Membership>> {
     }
     m.validate()?;
     Ok(Some(m))
+}
+
+/// The cluster's secret for `option` (`--hosts`, `--join env`): `--secret-file`, else
+/// `ITERSTORE_SECRET`.
+fn secret(args: &ClusterOptions, option: &str) -> Result<Secret> {
+    match &args.secret_file {
+        Some(path) => Ok(Secret::from_file(path)?),
+        None => Secret::from_env(SECRET_ENV).with_context(|| {
+            format!("{option} needs the cluster's secret: --secret-file FILE or ITERSTORE_SECRET")
+        }),
+    }
 }
 
 /// The store-side settings of `run` and `cluster`, for an app whose options put its model

@@ -14,6 +14,7 @@ mod dnn;
 mod dnn_partitioned;
 mod faults;
 mod hostile;
+mod join_env;
 mod launcher;
 mod metrics;
 mod peers;

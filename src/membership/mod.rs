@@ -5,9 +5,22 @@
 //! A hosts file has one `rank host:port` line per process (ranks `0..N`, each once; `#`
 //! starts a comment). The rank and world size can come from Slurm (`SLURM_PROCID`,
 //! `SLURM_NTASKS`), Open MPI (`OMPI_COMM_WORLD_RANK`, `OMPI_COMM_WORLD_SIZE`) or the
-//! `RANK`/`WORLD_SIZE` convention. The secret comes from a file or an environment
-//! variable — never a command-line argument, where other users of the machine could read
-//! it — and is never printed.
+//! `RANK`/`WORLD_SIZE` convention. Without a hosts file,
+//! [`Membership::from_launcher_env`] reads every rank's address from the launcher's
+//! environment too (`launcher`; Slurm's node lists: `hostlist`, `slurm`). The secret
+//! comes from a file or an environment variable — never a command-line argument, where
+//! other users of the machine could read it — and is never printed.
+
+mod hostlist;
+mod launcher;
+mod rendezvous;
+mod slurm;
+
+pub use hostlist::{expand_hostlist, parse_tasks_per_node, MAX_HOSTLIST_HOSTS};
+pub use rendezvous::{
+    rendezvous, RendezvousConfig, RENDEZVOUS_PORT_ENV, RENDEZVOUS_TIMEOUT, RENDEZVOUS_TIMEOUT_ENV,
+};
+pub use slurm::{BASE_PORT_ENV, DEFAULT_BASE_PORT};
 
 use crate::error::{warn_visible, Error, Result};
 use std::fmt;
