@@ -14,6 +14,11 @@
 //! row no worker updated in a clock (or updated only with all-zero deltas) is not stepped
 //! in it: sparse, "lazy" semantics, as sparse optimizers on parameter servers have.
 //!
+//! **Asynchronous runs** (`Staleness::Unbounded`) step each worker's push on its own as
+//! it arrives at the shard instead, and a READ of such a row fetches the shard's current
+//! value (no cached copy): DistBelief's Downpour SGD, where replicas see each other's
+//! progress without waiting for the slowest. (Under SSP the per-clock step stays.)
+//!
 //! **READ of a table with a rule** returns the servers' value only: a worker's own
 //! gradients are not values and are not added to what it reads (under a rule that is not
 //! a sum they could not be). They show once their clock is complete and the staleness

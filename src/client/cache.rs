@@ -77,6 +77,14 @@ impl ProcessCache {
         }
     }
 
+    /// Drops `key`'s cached row, if any.
+    pub(crate) fn forget(&self, key: RowKey) {
+        self.map.remove(&key);
+        if let Some(lru) = &self.lru {
+            lru.lock().unwrap_or_else(|p| p.into_inner()).pop(&key);
+        }
+    }
+
     /// Drops every cached row.
     pub(crate) fn clear(&self) {
         self.map.clear();

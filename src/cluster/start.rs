@@ -15,6 +15,7 @@ use super::shutdown::Threads;
 use super::{Cluster, Machine, Runs, Specialization};
 use crate::client::{spawn_comm, ClientShared};
 use crate::config::{Config, Mode};
+use crate::consistency::Staleness;
 use crate::error::{panic_message, Error, Result};
 use crate::ids::ProcessId;
 use crate::membership::{Membership, SHUTDOWN_TIMEOUT};
@@ -331,7 +332,9 @@ impl Cluster {
         // This process's shards write its arena refreshes straight into its arena.
         let local_arena: std::sync::Weak<dyn server::LocalArena> = Arc::downgrade(&shared) as _;
         for (local, (id, inbox)) in world.shards_of(rank).zip(shard_inboxes).enumerate() {
-            let shard = server::Shard::new(id, world).with_local_arena(rank, local_arena.clone());
+            let shard = server::Shard::new(id, world)
+                .with_local_arena(rank, local_arena.clone())
+                .stepping_on_arrival(config.staleness == Staleness::Unbounded);
             let pus = zone_pus(thread_zones.shards[local]);
             match server::spawn(shard, inbox, transport.clone(), pus) {
                 Ok((t, staying)) => threads.shards.push((id, t, staying)),

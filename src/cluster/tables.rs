@@ -24,7 +24,8 @@ impl Cluster {
     /// [`create_table`](Self::create_table) of a table whose servers apply `rule` to the
     /// updates (see [`Rule`]): an UPDATE is then a gradient, summed per clock over the
     /// workers and stepped through the rule on the shards, which keep the rule's state per
-    /// row; a READ returns the servers' value, without the worker's own gradients. `rows`:
+    /// row (in an asynchronous cluster each push is stepped as it arrives); a READ returns
+    /// the servers' value, without the worker's own gradients. `rows`:
     /// its row count, as [`create_table_sized`](Self::create_table_sized), or `None`.
     /// Every process must give the same rule (parameters compared bit for bit); a rule
     /// needs a float table and parameters in range, checked here.

@@ -319,7 +319,9 @@ mod tests {
 
     #[test]
     fn a_torchrun_world_of_one_joins_through_the_rendezvous() {
-        let port = crate::loopback_hosts(1).unwrap()[0].port().to_string();
+        let port = crate::membership::loopback_hosts(1).unwrap()[0]
+            .port()
+            .to_string();
         let m = join(&[
             ("MASTER_ADDR", "127.0.0.1"),
             ("MASTER_PORT", &port),

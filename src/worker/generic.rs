@@ -74,6 +74,11 @@ impl<'a> Worker<'a> {
     /// read-locks part of the process cache: drop it promptly.
     pub(super) fn fresh_entry(&self, key: RowKey) -> Result<CacheRef<'a>> {
         let required = self.required();
+        if self.unbounded && !self.additive(key.table) {
+            // Asynchronous, and the servers step this table as pushes arrive (Downpour
+            // SGD): a READ fetches their current value, not a cached one.
+            self.shared.cache.forget(key);
+        }
         // Fast path first: the reply-generation signal is only read on a miss.
         if let Some(entry) = self.shared.cache.get_fresh(key, required) {
             return Ok(entry);

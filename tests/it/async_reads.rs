@@ -51,3 +51,60 @@ fn a_later_read_in_an_asynchronous_run_sees_the_others_progress() {
         }
     });
 }
+
+/// Worker 1 pushes 1.0 three times (one per clock) while worker 0, which has not
+/// clocked, waits for it, then reads: what worker 0 sees.
+fn read_while_the_other_pushes(rule: Rule, staleness: Staleness) -> f64 {
+    let config = Config::new(2)
+        .with_mode(Mode::Virtual)
+        .with_staleness(staleness);
+    let mut c = Cluster::start(config).unwrap();
+    let t = c.create_table_with_rule::<f64>("t", 1, None, rule).unwrap();
+    let body = |w: &mut iterstore::Worker<'_>| {
+        let mut row = [0.0f64];
+        if w.id() == 0 {
+            w.read(&t, 0, &mut row)?;
+            if !w.is_virtual() {
+                w.recv_from::<i32>(1, 0, &mut [0])?;
+            }
+            w.read(&t, 0, &mut row)?;
+            w.clock()?;
+        } else {
+            for _ in 0..3 {
+                w.update(&t, 0, &[1.0])?;
+                w.clock()?;
+            }
+            if !w.is_virtual() {
+                w.send_to::<i32>(0, 0, &[1])?;
+            }
+        }
+        Ok(row[0])
+    };
+    c.virtual_iteration(body).unwrap();
+    let seen = c.run(body).unwrap();
+    c.shutdown().unwrap();
+    seen[0]
+}
+
+#[test]
+fn asynchronous_servers_step_each_push_as_it_arrives_and_reads_see_it() {
+    within(60, || {
+        // Downpour: three steps of −1 · 1.0, visible although worker 0 is at clock 0.
+        assert_eq!(
+            read_while_the_other_pushes(Rule::Sgd { lr: 1.0 }, Staleness::Unbounded),
+            -3.0
+        );
+        // A summing table keeps exact snapshots: nothing of clocks worker 0 has not
+        // finished.
+        assert_eq!(
+            read_while_the_other_pushes(Rule::Sum, Staleness::Unbounded),
+            0.0
+        );
+        // Under SSP (a bound of 3 holds nobody back here) the servers step once a clock
+        // is complete: nothing yet.
+        assert_eq!(
+            read_while_the_other_pushes(Rule::Sgd { lr: 1.0 }, Staleness::Bounded(3)),
+            0.0
+        );
+    });
+}

@@ -42,7 +42,12 @@
 //! `<layer><TAB><row><TAB>w_1<TAB>…<TAB>w_n<TAB>bias` (floats written to round-trip).
 
 mod app;
+mod init;
 mod partitioned;
+mod server;
+
+use init::{init, init_set};
+use server::server_rule;
 
 pub use app::{Dnn, DnnParams, DnnRun};
 
@@ -53,8 +58,8 @@ use iterstore::{Cluster, Rule, Table, Worker};
 use super::checkpoint::{self, Cursor, Restart, RunId};
 use super::fingerprint;
 use super::{
-    check_finite, dense, preprocess, timed, timed_init_run, timed_run, AppConfig, AppError,
-    IterRecord, Observer, RunReport,
+    check_finite, dense, preprocess, timed, timed_run, AppConfig, AppError, IterRecord, Observer,
+    RunReport,
 };
 use iterstore_algo::dnn::mlp::{add_momentum, clocks, epoch_order, mini_batch};
 #[cfg(doc)]
@@ -62,7 +67,7 @@ use iterstore_algo::dnn::mlp::{gradient_step, init_row, reference};
 use iterstore_algo::dnn::network::add_layers;
 use iterstore_algo::dnn::stack::Stack;
 use iterstore_algo::dnn::{
-    Cnn, CnnSpec, DataParallel, DnnConfig, Layout, Mlp, MlpSpec, Network, Partitioning, ServerRule,
+    Cnn, CnnSpec, DataParallel, DnnConfig, Layout, Mlp, MlpSpec, Network, Partitioning,
 };
 #[cfg(doc)]
 use iterstore_algo::partition;
@@ -282,88 +287,6 @@ fn iteration<N: Network>(
     }
     s.epoch += 1;
     Ok(())
-}
-
-/// The initialisation run: row `k` (counting the rows of all layers in order) gets its
-/// [`init_row`] from global worker `k mod workers`; returns its time.
-fn init<N: Network, S: Send>(
-    cluster: &mut Cluster,
-    states: &mut [S],
-    tables: &[Table<f32>],
-    net: &N,
-    seed: u64,
-    workers: usize,
-) -> Result<f64, AppError> {
-    timed_init_run(cluster, states, |w, _| {
-        let mut k = 0usize;
-        for (l, table) in tables.iter().enumerate() {
-            let mut row = vec![0.0f32; net.width(l)];
-            for r in 0..net.rows(l) {
-                if k % workers == w.id() {
-                    net.init_row(seed, l, r, &mut row);
-                    w.update(table, r as u64, &row)?;
-                }
-                k += 1;
-            }
-        }
-        w.clock()
-    })
-}
-
-/// The initialisation with a server rule: every row gets its [`init_row`] by
-/// [`Cluster::set_rows`], row `k` (counting the rows of all layers) from process `k mod
-/// processes`; returns its time.
-fn init_set<N: Network>(
-    cluster: &mut Cluster,
-    tables: &[Table<f32>],
-    net: &N,
-    seed: u64,
-) -> Result<f64, AppError> {
-    let (rank, processes) = (cluster.rank(), cluster.processes());
-    let started = std::time::Instant::now();
-    let mut k = 0usize;
-    for (l, table) in tables.iter().enumerate() {
-        let mut mine = Vec::new();
-        for r in 0..net.rows(l) {
-            if k % processes == rank {
-                let mut row = vec![0.0f32; net.width(l)];
-                net.init_row(seed, l, r, &mut row);
-                mine.push((r as u64, row));
-            }
-            k += 1;
-        }
-        cluster.set_rows(table, &mine)?;
-    }
-    Ok(started.elapsed().as_secs_f64())
-}
-
-/// The store's rule for `params`' server rule in epoch `epoch` (from 0): its step is
-/// `learning_rate / (1 + lr_decay · epoch)`; `None` without a server rule.
-fn server_rule(params: &DnnConfig, epoch: u64) -> Option<Rule> {
-    let lr = f64::from(params.learning_rate) / (1.0 + f64::from(params.lr_decay) * epoch as f64);
-    Some(match params.server_rule? {
-        ServerRule::Sgd => Rule::Sgd { lr },
-        ServerRule::Momentum => Rule::Momentum {
-            lr,
-            momentum: f64::from(params.momentum),
-        },
-        ServerRule::AdaGrad => Rule::AdaGrad {
-            lr,
-            eps: 1e-8,
-            initial: 0.1,
-        },
-        ServerRule::RmsProp => Rule::RmsProp {
-            lr,
-            decay: 0.9,
-            eps: 1e-8,
-        },
-        ServerRule::Adam => Rule::Adam {
-            lr,
-            beta1: 0.9,
-            beta2: 0.999,
-            eps: 1e-8,
-        },
-    })
 }
 
 /// The current weights, read back from the servers.

@@ -16,7 +16,7 @@ fn other_secret() -> Secret {
 
 /// A free port on 127.0.0.1 for rank 0 to listen on.
 fn master() -> SocketAddr {
-    crate::loopback_hosts(1).unwrap()[0]
+    crate::membership::loopback_hosts(1).unwrap()[0]
 }
 
 fn config(master: SocketAddr, rank: usize, world: usize, timeout: Duration) -> RendezvousConfig {

@@ -44,6 +44,11 @@ impl Shard {
             Ok(advanced) => advanced,
             Err(e) => return self.reject_all(e.to_string(), out),
         };
+        let rows = if self.step_on_arrival && self.validate(&rows).is_ok() {
+            self.step_now(rows)
+        } else {
+            rows
+        };
         if !rows.is_empty() || !slab.is_empty() {
             let slab = self.resolve_slab(process, epoch, worker, (slab, slab_rows));
             match (self.validate(&rows), slab) {

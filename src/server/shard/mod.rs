@@ -119,6 +119,9 @@ pub(crate) struct Shard {
     setting: Option<Setting>,
     /// Gradients and rule states of the rows of tables with an update rule.
     rules: RuleRows,
+    /// Asynchronous cluster (`Staleness::Unbounded`): a push to a table with an update
+    /// rule is stepped as it arrives, not once its clock is complete (Downpour SGD).
+    step_on_arrival: bool,
     /// The process in this shard's OS process and its arena, which takes its refreshes
     /// straight from this shard's arena ([`LocalArena`]) while it lives.
     local: Option<(ProcessId, Weak<dyn LocalArena>)>,
@@ -147,6 +150,7 @@ impl Shard {
             restored: false,
             setting: None,
             rules: RuleRows::default(),
+            step_on_arrival: false,
             local: None,
         }
     }
@@ -159,6 +163,13 @@ impl Shard {
         arena: Weak<dyn LocalArena>,
     ) -> Self {
         self.local = Some((process, arena));
+        self
+    }
+
+    /// This shard, stepping each push to a table with an update rule as it arrives
+    /// (`true`: the cluster runs asynchronously, `Staleness::Unbounded`).
+    pub(crate) fn stepping_on_arrival(mut self, on: bool) -> Self {
+        self.step_on_arrival = on;
         self
     }
 

@@ -4,6 +4,10 @@
 //! row that got one is stepped through the rule with it, its state (velocity,
 //! accumulators, moments, step count) kept here beside it.
 //!
+//! In an asynchronous cluster (`Staleness::Unbounded`) a push is instead stepped as it
+//! arrives, alone (DistBelief's Downpour SGD: a parameter shard applies each replica's
+//! gradients when they come), and a READ of such a row fetches the current value.
+//!
 //! Rows of such tables live in the generic map: no plan subscribes them (`plan` leaves
 //! them out, and a shard refuses a plan naming one), so a slab never carries them.
 //!
@@ -13,7 +17,7 @@ use super::Shard;
 use crate::buf::AlignedBuf;
 use crate::element::ElemType;
 use crate::ids::RowKey;
-use crate::msg::{Endpoint, Msg};
+use crate::msg::{Endpoint, Msg, RowBatch};
 use crate::rule::Rule;
 use rustc_hash::FxHashMap;
 
@@ -67,6 +71,27 @@ impl Shard {
             self.rules.touched.push(key);
         }
         elem.add(r.grad.as_bytes_mut(), delta.as_bytes());
+    }
+
+    /// In an asynchronous cluster: steps the rows of `batch` whose table has an update
+    /// rule with this push alone, now, and returns the others (added when their clock is
+    /// complete, as always).
+    pub(super) fn step_now(&mut self, batch: RowBatch) -> RowBatch {
+        let mut rest = Vec::with_capacity(batch.len());
+        let mut stepped = false;
+        for (key, delta) in batch {
+            match self.table(key.table).map(|m| (m.rule, m.elem)) {
+                Some((rule, elem)) if !rule.is_sum() => {
+                    self.add_gradient(key, rule, elem, &delta);
+                    stepped = true;
+                }
+                _ => rest.push((key, delta)),
+            }
+        }
+        if stepped {
+            self.step_rules();
+        }
+        rest
     }
 
     /// Table `table`'s rule becomes `rule`, which must be valid and of the same kind
