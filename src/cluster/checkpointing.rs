@@ -24,6 +24,7 @@
 //! (`crate::checkpoint`), the rows' bytes `crate::rows_part`'s, the shards' side is in
 //! `server::shard`.
 
+use super::batches::ShardBatches;
 use super::Cluster;
 use crate::buf::AlignedBuf;
 use crate::checkpoint::{
@@ -31,15 +32,12 @@ use crate::checkpoint::{
     PartWriter, TableShape,
 };
 use crate::error::{Error, Result};
-use crate::ids::{Clock, RowKey};
+use crate::ids::Clock;
 use crate::msg::Msg;
 use crate::rows_part;
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-
-/// Bytes of rows per [`Msg::Restore`], well under the network's largest frame.
-const RESTORE_BATCH: usize = 4 << 20;
 
 /// A checkpoint a cluster resumed from ([`Cluster::resume`]): its clock, the cluster that
 /// wrote it and the application states it holds.
@@ -169,21 +167,12 @@ impl Cluster {
         let batches = batches?;
         let clock = checkpoint.clock();
         let from = self.shared.process;
-        for (shard, batches) in batches.into_iter().enumerate() {
-            let n = batches.len();
-            for (i, rows) in batches.into_iter().enumerate() {
-                let last = i + 1 == n;
-                self.send(
-                    shard,
-                    Msg::Restore {
-                        from,
-                        clock,
-                        rows,
-                        last,
-                    },
-                )?;
-            }
-        }
+        self.send_batches(batches, |rows, last| Msg::Restore {
+            from,
+            clock,
+            rows,
+            last,
+        })?;
         self.shared.await_restored()?;
         self.runs.start_clock = clock;
         self.runs.resumed = true;
@@ -322,14 +311,11 @@ impl Cluster {
     /// `k mod processes == rank`), read and checked whole, as batches of rows per shard
     /// of this cluster (at least one per shard, possibly empty, so that every shard
     /// hears from every process).
-    #[allow(clippy::type_complexity)]
     fn read_rows(
         &self,
         checkpoint: &Checkpoint,
-    ) -> std::result::Result<Vec<Vec<Vec<(RowKey, AlignedBuf)>>>, (PathBuf, String)> {
-        let total = self.shared.world.total_shards();
-        let mut batches: Vec<Vec<Vec<(RowKey, AlignedBuf)>>> = vec![vec![Vec::new()]; total];
-        let mut sizes = vec![0usize; total];
+    ) -> std::result::Result<ShardBatches, (PathBuf, String)> {
+        let mut batches = ShardBatches::new(self.shared.world.total_shards());
         let old = checkpoint.meta().cluster;
         let old_shards = old.processes * old.shards;
         let manifest = checkpoint.dir().join("MANIFEST.json");
@@ -366,15 +352,7 @@ impl Cluster {
                 .map_err(|e| (e.path(), e.to_string()))?;
             let row_bytes = |t: u32| tables.get(t as usize).map(|m| m.row_bytes());
             let header = rows_part::read(reader, row_bytes, |key, row| {
-                let shard = placement.shard_of(key) as usize;
-                sizes[shard] += row.len();
-                if sizes[shard] > RESTORE_BATCH {
-                    sizes[shard] = row.len();
-                    batches[shard].push(Vec::new());
-                }
-                if let Some(batch) = batches[shard].last_mut() {
-                    batch.push((key, row));
-                }
+                batches.push(placement.shard_of(key) as usize, key, row);
             })
             .map_err(|reason| (path.clone(), format!("{}: {reason}", path.display())))?;
             if header.shard as usize != k || header.clock != checkpoint.clock() {

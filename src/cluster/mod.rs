@@ -26,6 +26,7 @@
 //!   threads.
 
 mod agree;
+mod batches;
 mod checkpointing;
 mod diagnostics;
 mod metrics;

@@ -8,18 +8,15 @@
 //! It knows the message and the waiting; how a shard stores the rows is `server`'s, and
 //! what a worker keeps between runs `worker`'s.
 
+use super::batches::ShardBatches;
 use super::Cluster;
 use crate::buf::AlignedBuf;
 use crate::element::Element;
 use crate::error::{Error, Result};
-use crate::ids::RowKey;
 use crate::msg::Msg;
 use crate::sync::lock;
 use crate::table::{resolve, Table};
 use crate::worker::KeptState;
-
-/// Bytes of rows per [`Msg::SetRows`], well under the network's largest frame.
-const SET_BATCH: usize = 4 << 20;
 
 impl Cluster {
     /// Sets `rows` of `table` to the values given, between runs: `(row, values)` pairs,
@@ -89,44 +86,32 @@ impl Cluster {
             }
         }
         let placement = self.shared.placement();
-        let shards = self.shared.world.total_shards();
-        let mut batches: Vec<Vec<Vec<(RowKey, AlignedBuf)>>> = vec![vec![Vec::new()]; shards];
-        let mut bytes = vec![0usize; shards];
+        let mut batches = ShardBatches::new(self.shared.world.total_shards());
         for (row, values) in rows {
             let key = table.key(*row);
-            let shard = placement.shard_of(key) as usize;
             // Zeros plus the values: what a row updated from zeros holds (`-0.0` becomes
             // `0.0`, which the shards' skipping of all-zero deltas relies on).
             let mut value = vec![T::default(); values.len()];
             T::add_slice(&mut value, values);
-            let value = AlignedBuf::from_slice(&value);
-            if bytes[shard] + value.len() > SET_BATCH {
-                batches[shard].push(Vec::new());
-                bytes[shard] = 0;
-            }
-            bytes[shard] += value.len();
-            if let Some(batch) = batches[shard].last_mut() {
-                batch.push((key, value));
-            }
+            batches.push(
+                placement.shard_of(key) as usize,
+                key,
+                AlignedBuf::from_slice(&value),
+            );
         }
         let from = self.shared.process;
-        for (shard, batches) in batches.into_iter().enumerate() {
-            let n = batches.len();
-            for (i, rows) in batches.into_iter().enumerate() {
-                let last = i + 1 == n;
-                self.send(shard, Msg::SetRows { from, rows, last })?;
-            }
-        }
+        self.send_batches(batches, |rows, last| Msg::SetRows { from, rows, last })?;
         self.shared.await_rows_set()?;
         self.shared.forget_rows();
         for kept in &self.spec.kept {
             let mut kept = lock(kept);
-            if let KeptState::Built(_) = &*kept {
-                if let KeptState::Built(sp) = std::mem::take(&mut *kept) {
+            *kept = match std::mem::take(&mut *kept) {
+                KeptState::Built(sp) => {
                     let (arena, tape) = sp.into_tape();
-                    *kept = KeptState::Tape(arena, tape);
+                    KeptState::Tape(arena, tape)
                 }
-            }
+                other => other,
+            };
         }
         self.runs.sets += 1;
         Ok(())

@@ -183,18 +183,10 @@ fn resolve_host(name: &str) -> std::result::Result<IpAddr, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn secret() -> Secret {
-        Secret::new(b"0123456789abcdef0123456789abcdef".to_vec()).unwrap()
-    }
+    use crate::membership::{env_of, test_secret as secret};
 
     fn join(pairs: &[(&str, &str)]) -> Result<Membership> {
-        let env = |k: &str| {
-            pairs
-                .iter()
-                .find(|(n, _)| *n == k)
-                .map(|(_, v)| v.to_string())
-        };
+        let env = env_of(pairs);
         from_env(&env, &resolve_host, secret())
     }
 
@@ -217,12 +209,7 @@ mod tests {
     }
 
     fn config(pairs: &[(&str, &str)]) -> Result<RendezvousConfig> {
-        let env = |k: &str| {
-            pairs
-                .iter()
-                .find(|(n, _)| *n == k)
-                .map(|(_, v)| v.to_string())
-        };
+        let env = env_of(pairs);
         rendezvous_config(&env, &resolve_host, secret())
     }
 

@@ -370,6 +370,23 @@ fn rank_from(get: impl Fn(&str) -> Option<String>) -> Result<Option<(usize, usiz
     Ok(None)
 }
 
+/// A launcher's environment given as `(variable, value)` pairs, for tests.
+#[cfg(test)]
+pub(crate) fn env_of<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
+    move |k: &str| {
+        pairs
+            .iter()
+            .find(|(n, _)| *n == k)
+            .map(|(_, v)| v.to_string())
+    }
+}
+
+/// A secret for tests.
+#[cfg(test)]
+pub(crate) fn test_secret() -> Secret {
+    Secret(b"0123456789abcdef0123456789abcdef".to_vec())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -398,14 +415,7 @@ mod tests {
 
     #[test]
     fn launcher_environments_give_rank_and_size() {
-        let env = |pairs: &'static [(&'static str, &'static str)]| {
-            move |k: &str| {
-                pairs
-                    .iter()
-                    .find(|(n, _)| *n == k)
-                    .map(|(_, v)| v.to_string())
-            }
-        };
+        let env = env_of;
         assert_eq!(rank_from(env(&[])).unwrap(), None);
         assert_eq!(
             rank_from(env(&[

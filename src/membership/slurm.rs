@@ -195,10 +195,7 @@ pub(crate) fn base_port(env: Env<'_>) -> Result<u16> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn secret() -> Secret {
-        Secret::new(b"0123456789abcdef0123456789abcdef".to_vec()).unwrap()
-    }
+    use crate::membership::{env_of, test_secret as secret};
 
     /// Node `nodeK` (any prefix) resolves to 10.0.0.K; `lo` to loopback; others fail.
     fn resolve(name: &str) -> std::result::Result<IpAddr, String> {
@@ -213,12 +210,7 @@ mod tests {
     }
 
     fn join(pairs: &[(&str, &str)]) -> Result<Membership> {
-        let env = |k: &str| {
-            pairs
-                .iter()
-                .find(|(n, _)| *n == k)
-                .map(|(_, v)| v.to_string())
-        };
+        let env = env_of(pairs);
         membership(&env, &resolve, secret())
     }
 

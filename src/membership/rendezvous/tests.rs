@@ -6,9 +6,7 @@ use super::*;
 use std::io::{Read, Write};
 use std::thread::JoinHandle;
 
-fn secret() -> Secret {
-    Secret::new(b"0123456789abcdef0123456789abcdef".to_vec()).unwrap()
-}
+use crate::membership::test_secret as secret;
 
 fn other_secret() -> Secret {
     Secret::new(b"fedcba9876543210fedcba9876543210".to_vec()).unwrap()

@@ -44,19 +44,21 @@ impl Shard {
             Ok(advanced) => advanced,
             Err(e) => return self.reject_all(e.to_string(), out),
         };
-        let rows = if self.step_on_arrival && self.validate(&rows).is_ok() {
-            self.step_now(rows)
-        } else {
-            rows
-        };
         if !rows.is_empty() || !slab.is_empty() {
+            let valid = self.validate(&rows);
+            // Asynchronous: pushes to tables with an update rule are stepped now.
+            let rows = match valid {
+                Ok(()) if self.step_on_arrival => self.step_now(rows),
+                _ => rows,
+            };
             let slab = self.resolve_slab(process, epoch, worker, (slab, slab_rows));
-            match (self.validate(&rows), slab) {
-                (Ok(()), Ok(slab)) => self
+            match (valid, slab) {
+                (Ok(()), Ok(slab)) if !rows.is_empty() || slab.is_some() => self
                     .pending
                     .entry(clock - 1)
                     .or_default()
                     .push((worker, rows, slab)),
+                (Ok(()), Ok(_)) => {}
                 // The clock still counts, so that nothing waits on it; the cluster fails.
                 (Err(reason), _) | (_, Err(reason)) => self.reject_all(reason, out),
             }

@@ -84,6 +84,34 @@ use std::sync::Weak;
 /// way, and a slab resolved to its layout when it arrived.
 type Pending = (WorkerId, RowBatch, Option<Resolved>);
 
+/// Which processes have sent their last message of a collective that hands the shard
+/// rows in several messages (a resume's [`Msg::Restore`], a set's [`Msg::SetRows`]).
+#[derive(Debug)]
+struct Lasts(Vec<bool>);
+
+impl Lasts {
+    /// Nobody's last yet, of `processes` processes.
+    fn new(processes: usize) -> Self {
+        Lasts(vec![false; processes])
+    }
+
+    /// Notes a message of `p`, its last if `last`; `false` if `p` had sent its last
+    /// already (the protocol was broken).
+    fn note(&mut self, p: ProcessId, last: bool) -> bool {
+        !std::mem::replace(&mut self.0[p as usize], last)
+    }
+
+    /// Whether `p` has sent its last.
+    fn done_by(&self, p: ProcessId) -> bool {
+        self.0[p as usize]
+    }
+
+    /// Whether every process has.
+    fn all(&self) -> bool {
+        self.0.iter().all(|&d| d)
+    }
+}
+
 /// One server shard: visible rows, pending updates, worker clocks, deferred reads, the
 /// run barrier and who has left.
 pub(crate) struct Shard {

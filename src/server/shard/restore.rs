@@ -6,7 +6,7 @@
 //! Only before any run, plan or migration: the shard must hold nothing yet. The rows
 //! arrive as messages; it knows nothing of files or how they were read.
 
-use super::Shard;
+use super::{Lasts, Shard};
 use crate::buf::AlignedBuf;
 use crate::ids::{Clock, ProcessId, RowKey};
 use crate::msg::{Endpoint, Msg};
@@ -16,13 +16,13 @@ use crate::msg::{Endpoint, Msg};
 #[derive(Debug)]
 pub(super) struct Restoring {
     clock: Clock,
-    done: Vec<bool>,
+    done: Lasts,
 }
 
 impl Restoring {
     /// Whether process `p` has sent its last rows.
     pub(super) fn done_by(&self, p: ProcessId) -> bool {
-        self.done[p as usize]
+        self.done.done_by(p)
     }
 }
 
@@ -53,7 +53,7 @@ impl Shard {
             }
             self.restore = Some(Restoring {
                 clock,
-                done: vec![false; self.world.processes],
+                done: Lasts::new(self.world.processes),
             });
         }
         let Some(state) = self.restore.as_mut() else {
@@ -66,7 +66,7 @@ impl Shard {
                 out,
             );
         }
-        if std::mem::replace(&mut state.done[from as usize], last) {
+        if !state.done.note(from, last) {
             return self.reject_all(
                 format!("rows restored by process {from} after its last"),
                 out,
@@ -86,7 +86,7 @@ impl Shard {
     /// Once every process has sent its last rows: every worker starts at the checkpoint's
     /// clock, and every process is told.
     fn check_restored(&mut self, out: &mut Vec<(Endpoint, Msg)>) {
-        let Some(state) = self.restore.as_ref().filter(|r| r.done.iter().all(|&d| d)) else {
+        let Some(state) = self.restore.as_ref().filter(|r| r.done.all()) else {
             return;
         };
         let clock = state.clock;

@@ -12,7 +12,7 @@
 //!
 //! [`Cluster::set_rows`]: crate::cluster::Cluster::set_rows
 
-use super::Shard;
+use super::{Lasts, Shard};
 use crate::buf::AlignedBuf;
 use crate::ids::{ProcessId, RowKey};
 use crate::msg::{Endpoint, Msg};
@@ -24,14 +24,14 @@ use rustc_hash::FxHashMap;
 pub(super) struct Setting {
     /// The first process whose rows came (named in errors).
     first: ProcessId,
-    done: Vec<bool>,
+    done: Lasts,
     by: FxHashMap<RowKey, ProcessId>,
 }
 
 impl Setting {
     /// Whether process `p` has sent its last rows.
     pub(super) fn done_by(&self, p: ProcessId) -> bool {
-        self.done[p as usize]
+        self.done.done_by(p)
     }
 }
 
@@ -50,7 +50,7 @@ impl Shard {
             }
             self.setting = Some(Setting {
                 first: from,
-                done: vec![false; self.world.processes],
+                done: Lasts::new(self.world.processes),
                 by: FxHashMap::default(),
             });
         }
@@ -60,7 +60,7 @@ impl Shard {
         let Some(state) = self.setting.as_mut() else {
             return;
         };
-        if std::mem::replace(&mut state.done[from as usize], last) {
+        if !state.done.note(from, last) {
             return self.reject_all(format!("rows set by process {from} after its last"), out);
         }
         for (key, _) in &rows {
@@ -116,11 +116,7 @@ impl Shard {
     /// Once every process has sent its last rows: every subscription's next refresh is
     /// whole, and every process is told.
     fn check_set(&mut self, out: &mut Vec<(Endpoint, Msg)>) {
-        if !self
-            .setting
-            .as_ref()
-            .is_some_and(|s| s.done.iter().all(|&d| d))
-        {
+        if !self.setting.as_ref().is_some_and(|s| s.done.all()) {
             return;
         }
         self.setting = None;
