@@ -15,6 +15,7 @@ use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::ids::WorkerId;
 use crate::msg::{Endpoint, Msg};
+use std::time::Instant;
 
 impl Worker<'_> {
     /// Sends `values` to worker `to` (a global id, `0..workers()`), tagged `tag`. Never
@@ -82,62 +83,155 @@ impl Worker<'_> {
     /// or after [`Config::message_timeout`](crate::Config::message_timeout), and with the
     /// cluster's error if it fails.
     pub fn recv_from<T: Element>(&mut self, from: usize, tag: u32, out: &mut [T]) -> Result<()> {
-        let refuse = |reason: String| Error::Receive {
-            worker: self.global as usize,
-            from,
-            tag,
-            reason,
-        };
-        if from >= self.workers {
-            return Err(refuse(format!("the cluster has {} workers", self.workers)));
-        }
         if self.virtual_only {
+            self.check_sender(from, tag)?;
             out.fill(T::default());
             return Ok(());
         }
         let timeout = self.shared.config.message_timeout;
+        match self.receive(from, tag, out, deadline(timeout))? {
+            true => Ok(()),
+            false => Err(self.refuse(
+                from,
+                tag,
+                format!(
+                    "no message within {} s (Config::message_timeout)",
+                    timeout.as_secs_f64()
+                ),
+            )),
+        }
+    }
+
+    /// [`recv_from`](Self::recv_from) without waiting: `Ok(true)` with the oldest message
+    /// from `from` tagged `tag` copied into `out`, `Ok(false)` if none has arrived yet (for
+    /// a worker that polls for news between steps of its own, such as an epoch quorum).
+    /// The errors are [`recv_from`](Self::recv_from)'s but the timeout. In a virtual
+    /// iteration nothing was sent, so nothing has arrived: always `Ok(false)`.
+    ///
+    /// ```
+    /// use iterstore::{Cluster, Config};
+    ///
+    /// # fn main() -> iterstore::Result<()> {
+    /// let mut cluster = Cluster::start(Config::new(2))?;
+    /// let got = cluster.run(|w| {
+    ///     let mut v = [0i64];
+    ///     if w.id() == 0 {
+    ///         w.send_to(1, 3, &[7i64])?;
+    ///         return Ok(0);
+    ///     }
+    ///     // Poll until worker 0's message is there.
+    ///     while !w.try_recv_from(0, 3, &mut v)? {
+    ///         std::thread::yield_now();
+    ///     }
+    ///     Ok(v[0])
+    /// })?;
+    /// assert_eq!(got, vec![0, 7]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn try_recv_from<T: Element>(
+        &mut self,
+        from: usize,
+        tag: u32,
+        out: &mut [T],
+    ) -> Result<bool> {
+        if self.virtual_only {
+            self.check_sender(from, tag)?;
+            return Ok(false);
+        }
+        self.receive(from, tag, out, Some(Instant::now()))
+    }
+
+    /// The error of a receive from `from` with `tag`.
+    fn refuse(&self, from: usize, tag: u32, reason: String) -> Error {
+        Error::Receive {
+            worker: self.global as usize,
+            from,
+            tag,
+            reason,
+        }
+    }
+
+    /// Refuses a sender that is not a worker of the cluster.
+    fn check_sender(&self, from: usize, tag: u32) -> Result<()> {
+        if from >= self.workers {
+            return Err(self.refuse(
+                from,
+                tag,
+                format!("the cluster has {} workers", self.workers),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Takes the oldest message from `from` with `tag` into `out`, waiting until
+    /// `deadline`: `Ok(false)` if none came by then.
+    fn receive<T: Element>(
+        &mut self,
+        from: usize,
+        tag: u32,
+        out: &mut [T],
+        deadline: Option<Instant>,
+    ) -> Result<bool> {
+        self.check_sender(from, tag)?;
         let local = self.global as usize % self.shared.world.workers;
         let letter = self.shared.mailboxes.take(
             local,
             from as WorkerId,
             tag,
             self.round,
-            deadline(timeout),
+            deadline,
             || self.shared.check(),
         )?;
-        let letter = letter.map_err(|why| {
-            refuse(match why {
-                Empty::SenderStopped => "the sender stopped with an error".to_string(),
-                Empty::Unreceived { round, count } => format!(
-                    "{count} message(s) it sent in an earlier run (round {round}) were never \
-                     received: the runs' sends and receives do not match"
-                ),
-                Empty::SenderMovedOn { round } => format!(
-                    "the sender is already in a later run (round {round}): it sent fewer \
-                     messages with this tag in this run than are received"
-                ),
-                Empty::TimedOut => format!(
-                    "no message within {} s (Config::message_timeout)",
-                    timeout.as_secs_f64()
-                ),
-            })
-        })?;
+        let reason = match letter {
+            Ok(letter) => return self.copy_letter(from, tag, letter, out),
+            Err(Empty::TimedOut) => return Ok(false),
+            Err(Empty::SenderStopped) => "the sender stopped with an error".to_string(),
+            Err(Empty::Unreceived { round, count }) => format!(
+                "{count} message(s) it sent in an earlier run (round {round}) were never \
+                 received: the runs' sends and receives do not match"
+            ),
+            Err(Empty::SenderMovedOn { round }) => format!(
+                "the sender is already in a later run (round {round}): it sent fewer \
+                 messages with this tag in this run than are received"
+            ),
+        };
+        Err(self.refuse(from, tag, reason))
+    }
+
+    /// Copies `letter` from `from` with `tag` into `out`, refusing another element type
+    /// or length.
+    fn copy_letter<T: Element>(
+        &self,
+        from: usize,
+        tag: u32,
+        letter: Letter,
+        out: &mut [T],
+    ) -> Result<bool> {
         if letter.elem != T::TYPE {
-            return Err(refuse(format!(
-                "the message holds {:?} values, the receiver expects {:?}",
-                letter.elem,
-                T::TYPE
-            )));
+            return Err(self.refuse(
+                from,
+                tag,
+                format!(
+                    "the message holds {:?} values, the receiver expects {:?}",
+                    letter.elem,
+                    T::TYPE
+                ),
+            ));
         }
         let values = letter.values.cast::<T>();
         if values.len() != out.len() {
-            return Err(refuse(format!(
-                "the message holds {} values, the receiver expects {}",
-                values.len(),
-                out.len()
-            )));
+            return Err(self.refuse(
+                from,
+                tag,
+                format!(
+                    "the message holds {} values, the receiver expects {}",
+                    values.len(),
+                    out.len()
+                ),
+            ));
         }
         out.copy_from_slice(values);
-        Ok(())
+        Ok(true)
     }
 }

@@ -1,4 +1,4 @@
-//! Worker-to-worker messages (`Worker::send_to`, `Worker::recv_from`): in one process,
+//! Worker-to-worker messages (`Worker::send_to`, `Worker::recv_from`, `Worker::try_recv_from`): in one process,
 //! across processes in one OS process and over TCP, beside the store's rows; and every
 //! way a receive can fail — a sender that stopped with an error, a timeout, a message of
 //! the wrong shape — ends in an error naming the sender and tag, never a hang.
@@ -274,4 +274,77 @@ fn a_message_a_run_never_receives_fails_it_and_never_reaches_the_next_run() {
         assert!(!run.contains(&Some(2.0)), "{receiver:?}");
     }
     assert_eq!(receiver[2], Ok(vec![Some(3.0)]));
+}
+
+/// Worker 0 sends one message after a few clocks; every other worker polls for it
+/// between clocks of its own and counts the polls that found nothing.
+fn poll_on(c: &mut Cluster) -> iterstore::Result<Vec<(i64, bool)>> {
+    c.run(|w| {
+        if w.id() == 0 {
+            std::thread::sleep(Duration::from_millis(30));
+            for other in 1..w.workers() {
+                w.send_to(other, 5, &[40 + other as i64])?;
+            }
+            return Ok((0, true));
+        }
+        let mut v = [0i64];
+        let mut empty_polls = 0u32;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !w.try_recv_from(0, 5, &mut v)? {
+            assert!(Instant::now() < deadline, "the message never came");
+            empty_polls += 1;
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // One message was sent: the next poll finds nothing.
+        let again = w.try_recv_from(0, 5, &mut v)?;
+        Ok((v[0], empty_polls > 0 && !again))
+    })
+}
+
+#[test]
+fn a_worker_polls_for_a_message_without_waiting_in_one_process_and_across_processes() {
+    let one = within(30, || {
+        poll_on(&mut Cluster::start(Config::new(3)).unwrap()).unwrap()
+    });
+    assert_eq!(one, vec![(0, true), (41, true), (42, true)]);
+    let three = within(30, || {
+        Cluster::run_local_processes(Config::new(1), 3, poll_on).unwrap()
+    });
+    let flat: Vec<_> = three.into_iter().flatten().collect();
+    assert_eq!(flat, one, "3 processes");
+}
+
+#[test]
+fn a_poll_in_a_virtual_iteration_finds_nothing_and_a_stopped_sender_is_an_error() {
+    within(30, || {
+        let mut c = Cluster::start(Config::new(2).with_mode(Mode::Virtual)).unwrap();
+        let t = c.create_table::<f64>("t", 1).unwrap();
+        c.virtual_iteration(|w| {
+            let mut v = [3.0f64];
+            assert!(!w.try_recv_from(1 - w.id(), 0, &mut v)?);
+            assert_eq!(v, [3.0], "untouched");
+            let e = w.try_recv_from(7, 0, &mut v).unwrap_err();
+            assert!(e.to_string().contains("the cluster has 2 workers"), "{e}");
+            w.update(&t, 0, &v)?;
+            w.clock()
+        })
+        .unwrap();
+    });
+    let e = within(30, || {
+        receive_error(Config::new(2), |w| {
+            if w.id() == 1 {
+                return Err(Error::app(1, "worker 1 gives up"));
+            }
+            let mut v = [0.0f32];
+            while !w.try_recv_from(1, 3, &mut v)? {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Ok(())
+        })
+    });
+    assert!(
+        e.to_string()
+            .contains("receiving tag 3 from worker 1: the sender stopped with an error"),
+        "{e}"
+    );
 }
