@@ -1,4 +1,5 @@
-//! Worker-to-worker messages (`Worker::send_to`, `Worker::recv_from`, `Worker::try_recv_from`): in one process,
+//! Worker-to-worker messages (`Worker::send_to`, `Worker::recv_from` and the polling
+//! `Worker::try_recv_from`): in one process,
 //! across processes in one OS process and over TCP, beside the store's rows; and every
 //! way a receive can fail — a sender that stopped with an error, a timeout, a message of
 //! the wrong shape — ends in an error naming the sender and tag, never a hang.
