@@ -117,6 +117,11 @@ impl<'a> Cursor<'a> {
         self.take(n, what)
     }
 
+    /// Whether every byte was read (an optional part at the end is absent).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+
     /// Fails unless every byte was read.
     pub(crate) fn finish(self) -> Result<(), String> {
         match self.bytes.len() {

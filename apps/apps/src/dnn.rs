@@ -26,6 +26,13 @@
 //! the others' steps. The rows touched never depend on the values read, so a virtual
 //! iteration (on zeros) touches exactly the rows a real one does.
 //!
+//! **Epoch quorum** ([`DnnConfig::epoch_quorum`], asynchronous replicas only): an epoch
+//! ends once that fraction of the replicas have finished their shares; the others stop
+//! where they are (their remaining mini-batches only CLOCK), write their unwritten steps,
+//! and take the samples they did not reach first into their next epoch
+//! (`data_parallel` and `quorum` modules). The report counts per epoch the samples
+//! processed, the replicas cut and the samples carried ([`QuorumReport`]).
+//!
 //! **Initialisation.** Every row receives [`init_row`] (keyed by seed, layer and row, so
 //! the same on any number of workers) through one UPDATE by worker `k mod W`, `k` counting
 //! the rows of all layers.
@@ -42,9 +49,13 @@
 //! `<layer><TAB><row><TAB>w_1<TAB>…<TAB>w_n<TAB>bias` (floats written to round-trip).
 
 mod app;
+mod data_parallel;
 mod init;
 mod partitioned;
+mod quorum;
 mod server;
+
+use data_parallel::{iteration, State, Step};
 
 use init::{init, init_set};
 use server::server_rule;
@@ -55,16 +66,16 @@ use std::io::{self, Write};
 
 use iterstore::{Cluster, Rule, Table, Worker};
 
-use super::checkpoint::{self, Cursor, Restart, RunId};
+use super::checkpoint::{self, Restart, RunId};
 use super::fingerprint;
 use super::{
     check_finite, dense, preprocess, timed, timed_run, AppConfig, AppError, IterRecord, Observer,
-    RunReport,
+    QuorumReport, RunReport,
 };
-use iterstore_algo::dnn::mlp::{add_momentum, clocks, epoch_order, mini_batch};
+use iterstore_algo::dnn::mlp::clocks;
 #[cfg(doc)]
 use iterstore_algo::dnn::mlp::{gradient_step, init_row, reference};
-use iterstore_algo::dnn::network::add_layers;
+use iterstore_algo::dnn::quorum::replicas_needed;
 use iterstore_algo::dnn::stack::Stack;
 use iterstore_algo::dnn::{
     Cnn, CnnSpec, DataParallel, DnnConfig, Layout, Mlp, MlpSpec, Network, Partitioning,
@@ -106,58 +117,6 @@ impl<N: Network> DnnOutcome<N> {
     }
 }
 
-/// What an iteration needs besides the worker and its state.
-#[derive(Clone, Copy)]
-struct Step<'a> {
-    tables: &'a [Table<f32>],
-    params: &'a DnnConfig,
-    data: &'a ImageSet,
-    /// Model replicas: global workers `0..replicas`, one each; the others only CLOCK.
-    replicas: usize,
-    /// Mini-batches between READs and between UPDATEs (1: every mini-batch).
-    read_every: usize,
-    write_every: usize,
-    /// Mini-batches (CLOCKs) per epoch.
-    clocks: usize,
-}
-
-/// One worker's state across runs: the weights it read, its step, its buffers, its epoch
-/// and its running loss.
-#[derive(Clone)]
-struct State<N: Network> {
-    weights: N,
-    step: Vec<Vec<f32>>,
-    /// The velocity: what the worker UPDATEs (its step, with momentum).
-    velocity: Vec<Vec<f32>>,
-    /// Velocities not UPDATEd yet (when it writes every few mini-batches).
-    pending: Vec<Vec<f32>>,
-    scratch: N::Scratch,
-    order: Vec<u32>,
-    /// Epochs this worker has run (keys its sample order).
-    epoch: u64,
-    /// Summed cross-entropy of this epoch's samples so far.
-    loss: f64,
-    /// Samples of this epoch so far.
-    samples: u64,
-}
-
-impl<N: Network> State<N> {
-    /// The state of a worker of `zeros`' shape (all-zero weights).
-    fn new(zeros: &N, capacity: usize) -> Self {
-        Self {
-            step: zeros.weights().to_vec(),
-            velocity: zeros.weights().to_vec(),
-            pending: zeros.weights().to_vec(),
-            weights: zeros.clone(),
-            scratch: zeros.scratch(capacity),
-            order: Vec::new(),
-            epoch: 0,
-            loss: 0.0,
-            samples: 0,
-        }
-    }
-}
-
 /// What [`Training::run`] needs of a worker's state: its progress through the epoch, and
 /// what a checkpoint keeps of it (what its next epochs depend on besides the tables: its
 /// epoch count, which keys its sample order and step size, and its velocities and
@@ -165,128 +124,45 @@ impl<N: Network> State<N> {
 trait Saved: Clone + Send {
     /// The summed cross-entropy of this epoch's samples so far, and their count.
     fn progress(&self) -> (f64, u64);
+    /// `Some(samples carried into the next epoch)` if the epoch quorum ended this
+    /// worker's last epoch before its share was done.
+    fn cut_short(&self) -> Option<usize> {
+        None
+    }
     /// The state as bytes.
     fn save(&self) -> Vec<u8>;
     /// Restores what [`save`](Self::save) wrote, refusing another shape.
     fn restore(&mut self, bytes: &[u8]) -> Result<(), String>;
 }
 
-impl<N: Network> Saved for State<N> {
-    fn progress(&self) -> (f64, u64) {
-        (self.loss, self.samples)
-    }
-
-    fn save(&self) -> Vec<u8> {
-        let mut out = self.epoch.to_le_bytes().to_vec();
-        for layer in self.velocity.iter().chain(&self.pending) {
-            checkpoint::put_f32s(&mut out, layer);
-        }
-        out
-    }
-
-    fn restore(&mut self, bytes: &[u8]) -> Result<(), String> {
-        let mut c = Cursor::new(bytes);
-        self.epoch = c.u64("epoch")?;
-        for (l, layer) in self.velocity.iter_mut().enumerate() {
-            checkpoint::get_f32s(&mut c, layer, &format!("layer {l}'s velocity"))?;
-        }
-        for (l, layer) in self.pending.iter_mut().enumerate() {
-            checkpoint::get_f32s(&mut c, layer, &format!("layer {l}'s unwritten steps"))?;
-        }
-        c.finish()
-    }
-}
-
-/// One epoch of one worker, one CLOCK per mini-batch: the function both the virtual
-/// iteration and the real iterations run.
-fn iteration<N: Network>(
-    w: &mut Worker<'_>,
-    st: Step<'_>,
-    s: &mut State<N>,
-) -> iterstore::Result<()> {
-    if w.id() >= st.replicas {
-        // In no replica (a dedicated parameter server's worker): it only keeps the clocks.
-        for _ in 0..st.clocks {
-            w.clock()?;
-        }
-        s.epoch += 1;
-        return Ok(());
-    }
-    let train = &st.data.train;
-    epoch_order(
-        train.len(),
-        st.replicas,
-        w.id(),
-        st.params.seed,
-        s.epoch,
-        &mut s.order,
-    );
-    s.loss = 0.0;
-    s.samples = 0;
-    // With a server rule a worker UPDATEs gradients: its share of the mini-batch's mean
-    // gradient (gradient_step's step at the rate −1/batch), no velocity of its own.
-    let server = st.params.server_rule.is_some();
-    let (rate, momentum) = if server {
-        (-1.0 / st.params.batch as f32, 0.0)
-    } else {
-        (st.params.rate(s.epoch), st.params.momentum)
+/// With an epoch quorum ([`DnnConfig::epoch_quorum`]): how many of `replicas` replicas'
+/// finished shares end an epoch, after checking the run can have one (asynchronous, two
+/// replicas or more); recorded in `report`.
+fn epoch_quorum(
+    cfg: &AppConfig,
+    params: &DnnConfig,
+    replicas: usize,
+    report: &mut RunReport,
+) -> Result<Option<usize>, AppError> {
+    let Some(fraction) = params.epoch_quorum else {
+        return Ok(None);
     };
-    for b in 0..st.clocks {
-        if b % st.read_every == 0 {
-            for (l, table) in st.tables.iter().enumerate() {
-                let width = s.weights.width(l);
-                for (r, row) in s.weights.weights_mut()[l]
-                    .chunks_exact_mut(width)
-                    .enumerate()
-                {
-                    w.read(table, r as u64, row)?;
-                }
-            }
-            // The steps not written yet are this worker's too (gradients are not steps).
-            if st.write_every > 1 && !server {
-                add_layers(s.weights.weights_mut(), &s.pending);
-            }
-        }
-        // The rows touched do not depend on the values: a virtual iteration skips the
-        // arithmetic.
-        if !w.is_virtual() {
-            let which = mini_batch(&s.order, st.clocks, b);
-            s.loss += s
-                .weights
-                .gradient_step(train, which, rate, &mut s.scratch, &mut s.step);
-            s.samples += which.len() as u64;
-        }
-        add_momentum(&mut s.velocity, &s.step, momentum);
-        // Between reads a worker trains on its own weights with its own steps; with a
-        // server rule on the weights it last fetched (Downpour SGD).
-        if st.read_every > 1 && !server {
-            add_layers(s.weights.weights_mut(), &s.velocity);
-        }
-        let written = if st.write_every == 1 {
-            &s.velocity
-        } else {
-            add_layers(&mut s.pending, &s.velocity);
-            if (b + 1) % st.write_every != 0 && b + 1 != st.clocks {
-                w.clock()?;
-                continue;
-            }
-            &s.pending
-        };
-        for (l, table) in st.tables.iter().enumerate() {
-            let width = s.weights.width(l);
-            for (r, delta) in written[l].chunks_exact(width).enumerate() {
-                w.update(table, r as u64, delta)?;
-            }
-        }
-        if st.write_every > 1 {
-            for p in &mut s.pending {
-                p.fill(0.0);
-            }
-        }
-        w.clock()?;
+    if cfg.staleness != iterstore::Staleness::Unbounded {
+        return Err(AppError::Invalid(format!(
+            "dnn --epoch-quorum {fraction}: needs asynchronous replicas (--staleness \
+             unbounded); under SSP the fast replicas wait for the slowest at every clock"
+        )));
     }
-    s.epoch += 1;
-    Ok(())
+    if replicas < 2 {
+        return Err(AppError::Invalid(format!(
+            "dnn --epoch-quorum {fraction}: needs two model replicas or more, the run has \
+             {replicas}"
+        )));
+    }
+    let needed = replicas_needed(fraction, replicas);
+    report.param("epoch_quorum", fraction);
+    report.epoch_quorum = Some(QuorumReport::new(fraction, needed));
+    Ok(Some(needed))
 }
 
 /// The current weights, read back from the servers.
@@ -525,6 +401,12 @@ fn run_split_in<N: Network>(
         outcome.report.param("partitioning", asked.to_string());
         return Ok(outcome);
     }
+    if params.epoch_quorum.is_some() || params.straggler.is_some() {
+        return Err(AppError::Invalid(format!(
+            "dnn: an epoch quorum or a straggler with a partitioned replica ({asked}) is not \
+             supported yet: use data parallelism (--replicas, --n-read, --n-write)"
+        )));
+    }
     if params.server_rule.is_some() {
         return Err(AppError::Invalid(format!(
             "dnn: a server rule with a partitioned replica ({asked}) is not supported yet: \
@@ -740,15 +622,27 @@ impl<N: Network> Training<'_, N> {
                 .iter()
                 .flat_map(|s| {
                     let (loss, samples) = s.progress();
-                    [loss, samples as f64]
+                    let cut = s.cut_short();
+                    [
+                        loss,
+                        samples as f64,
+                        f64::from(u8::from(cut.is_some())),
+                        cut.unwrap_or(0) as f64,
+                    ]
                 })
                 .collect();
             let all = cluster.all_gather(&mine)?;
-            let (loss, samples) = all
-                .iter()
-                .flat_map(|p| p.chunks_exact(2))
-                .fold((0.0, 0.0), |(l, c), p| (l + p[0], c + p[1]));
+            let (mut loss, mut samples, mut cut, mut carried) = (0.0, 0.0, 0.0, 0.0);
+            for p in all.iter().flat_map(|p| p.chunks_exact(4)) {
+                loss += p[0];
+                samples += p[1];
+                cut += p[2];
+                carried += p[3];
+            }
             let loss = loss / samples.max(1.0);
+            if let Some(q) = &mut report.epoch_quorum {
+                q.push_epoch(iter, samples as u64, cut as usize, carried as u64);
+            }
             check_finite("dnn", iter, cfg.iterations, "training cross-entropy", loss)?;
             model = snapshot(cluster, tables, zeros)?;
             accuracies.push(model.accuracy(&self.data.test));
@@ -797,6 +691,20 @@ fn run_network_in<N: Network>(
     if dp.replicas != cluster.total_workers() {
         report.param("replicas", dp.replicas);
     }
+    let quorum = epoch_quorum(cfg, params, dp.replicas, &mut report)?;
+    if let Some(slow) = params.straggler {
+        if slow.worker >= dp.replicas {
+            return Err(AppError::Invalid(format!(
+                "dnn --straggler {}: the run's replicas are workers 0 to {}",
+                slow.worker,
+                dp.replicas - 1
+            )));
+        }
+        report.param(
+            "straggler",
+            format!("{}:{}", slow.worker, slow.delay.as_millis()),
+        );
+    }
     fingerprint::agree(cluster, cfg, &report)?;
     let (setup, setup_s) = timed(|| -> Result<_, AppError> {
         let tables = create_tables(cluster, &zeros, shards, server_rule(params, 0))?;
@@ -817,6 +725,7 @@ fn run_network_in<N: Network>(
         read_every: dp.read_every,
         write_every: dp.write_every,
         clocks,
+        quorum,
     };
     let train = Training {
         tables: &tables,

@@ -70,8 +70,8 @@ pub use lda::Lda;
 pub use mf::Mf;
 pub use pagerank::PageRank;
 pub use report::{
-    CheckpointReport, IterRecord, MemoryReport, PatternSummary, Provenance, ResumeReport,
-    RunReport, StoreReport,
+    CheckpointReport, IterRecord, MemoryReport, PatternSummary, Provenance, QuorumReport,
+    ResumeReport, RunReport, StoreReport,
 };
 
 use iterstore::{

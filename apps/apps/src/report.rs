@@ -277,6 +277,59 @@ pub struct RunReport {
     /// otherwise).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub test_accuracy_per_iteration: Vec<f64>,
+    /// What the DNN's epoch quorum did (`--epoch-quorum`; absent without).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub epoch_quorum: Option<QuorumReport>,
+}
+
+/// What an epoch quorum did: per epoch, the replicas it stopped before their share was
+/// done and the samples they carried into their next epoch.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct QuorumReport {
+    /// The fraction of replicas whose finished shares end an epoch.
+    pub fraction: f64,
+    /// That many replicas.
+    pub replicas_needed: usize,
+    /// The run's epochs (0-based, as the iterations), in order.
+    pub epochs: Vec<usize>,
+    /// Per epoch: samples the replicas processed (with `carried_samples`, the training
+    /// set).
+    pub processed_samples: Vec<u64>,
+    /// Per epoch: replicas stopped before their share was done.
+    pub cut_replicas: Vec<usize>,
+    /// Per epoch: the samples those replicas had not reached (first in their next epoch).
+    pub carried_samples: Vec<u64>,
+    /// Epochs the quorum ended early (some replica was stopped).
+    pub cut_epochs: usize,
+    /// Samples carried over all epochs.
+    pub total_carried_samples: u64,
+}
+
+impl QuorumReport {
+    /// A quorum of `replicas_needed` replicas, `fraction` of them, before any epoch.
+    pub fn new(fraction: f32, replicas_needed: usize) -> Self {
+        Self {
+            fraction: f64::from(fraction),
+            replicas_needed,
+            epochs: Vec::new(),
+            processed_samples: Vec::new(),
+            cut_replicas: Vec::new(),
+            carried_samples: Vec::new(),
+            cut_epochs: 0,
+            total_carried_samples: 0,
+        }
+    }
+
+    /// Records epoch `epoch`: `processed` samples, `cut` replicas stopped early, carrying
+    /// `carried` samples.
+    pub fn push_epoch(&mut self, epoch: usize, processed: u64, cut: usize, carried: u64) {
+        self.epochs.push(epoch);
+        self.processed_samples.push(processed);
+        self.cut_replicas.push(cut);
+        self.carried_samples.push(carried);
+        self.cut_epochs += usize::from(cut > 0);
+        self.total_carried_samples += carried;
+    }
 }
 
 /// The checkpoints a run wrote.
@@ -355,6 +408,7 @@ impl RunReport {
             resumed: None,
             test_accuracy: None,
             test_accuracy_per_iteration: Vec::new(),
+            epoch_quorum: None,
         }
     }
 
@@ -517,8 +571,25 @@ impl RunReport {
             pre = self.preprocess_s,
             init = self.init_s,
         ) + &self.checkpoint_summary()
+            + &self.quorum_summary()
             + &self.store_summary()
             + &self.numa_summary()
+    }
+
+    /// A line on what the epoch quorum did; empty without one.
+    fn quorum_summary(&self) -> String {
+        let Some(q) = &self.epoch_quorum else {
+            return String::new();
+        };
+        format!(
+            "\nepoch quorum {} ({} replicas): {} of {} epochs ended before every replica \
+             finished, {} samples carried into the next epoch",
+            q.fraction,
+            q.replicas_needed,
+            q.cut_epochs,
+            q.epochs.len(),
+            q.total_carried_samples
+        )
     }
 
     /// A line on the checkpoint the run resumed from and the ones it wrote; empty when

@@ -39,6 +39,43 @@ pub struct DnnConfig {
     /// the servers step every weight row once per mini-batch with `learning_rate` (decayed
     /// per epoch as above) and, for [`ServerRule::Momentum`], `momentum`.
     pub server_rule: Option<ServerRule>,
+    /// `None`: an epoch ends when every model replica has processed its share. Else
+    /// Project Adam's epoch quorum: it ends once this fraction of the replicas
+    /// ([`super::quorum::replicas_needed`]) have, the others stopping where they are and
+    /// taking their unprocessed samples first into their next epoch. Asynchronous
+    /// replicas only (under SSP the fast ones wait for the slowest at every clock).
+    pub epoch_quorum: Option<f32>,
+    /// Fault injection, to see stragglers and the epoch quorum without a CPU quota: a
+    /// worker that sleeps before each of its mini-batches. `None` in real runs.
+    pub straggler: Option<Straggler>,
+}
+
+/// A worker made slow on purpose ([`DnnConfig::straggler`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Straggler {
+    /// The global worker.
+    pub worker: usize,
+    /// What it sleeps before each mini-batch.
+    pub delay: std::time::Duration,
+}
+
+impl std::str::FromStr for Straggler {
+    type Err = String;
+
+    /// `W:MS`: worker `W` sleeps `MS` milliseconds before each mini-batch.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || format!("{s:?}: expected WORKER:MILLISECONDS, e.g. 3:20");
+        let (w, ms) = s.split_once(':').ok_or_else(bad)?;
+        let worker = w.trim().parse().map_err(|_| bad())?;
+        let ms: u64 = ms.trim().parse().map_err(|_| bad())?;
+        if ms > 60_000 {
+            return Err(format!("{s:?}: at most 60000 ms a mini-batch"));
+        }
+        Ok(Self {
+            worker,
+            delay: std::time::Duration::from_millis(ms),
+        })
+    }
 }
 
 /// An optimizer the parameter servers run for the DNN ([`DnnConfig::server_rule`]).
@@ -106,6 +143,8 @@ impl Default for DnnConfig {
             batch: 64,
             seed: 42,
             server_rule: None,
+            epoch_quorum: None,
+            straggler: None,
         }
     }
 }
@@ -168,6 +207,13 @@ impl DnnConfig {
                 ));
             }
         }
+        if let Some(f) = self.epoch_quorum {
+            if !(f > 0.0 && f <= 1.0) {
+                return Err(format!(
+                    "epoch quorum {f}: a fraction of the replicas in (0, 1]"
+                ));
+            }
+        }
         if self.batch == 0 || self.batch > 1 << 20 {
             return Err(format!(
                 "mini-batch of {} samples: must be 1 to 1048576",
@@ -218,6 +264,13 @@ mod tests {
         })
         .contains("learning rate -1"));
         assert!(bad(DnnConfig { batch: 0, ..d() }).contains("mini-batch of 0"));
+        for f in [0.0, 1.5, f32::NAN] {
+            assert!(bad(DnnConfig {
+                epoch_quorum: Some(f),
+                ..d()
+            })
+            .contains("epoch quorum"));
+        }
         assert!(bad(DnnConfig {
             lr_decay: -0.5,
             ..d()
@@ -230,6 +283,16 @@ mod tests {
             ..d()
         };
         assert_eq!((c.rate(0), c.rate(2)), (0.2, 0.1));
+        assert_eq!(
+            "3:20".parse::<Straggler>(),
+            Ok(Straggler {
+                worker: 3,
+                delay: std::time::Duration::from_millis(20)
+            })
+        );
+        for bad in ["3", "x:1", "1:-2", "1:70000"] {
+            assert!(bad.parse::<Straggler>().is_err(), "{bad}");
+        }
         assert_eq!(
             DnnConfig {
                 hidden: vec![256, 128],

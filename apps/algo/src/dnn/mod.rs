@@ -19,6 +19,7 @@
 //!   convolution, pooling), what a segment of each reads and writes.
 //! - [`layout`]: how a partitioned network (model replicas, segments, copies) is laid out
 //!   over the workers, from a plan or the command line.
+//! - [`quorum`]: the epoch quorum's arithmetic (replicas needed, carried samples).
 //! - [`config`]: [`DnnConfig`], the hyper-parameters.
 
 pub mod activation;
@@ -31,11 +32,12 @@ pub mod loss;
 pub mod mlp;
 pub mod network;
 pub mod pool;
+pub mod quorum;
 pub mod stack;
 
 pub use activation::Activation;
 pub use cnn::{Cnn, CnnSpec};
-pub use config::{DnnConfig, ServerRule};
+pub use config::{DnnConfig, ServerRule, Straggler};
 pub use layout::{DataParallel, Layout, Partitioning};
 pub use mlp::{Mlp, MlpSpec};
 pub use network::Network;

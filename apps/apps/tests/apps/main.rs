@@ -10,6 +10,7 @@ mod cnn_partitioned;
 mod dnn;
 mod dnn_checks;
 mod dnn_partitioned;
+mod dnn_quorum;
 mod dnn_server;
 mod lda;
 mod local_processes;

@@ -64,7 +64,9 @@ messages and bytes sent and received by kind of protocol message) and memory
 numa (topology, bound, each worker's planned core and CPUs, shard and comm zones, bytes
 per zone, arena bytes bound, remote_fraction and baseline_remote_fraction; null in
 generic mode or with --numa off); dnn adds test_accuracy (after the last epoch) and
-test_accuracy_per_iteration, its objective being the epoch's mean training cross-entropy.
+test_accuracy_per_iteration, its objective being the epoch's mean training cross-entropy,
+and with --epoch-quorum epoch_quorum (fraction, replicas_needed, and per epoch
+processed_samples, cut_replicas, carried_samples; cut_epochs, total_carried_samples).
 
 Progress goes to stderr: a bar on a terminal, else one timestamped line per iteration
 (-q: warnings and errors only; -v: more).";

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Result};
 use clap::Args;
-use iterstore_algo::dnn::{Activation, DnnConfig, Partitioning, ServerRule};
+use iterstore_algo::dnn::{Activation, DnnConfig, Partitioning, ServerRule, Straggler};
 use iterstore_apps::dnn::DnnParams;
 use iterstore_apps::{App, AppConfig, Dnn, Input};
 use iterstore_bench::Workload;
@@ -56,6 +56,16 @@ pub struct DnnArgs {
     /// workers step, with momentum].
     #[arg(long, value_name = "R", help_heading = "DNN options")]
     pub server_rule: Option<String>,
+    /// End an epoch once this fraction of the model replicas have finished their share
+    /// (Project Adam's 75 %: 0.75); the others stop where they are and take their
+    /// unprocessed samples first into their next epoch. Needs --staleness unbounded
+    /// and two replicas or more [default: every replica finishes].
+    #[arg(long, value_name = "F", help_heading = "DNN options")]
+    pub epoch_quorum: Option<f32>,
+    /// Make global worker W sleep MS milliseconds before each of its mini-batches (a
+    /// straggler on purpose, to see --epoch-quorum at work without a CPU quota).
+    #[arg(long, value_name = "W:MS", help_heading = "DNN options")]
+    pub straggler: Option<String>,
     /// Samples per mini-batch over all workers; each mini-batch ends in a CLOCK
     /// [default: 64].
     #[arg(long, value_name = "B", help_heading = "DNN options", value_parser = at_least_one)]
@@ -184,7 +194,7 @@ impl CliApp for Dnn {
 
 /// The DNN's network from `--model` (`true`: the CNN) and its hyper-parameters from
 /// `args` (`--hidden`, `--activation`, `--channels`, `--kernel`, `--lr`, `--lr-decay`,
-/// `--momentum`, `--server-rule`, `--batch`) and `seed`, the defaults being the network's.
+/// `--momentum`, `--server-rule`, `--epoch-quorum`, `--batch`) and `seed`, the defaults being the network's.
 fn dnn_config(args: &DnnArgs, seed: u64) -> Result<(bool, DnnConfig)> {
     let cnn = match args.model.as_deref() {
         None | Some("mlp") => false,
@@ -227,6 +237,14 @@ fn dnn_config(args: &DnnArgs, seed: u64) -> Result<(bool, DnnConfig)> {
         batch: args.batch.unwrap_or(defaults.batch),
         seed,
         server_rule,
+        epoch_quorum: args.epoch_quorum,
+        straggler: match args.straggler.as_deref() {
+            None => None,
+            Some(s) => Some(
+                s.parse::<Straggler>()
+                    .map_err(|e| anyhow::anyhow!("--straggler {e}"))?,
+            ),
+        },
     };
     params.validate().map_err(anyhow::Error::msg)?;
     Ok((cnn, params))
