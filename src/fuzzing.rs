@@ -188,6 +188,14 @@ fn envelope(inp: &mut Input<'_>) -> Envelope {
             clock: inp.u64(),
             epoch: inp.u32(),
             rows: inp.rows(),
+            outer: (0..inp.count())
+                .map(|_| crate::msg::Outer {
+                    table: inp.u32(),
+                    rows: (0..inp.count()).map(|_| inp.u64()).collect(),
+                    left: inp.buf(),
+                    right: inp.buf(),
+                })
+                .collect(),
             slab: inp.buf(),
             slab_rows: inp.opt_u32s(),
         },

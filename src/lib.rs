@@ -130,7 +130,7 @@ mod worker;
 mod world;
 
 pub use checkpoint::{newest_checkpoint, ClusterRule};
-pub use cluster::{Cluster, NumaReport, Resumed, SpecialMemory, Stats};
+pub use cluster::{Cluster, NumaReport, Resumed, SpecialMemory, Stats, TableUpdates};
 pub use config::{
     Config, Mode, SlabStores, Specializations, MAX_SHARDS, MAX_WORKERS, MESSAGE_TIMEOUT,
 };

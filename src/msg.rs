@@ -13,6 +13,24 @@ use serde::{Deserialize, Serialize};
 /// A batch of per-row deltas.
 pub type RowBatch = Vec<(RowKey, AlignedBuf)>;
 
+/// A rank-k UPDATE of rows of one table, sent as its factors
+/// ([`Worker::update_outer`](crate::Worker::update_outer)): row `rows[i]` gets
+/// `Σ_s left[s · rows.len() + i] · right[s · width ..][..width]`, summed in `s` order, `k`
+/// being `left`'s length over `rows.len()`. For a fully connected layer, `left` is a
+/// mini-batch's error terms and `right` its inputs: `k · (rows + width)` values on the
+/// wire instead of `rows · width` (Project Adam).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Outer {
+    /// The table (one with a server-side update rule, of `f32` or `f64`).
+    pub table: u32,
+    /// The rows on the receiving shard.
+    pub rows: Vec<u64>,
+    /// `k × rows.len()` elements of the table's type, row-major by `s`.
+    pub left: AlignedBuf,
+    /// `k × width` elements.
+    pub right: AlignedBuf,
+}
+
 /// A shard's answer to a checkpoint ([`Msg::Checkpointed`]): its part's manifest entry
 /// `(name, size, SHA-256)`, or why it could not write it.
 pub type ShardPart = Result<(String, u64, String), String>;
@@ -99,6 +117,9 @@ pub enum Msg {
         epoch: u32,
         /// Per-row deltas of the clock just completed.
         rows: RowBatch,
+        /// Rank-k updates of the clock just completed, as their factors (rows on this
+        /// shard only).
+        outer: Vec<Outer>,
         /// The worker's arena-shaped delta buffer for this shard (specialized mode; empty
         /// otherwise): the rows its process registered for it with [`Msg::Specialize`] of
         /// `epoch`, in order, each padded to 8 bytes — or only those at `slab_rows`.

@@ -23,7 +23,7 @@ use replies::Replies;
 use crate::buf::AlignedBuf;
 use crate::config::Config;
 use crate::error::{panic_message, Error, Result};
-use crate::ids::{Clock, ProcessId, RowKey, ShardId};
+use crate::ids::{Clock, ProcessId, RowKey, ShardId, TableId};
 use crate::msg::{Endpoint, Msg, ShardPart};
 use crate::placement::Placement;
 use crate::server::{LocalArena, RefreshRows};
@@ -31,6 +31,7 @@ use crate::sync::lock;
 use crate::table::TableMeta;
 use crate::transport::{DirectClient, Inbound, Inbox, Transport, TransportError};
 use crate::world::World;
+use rustc_hash::FxHashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
@@ -70,6 +71,9 @@ pub(crate) struct ClientShared {
     pub(crate) helped: AtomicU64,
     /// The local workers' clocks and waits, for observers (the metrics endpoint).
     pub(crate) live: LiveWorkers,
+    /// Bytes of UPDATEs this process's workers sent the generic way or as factors, by
+    /// table (`Cluster::update_bytes`).
+    pub(crate) update_bytes: Mutex<FxHashMap<TableId, u64>>,
 }
 
 impl ClientShared {
@@ -98,6 +102,15 @@ impl ClientShared {
             mailboxes: Mailboxes::new(world.workers),
             helped: AtomicU64::new(0),
             live: LiveWorkers::new(world.worker_id(process, 0), world.workers),
+            update_bytes: Mutex::new(FxHashMap::default()),
+        }
+    }
+
+    /// Adds bytes of UPDATEs sent, by table, to [`ClientShared::update_bytes`].
+    pub(crate) fn count_update_bytes(&self, sent: &[(TableId, u64)]) {
+        let mut counts = lock(&self.update_bytes);
+        for &(table, bytes) in sent {
+            *counts.entry(table).or_default() += bytes;
         }
     }
 

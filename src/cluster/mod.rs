@@ -39,7 +39,7 @@ mod stats;
 mod tables;
 
 pub use checkpointing::Resumed;
-pub use stats::{NumaReport, SpecialMemory, Stats};
+pub use stats::{NumaReport, SpecialMemory, Stats, TableUpdates};
 
 use crate::client::ClientShared;
 use crate::config::Config;

@@ -2,8 +2,8 @@
 //! this process, and what the current plan holds), [`SpecialMemory`] (bytes of the
 //! specialized state by part) and [`NumaReport`] (where threads and memory went), all
 //! serializable ([`Serialize`]) for the applications' reports; and the calls that fill them
-//! between runs: [`Cluster::stats`], [`Cluster::traffic`], [`Cluster::numa`] and
-//! [`Cluster::access_pattern`].
+//! between runs: [`Cluster::stats`], [`Cluster::traffic`], [`Cluster::update_bytes`],
+//! [`Cluster::numa`] and [`Cluster::access_pattern`].
 //!
 //! It only reads counters kept elsewhere (by the client, the transport, the arena and
 //! the other files of the cluster) and changes nothing the store does.
@@ -17,6 +17,15 @@ use crate::worker::{KeptState, WorkerMemory};
 use serde::Serialize;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
+
+/// The bytes of UPDATEs sent to one table ([`Cluster::update_bytes`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TableUpdates {
+    /// The table's name.
+    pub table: String,
+    /// Bytes of its UPDATEs sent by this process's workers.
+    pub bytes: u64,
+}
 
 /// What the store has done so far: how rows reached the process, and what the current
 /// plan holds. For observability and for tests that a specialization is really in use.
@@ -311,6 +320,27 @@ impl Cluster {
     /// not agree. Empty in a one-process cluster.
     pub fn traffic(&self) -> Vec<KindTraffic> {
         self.transport.traffic_by_kind()
+    }
+
+    /// The bytes of UPDATEs this process's workers have sent so far, by table (in
+    /// creation order; tables never updated this way are left out): per row sent the
+    /// generic way its 12-byte key and its delta, per rank-k update
+    /// ([`Worker::update_outer`](crate::Worker::update_outer)) its factors and 8 bytes a
+    /// row for each shard it went to. Payloads as the protocol carries them, before
+    /// framing; to this process's shards too (no wire there). The slabs of planned rows
+    /// are not counted here (they are per shard, not per table: [`Cluster::traffic`]).
+    pub fn update_bytes(&self) -> Vec<TableUpdates> {
+        let counts = lock(&self.shared.update_bytes);
+        let tables = self.shared.tables.read().unwrap_or_else(|e| e.into_inner());
+        tables
+            .iter()
+            .filter_map(|m| {
+                counts.get(&m.id).map(|&bytes| TableUpdates {
+                    table: m.name.clone(),
+                    bytes,
+                })
+            })
+            .collect()
     }
 
     /// The NUMA placement (see [`NumaReport`]), or `None` when it does not apply: generic

@@ -7,7 +7,7 @@ use super::{SpecialWorker, Worker};
 use crate::consistency::Staleness;
 use crate::error::Result;
 use crate::ids::Clock;
-use crate::msg::{Endpoint, Msg, RowBatch};
+use crate::msg::{Endpoint, Msg, Outer, RowBatch};
 
 impl Worker<'_> {
     /// Ends this worker's current clock: its buffered updates are sent, and become visible
@@ -24,7 +24,20 @@ impl Worker<'_> {
         let placement = self.shared.placement();
         let shards = placement.shards();
         let mut per_shard: Vec<RowBatch> = (0..shards).map(|_| Vec::new()).collect();
+        let mut outer: Vec<Vec<Outer>> = (0..shards).map(|_| Vec::new()).collect();
         let log = std::mem::take(&mut self.oplog);
+        // Bytes by table (a row's key is 12 bytes): few tables, a short list.
+        let mut sent = self.cut_outer(&placement, &mut outer);
+        for (key, delta) in &log {
+            let bytes = 12 + delta.len() as u64;
+            match sent.iter_mut().find(|(t, _)| *t == key.table) {
+                Some((_, b)) => *b += bytes,
+                None => sent.push((key.table, bytes)),
+            }
+        }
+        if !sent.is_empty() {
+            self.shared.count_update_bytes(&sent);
+        }
         if self.keeps_recent() {
             for (key, delta) in &log {
                 per_shard[placement.shard_of(*key) as usize].push((*key, delta.clone()));
@@ -56,12 +69,14 @@ impl Worker<'_> {
         // shard's, instead of all of it here one shard after another.
         let own = self.own_shard();
         let mut own_msg = None;
-        for (shard, (rows, slab)) in per_shard.into_iter().zip(slabs).enumerate() {
+        let batches = per_shard.into_iter().zip(outer).zip(slabs);
+        for (shard, ((rows, outer), slab)) in batches.enumerate() {
             let msg = Msg::Clock {
                 worker: self.global,
                 clock: self.clock,
                 epoch,
                 rows,
+                outer,
                 slab: slab.bytes,
                 slab_rows: slab.rows,
             };
@@ -100,6 +115,7 @@ impl Worker<'_> {
             return Ok(self.clock);
         }
         if !self.oplog.is_empty()
+            || self.has_outer()
             || self
                 .special
                 .as_ref()

@@ -10,6 +10,7 @@ mod generic;
 mod held;
 mod many;
 mod messages;
+mod outer;
 mod sent;
 mod special;
 
@@ -74,6 +75,8 @@ pub struct Worker<'a> {
     /// The round (run or virtual iteration, counted alike by every process) this worker
     /// runs in; keys which senders have stopped for [`Worker::recv_from`].
     round: u64,
+    /// Rank-k updates of this clock, sent as factors at CLOCK ([`Worker::update_outer`]).
+    outer: Vec<outer::PendingOuter>,
 }
 
 /// What a worker thread keeps between runs: its specialized state, built once per plan.
@@ -128,6 +131,7 @@ impl<'a> Worker<'a> {
             scratch: Vec::new(),
             held: Oplog::default(),
             held_scratch: Vec::new(),
+            outer: Vec::new(),
             round: 0,
             log: (role != Role::Normal).then(AccessLog::default),
             virtual_only: role == Role::Virtual,

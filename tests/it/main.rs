@@ -10,6 +10,7 @@ mod messages;
 mod metrics;
 mod modes;
 mod numa;
+mod outer;
 mod rules;
 mod runs_differ;
 mod set_rows;

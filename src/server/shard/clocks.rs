@@ -13,18 +13,19 @@
 use super::Shard;
 use crate::buf::AlignedBuf;
 use crate::ids::{Clock, ProcessId, RowKey, WorkerId};
-use crate::msg::{Endpoint, Msg, RowBatch, WantedChunks};
+use crate::msg::{Endpoint, Msg, Outer, RowBatch, WantedChunks};
 use rustc_hash::FxHashMap;
 
 impl Shard {
     /// Worker `worker` has finished clock `clock - 1`, with its updates of that clock:
-    /// `rows` sent the generic way and `slab` laid out by its process's plan `epoch`.
+    /// `rows` sent the generic way, `outer` as factors (multiplied out here, then taken
+    /// as rows) and `slab` laid out by its process's plan `epoch`.
     pub(super) fn clock(
         &mut self,
         worker: WorkerId,
         clock: Clock,
         epoch: u32,
-        rows: RowBatch,
+        (mut rows, outer): (RowBatch, Vec<Outer>),
         (slab, slab_rows): (AlignedBuf, Option<Vec<u32>>),
         out: &mut Vec<(Endpoint, Msg)>,
     ) {
@@ -44,8 +45,12 @@ impl Shard {
             Ok(advanced) => advanced,
             Err(e) => return self.reject_all(e.to_string(), out),
         };
-        if !rows.is_empty() || !slab.is_empty() {
-            let valid = self.validate(&rows);
+        let expanded = match outer.is_empty() {
+            true => Ok(()),
+            false => self.expand_outer(outer, &mut rows),
+        };
+        if !rows.is_empty() || !slab.is_empty() || expanded.is_err() {
+            let valid = expanded.and_then(|()| self.validate(&rows));
             // Asynchronous: pushes to tables with an update rule are stepped now.
             let rows = match valid {
                 Ok(()) if self.step_on_arrival => self.step_now(rows),

@@ -40,6 +40,7 @@
 //! - `migration`: rows moving between shards under a new placement;
 //! - `checkpoint`: the rows' part of a checkpoint (what to write, its bytes, the answer);
 //! - `rules`: tables whose updates are gradients, stepped per clock through their rule;
+//! - `outer`: rank-k updates sent as factors, multiplied out into row deltas;
 //! - `restore`: rows coming back from a checkpoint;
 //! - `set`: rows given new values between runs.
 //!
@@ -49,6 +50,7 @@
 mod checkpoint;
 mod clocks;
 mod migration;
+mod outer;
 mod restore;
 mod rows;
 mod rules;
@@ -278,9 +280,10 @@ impl Shard {
                 clock,
                 epoch,
                 rows,
+                outer,
                 slab,
                 slab_rows,
-            } => self.clock(worker, clock, epoch, rows, (slab, slab_rows), out),
+            } => self.clock(worker, clock, epoch, (rows, outer), (slab, slab_rows), out),
             Msg::Finish { worker } => self.finish(worker, out),
             Msg::RunEnd { from, .. } if self.refuse_during_set(from, "a run's end", out) => {}
             Msg::RunEnd { from, run } => self.run_end(from, run, out),

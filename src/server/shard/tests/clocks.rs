@@ -33,6 +33,7 @@ fn bad_updates_change_nothing_but_still_count_the_clock() {
             (RowKey::new(0, 1), AlignedBuf::from_slice(&[1i64, 1])),
             (RowKey::new(0, 2), AlignedBuf::from_slice(&[1i64])),
         ],
+        outer: Vec::new(),
         slab: AlignedBuf::default(),
         slab_rows: None,
     };
@@ -82,6 +83,7 @@ fn updates_apply_in_worker_order_within_a_clock() {
         clock: 1,
         epoch: 0,
         rows: vec![(RowKey::new(0, 0), AlignedBuf::from_slice(&[v]))],
+        outer: Vec::new(),
         slab: AlignedBuf::default(),
         slab_rows: None,
     };

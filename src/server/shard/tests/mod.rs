@@ -7,6 +7,7 @@
 mod checkpoint;
 mod clocks;
 mod migration;
+mod outer;
 mod restore;
 mod rows;
 mod rules;
@@ -79,6 +80,7 @@ pub(in crate::server) fn clock(worker: WorkerId, clock: Clock, rows: &[(u64, [i6
             .iter()
             .map(|(r, v)| (RowKey::new(0, *r), AlignedBuf::from_slice(v)))
             .collect(),
+        outer: Vec::new(),
         slab: AlignedBuf::default(),
         slab_rows: None,
     }
@@ -144,6 +146,7 @@ fn process_script(p: u32) -> (Vec<Msg>, Vec<Msg>) {
             clock: 1,
             epoch: 1,
             rows: vec![(key(5), AlignedBuf::from_slice(&[100 + i64::from(p), 1]))],
+            outer: Vec::new(),
             slab: AlignedBuf::from_slice(&slab),
             slab_rows: None,
         },
@@ -236,6 +239,7 @@ pub(in crate::server) fn shard_between_runs() -> Shard {
         clock: 2,
         epoch: 1,
         rows: vec![],
+        outer: Vec::new(),
         slab: AlignedBuf::from_slice(&[5i64, 6]),
         slab_rows: None,
     };

@@ -179,6 +179,7 @@ fn slabs_of_a_plan_the_shard_does_not_hold_and_clock_regressions_are_rejected() 
         clock: 1,
         epoch,
         rows: Vec::new(),
+        outer: Vec::new(),
         slab: AlignedBuf::from_slice(&[1i64, 1]),
         slab_rows: None,
     };
@@ -220,6 +221,7 @@ fn sparse_slabs_add_to_their_rows_and_bad_positions_are_rejected() {
         clock,
         epoch: 1,
         rows: Vec::new(),
+        outer: Vec::new(),
         slab: AlignedBuf::from_slice(values),
         slab_rows: Some(positions),
     };

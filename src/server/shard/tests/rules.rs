@@ -25,6 +25,7 @@ fn grad(worker: WorkerId, clock: Clock, g: f64) -> Msg {
         clock,
         epoch: 0,
         rows: vec![(RowKey::new(0, 0), AlignedBuf::from_slice(&[g]))],
+        outer: Vec::new(),
         slab: AlignedBuf::default(),
         slab_rows: None,
     }

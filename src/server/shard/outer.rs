@@ -1,0 +1,137 @@
+//! Rank-k updates ([`Outer`]): a worker sends a layer's update as its factors, and the
+//! shard multiplies them out into per-row deltas before they take the way every delta
+//! takes (validated, stepped on arrival or added when their clock is complete, through
+//! the table's rule). Project Adam's parameter servers compute a fully connected layer's
+//! weight update from the activations and error terms this way.
+//!
+//! Everything in an [`Outer`] is checked before any arithmetic: a known table with an
+//! update rule, of `f32` or `f64`; lengths that are whole multiples of the rows and the
+//! width; rows in the table's range and distinct; and no more output than the table's
+//! rows could hold. A bad one fails the cluster, like a bad row delta.
+
+use super::Shard;
+use crate::buf::AlignedBuf;
+use crate::element::{ElemType, Element};
+use crate::ids::RowKey;
+use crate::msg::{Outer, RowBatch};
+use crate::table::TableMeta;
+use rustc_hash::FxHashSet;
+
+/// The most bytes one [`Outer`] may expand into (a bound against hostile frames; a
+/// fully connected layer of a million weights expands into 4 MB).
+const MAX_EXPANDED_BYTES: usize = 1 << 30;
+
+impl Shard {
+    /// Multiplies out every update of `outer` into per-row deltas appended to `rows`;
+    /// an error names the first bad one (and nothing of it is appended).
+    pub(super) fn expand_outer(
+        &self,
+        outer: Vec<Outer>,
+        rows: &mut RowBatch,
+    ) -> Result<(), String> {
+        for o in outer {
+            let meta = self
+                .table(o.table)
+                .ok_or_else(|| format!("a rank-k update of unknown table #{}", o.table))?;
+            let k = check(meta, &o)?;
+            match meta.elem {
+                ElemType::F32 => expand::<f32>(meta, &o, k, rows),
+                ElemType::F64 => expand::<f64>(meta, &o, k, rows),
+                other => {
+                    return Err(format!(
+                        "a rank-k update of table '{}' of {other:?}: only f32 and f64",
+                        meta.name
+                    ))
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `k`, after checking `o` against its table `meta` (see the module docs).
+fn check(meta: &TableMeta, o: &Outer) -> Result<usize, String> {
+    let name = &meta.name;
+    if meta.rule.is_sum() {
+        return Err(format!(
+            "a rank-k update of table '{name}', which has no update rule"
+        ));
+    }
+    let n = o.rows.len();
+    let size = meta.elem.size();
+    if n == 0 || !o.left.len().is_multiple_of(n * size) {
+        return Err(format!(
+            "a rank-k update of table '{name}': {} bytes of left factors for {n} rows",
+            o.left.len()
+        ));
+    }
+    let k = o.left.len() / (n * size);
+    if k == 0 || o.right.len() != k * meta.row_bytes() {
+        return Err(format!(
+            "a rank-k update of table '{name}': {} bytes of right factors, expected {k} rows \
+             of {} bytes",
+            o.right.len(),
+            meta.row_bytes()
+        ));
+    }
+    if n.saturating_mul(meta.row_bytes()) > MAX_EXPANDED_BYTES {
+        return Err(format!(
+            "a rank-k update of table '{name}' of {n} rows: more than {MAX_EXPANDED_BYTES} \
+             bytes"
+        ));
+    }
+    let mut seen = FxHashSet::default();
+    for &row in &o.rows {
+        if meta.rows.is_some_and(|rows| row >= rows) {
+            return Err(format!(
+                "a rank-k update of table '{name}' row {row}: the table has {} rows",
+                meta.rows.unwrap_or(0)
+            ));
+        }
+        if !seen.insert(row) {
+            return Err(format!(
+                "a rank-k update of table '{name}' names row {row} twice"
+            ));
+        }
+    }
+    Ok(k)
+}
+
+/// Appends row `o.rows[i]`'s delta `Σ_s left[s][i] · right[s]` for every `i`, summed in
+/// `s` order (element by element, so every process computes the same bits).
+fn expand<T: Element + Float>(meta: &TableMeta, o: &Outer, k: usize, rows: &mut RowBatch) {
+    let (n, width) = (o.rows.len(), meta.width);
+    let (left, right) = (o.left.cast::<T>(), o.right.cast::<T>());
+    let mut delta = vec![T::default(); width];
+    for (i, &row) in o.rows.iter().enumerate() {
+        delta.fill(T::default());
+        for s in 0..k {
+            let l = left[s * n + i];
+            for (d, &r) in delta.iter_mut().zip(&right[s * width..(s + 1) * width]) {
+                *d = d.mul_add_plain(l, r);
+            }
+        }
+        rows.push((RowKey::new(o.table, row), AlignedBuf::from_slice(&delta)));
+    }
+}
+
+/// The float element types a rank-k update is computed in.
+pub(crate) trait Float: Copy {
+    /// `self + a · b`, rounded twice (a multiply, then an add: no fused multiply-add,
+    /// so the result does not depend on the CPU).
+    fn mul_add_plain(self, a: Self, b: Self) -> Self;
+}
+
+impl Float for f32 {
+    #[inline(always)]
+    fn mul_add_plain(self, a: f32, b: f32) -> f32 {
+        self + a * b
+    }
+}
+
+impl Float for f64 {
+    #[inline(always)]
+    fn mul_add_plain(self, a: f64, b: f64) -> f64 {
+        self + a * b
+    }
+}
