@@ -134,6 +134,31 @@ impl Cluster {
         width: usize,
         shards: std::ops::Range<usize>,
     ) -> Result<Table<T>> {
+        self.check_shards(name, &shards)?;
+        let table = self.create_table::<T>(name, width)?;
+        self.keep_on(name, &table, shards)?;
+        Ok(table)
+    }
+
+    /// [`create_table_with_rule`](Self::create_table_with_rule) on the global server
+    /// shards `shards`, as [`create_table_on`](Self::create_table_on) places a table: a
+    /// model's weights stepped by dedicated parameter-server processes.
+    pub fn create_table_with_rule_on<T: Element>(
+        &mut self,
+        name: &str,
+        width: usize,
+        rows: Option<u64>,
+        rule: Rule,
+        shards: std::ops::Range<usize>,
+    ) -> Result<Table<T>> {
+        self.check_shards(name, &shards)?;
+        let table = self.create_table_with_rule::<T>(name, width, rows, rule)?;
+        self.keep_on(name, &table, shards)?;
+        Ok(table)
+    }
+
+    /// Refuses a shard range that is empty or beyond the cluster's shards.
+    fn check_shards(&self, name: &str, shards: &std::ops::Range<usize>) -> Result<()> {
         let total = self.shared.world.total_shards();
         if shards.is_empty() || shards.end > total {
             return Err(Error::config(
@@ -141,7 +166,17 @@ impl Cluster {
                 format!("table {name:?} on shards {shards:?}: the cluster has shards 0..{total}"),
             ));
         }
-        let table = self.create_table::<T>(name, width)?;
+        Ok(())
+    }
+
+    /// Keeps every row of the new `table` on `shards`, after checking (an all-gather)
+    /// that every process asks for the same range.
+    fn keep_on<T: Element>(
+        &mut self,
+        name: &str,
+        table: &Table<T>,
+        shards: std::ops::Range<usize>,
+    ) -> Result<()> {
         let mine = [
             i64::from(table.id()),
             shards.start as i64,
@@ -166,7 +201,7 @@ impl Cluster {
             (shards.end - shards.start) as u32,
         );
         self.shared.set_placement(placement);
-        Ok(table)
+        Ok(())
     }
 
     /// The handle of the existing table `name`, which must hold `T`.

@@ -401,10 +401,11 @@ fn run_split_in<N: Network>(
         outcome.report.param("partitioning", asked.to_string());
         return Ok(outcome);
     }
-    if params.epoch_quorum.is_some() || params.straggler.is_some() {
+    if params.epoch_quorum.is_some() || params.straggler.is_some() || params.layer_updates {
         return Err(AppError::Invalid(format!(
-            "dnn: an epoch quorum or a straggler with a partitioned replica ({asked}) is not \
-             supported yet: use data parallelism (--replicas, --n-read, --n-write)"
+            "dnn: an epoch quorum, a straggler or layer updates with a partitioned replica \
+             ({asked}) are not supported yet: use data parallelism (--replicas, --n-read, \
+             --n-write)"
         )));
     }
     if params.server_rule.is_some() {
@@ -507,22 +508,14 @@ fn create_tables<N: Network>(
     shards: Option<std::ops::Range<usize>>,
     rule: Option<Rule>,
 ) -> Result<Vec<Table<f32>>, AppError> {
-    if rule.is_some() && shards.is_some() {
-        return Err(AppError::Invalid(
-            "dnn: a server rule with dedicated parameter servers (--parameter-servers or a \
-             plan's) is not supported yet"
-                .into(),
-        ));
-    }
     let tables = (0..zeros.layer_count()).map(|l| {
         let (name, width) = (format!("dnn.w{l}"), zeros.width(l));
+        let rows = Some(zeros.rows(l) as u64);
         match (&shards, rule) {
-            (_, Some(rule)) => cluster.create_table_with_rule::<f32>(
-                &name,
-                width,
-                Some(zeros.rows(l) as u64),
-                rule,
-            ),
+            (None, Some(rule)) => cluster.create_table_with_rule::<f32>(&name, width, rows, rule),
+            (Some(range), Some(rule)) => {
+                cluster.create_table_with_rule_on::<f32>(&name, width, rows, rule, range.clone())
+            }
             (None, None) => cluster.create_table::<f32>(&name, width),
             (Some(range), None) => cluster.create_table_on::<f32>(&name, width, range.clone()),
         }
@@ -692,6 +685,16 @@ fn run_network_in<N: Network>(
         report.param("replicas", dp.replicas);
     }
     let quorum = epoch_quorum(cfg, params, dp.replicas, &mut report)?;
+    if params.layer_updates {
+        if zeros.factors(&zeros.scratch(1), 0, 0).is_none() {
+            return Err(AppError::Invalid(format!(
+                "dnn --layer-updates: the {}'s layers are not all fully connected (the MLP's \
+                 are)",
+                zeros.kind()
+            )));
+        }
+        report.param("layer_updates", true);
+    }
     if let Some(slow) = params.straggler {
         if slow.worker >= dp.replicas {
             return Err(AppError::Invalid(format!(

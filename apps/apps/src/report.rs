@@ -277,6 +277,11 @@ pub struct RunReport {
     /// otherwise).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub test_accuracy_per_iteration: Vec<f64>,
+    /// Bytes of UPDATEs this process's workers sent, by table
+    /// ([`iterstore::Cluster::update_bytes`]: rows sent the generic way and rank-k
+    /// updates as factors; planned rows' slabs are not in it); absent when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub update_bytes: Vec<iterstore::TableUpdates>,
     /// What the DNN's epoch quorum did (`--epoch-quorum`; absent without).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub epoch_quorum: Option<QuorumReport>,
@@ -408,6 +413,7 @@ impl RunReport {
             resumed: None,
             test_accuracy: None,
             test_accuracy_per_iteration: Vec::new(),
+            update_bytes: Vec::new(),
             epoch_quorum: None,
         }
     }
@@ -437,6 +443,7 @@ impl RunReport {
         let stats = &cluster.stats();
         self.numa = cluster.numa();
         self.traffic = cluster.traffic();
+        self.update_bytes = cluster.update_bytes();
         self.specialize_s = stats.specialize_time.as_secs_f64();
         self.diagnostics = cluster.diagnostics();
         self.store = StoreReport {

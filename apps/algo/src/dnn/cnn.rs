@@ -513,5 +513,11 @@ pub fn reference(
     super::network::train_reference(Cnn::init(&spec, cfg.seed), train, cfg, workers, epochs)
 }
 
+/// A CNN's layers have no factored step here (its fully connected layers could, its
+/// convolutions cannot): `None`, and the app refuses layer updates for it.
+pub fn factors<'s>(_: &Cnn, _: &'s Scratch, _: usize, _: usize) -> Option<(&'s [f32], &'s [f32])> {
+    None
+}
+
 #[cfg(test)]
 mod tests;

@@ -45,6 +45,11 @@ pub struct DnnConfig {
     /// taking their unprocessed samples first into their next epoch. Asynchronous
     /// replicas only (under SSP the fast ones wait for the slowest at every clock).
     pub epoch_quorum: Option<f32>,
+    /// Project Adam's layer updates (with a server rule, the MLP): a worker sends each
+    /// fully connected layer's error terms and inputs of its samples instead of the
+    /// layer's gradient, and the layer's shards multiply them out (`k · (M + N)` values
+    /// for `k` samples instead of `M · N`).
+    pub layer_updates: bool,
     /// Fault injection, to see stragglers and the epoch quorum without a CPU quota: a
     /// worker that sleeps before each of its mini-batches. `None` in real runs.
     pub straggler: Option<Straggler>,
@@ -144,6 +149,7 @@ impl Default for DnnConfig {
             seed: 42,
             server_rule: None,
             epoch_quorum: None,
+            layer_updates: false,
             straggler: None,
         }
     }
@@ -206,6 +212,13 @@ impl DnnConfig {
                     rule.name()
                 ));
             }
+        }
+        if self.layer_updates && self.server_rule.is_none() {
+            return Err(
+                "layer updates need a server rule: the servers multiply the factors \
+                        out and step the weights (--server-rule)"
+                    .into(),
+            );
         }
         if let Some(f) = self.epoch_quorum {
             if !(f > 0.0 && f <= 1.0) {

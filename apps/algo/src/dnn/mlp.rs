@@ -183,6 +183,16 @@ impl Scratch {
     pub fn capacity(&self) -> usize {
         self.capacity
     }
+
+    /// After [`gradient_step`] over `b` samples: layer `l`'s error terms (`b × rows(l)`,
+    /// sample-major) and inputs with their constant 1 (`b × width(l)`), whose outer
+    /// products summed, times `−rate`, are the layer's step (Project Adam's layer update).
+    pub fn factors(&self, spec: &MlpSpec, l: usize, b: usize) -> (&[f32], &[f32]) {
+        (
+            &self.deltas[l][..b * spec.rows(l)],
+            &self.acts[l][..b * spec.width(l)],
+        )
+    }
 }
 
 /// Writes images `which` of `images` (pixels scaled to `[0, 1]`, then a 1) into `x`, one row
@@ -302,6 +312,11 @@ pub fn gradient_step(
         }
     }
     loss
+}
+
+/// [`Scratch::factors`] of `m`'s layer `l` (every layer of an MLP is fully connected).
+pub fn factors<'s>(m: &Mlp, s: &'s Scratch, l: usize, b: usize) -> Option<(&'s [f32], &'s [f32])> {
+    Some(s.factors(&m.spec, l, b))
 }
 
 /// The mini-batches of one epoch over `n` samples of mini-batch `batch`: `ceil(n / batch)`

@@ -49,6 +49,16 @@ pub trait Network: Clone + Send + Sync {
     ) -> f64;
     /// The fraction of `images` classified right.
     fn accuracy(&self, images: &Images) -> f64;
+    /// After [`gradient_step`](Self::gradient_step) over `b` samples: layer `l`'s error
+    /// terms (`b × rows(l)`) and inputs (`b × width(l)`), both sample-major, whose outer
+    /// products summed times `−rate` are its step; `None` if the layer is not fully
+    /// connected (its step has no such factors).
+    fn factors<'s>(
+        &self,
+        s: &'s Self::Scratch,
+        l: usize,
+        b: usize,
+    ) -> Option<(&'s [f32], &'s [f32])>;
 }
 
 /// `impl Network` for a network type whose module (`$m`) has the same shape of
@@ -104,6 +114,14 @@ macro_rules! impl_network {
             }
             fn accuracy(&self, images: &Images) -> f64 {
                 $ty::accuracy(self, images)
+            }
+            fn factors<'s>(
+                &self,
+                s: &'s Self::Scratch,
+                l: usize,
+                b: usize,
+            ) -> Option<(&'s [f32], &'s [f32])> {
+                $m::factors(self, s, l, b)
             }
         }
     };

@@ -44,6 +44,9 @@ pub(super) struct State<N: Network> {
     velocity: Vec<Vec<f32>>,
     /// Velocities not UPDATEd yet (when it writes every few mini-batches).
     pending: Vec<Vec<f32>>,
+    /// With layer updates: each layer's factors not UPDATEd yet, error terms (times the
+    /// step) and inputs, one sample after another (empty between epochs).
+    factors: Vec<(Vec<f32>, Vec<f32>)>,
     scratch: N::Scratch,
     order: Vec<u32>,
     /// Samples the last epoch's quorum ended before this worker reached them: first in
@@ -66,6 +69,7 @@ impl<N: Network> State<N> {
             step: zeros.weights().to_vec(),
             velocity: zeros.weights().to_vec(),
             pending: zeros.weights().to_vec(),
+            factors: vec![(Vec::new(), Vec::new()); zeros.layer_count()],
             weights: zeros.clone(),
             scratch: zeros.scratch(capacity),
             order: Vec::new(),
@@ -186,8 +190,7 @@ pub(super) fn iteration<N: Network>(
                     let done = partition(s.order.len(), st.clocks, b).start;
                     s.carried.extend_from_slice(&s.order[done..]);
                     if unwritten {
-                        write(w, st, &s.pending, &s.weights)?;
-                        zero(&mut s.pending);
+                        flush(w, st, s)?;
                         unwritten = false;
                     }
                 }
@@ -222,6 +225,27 @@ pub(super) fn iteration<N: Network>(
                 .gradient_step(train, which, rate, &mut s.scratch, &mut s.step);
             s.samples += which.len() as u64;
         }
+        if st.params.layer_updates {
+            // Project Adam: the layers' factors go to the servers, which multiply them out.
+            if !w.is_virtual() {
+                let k = mini_batch(&s.order, st.clocks, b).len();
+                for (l, (left, right)) in s.factors.iter_mut().enumerate() {
+                    let (errors, inputs) = s
+                        .weights
+                        .factors(&s.scratch, l, k)
+                        .expect("layer updates are refused for networks without factors");
+                    left.extend(errors.iter().map(|e| -rate * e));
+                    right.extend_from_slice(inputs);
+                }
+            }
+            unwritten = true;
+            if (b + 1) % st.write_every == 0 || b + 1 == st.clocks {
+                flush(w, st, s)?;
+                unwritten = false;
+            }
+            w.clock()?;
+            continue;
+        }
         add_momentum(&mut s.velocity, &s.step, momentum);
         // Between reads a worker trains on its own weights with its own steps; with a
         // server rule on the weights it last fetched (Downpour SGD).
@@ -234,8 +258,7 @@ pub(super) fn iteration<N: Network>(
             add_layers(&mut s.pending, &s.velocity);
             unwritten = true;
             if (b + 1) % st.write_every == 0 || b + 1 == st.clocks {
-                write(w, st, &s.pending, &s.weights)?;
-                zero(&mut s.pending);
+                flush(w, st, s)?;
                 unwritten = false;
             }
         }
@@ -264,11 +287,22 @@ fn write<N: Network>(
     Ok(())
 }
 
-/// Zeroes every layer of `layers`.
-fn zero(layers: &mut [Vec<f32>]) {
-    for l in layers {
-        l.fill(0.0);
+/// UPDATEs what this worker has not written yet: its pending steps, or with layer
+/// updates each layer's pending factors (one rank-k UPDATE a layer).
+fn flush<N: Network>(w: &mut Worker<'_>, st: Step<'_>, s: &mut State<N>) -> iterstore::Result<()> {
+    if !st.params.layer_updates {
+        write(w, st, &s.pending, &s.weights)?;
+        for l in &mut s.pending {
+            l.fill(0.0);
+        }
+        return Ok(());
     }
+    for (l, (table, (left, right))) in st.tables.iter().zip(&mut s.factors).enumerate() {
+        w.update_outer(table, 0..s.weights.rows(l) as u64, left, right)?;
+        left.clear();
+        right.clear();
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -3,7 +3,9 @@
 //! rounding: the servers multiply the summed gradient by the step, the workers each
 //! their share), every store mode and 2 processes give the same weights under BSP,
 //! Downpour SGD (asynchronous replicas reading and writing every few mini-batches,
-//! AdaGrad on the servers) learns, and what is not supported yet is refused by name.
+//! AdaGrad on the servers) learns, weights on a dedicated parameter server are stepped
+//! there, layer updates (factors the shards multiply out) train the same model with a
+//! fraction of the bytes, and what is not supported yet is refused by name.
 
 use iterstore::{Mode, Staleness};
 use iterstore_algo::dnn::mlp::reference;
@@ -153,4 +155,90 @@ fn what_is_not_supported_yet_is_refused_by_name() {
     let e = run(&cfg, &p, &data).unwrap_err().to_string();
     let _ = std::fs::remove_dir_all(&dir);
     assert!(e.contains("server-side rule"), "{e}");
+}
+
+#[test]
+fn weights_on_a_dedicated_parameter_server_are_stepped_there() {
+    let data = tiny();
+    let p = params(Some(ServerRule::AdaGrad));
+    let one = run(&bsp(Mode::Generic, 1, 2), &p, &data).unwrap();
+    // Two processes of one worker: process 1 is the parameter server, its worker idle.
+    let dedicated = Partitioning {
+        replica_workers: Some(1),
+        parameter_servers: Some(1),
+        ..split(1, &[1, 1], &[1, 1])
+    };
+    let cfg = bsp(Mode::Virtual, 1, 2);
+    let lift = |e: iterstore_apps::AppError| iterstore::Error::app(0, e);
+    let got = iterstore::Cluster::run_local_processes(cfg.store_config(), 2, |c| {
+        iterstore_apps::dnn::run_partitioned_in(c, &cfg, &p, &data, Some(&dedicated), &mut |_| {})
+            .map_err(lift)
+    })
+    .unwrap();
+    for out in &got {
+        assert!(out.model == one.model, "the weights differ");
+        assert_eq!(out.report.params["weight_shards"], "1..2");
+    }
+}
+
+#[test]
+fn layer_updates_train_the_model_gradients_do_with_a_fraction_of_the_bytes() {
+    let data = tiny();
+    let p = DnnConfig {
+        hidden: vec![64],
+        batch: 32,
+        ..params(Some(ServerRule::AdaGrad))
+    };
+    let gradients = run(&bsp(Mode::Virtual, 4, 2), &p, &data).unwrap();
+    let layers = DnnConfig {
+        layer_updates: true,
+        ..p.clone()
+    };
+    let factors = run(&bsp(Mode::Virtual, 4, 2), &layers, &data).unwrap();
+    // The same sums, in another order (the shards multiply out what a GEMM computed).
+    let (a, b) = (
+        gradients.model.layers.concat(),
+        factors.model.layers.concat(),
+    );
+    let worst = a
+        .iter()
+        .zip(&b)
+        .map(|(x, y)| (x - y).abs() / x.abs().max(1.0))
+        .fold(0.0f32, f32::max);
+    assert!(worst < 1e-3, "largest relative difference {worst}");
+    assert_eq!(factors.report.params["layer_updates"], true);
+    // Layer 0 (64 neurons) at 8 samples a worker per mini-batch: 8 × (64 + inputs)
+    // values to its shard against 64 rows of the inputs.
+    let bytes = |out: &iterstore_apps::dnn::DnnOutcome, t: &str| {
+        out.report
+            .update_bytes
+            .iter()
+            .find(|u| u.table == t)
+            .map_or(0, |u| u.bytes)
+    };
+    let (whole, factored) = (bytes(&gradients, "dnn.w0"), bytes(&factors, "dnn.w0"));
+    assert!(
+        factored > 0 && factored * 3 < whole,
+        "{factored} against {whole}"
+    );
+    let e = run(
+        &bsp(Mode::Generic, 1, 1),
+        &DnnConfig {
+            server_rule: None,
+            ..layers.clone()
+        },
+        &data,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("layer updates need a server rule"), "{e}");
+    let cnn = DnnConfig {
+        channels: vec![6, 12],
+        kernel: 3,
+        ..layers
+    };
+    let e = iterstore_apps::dnn::run_cnn(&bsp(Mode::Generic, 1, 1), &cnn, &data)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("not all fully connected"), "{e}");
 }

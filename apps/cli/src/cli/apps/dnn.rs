@@ -62,6 +62,11 @@ pub struct DnnArgs {
     /// and two replicas or more [default: every replica finishes].
     #[arg(long, value_name = "F", help_heading = "DNN options")]
     pub epoch_quorum: Option<f32>,
+    /// Project Adam's layer updates (with --server-rule, the MLP): send each fully
+    /// connected layer's error terms and inputs instead of its gradient; the layer's
+    /// shards multiply them out (k(M+N) values for k samples instead of MN).
+    #[arg(long, help_heading = "DNN options")]
+    pub layer_updates: bool,
     /// Make global worker W sleep MS milliseconds before each of its mini-batches (a
     /// straggler on purpose, to see --epoch-quorum at work without a CPU quota).
     #[arg(long, value_name = "W:MS", help_heading = "DNN options")]
@@ -194,7 +199,7 @@ impl CliApp for Dnn {
 
 /// The DNN's network from `--model` (`true`: the CNN) and its hyper-parameters from
 /// `args` (`--hidden`, `--activation`, `--channels`, `--kernel`, `--lr`, `--lr-decay`,
-/// `--momentum`, `--server-rule`, `--epoch-quorum`, `--batch`) and `seed`, the defaults being the network's.
+/// `--momentum`, `--server-rule`, `--epoch-quorum`, `--layer-updates`, `--straggler`, `--batch`) and `seed`, the defaults being the network's.
 fn dnn_config(args: &DnnArgs, seed: u64) -> Result<(bool, DnnConfig)> {
     let cnn = match args.model.as_deref() {
         None | Some("mlp") => false,
@@ -238,6 +243,7 @@ fn dnn_config(args: &DnnArgs, seed: u64) -> Result<(bool, DnnConfig)> {
         seed,
         server_rule,
         epoch_quorum: args.epoch_quorum,
+        layer_updates: args.layer_updates,
         straggler: match args.straggler.as_deref() {
             None => None,
             Some(s) => Some(
