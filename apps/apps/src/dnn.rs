@@ -26,6 +26,13 @@
 //! the others' steps. The rows touched never depend on the values read, so a virtual
 //! iteration (on zeros) touches exactly the rows a real one does.
 //!
+//! **Layer updates** ([`DnnConfig::layer_updates`], with a server rule): instead of
+//! UPDATEing every row of a layer by its gradient, a worker sends the layer's error terms
+//! (times `−1/batch`) and inputs of its samples as one rank-k UPDATE
+//! ([`Worker::update_outer`]), which the layer's shards multiply out before stepping
+//! (Project Adam); with `write_every > 1` the factors of several mini-batches go
+//! together. The report's `update_bytes` counts the bytes per weight table.
+//!
 //! **Epoch quorum** ([`DnnConfig::epoch_quorum`], asynchronous replicas only): an epoch
 //! ends once that fraction of the replicas have finished their shares; the others stop
 //! where they are (their remaining mini-batches only CLOCK), write their unwritten steps,

@@ -6,8 +6,8 @@
 //!
 //! Everything in an [`Outer`] is checked before any arithmetic: a known table with an
 //! update rule, of `f32` or `f64`; lengths that are whole multiples of the rows and the
-//! width; rows in the table's range and distinct; and no more output than the table's
-//! rows could hold. A bad one fails the cluster, like a bad row delta.
+//! width; rows in the table's range and distinct; at most a GiB of output and 2³¹
+//! multiply-adds. A bad one fails the cluster, like a bad row delta.
 
 use super::Shard;
 use crate::buf::AlignedBuf;
@@ -20,6 +20,10 @@ use rustc_hash::FxHashSet;
 /// The most bytes one [`Outer`] may expand into (a bound against hostile frames; a
 /// fully connected layer of a million weights expands into 4 MB).
 const MAX_EXPANDED_BYTES: usize = 1 << 30;
+
+/// The most multiply-adds one [`Outer`] may take (`k · rows · width`; a second or two):
+/// 64 samples of a 512 × 785 layer take 26 million.
+const MAX_MULTIPLY_ADDS: usize = 1 << 31;
 
 impl Shard {
     /// Multiplies out every update of `outer` into per-row deltas appended to `rows`;
@@ -78,6 +82,13 @@ fn check(meta: &TableMeta, o: &Outer) -> Result<usize, String> {
         return Err(format!(
             "a rank-k update of table '{name}' of {n} rows: more than {MAX_EXPANDED_BYTES} \
              bytes"
+        ));
+    }
+    if k.saturating_mul(n).saturating_mul(meta.width) > MAX_MULTIPLY_ADDS {
+        return Err(format!(
+            "a rank-k update of table '{name}': {k} × {n} rows × {} columns is more than \
+             {MAX_MULTIPLY_ADDS} multiply-adds",
+            meta.width
         ));
     }
     let mut seen = FxHashSet::default();

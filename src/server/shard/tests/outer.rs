@@ -24,6 +24,19 @@ fn shard() -> Shard {
     s
 }
 
+/// Table 2 ("wide": 65536 columns, 4096 rows, SGD).
+fn wide_table(s: &mut Shard) {
+    let meta = TableMeta {
+        id: 2,
+        name: "wide".into(),
+        width: 1 << 16,
+        elem: ElemType::F32,
+        rows: Some(4096),
+        rule: Rule::Sgd { lr: 1.0 },
+    };
+    s.step(Msg::CreateTable { meta }, &mut Vec::new());
+}
+
 fn clock_with(worker: WorkerId, rows: RowBatch, outer: Vec<Outer>) -> Msg {
     Msg::Clock {
         worker,
@@ -135,6 +148,7 @@ fn a_malformed_rank_k_update_fails_the_cluster_by_name() {
     ];
     for (o, want) in cases {
         let mut s = shard();
+        wide_table(&mut s);
         let mut out = Vec::new();
         s.step(clock_with(0, Vec::new(), vec![o]), &mut out);
         let why = rejected(&out);
