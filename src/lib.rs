@@ -117,6 +117,7 @@ mod placement;
 mod plan;
 mod pool;
 mod prefetch;
+mod rank_k;
 mod rows_part;
 mod rule;
 mod server;

@@ -27,7 +27,7 @@ impl Worker<'_> {
         let mut outer: Vec<Vec<Outer>> = (0..shards).map(|_| Vec::new()).collect();
         let log = std::mem::take(&mut self.oplog);
         // Bytes by table (a row's key is 12 bytes): few tables, a short list.
-        let mut sent = self.cut_outer(&placement, &mut outer);
+        let mut sent = self.cut_outer(&placement, &mut outer, &mut per_shard);
         for (key, delta) in &log {
             let bytes = 12 + delta.len() as u64;
             match sent.iter_mut().find(|(t, _)| *t == key.table) {

@@ -1,7 +1,8 @@
 //! Rank-k UPDATEs sent as their factors ([`Worker::update_outer`]): a worker buffers them
 //! through the clock and at CLOCK cuts each into one [`Outer`] per shard holding some of
 //! its rows (the rows' left factors, the whole right factor), which the shard multiplies
-//! out (`server/shard/outer.rs`). Only for tables with a server-side update rule, whose
+//! out (`server/shard/outer.rs`) — or, where the rows are fewer bytes than their factors
+//! (few rows on that shard, many samples), multiplies them out itself and sends rows. Only for tables with a server-side update rule, whose
 //! READs are the servers' value alone: nothing of the update has to be added to this
 //! worker's own reads, so it never needs multiplying out here.
 
@@ -11,8 +12,9 @@ use crate::element::{ElemType, Element};
 use crate::error::{Error, Result};
 use crate::gather::Access;
 use crate::ids::{RowKey, TableId};
-use crate::msg::Outer;
+use crate::msg::{Outer, RowBatch};
 use crate::placement::Placement;
+use crate::rank_k::multiply_out;
 use crate::table::{resolve, Table};
 use std::ops::Range;
 
@@ -20,6 +22,7 @@ use std::ops::Range;
 pub(super) struct PendingOuter {
     table: TableId,
     rows: Range<u64>,
+    elem: ElemType,
     elem_size: usize,
     left: AlignedBuf,
     right: AlignedBuf,
@@ -31,8 +34,10 @@ impl Worker<'_> {
     /// (`n` rows, `k = left.len() / n`, `right` being `k × width`), multiplied out by the
     /// row's shard. For a fully connected layer of `n` neurons over `width` inputs, `left`
     /// is a mini-batch's error terms (times the step) and `right` its inputs: `k · (n +
-    /// width)` values leave the worker instead of `n · width` (Project Adam). Each row
-    /// counts as an UPDATE of the access pattern.
+    /// width)` values leave the worker instead of `n · width` (Project Adam). At CLOCK each
+    /// shard gets whichever is fewer bytes, its rows' factors or the rows multiplied out
+    /// by the worker (a shard with few of the rows, or `k` near `n`): the same arithmetic
+    /// either way. Each row counts as an UPDATE of the access pattern.
     ///
     /// Only for a table of `f32` or `f64` with a server-side update rule
     /// ([`Rule`](crate::Rule)): there a READ is the servers' value alone, so the update
@@ -114,6 +119,7 @@ impl Worker<'_> {
         self.outer.push(PendingOuter {
             table: meta.id,
             rows,
+            elem: T::TYPE,
             elem_size: T::TYPE.size(),
             left: AlignedBuf::from_slice(left),
             right: AlignedBuf::from_slice(right),
@@ -121,19 +127,23 @@ impl Worker<'_> {
         Ok(())
     }
 
-    /// Cuts the buffered rank-k updates into one [`Outer`] per shard holding some of
-    /// their rows, into `per_shard`; returns the bytes of factors and row ids sent, by
-    /// table.
+    /// Cuts the buffered rank-k updates per shard holding some of their rows, each into
+    /// whichever is fewer bytes: an [`Outer`] of the rows' left factors and the whole
+    /// right factor (into `outer`), or the rows multiplied out here, the same arithmetic
+    /// the shard would do (into `rows`); returns the bytes sent, by table.
     pub(super) fn cut_outer(
         &mut self,
         placement: &Placement,
-        per_shard: &mut [Vec<Outer>],
+        outer: &mut [Vec<Outer>],
+        rows_out: &mut [RowBatch],
     ) -> Vec<(TableId, u64)> {
         let mut sent: Vec<(TableId, u64)> = Vec::new();
         for o in self.outer.drain(..) {
             let n = (o.rows.end - o.rows.start) as usize;
-            let k = o.left.len() / (n * o.elem_size);
-            let mut mine: Vec<Vec<u64>> = vec![Vec::new(); per_shard.len()];
+            let size = o.elem_size;
+            let k = o.left.len() / (n * size);
+            let width = o.right.len() / (k * size);
+            let mut mine: Vec<Vec<u64>> = vec![Vec::new(); outer.len()];
             for row in o.rows.clone() {
                 mine[placement.shard_of(RowKey::new(o.table, row)) as usize].push(row);
             }
@@ -143,7 +153,6 @@ impl Worker<'_> {
                 if rows.is_empty() {
                     continue;
                 }
-                let size = o.elem_size;
                 let mut cut = Vec::with_capacity(k * rows.len() * size);
                 for s in 0..k {
                     for &row in &rows {
@@ -151,13 +160,28 @@ impl Worker<'_> {
                         cut.extend_from_slice(&left[at..at + size]);
                     }
                 }
-                bytes += (rows.len() * 8 + cut.len() + o.right.len()) as u64;
-                per_shard[shard].push(Outer {
-                    table: o.table,
-                    rows,
-                    left: AlignedBuf::from_bytes(&cut),
-                    right: o.right.clone(),
-                });
+                let cut = AlignedBuf::from_bytes(&cut);
+                let factored = rows.len() * 8 + cut.len() + o.right.len();
+                let whole = rows.len() * (12 + width * size);
+                let multiplied = (whole < factored)
+                    .then(|| multiply_out(o.elem, rows.len(), width, &cut, &o.right))
+                    .flatten();
+                match multiplied {
+                    Some(deltas) => {
+                        bytes += whole as u64;
+                        let keys = rows.iter().map(|&row| RowKey::new(o.table, row));
+                        rows_out[shard].extend(keys.zip(deltas));
+                    }
+                    None => {
+                        bytes += factored as u64;
+                        outer[shard].push(Outer {
+                            table: o.table,
+                            rows,
+                            left: cut,
+                            right: o.right.clone(),
+                        });
+                    }
+                }
             }
             match sent.iter_mut().find(|(t, _)| *t == o.table) {
                 Some((_, b)) => *b += bytes,

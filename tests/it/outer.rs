@@ -149,3 +149,42 @@ fn a_rank_k_update_the_store_cannot_apply_is_refused_at_the_call() {
         assert!(got.contains(want), "{got} (wanted {want})");
     }
 }
+
+#[test]
+fn rows_smaller_than_their_factors_are_multiplied_out_by_the_worker_alike() {
+    // Two rows of 64 from 8 samples: 8 × (2 + 64) factors against 2 rows of 64.
+    let run = |by_factors: bool| {
+        within(60, move || {
+            let mut c = Cluster::start(Config::new(2).with_shards(2)).unwrap();
+            let rule = Rule::Sgd { lr: 0.5 };
+            let t = c
+                .create_table_with_rule::<f64>("few", 64, Some(2), rule)
+                .unwrap();
+            c.run(|w| {
+                let left: Vec<f64> = (0..16).map(|i| 0.1 * i as f64 - w.id() as f64).collect();
+                let right: Vec<f64> = (0..8 * 64).map(|j| (j % 7) as f64 * 0.3 - 1.0).collect();
+                if by_factors {
+                    w.update_outer(&t, 0..2, &left, &right)?;
+                } else {
+                    for i in 0..2 {
+                        let delta: Vec<f64> = (0..64)
+                            .map(|j| {
+                                (0..8).fold(0.0, |a, s| a + left[s * 2 + i] * right[s * 64 + j])
+                            })
+                            .collect();
+                        w.update(&t, i as u64, &delta)?;
+                    }
+                }
+                w.clock()
+            })
+            .unwrap();
+            (c.snapshot(&t).unwrap(), c.update_bytes())
+        })
+    };
+    let (factors, bytes) = run(true);
+    let (rows, row_bytes) = run(false);
+    assert!(factors == rows, "the weights differ");
+    // The worker sent rows, not factors: 2 workers × 2 rows × (12 + 512) bytes.
+    assert_eq!(bytes[0].bytes, 2 * 2 * (12 + 512), "{bytes:?}");
+    assert_eq!(bytes, row_bytes);
+}

@@ -34,6 +34,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         "model",
         &[
             "rule",
+            "rank_k",
             "table",
             "consistency",
             "gather",

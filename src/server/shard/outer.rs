@@ -10,10 +10,9 @@
 //! multiply-adds. A bad one fails the cluster, like a bad row delta.
 
 use super::Shard;
-use crate::buf::AlignedBuf;
-use crate::element::{ElemType, Element};
 use crate::ids::RowKey;
 use crate::msg::{Outer, RowBatch};
+use crate::rank_k::multiply_out;
 use crate::table::TableMeta;
 use rustc_hash::FxHashSet;
 
@@ -37,24 +36,23 @@ impl Shard {
             let meta = self
                 .table(o.table)
                 .ok_or_else(|| format!("a rank-k update of unknown table #{}", o.table))?;
-            let k = check(meta, &o)?;
-            match meta.elem {
-                ElemType::F32 => expand::<f32>(meta, &o, k, rows),
-                ElemType::F64 => expand::<f64>(meta, &o, k, rows),
-                other => {
-                    return Err(format!(
-                        "a rank-k update of table '{}' of {other:?}: only f32 and f64",
-                        meta.name
-                    ))
-                }
-            }
+            check(meta, &o)?;
+            let deltas = multiply_out(meta.elem, o.rows.len(), meta.width, &o.left, &o.right)
+                .ok_or_else(|| {
+                    format!(
+                        "a rank-k update of table '{}' of {:?}: only f32 and f64",
+                        meta.name, meta.elem
+                    )
+                })?;
+            let keys = o.rows.iter().map(|&row| RowKey::new(o.table, row));
+            rows.extend(keys.zip(deltas));
         }
         Ok(())
     }
 }
 
-/// `k`, after checking `o` against its table `meta` (see the module docs).
-fn check(meta: &TableMeta, o: &Outer) -> Result<usize, String> {
+/// Checks `o` against its table `meta` (see the module docs).
+fn check(meta: &TableMeta, o: &Outer) -> Result<(), String> {
     let name = &meta.name;
     if meta.rule.is_sum() {
         return Err(format!(
@@ -105,44 +103,5 @@ fn check(meta: &TableMeta, o: &Outer) -> Result<usize, String> {
             ));
         }
     }
-    Ok(k)
-}
-
-/// Appends row `o.rows[i]`'s delta `Σ_s left[s][i] · right[s]` for every `i`, summed in
-/// `s` order (element by element, so every process computes the same bits).
-fn expand<T: Element + Float>(meta: &TableMeta, o: &Outer, k: usize, rows: &mut RowBatch) {
-    let (n, width) = (o.rows.len(), meta.width);
-    let (left, right) = (o.left.cast::<T>(), o.right.cast::<T>());
-    let mut delta = vec![T::default(); width];
-    for (i, &row) in o.rows.iter().enumerate() {
-        delta.fill(T::default());
-        for s in 0..k {
-            let l = left[s * n + i];
-            for (d, &r) in delta.iter_mut().zip(&right[s * width..(s + 1) * width]) {
-                *d = d.mul_add_plain(l, r);
-            }
-        }
-        rows.push((RowKey::new(o.table, row), AlignedBuf::from_slice(&delta)));
-    }
-}
-
-/// The float element types a rank-k update is computed in.
-pub(crate) trait Float: Copy {
-    /// `self + a · b`, rounded twice (a multiply, then an add: no fused multiply-add,
-    /// so the result does not depend on the CPU).
-    fn mul_add_plain(self, a: Self, b: Self) -> Self;
-}
-
-impl Float for f32 {
-    #[inline(always)]
-    fn mul_add_plain(self, a: f32, b: f32) -> f32 {
-        self + a * b
-    }
-}
-
-impl Float for f64 {
-    #[inline(always)]
-    fn mul_add_plain(self, a: f64, b: f64) -> f64 {
-        self + a * b
-    }
+    Ok(())
 }
