@@ -33,6 +33,10 @@
 //! (Project Adam); with `write_every > 1` the factors of several mini-batches go
 //! together. The report's `update_bytes` counts the bytes per weight table.
 //!
+//! **Warm start** ([`DnnConfig::warm_start`], DistBelief's): after the initial weights,
+//! replica 0 alone trains that many mini-batches of its share (reading and writing every
+//! one) while the other workers only CLOCK, then the epochs start (`init_s` includes it).
+//!
 //! **Epoch quorum** ([`DnnConfig::epoch_quorum`], asynchronous replicas only): an epoch
 //! ends once that fraction of the replicas have finished their shares; the others stop
 //! where they are (their remaining mini-batches only CLOCK), write their unwritten steps,
@@ -62,7 +66,7 @@ mod partitioned;
 mod quorum;
 mod server;
 
-use data_parallel::{iteration, State, Step};
+use data_parallel::{iteration, warm_up, State, Step};
 
 use init::{init, init_set};
 use server::server_rule;
@@ -408,11 +412,15 @@ fn run_split_in<N: Network>(
         outcome.report.param("partitioning", asked.to_string());
         return Ok(outcome);
     }
-    if params.epoch_quorum.is_some() || params.straggler.is_some() || params.layer_updates {
+    if params.epoch_quorum.is_some()
+        || params.straggler.is_some()
+        || params.layer_updates
+        || params.warm_start > 0
+    {
         return Err(AppError::Invalid(format!(
-            "dnn: an epoch quorum, a straggler or layer updates with a partitioned replica \
-             ({asked}) are not supported yet: use data parallelism (--replicas, --n-read, \
-             --n-write)"
+            "dnn: an epoch quorum, a straggler, layer updates or a warm start with a \
+             partitioned replica ({asked}) are not supported yet: use data parallelism \
+             (--replicas, --n-read, --n-write)"
         )));
     }
     if params.server_rule.is_some() {
@@ -460,6 +468,7 @@ fn run_split_in<N: Network>(
         report,
         states,
         |w, s| partitioned::iteration(w, epoch, s),
+        None,
         observer,
     )
 }
@@ -556,9 +565,13 @@ struct Training<'a, N> {
     zeros: N,
 }
 
+/// A run before the first epoch, after the initial weights (the warm start).
+type WarmUp<'a, S> = &'a (dyn Fn(&mut Worker<'_>, &mut S) -> iterstore::Result<()> + Sync);
+
 impl<N: Network> Training<'_, N> {
     /// A resume (with `--resume`), the virtual iteration (virtual mode), the initial
-    /// weights (unless resumed), then one `iteration` per epoch on every worker, each
+    /// weights and the `warm` run if any (unless resumed; its time counts as the
+    /// initialisation's), then one `iteration` per epoch on every worker, each
     /// followed by the mean training loss over the cluster, the test accuracy and a
     /// checkpoint when one is due.
     fn run<S: Saved>(
@@ -568,6 +581,7 @@ impl<N: Network> Training<'_, N> {
         mut report: RunReport,
         mut states: Vec<S>,
         iteration: impl Fn(&mut Worker<'_>, &mut S) -> iterstore::Result<()> + Sync,
+        warm: Option<WarmUp<'_, S>>,
         observer: Observer<'_>,
     ) -> Result<DnnOutcome<N>, AppError> {
         let (tables, zeros) = (self.tables, &self.zeros);
@@ -605,6 +619,9 @@ impl<N: Network> Training<'_, N> {
                 // UPDATEs are gradients: the initial weights are set, not added.
                 Some(_) => init_set(cluster, tables, zeros, self.params.seed)?,
             };
+            if let Some(warm) = warm {
+                report.init_s += timed_run(cluster, &mut states, warm)?.seconds;
+            }
         }
         let mut model = snapshot(cluster, tables, zeros)?;
         let mut accuracies = Vec::with_capacity(cfg.iterations.min(1024));
@@ -702,6 +719,9 @@ fn run_network_in<N: Network>(
         }
         report.param("layer_updates", true);
     }
+    if params.warm_start > 0 {
+        report.param("warm_start", params.warm_start);
+    }
     if let Some(slow) = params.straggler {
         if slow.worker >= dp.replicas {
             return Err(AppError::Invalid(format!(
@@ -743,12 +763,15 @@ fn run_network_in<N: Network>(
         data,
         zeros,
     };
+    let warm_start = params.warm_start;
+    let warm = move |w: &mut Worker<'_>, s: &mut State<N>| warm_up(w, st, s, warm_start);
     train.run(
         cluster,
         cfg,
         report,
         states,
         |w, s| iteration(w, st, s),
+        (warm_start > 0).then_some(&warm as WarmUp<'_, State<N>>),
         observer,
     )
 }

@@ -50,6 +50,9 @@ pub struct DnnConfig {
     /// layer's gradient, and the layer's shards multiply them out (`k · (M + N)` values
     /// for `k` samples instead of `M · N`).
     pub layer_updates: bool,
+    /// DistBelief's warm start: mini-batches one model replica trains alone (reading and
+    /// writing every one) before the others join; 0: none.
+    pub warm_start: usize,
     /// Fault injection, to see stragglers and the epoch quorum without a CPU quota: a
     /// worker that sleeps before each of its mini-batches. `None` in real runs.
     pub straggler: Option<Straggler>,
@@ -150,6 +153,7 @@ impl Default for DnnConfig {
             server_rule: None,
             epoch_quorum: None,
             layer_updates: false,
+            warm_start: 0,
             straggler: None,
         }
     }

@@ -271,6 +271,57 @@ pub(super) fn iteration<N: Network>(
     Ok(())
 }
 
+/// DistBelief's warm start ([`DnnConfig::warm_start`]): replica 0 alone trains `n`
+/// mini-batches of its share, reading and writing every one, before the others join; the
+/// other workers only CLOCK as many times. Its epoch count, velocity and running loss are
+/// left as they were: epoch 0 follows as usual.
+pub(super) fn warm_up<N: Network>(
+    w: &mut Worker<'_>,
+    st: Step<'_>,
+    s: &mut State<N>,
+    n: usize,
+) -> iterstore::Result<()> {
+    if w.id() != 0 {
+        for _ in 0..n {
+            w.clock()?;
+        }
+        return Ok(());
+    }
+    let train = &st.data.train;
+    // Its own sample order, keyed apart from every epoch's.
+    epoch_order(
+        train.len(),
+        st.replicas,
+        0,
+        st.params.seed,
+        u64::MAX,
+        &mut s.order,
+    );
+    let rate = match st.params.server_rule {
+        Some(_) => -1.0 / st.params.batch as f32,
+        None => st.params.rate(0),
+    };
+    for b in 0..n {
+        for (l, table) in st.tables.iter().enumerate() {
+            let width = s.weights.width(l);
+            for (r, row) in s.weights.weights_mut()[l]
+                .chunks_exact_mut(width)
+                .enumerate()
+            {
+                w.read(table, r as u64, row)?;
+            }
+        }
+        if !w.is_virtual() {
+            let which = mini_batch(&s.order, st.clocks, b % st.clocks);
+            s.weights
+                .gradient_step(train, which, rate, &mut s.scratch, &mut s.step);
+        }
+        write(w, st, &s.step, &s.weights)?;
+        w.clock()?;
+    }
+    Ok(())
+}
+
 /// UPDATEs every row of every layer by `deltas` (shaped as `shape`'s weights).
 fn write<N: Network>(
     w: &mut Worker<'_>,

@@ -242,3 +242,21 @@ fn layer_updates_train_the_model_gradients_do_with_a_fraction_of_the_bytes() {
         .to_string();
     assert!(e.contains("not all fully connected"), "{e}");
 }
+
+#[test]
+fn a_warm_start_trains_one_replica_alone_before_the_others_join() {
+    let data = tiny();
+    let p = params(Some(ServerRule::AdaGrad));
+    let cold = run(&bsp(Mode::Virtual, 2, 1), &p, &data).unwrap();
+    let warm_p = DnnConfig {
+        warm_start: 3,
+        ..p.clone()
+    };
+    let warm = run(&bsp(Mode::Virtual, 2, 1), &warm_p, &data).unwrap();
+    assert_eq!(warm.report.params["warm_start"], 3);
+    assert!(warm.model != cold.model, "the warm start changed nothing");
+    // Under BSP it is deterministic, and equal over two processes.
+    let again = run(&bsp(Mode::Generic, 2, 1), &warm_p, &data).unwrap();
+    assert!(again.model == warm.model, "generic and virtual mode differ");
+    processes_agree(&MLP, &data, &warm_p, &[Mode::Generic]);
+}

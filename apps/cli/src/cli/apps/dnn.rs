@@ -67,6 +67,10 @@ pub struct DnnArgs {
     /// shards multiply them out (k(M+N) values for k samples instead of MN).
     #[arg(long, help_heading = "DNN options")]
     pub layer_updates: bool,
+    /// DistBelief's warm start: replica 0 alone trains N mini-batches of its share
+    /// (reading and writing every one) before the other replicas join [default: 0].
+    #[arg(long, value_name = "N", help_heading = "DNN options")]
+    pub warm_start: Option<usize>,
     /// Make global worker W sleep MS milliseconds before each of its mini-batches (a
     /// straggler on purpose, to see --epoch-quorum at work without a CPU quota).
     #[arg(long, value_name = "W:MS", help_heading = "DNN options")]
@@ -199,7 +203,7 @@ impl CliApp for Dnn {
 
 /// The DNN's network from `--model` (`true`: the CNN) and its hyper-parameters from
 /// `args` (`--hidden`, `--activation`, `--channels`, `--kernel`, `--lr`, `--lr-decay`,
-/// `--momentum`, `--server-rule`, `--epoch-quorum`, `--layer-updates`, `--straggler`, `--batch`) and `seed`, the defaults being the network's.
+/// `--momentum`, `--server-rule`, `--epoch-quorum`, `--layer-updates`, `--warm-start`, `--straggler`, `--batch`) and `seed`, the defaults being the network's.
 fn dnn_config(args: &DnnArgs, seed: u64) -> Result<(bool, DnnConfig)> {
     let cnn = match args.model.as_deref() {
         None | Some("mlp") => false,
@@ -244,6 +248,7 @@ fn dnn_config(args: &DnnArgs, seed: u64) -> Result<(bool, DnnConfig)> {
         server_rule,
         epoch_quorum: args.epoch_quorum,
         layer_updates: args.layer_updates,
+        warm_start: args.warm_start.unwrap_or(0),
         straggler: match args.straggler.as_deref() {
             None => None,
             Some(s) => Some(
