@@ -461,6 +461,7 @@ fn run_split_in<N: Network>(
         params,
         data,
         zeros,
+        warm: None,
     };
     train.run(
         cluster,
@@ -468,7 +469,6 @@ fn run_split_in<N: Network>(
         report,
         states,
         |w, s| partitioned::iteration(w, epoch, s),
-        None,
         observer,
     )
 }
@@ -558,30 +558,31 @@ fn weight_shards(
 
 /// What every way of training shares: the tables, the hyper-parameters, the data and the
 /// network's shape.
-struct Training<'a, N> {
+struct Training<'a, N, S> {
     tables: &'a [Table<f32>],
     params: &'a DnnConfig,
     data: &'a ImageSet,
     zeros: N,
+    /// The warm start's run, if any.
+    warm: Option<WarmUp<'a, S>>,
 }
 
 /// A run before the first epoch, after the initial weights (the warm start).
 type WarmUp<'a, S> = &'a (dyn Fn(&mut Worker<'_>, &mut S) -> iterstore::Result<()> + Sync);
 
-impl<N: Network> Training<'_, N> {
+impl<N: Network, S: Saved> Training<'_, N, S> {
     /// A resume (with `--resume`), the virtual iteration (virtual mode), the initial
     /// weights and the `warm` run if any (unless resumed; its time counts as the
     /// initialisation's), then one `iteration` per epoch on every worker, each
     /// followed by the mean training loss over the cluster, the test accuracy and a
     /// checkpoint when one is due.
-    fn run<S: Saved>(
+    fn run(
         self,
         cluster: &mut Cluster,
         cfg: &AppConfig,
         mut report: RunReport,
         mut states: Vec<S>,
         iteration: impl Fn(&mut Worker<'_>, &mut S) -> iterstore::Result<()> + Sync,
-        warm: Option<WarmUp<'_, S>>,
         observer: Observer<'_>,
     ) -> Result<DnnOutcome<N>, AppError> {
         let (tables, zeros) = (self.tables, &self.zeros);
@@ -619,7 +620,7 @@ impl<N: Network> Training<'_, N> {
                 // UPDATEs are gradients: the initial weights are set, not added.
                 Some(_) => init_set(cluster, tables, zeros, self.params.seed)?,
             };
-            if let Some(warm) = warm {
+            if let Some(warm) = self.warm {
                 report.init_s += timed_run(cluster, &mut states, warm)?.seconds;
             }
         }
@@ -757,21 +758,21 @@ fn run_network_in<N: Network>(
         clocks,
         quorum,
     };
+    let warm_start = params.warm_start;
+    let warm = move |w: &mut Worker<'_>, s: &mut State<N>| warm_up(w, st, s, warm_start);
     let train = Training {
         tables: &tables,
         params,
         data,
         zeros,
+        warm: (warm_start > 0).then_some(&warm as WarmUp<'_, State<N>>),
     };
-    let warm_start = params.warm_start;
-    let warm = move |w: &mut Worker<'_>, s: &mut State<N>| warm_up(w, st, s, warm_start);
     train.run(
         cluster,
         cfg,
         report,
         states,
         |w, s| iteration(w, st, s),
-        (warm_start > 0).then_some(&warm as WarmUp<'_, State<N>>),
         observer,
     )
 }

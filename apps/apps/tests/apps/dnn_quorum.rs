@@ -159,7 +159,7 @@ fn runs_a_quorum_cannot_help_are_refused_before_any_work() {
     .unwrap_err()
     .to_string();
     assert!(
-        e.contains("a straggler or layer updates with a partitioned replica"),
+        e.contains("layer updates or a warm start with a partitioned replica"),
         "{e}"
     );
 }
