@@ -202,15 +202,7 @@ pub(super) fn iteration<N: Network>(
             continue;
         }
         if b % st.read_every == 0 {
-            for (l, table) in st.tables.iter().enumerate() {
-                let width = s.weights.width(l);
-                for (r, row) in s.weights.weights_mut()[l]
-                    .chunks_exact_mut(width)
-                    .enumerate()
-                {
-                    w.read(table, r as u64, row)?;
-                }
-            }
+            read(w, st, &mut s.weights)?;
             // The steps not written yet are this worker's too (gradients are not steps).
             if st.write_every > 1 && !server {
                 add_layers(s.weights.weights_mut(), &s.pending);
@@ -302,15 +294,7 @@ pub(super) fn warm_up<N: Network>(
         None => st.params.rate(0),
     };
     for b in 0..n {
-        for (l, table) in st.tables.iter().enumerate() {
-            let width = s.weights.width(l);
-            for (r, row) in s.weights.weights_mut()[l]
-                .chunks_exact_mut(width)
-                .enumerate()
-            {
-                w.read(table, r as u64, row)?;
-            }
-        }
+        read(w, st, &mut s.weights)?;
         if !w.is_virtual() {
             let which = mini_batch(&s.order, st.clocks, b % st.clocks);
             s.weights
@@ -318,6 +302,17 @@ pub(super) fn warm_up<N: Network>(
         }
         write(w, st, &s.step, &s.weights)?;
         w.clock()?;
+    }
+    Ok(())
+}
+
+/// READs every row of every layer into `weights`.
+fn read<N: Network>(w: &mut Worker<'_>, st: Step<'_>, weights: &mut N) -> iterstore::Result<()> {
+    for (l, table) in st.tables.iter().enumerate() {
+        let width = weights.width(l);
+        for (r, row) in weights.weights_mut()[l].chunks_exact_mut(width).enumerate() {
+            w.read(table, r as u64, row)?;
+        }
     }
     Ok(())
 }
