@@ -85,7 +85,7 @@ use super::{
 };
 use iterstore_algo::dnn::mlp::clocks;
 #[cfg(doc)]
-use iterstore_algo::dnn::mlp::{gradient_step, init_row, reference};
+use iterstore_algo::dnn::mlp::{epoch_order, gradient_step, init_row, mini_batch, reference};
 use iterstore_algo::dnn::quorum::replicas_needed;
 use iterstore_algo::dnn::stack::Stack;
 use iterstore_algo::dnn::{
