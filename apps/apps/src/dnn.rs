@@ -176,6 +176,38 @@ fn epoch_quorum(
     Ok(Some(needed))
 }
 
+/// The bytes of UPDATEs every process's workers sent to each weight table (all-gathered:
+/// every process must call it), for the report; tables nobody updated are left out.
+fn cluster_update_bytes(
+    cluster: &mut Cluster,
+    tables: &[Table<f32>],
+) -> Result<Vec<iterstore::TableUpdates>, AppError> {
+    let names: Vec<String> = (0..tables.len()).map(|l| format!("dnn.w{l}")).collect();
+    let local = cluster.update_bytes();
+    let mine: Vec<f64> = names
+        .iter()
+        .map(|n| {
+            local
+                .iter()
+                .find(|u| &u.table == n)
+                .map_or(0.0, |u| u.bytes as f64)
+        })
+        .collect();
+    let all = cluster.all_gather(&mine)?;
+    Ok(names
+        .into_iter()
+        .enumerate()
+        .map(|(l, table)| iterstore::TableUpdates {
+            table,
+            bytes: all
+                .iter()
+                .map(|p| p.get(l).copied().unwrap_or(0.0) as u64)
+                .sum(),
+        })
+        .filter(|u| u.bytes > 0)
+        .collect())
+}
+
 /// The current weights, read back from the servers.
 fn snapshot<N: Network>(
     cluster: &Cluster,
@@ -687,6 +719,7 @@ impl<N: Network, S: Saved> Training<'_, N, S> {
             report.set_test_accuracy(accuracies);
         }
         report.record_store(cluster);
+        report.update_bytes = cluster_update_bytes(cluster, tables)?;
         Ok(DnnOutcome { report, model })
     }
 }

@@ -277,9 +277,10 @@ pub struct RunReport {
     /// otherwise).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub test_accuracy_per_iteration: Vec<f64>,
-    /// Bytes of UPDATEs this process's workers sent, by table
-    /// ([`iterstore::Cluster::update_bytes`]: rows sent the generic way and rank-k
-    /// updates as factors; planned rows' slabs are not in it); absent when none.
+    /// Bytes of UPDATEs sent, by table ([`iterstore::Cluster::update_bytes`]: rows sent
+    /// the generic way and rank-k updates as factors; planned rows' slabs are not in it):
+    /// this process's workers', the DNN's weight tables summed over the cluster; absent
+    /// when none.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub update_bytes: Vec<iterstore::TableUpdates>,
     /// What the DNN's epoch quorum did (`--epoch-quorum`; absent without).

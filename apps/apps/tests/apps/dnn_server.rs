@@ -260,3 +260,39 @@ fn a_warm_start_trains_one_replica_alone_before_the_others_join() {
     assert!(again.model == warm.model, "generic and virtual mode differ");
     processes_agree(&MLP, &data, &warm_p, &[Mode::Generic]);
 }
+
+#[test]
+fn the_bytes_per_layer_are_the_clusters_on_every_process() {
+    let data = tiny();
+    let p = DnnConfig {
+        hidden: vec![64],
+        batch: 32,
+        layer_updates: true,
+        ..params(Some(ServerRule::AdaGrad))
+    };
+    // One process of 2 workers and 2 shards places rows as 2 processes of one each do.
+    let one = run(
+        &AppConfig {
+            shards: 2,
+            ..bsp(Mode::Generic, 2, 2)
+        },
+        &p,
+        &data,
+    )
+    .unwrap();
+    let cfg = bsp(Mode::Generic, 1, 2);
+    let lift = |e: iterstore_apps::AppError| iterstore::Error::app(0, e);
+    let two = iterstore::Cluster::run_local_processes(cfg.store_config(), 2, |c| {
+        run_in(c, &cfg, &p, &data, &mut |_| {}).map_err(lift)
+    })
+    .unwrap();
+    assert_eq!(
+        one.report.update_bytes.len(),
+        2,
+        "{:?}",
+        one.report.update_bytes
+    );
+    for out in &two {
+        assert_eq!(out.report.update_bytes, one.report.update_bytes);
+    }
+}
