@@ -2,6 +2,7 @@
 //! delta slabs split into one `Clock` message per shard, the sent updates kept for
 //! read-my-writes, and the prefetch of the refresh the next reads need.
 
+use super::outer::tally;
 use super::special::Slab;
 use super::{SpecialWorker, Worker};
 use crate::consistency::Staleness;
@@ -26,27 +27,22 @@ impl Worker<'_> {
         let mut per_shard: Vec<RowBatch> = (0..shards).map(|_| Vec::new()).collect();
         let mut outer: Vec<Vec<Outer>> = (0..shards).map(|_| Vec::new()).collect();
         let log = std::mem::take(&mut self.oplog);
-        // Bytes by table (a row's key is 12 bytes): few tables, a short list.
+        // Bytes sent by table, counted as the rows are cut (a row's key is 12 bytes).
         let mut sent = self.cut_outer(&placement, &mut outer, &mut per_shard);
-        for (key, delta) in &log {
-            let bytes = 12 + delta.len() as u64;
-            match sent.iter_mut().find(|(t, _)| *t == key.table) {
-                Some((_, b)) => *b += bytes,
-                None => sent.push((key.table, bytes)),
-            }
-        }
-        if !sent.is_empty() {
-            self.shared.count_update_bytes(&sent);
-        }
         if self.keeps_recent() {
             for (key, delta) in &log {
+                tally(&mut sent, key.table, 12 + delta.len());
                 per_shard[placement.shard_of(*key) as usize].push((*key, delta.clone()));
             }
             self.recent.push(self.clock, log);
         } else {
             for (key, delta) in log {
+                tally(&mut sent, key.table, 12 + delta.len());
                 per_shard[placement.shard_of(key) as usize].push((key, delta));
             }
+        }
+        if !sent.is_empty() {
+            self.shared.count_update_bytes(&sent);
         }
         let keep = self.keeps_recent();
         let (epoch, mut slabs) = match &mut self.special {

@@ -23,7 +23,6 @@ pub(super) struct PendingOuter {
     table: TableId,
     rows: Range<u64>,
     elem: ElemType,
-    elem_size: usize,
     left: AlignedBuf,
     right: AlignedBuf,
 }
@@ -109,9 +108,7 @@ impl Worker<'_> {
             ));
         }
         for row in rows.clone() {
-            if self.record(table.key(row), Access::Update) {
-                continue;
-            }
+            self.record(table.key(row), Access::Update);
         }
         if self.virtual_only || k == 0 {
             return Ok(());
@@ -120,7 +117,6 @@ impl Worker<'_> {
             table: meta.id,
             rows,
             elem: T::TYPE,
-            elem_size: T::TYPE.size(),
             left: AlignedBuf::from_slice(left),
             right: AlignedBuf::from_slice(right),
         });
@@ -140,14 +136,13 @@ impl Worker<'_> {
         let mut sent: Vec<(TableId, u64)> = Vec::new();
         for o in self.outer.drain(..) {
             let n = (o.rows.end - o.rows.start) as usize;
-            let size = o.elem_size;
+            let size = o.elem.size();
             let k = o.left.len() / (n * size);
             let width = o.right.len() / (k * size);
             let mut mine: Vec<Vec<u64>> = vec![Vec::new(); outer.len()];
             for row in o.rows.clone() {
                 mine[placement.shard_of(RowKey::new(o.table, row)) as usize].push(row);
             }
-            let mut bytes = 0u64;
             let left = o.left.as_bytes();
             for (shard, rows) in mine.into_iter().enumerate() {
                 if rows.is_empty() {
@@ -168,12 +163,12 @@ impl Worker<'_> {
                     .flatten();
                 match multiplied {
                     Some(deltas) => {
-                        bytes += whole as u64;
+                        tally(&mut sent, o.table, whole);
                         let keys = rows.iter().map(|&row| RowKey::new(o.table, row));
                         rows_out[shard].extend(keys.zip(deltas));
                     }
                     None => {
-                        bytes += factored as u64;
+                        tally(&mut sent, o.table, factored);
                         outer[shard].push(Outer {
                             table: o.table,
                             rows,
@@ -183,10 +178,6 @@ impl Worker<'_> {
                     }
                 }
             }
-            match sent.iter_mut().find(|(t, _)| *t == o.table) {
-                Some((_, b)) => *b += bytes,
-                None => sent.push((o.table, bytes)),
-            }
         }
         sent
     }
@@ -194,5 +185,13 @@ impl Worker<'_> {
     /// Whether rank-k updates wait for the next CLOCK.
     pub(super) fn has_outer(&self) -> bool {
         !self.outer.is_empty()
+    }
+}
+
+/// Adds `bytes` sent to `table` into `sent` (a short list: few tables).
+pub(super) fn tally(sent: &mut Vec<(TableId, u64)>, table: TableId, bytes: usize) {
+    match sent.iter_mut().find(|(t, _)| *t == table) {
+        Some((_, b)) => *b += bytes as u64,
+        None => sent.push((table, bytes as u64)),
     }
 }

@@ -173,8 +173,6 @@ pub(super) fn iteration<N: Network>(
     } else {
         (st.params.rate(s.epoch), st.params.momentum)
     };
-    // Whether `pending` holds steps not UPDATEd yet.
-    let mut unwritten = false;
     for b in 0..st.clocks {
         if let Some(slow) = st.params.straggler {
             if slow.worker == w.id() && !s.cut && !w.is_virtual() {
@@ -189,9 +187,9 @@ pub(super) fn iteration<N: Network>(
                     s.cut = true;
                     let done = partition(s.order.len(), st.clocks, b).start;
                     s.carried.extend_from_slice(&s.order[done..]);
-                    if unwritten {
+                    // Mini-batches 0..b ran, and a write follows every write_every-th.
+                    if b % st.write_every != 0 {
                         flush(w, st, s)?;
-                        unwritten = false;
                     }
                 }
             }
@@ -201,6 +199,8 @@ pub(super) fn iteration<N: Network>(
             w.clock()?;
             continue;
         }
+        // Whether this mini-batch ends with a write of what is pending.
+        let write_due = (b + 1) % st.write_every == 0 || b + 1 == st.clocks;
         if b % st.read_every == 0 {
             read(w, st, &mut s.weights)?;
             // The steps not written yet are this worker's too (gradients are not steps).
@@ -230,10 +230,8 @@ pub(super) fn iteration<N: Network>(
                     right.extend_from_slice(inputs);
                 }
             }
-            unwritten = true;
-            if (b + 1) % st.write_every == 0 || b + 1 == st.clocks {
+            if write_due {
                 flush(w, st, s)?;
-                unwritten = false;
             }
             w.clock()?;
             continue;
@@ -248,10 +246,8 @@ pub(super) fn iteration<N: Network>(
             write(w, st, &s.velocity, &s.weights)?;
         } else {
             add_layers(&mut s.pending, &s.velocity);
-            unwritten = true;
-            if (b + 1) % st.write_every == 0 || b + 1 == st.clocks {
+            if write_due {
                 flush(w, st, s)?;
-                unwritten = false;
             }
         }
         w.clock()?;

@@ -25,7 +25,6 @@ pub(super) struct Quorum {
     me: usize,
     /// Which replicas' words have come.
     heard: Vec<bool>,
-    count: usize,
 }
 
 impl Quorum {
@@ -35,7 +34,6 @@ impl Quorum {
             needed,
             me,
             heard: vec![false; replicas],
-            count: 0,
         }
     }
 
@@ -46,10 +44,9 @@ impl Quorum {
         for r in 0..self.heard.len() {
             if r != self.me && !self.heard[r] && w.try_recv_from(r, OVER, &mut samples)? {
                 self.heard[r] = true;
-                self.count += 1;
             }
         }
-        Ok(self.count >= self.needed)
+        Ok(self.heard.iter().filter(|&&h| h).count() >= self.needed)
     }
 
     /// Tells every other replica this one's share is over (`samples` processed), then
@@ -65,7 +62,6 @@ impl Quorum {
             if r != self.me && !self.heard[r] {
                 w.recv_from(r, OVER, &mut theirs)?;
                 self.heard[r] = true;
-                self.count += 1;
             }
         }
         Ok(())

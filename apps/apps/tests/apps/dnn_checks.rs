@@ -69,19 +69,30 @@ pub(crate) fn processes_agree<N: PartialEq + Send>(
     params: &DnnConfig,
     modes: &[Mode],
 ) {
-    let lift = |e: AppError| iterstore::Error::app(0, e);
     for &mode in modes {
         let one = (net.run)(&bsp(mode, 2, 2), params, data).unwrap();
         let cfg = bsp(mode, 1, 2);
-        let got = Cluster::run_local_processes(cfg.store_config(), 2, |c| {
-            (net.run_in)(c, &cfg, params, data, &mut |_| {}).map_err(lift)
-        })
-        .unwrap();
+        let got = on_processes(&cfg, 2, |c| {
+            (net.run_in)(c, &cfg, params, data, &mut |_| {})
+        });
         for (rank, out) in got.iter().enumerate() {
             assert!(out.model == one.model, "{mode:?}: rank {rank} differs");
             assert_eq!(losses(out), losses(&one), "{mode:?}: rank {rank}");
         }
     }
+}
+
+/// `f`'s outcome on each of `processes` processes of one cluster in this OS process
+/// (`cfg`'s store configuration); an error of any fails the test.
+pub(crate) fn on_processes<N: Send>(
+    cfg: &AppConfig,
+    processes: usize,
+    f: impl Fn(&mut Cluster) -> Result<DnnOutcome<N>, AppError> + Sync,
+) -> Vec<DnnOutcome<N>> {
+    Cluster::run_local_processes(cfg.store_config(), processes, |c| {
+        f(c).map_err(|e| iterstore::Error::app(0, e))
+    })
+    .unwrap()
 }
 
 /// One replica count with each layer's partitions and replications, synchronised every

@@ -7,12 +7,13 @@
 
 use std::time::Duration;
 
-use iterstore::{Cluster, Mode, Staleness};
+use iterstore::{Mode, Staleness};
 use iterstore_algo::dnn::{DnnConfig, Partitioning, ServerRule, Straggler};
-use iterstore_apps::dnn::{run, run_in, run_partitioned_observed, DnnOutcome};
-use iterstore_apps::{AppConfig, AppError, QuorumReport};
+use iterstore_apps::dnn::{run, run_in, run_partitioned_observed};
+use iterstore_apps::{AppConfig, QuorumReport};
 use iterstore_data::{ImageSet, ImageSpec};
 
+use crate::dnn_checks::on_processes;
 use crate::util::bsp;
 
 fn small() -> ImageSet {
@@ -99,11 +100,7 @@ fn two_processes_keep_the_quorum_as_one_does() {
     let data = small();
     let cfg = asynchronous(2, 2);
     let p = params(Some(0.75), 40);
-    let lift = |e: AppError| iterstore::Error::app(0, e);
-    let got: Vec<DnnOutcome> = Cluster::run_local_processes(cfg.store_config(), 2, |c| {
-        run_in(c, &cfg, &p, &data, &mut |_| {}).map_err(lift)
-    })
-    .unwrap();
+    let got = on_processes(&cfg, 2, |c| run_in(c, &cfg, &p, &data, &mut |_| {}));
     for out in &got {
         let q = out.report.epoch_quorum.as_ref().unwrap();
         check_accounting(q, 4, data.train.len(), 2);

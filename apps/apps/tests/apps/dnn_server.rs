@@ -14,7 +14,7 @@ use iterstore_apps::dnn::{run, run_in, run_partitioned_observed};
 use iterstore_apps::{AppConfig, CheckpointConfig};
 use iterstore_data::{ImageSet, ImageSpec};
 
-use crate::dnn_checks::{losses, processes_agree, split, NetApp};
+use crate::dnn_checks::{losses, on_processes, processes_agree, split, NetApp};
 use crate::util::{bsp, MODES};
 
 fn tiny() -> ImageSet {
@@ -169,12 +169,9 @@ fn weights_on_a_dedicated_parameter_server_are_stepped_there() {
         ..split(1, &[1, 1], &[1, 1])
     };
     let cfg = bsp(Mode::Virtual, 1, 2);
-    let lift = |e: iterstore_apps::AppError| iterstore::Error::app(0, e);
-    let got = iterstore::Cluster::run_local_processes(cfg.store_config(), 2, |c| {
+    let got = on_processes(&cfg, 2, |c| {
         iterstore_apps::dnn::run_partitioned_in(c, &cfg, &p, &data, Some(&dedicated), &mut |_| {})
-            .map_err(lift)
-    })
-    .unwrap();
+    });
     for out in &got {
         assert!(out.model == one.model, "the weights differ");
         assert_eq!(out.report.params["weight_shards"], "1..2");
@@ -281,11 +278,7 @@ fn the_bytes_per_layer_are_the_clusters_on_every_process() {
     )
     .unwrap();
     let cfg = bsp(Mode::Generic, 1, 2);
-    let lift = |e: iterstore_apps::AppError| iterstore::Error::app(0, e);
-    let two = iterstore::Cluster::run_local_processes(cfg.store_config(), 2, |c| {
-        run_in(c, &cfg, &p, &data, &mut |_| {}).map_err(lift)
-    })
-    .unwrap();
+    let two = on_processes(&cfg, 2, |c| run_in(c, &cfg, &p, &data, &mut |_| {}));
     assert_eq!(
         one.report.update_bytes.len(),
         2,
