@@ -133,6 +133,12 @@ impl Cluster {
         }
         let (results, logs) = outcome?;
         ended?;
+        // Once every process has ended the run, every message another process's workers
+        // sent in it has arrived (it travelled ahead of that process's RunEnd, FIFO per
+        // pair of processes): one nobody received fails this run, not the next.
+        if let Some(e) = self.leftover_error(self.runs.rounds) {
+            return Err(e);
+        }
         if gather_first {
             // First-iteration gathering: this run was generic and logged; every update is
             // on the servers now, so the conversion loses nothing.
@@ -239,26 +245,34 @@ impl Cluster {
         }
         // Messages of this round nobody received: an error of the run (or, after another
         // error, dropped with it), never values for a later run's receives.
-        let leftovers = self.shared.mailboxes.leftovers(round);
-        if let (None, Some(l)) = (&first_error, leftovers.first()) {
-            first_error = Some(Error::Receive {
-                worker: self.shared.world.worker_id(self.shared.process, l.to) as usize,
-                from: l.from as usize,
-                tag: l.tag,
-                reason: format!(
-                    "{} message(s) sent to it in this run were never received{}",
-                    l.count,
-                    match leftovers.len() {
-                        1 => String::new(),
-                        n => format!(" (and {} more sender/tag pairs)", n - 1),
-                    }
-                ),
-            });
+        let leftover = self.leftover_error(round);
+        if first_error.is_none() {
+            first_error = leftover;
         }
         match first_error {
             Some(e) => Err(e),
             None => Ok((results, logs)),
         }
+    }
+
+    /// The error for messages of round `round` still waiting in a mailbox (taken out and
+    /// dropped), if any.
+    fn leftover_error(&self, round: u64) -> Option<Error> {
+        let leftovers = self.shared.mailboxes.leftovers(round);
+        let l = leftovers.first()?;
+        Some(Error::Receive {
+            worker: self.shared.world.worker_id(self.shared.process, l.to) as usize,
+            from: l.from as usize,
+            tag: l.tag,
+            reason: format!(
+                "{} message(s) sent to it in this run were never received{}",
+                l.count,
+                match leftovers.len() {
+                    1 => String::new(),
+                    n => format!(" (and {} more sender/tag pairs)", n - 1),
+                }
+            ),
+        })
     }
 
     /// Ends the current run at every shard and waits until every process has ended it:
