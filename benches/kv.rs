@@ -16,7 +16,8 @@
 //! measured 5.0 M values/s push on this kind of machine. See `BENCHMARKS.md`.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use iterstore::{Cluster, Config, Membership, Mode, Secret, Staleness, Table};
+use iterstore::deploy::{Membership, Secret};
+use iterstore::{Cluster, Config, Mode, Staleness, Table};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -42,7 +43,7 @@ struct Pair {
 
 impl Pair {
     fn start(mode: Mode, staleness: Staleness) -> Pair {
-        let hosts = iterstore::loopback_hosts(2).unwrap();
+        let hosts = iterstore::deploy::loopback_hosts(2).unwrap();
         let secret = Secret::new(b"kv benchmark secret, not for use".to_vec()).unwrap();
         let config = |rank| {
             Config::new(1)

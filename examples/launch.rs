@@ -10,7 +10,8 @@
 #[path = "common/softmax.rs"]
 mod softmax;
 
-use iterstore::{launch_local, Cluster, Config, Launched, Mode};
+use iterstore::deploy::{launch_local, Launched};
+use iterstore::{Cluster, Config, Mode};
 
 const EPOCHS: usize = 5;
 

@@ -117,6 +117,7 @@ pub trait Element:
     fn add(self, other: Self) -> Self;
 
     /// Adds `src` into `dst` element-wise (lengths must match).
+    #[doc(hidden)] // the store's own row arithmetic, not part of the API
     #[inline]
     fn add_slice(dst: &mut [Self], src: &[Self]) {
         debug_assert_eq!(dst.len(), src.len());
@@ -140,6 +141,7 @@ pub trait Element:
     /// its store buffer (a stall of a dozen cycles each), while these never do.
     ///
     /// [`sum_into`]: Self::sum_into
+    #[doc(hidden)] // the store's own row arithmetic, not part of the API
     #[inline]
     fn copy_row(dst: &mut [Self], src: &[Self]) {
         debug_assert_eq!(dst.len(), src.len());
@@ -158,6 +160,7 @@ pub trait Element:
     /// as copying `a` into `dst` and then [`add_slice`](Self::add_slice) of `b`. Written
     /// in the pieces of [`copy_row`](Self::copy_row) (whole quads, then single elements,
     /// never overlapping), for the same reason: the application reads the row at once.
+    #[doc(hidden)] // the store's own row arithmetic, not part of the API
     #[inline]
     fn sum_into(dst: &mut [Self], a: &[Self], b: &[Self]) {
         debug_assert!(dst.len() == a.len() && a.len() == b.len());

@@ -56,7 +56,8 @@ impl Launched {
 /// describe a cluster (naming what is wrong).
 ///
 /// ```no_run
-/// use iterstore::{launch_local, Cluster, Config, Launched};
+/// use iterstore::{Cluster, Config};
+/// use iterstore::deploy::{launch_local, Launched};
 ///
 /// # fn main() -> iterstore::Result<()> {
 /// match launch_local(2)? {

@@ -45,7 +45,7 @@
 //! In [`Mode::Virtual`] the application runs its iteration code once through
 //! [`Cluster::virtual_iteration`] before any parameter has a value; the store logs which
 //! rows each worker touches, in which order, and builds its specialized structures from
-//! that ([`Stats`] shows they are used). Two rules:
+//! that ([`Stats`](stats::Stats) shows they are used). Two rules:
 //!
 //! - *Which* rows an iteration touches must not depend on the values it reads (reads
 //!   return zeros here). A real iteration that deviates still gives the same answers; it
@@ -89,7 +89,8 @@
 //! could not do as asked — a virtual iteration outside [`Mode::Virtual`] (nothing is
 //! specialized), a virtual-mode run before any virtual iteration (it runs generic), a
 //! recorded iteration without a CLOCK — is said once per kind *even without a
-//! subscriber* (then on standard error), counted in [`Stats::diagnostics`] and listed by
+//! subscriber* (then on standard error), counted in
+//! [`Stats::diagnostics`](stats::Stats::diagnostics) and listed by
 //! [`Cluster::diagnostics`]. [`Cluster::stats`] says whether the specialization was
 //! taken: `tape_accesses` (found on the op tape, the fast path) against
 //! `indexed_accesses` (off the pattern). `examples/custom_app.rs` shows all three.
@@ -130,29 +131,54 @@ mod transport;
 mod worker;
 mod world;
 
-pub use checkpoint::{newest_checkpoint, ClusterRule};
-pub use cluster::{Cluster, NumaReport, Resumed, SpecialMemory, Stats, TableUpdates};
+// The core: what every embedding writes.
+pub use cluster::Cluster;
 pub use config::{
     Config, Mode, SlabStores, Specializations, MAX_SHARDS, MAX_WORKERS, MESSAGE_TIMEOUT,
 };
 pub use consistency::Staleness;
 pub use element::{ElemType, Element};
 pub use error::{Error, Result};
-pub use gather::{AccessPattern, RowUse};
 pub use ids::{Clock, RowKey, TableId};
-pub use launch::{
-    die_with_parent, fresh_secret, launch_local, Launched, LAUNCH_GRACE, LAUNCH_HOSTS_ENV,
-    LAUNCH_RANK_ENV, MAX_LOCAL_PROCESSES,
-};
-pub use membership::{
-    expand_hostlist, loopback_hosts, parse_hosts, parse_tasks_per_node, rank_from_env, rendezvous,
-    Membership, RendezvousConfig, Secret, BASE_PORT_ENV, DEFAULT_BASE_PORT, MAX_HOSTLIST_HOSTS,
-    MIN_SEND_QUEUE_BYTES, RENDEZVOUS_PORT_ENV, RENDEZVOUS_TIMEOUT, RENDEZVOUS_TIMEOUT_ENV,
-    SECRET_ENV, SHUTDOWN_TIMEOUT,
-};
-pub use numa::WorkerPlacement;
 pub use rule::{Real, Rule};
 pub use table::Table;
-pub use topology::{Core, Topology, TopologySource, Zone};
-pub use transport::KindTraffic;
 pub use worker::Worker;
+
+/// Checkpoints and resuming from them: [`Cluster::checkpoint`], [`Cluster::resume`].
+pub mod checkpoints {
+    pub use crate::checkpoint::{newest_checkpoint, ClusterRule};
+    pub use crate::cluster::Resumed;
+    pub use crate::error::checkpoint::CheckpointError;
+}
+
+/// Starting the processes of a cluster and finding each other: hosts files and lists,
+/// the shared secret, the rendezvous, ranks from Slurm or the environment, and a
+/// launcher of local processes ([`launch_local`](deploy::launch_local)).
+pub mod deploy {
+    pub use crate::launch::{
+        die_with_parent, fresh_secret, launch_local, Launched, LAUNCH_GRACE, LAUNCH_HOSTS_ENV,
+        LAUNCH_RANK_ENV, MAX_LOCAL_PROCESSES,
+    };
+    pub use crate::membership::{
+        expand_hostlist, loopback_hosts, parse_hosts, parse_tasks_per_node, rank_from_env,
+        rendezvous, Membership, RendezvousConfig, Secret, BASE_PORT_ENV, DEFAULT_BASE_PORT,
+        MAX_HOSTLIST_HOSTS, MIN_SEND_QUEUE_BYTES, RENDEZVOUS_PORT_ENV, RENDEZVOUS_TIMEOUT,
+        RENDEZVOUS_TIMEOUT_ENV, SECRET_ENV, SHUTDOWN_TIMEOUT,
+    };
+}
+
+/// What a cluster reports about itself: [`Cluster::stats`], the access pattern a
+/// virtual iteration recorded ([`Cluster::access_pattern`]), traffic by message kind,
+/// UPDATE bytes by table, and where the NUMA placement put threads and memory.
+pub mod stats {
+    pub use crate::cluster::{NumaReport, SpecialMemory, Stats, TableUpdates};
+    pub use crate::gather::{AccessPattern, RowUse};
+    pub use crate::transport::KindTraffic;
+}
+
+/// The machine's topology (NUMA zones and cores, from hwloc or synthetic) and how
+/// workers are placed on it ([`Config::with_topology`], `Config::worker_placement`).
+pub mod machine {
+    pub use crate::numa::WorkerPlacement;
+    pub use crate::topology::{Core, Topology, TopologySource, Zone};
+}

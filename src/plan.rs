@@ -71,7 +71,7 @@ pub struct Plan {
     /// Refresh chunks, shard by shard (see [`build`] for their order).
     pub chunks: Vec<Span>,
     /// Per chunk: the clocks of the iteration in which the process reads its rows (bit
-    /// `c mod 64`, as [`RowUse::read_phases`](crate::RowUse::read_phases)); every row of
+    /// `c mod 64`, as [`RowUse::read_phases`](crate::stats::RowUse::read_phases)); every row of
     /// a chunk is read in the same clocks. The refresh before clock `c` asks only for the
     /// chunks with bit `c` set; a chunk no worker reads is never refreshed.
     pub chunk_phases: Vec<u64>,
@@ -158,7 +158,7 @@ pub fn tapes(
 
 /// Lays out `pattern` over the shards of `placement` (rows of tables unknown to `tables`
 /// are left out). Within a shard, rows are grouped by the clocks in which the process
-/// reads them ([`RowUse::read_phases`](crate::RowUse::read_phases); groups of fewer than
+/// reads them ([`RowUse::read_phases`](crate::stats::RowUse::read_phases); groups of fewer than
 /// a quarter of a chunk's rows merged into one), groups ordered by their first use and
 /// rows by first use within a group, and each group is cut into chunks of at most the
 /// shard's rows over [`PlanConfig::chunks`]: a refresh ships the chunks of one clock, in

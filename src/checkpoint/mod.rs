@@ -16,7 +16,6 @@
 //! write and how to read them back. It does not log.
 
 mod durable;
-mod error;
 mod layout;
 mod manifest;
 mod meta;
@@ -50,10 +49,10 @@ pub fn newest_checkpoint(root: &Path) -> crate::error::Result<Option<PathBuf>> {
 
 #[allow(unused_imports)]
 pub(crate) use self::{
-    error::CheckpointError,
     layout::dir_name,
     manifest::{Manifest, PartEntry},
     meta::{ClusterShape, Meta, TableShape},
     reader::{Checkpoint, PartReader},
     writer::{CheckpointWriter, Committed, PartWriter},
 };
+pub(crate) use crate::error::checkpoint::CheckpointError;

@@ -28,9 +28,10 @@ use super::batches::ShardBatches;
 use super::Cluster;
 use crate::buf::AlignedBuf;
 use crate::checkpoint::{
-    Checkpoint, CheckpointError, CheckpointWriter, ClusterRule, ClusterShape, Meta, PartEntry,
-    PartWriter, TableShape,
+    Checkpoint, CheckpointWriter, ClusterRule, ClusterShape, Meta, PartEntry, PartWriter,
+    TableShape,
 };
+use crate::error::checkpoint::CheckpointError;
 use crate::error::{Error, Result};
 use crate::ids::Clock;
 use crate::msg::Msg;
@@ -76,7 +77,8 @@ impl Resumed {
 }
 
 /// What a process did in one step of a checkpoint or resume, all-gathered: its parts (or
-/// clock), or the file at fault and why.
+/// clock), or the file at fault and why (an error's kind does not cross processes; the
+/// receiver makes it a [`CheckpointError::OnProcess`]).
 #[derive(Debug, Serialize, Deserialize)]
 struct Report<T> {
     outcome: std::result::Result<T, (PathBuf, String)>,
@@ -133,38 +135,35 @@ impl Cluster {
         self.check()?;
         let used = self.runs.ended > 0 || self.spec.plans > 0 || self.runs.sets > 0;
         let opened = if used || self.runs.resumed {
-            Err(Error::checkpoint(
-                dir,
-                format!(
-                    "{}: a resume must come before any run, plan, set_rows or other resume",
-                    dir.display()
-                ),
-            ))
+            Err(CheckpointError::TooLate {
+                dir: dir.to_path_buf(),
+            })
         } else {
-            Checkpoint::open_newest(dir, &self.checkpoint_meta(app), rule).map_err(Error::from)
+            Checkpoint::open_newest(dir, &self.checkpoint_meta(app), rule)
         };
-        let report = opened.as_ref().map(Checkpoint::clock);
-        let clocks = self.gather_reports(report.map_err(Error::clone_checkpoint))?;
-        let checkpoint = opened?;
+        let (checkpoint, clocks) = match opened {
+            Ok(c) => {
+                let clocks = self.gather_reports(Ok(c.clock()))?;
+                (c, clocks)
+            }
+            Err(e) => return Err(self.gather_failure::<Clock>(e)),
+        };
         if let Some((p, c)) = clocks.iter().enumerate().find(|(_, c)| **c != clocks[0]) {
-            return Err(Error::checkpoint(
-                dir,
-                format!(
-                    "{}: process 0 opened the checkpoint at clock {}, process {p} at clock {c}",
-                    dir.display(),
-                    clocks[0]
-                ),
-            ));
+            return Err(CheckpointError::ClockDisagreement {
+                dir: dir.to_path_buf(),
+                first: clocks[0],
+                process: p,
+                clock: *c,
+            }
+            .into());
         }
-        let batches = self.read_rows(&checkpoint);
-        let batches = batches.map_err(|(path, message)| Error::checkpoint(path, message));
-        self.gather_reports(
-            batches
-                .as_ref()
-                .map(|_| ())
-                .map_err(Error::clone_checkpoint),
-        )?;
-        let batches = batches?;
+        let batches = match self.read_rows(&checkpoint) {
+            Ok(b) => {
+                self.gather_reports(Ok(()))?;
+                b
+            }
+            Err(e) => return Err(self.gather_failure::<()>(e)),
+        };
         let clock = checkpoint.clock();
         let from = self.shared.process;
         self.send_batches(batches, |rows, last| Msg::Restore {
@@ -201,31 +200,30 @@ impl Cluster {
     fn checkpoint_parts(&mut self, dir: &Path, app: &str, state: Option<&[u8]>) -> Result<PathBuf> {
         self.check()?;
         if let Some(t) = self.registry.tables().iter().find(|t| !t.rule.is_sum()) {
-            return Err(Error::checkpoint(
-                dir,
-                format!(
-                    "{}: table '{}' has a server-side rule ({}) whose state checkpoints do \
-                     not hold yet; a checkpoint would lose it",
-                    dir.display(),
-                    t.name,
-                    t.rule
-                ),
-            ));
+            return Err(CheckpointError::RuleState {
+                dir: dir.to_path_buf(),
+                table: t.name.clone(),
+                rule: t.rule.to_string(),
+            }
+            .into());
         }
         let began = std::time::Instant::now();
         let clock = self.runs.start_clock;
         let writer = CheckpointWriter::begin(dir, clock, self.checkpoint_meta(app));
-        let written = match &writer {
-            Ok(_) => self.write_own_parts(dir, clock, state)?,
-            Err(e) => Err((e.path(), e.to_string())),
+        let writer = match writer {
+            Ok(writer) => writer,
+            Err(e) => return Err(self.gather_failure::<Vec<PartEntry>>(e)),
         };
-        let reports = self.gather_reports(written)?;
+        let reports = match self.write_own_parts(dir, clock, state)? {
+            Ok(parts) => self.gather_reports(Ok(parts))?,
+            Err(e) => return Err(self.gather_failure::<Vec<PartEntry>>(e)),
+        };
         // Rank 0 completes the checkpoint if every process wrote its parts.
-        let committed = match writer {
-            Ok(writer) if self.shared.process == 0 => Some(commit(writer, &reports)),
-            _ => None,
+        let committed = (self.shared.process == 0).then(|| commit(writer, &reports));
+        let outcome = match committed.unwrap_or(Ok(PathBuf::new())) {
+            Ok(dir) => self.gather_reports(Ok(dir))?,
+            Err(e) => return Err(self.gather_failure::<PathBuf>(e)),
         };
-        let outcome = self.gather_reports(committed.unwrap_or(Ok(PathBuf::new())))?;
         let done = outcome.into_iter().next().ok_or_else(|| {
             Error::failed("checkpoint", "the all-gather returned no process's outcome")
         })?;
@@ -242,7 +240,7 @@ impl Cluster {
         dir: &Path,
         clock: Clock,
         state: Option<&[u8]>,
-    ) -> Result<std::result::Result<Vec<PartEntry>, (PathBuf, String)>> {
+    ) -> Result<std::result::Result<Vec<PartEntry>, CheckpointError>> {
         let mut parts = Vec::new();
         let rank = self.shared.process;
         if let Some(state) = state {
@@ -251,7 +249,7 @@ impl Cluster {
                 .and_then(|part| part.write_all_with(|out| out.write_all(state)));
             match written {
                 Ok(entry) => parts.push(entry),
-                Err(e) => return Ok(Err((e.path(), e.to_string()))),
+                Err(e) => return Ok(Err(e)),
             }
         }
         let shards = self.shared.world.shards_of(rank);
@@ -272,26 +270,26 @@ impl Cluster {
                 Ok((name, size, sha256)) => parts.push(PartEntry { name, size, sha256 }),
                 Err(message) => {
                     let path = part_path(dir, clock, &rows_part::part_name(shard));
-                    return Ok(Err((path, message)));
+                    return Ok(Err(CheckpointError::ShardPart {
+                        shard,
+                        path,
+                        message,
+                    }));
                 }
             }
         }
         Ok(Ok(parts))
     }
 
-    /// Every process's `report`, in rank order: its value, or the first process's error
-    /// (this process's own first, else the lowest rank's, named).
+    /// Every process's `report`, in rank order, when every process succeeded; else the
+    /// lowest rank's error, as a [`CheckpointError::OnProcess`].
     fn gather_reports<T: Serialize + for<'de> Deserialize<'de>>(
         &mut self,
         report: std::result::Result<T, (PathBuf, String)>,
     ) -> Result<Vec<T>> {
-        let mine = report.as_ref().err().cloned();
         let bytes = serde_json::to_vec(&Report { outcome: report })
             .map_err(|e| Error::failed("checkpoint", e))?;
         let parts = self.all_gather_bytes(&bytes)?;
-        if let Some((path, message)) = mine {
-            return Err(Error::checkpoint(path, message));
-        }
         let mut values = Vec::with_capacity(parts.len());
         for (p, part) in parts.iter().enumerate() {
             let report: Report<T> = serde_json::from_slice(part).map_err(|e| {
@@ -300,11 +298,30 @@ impl Cluster {
             match report.outcome {
                 Ok(v) => values.push(v),
                 Err((path, message)) => {
-                    return Err(Error::checkpoint(path, format!("process {p}: {message}")))
+                    return Err(CheckpointError::OnProcess {
+                        process: p,
+                        path,
+                        message,
+                    }
+                    .into())
                 }
             }
         }
         Ok(values)
+    }
+
+    /// This process's share of a failed step: tells every process (an all-gather, like
+    /// [`gather_reports`](Self::gather_reports)) and returns its own error, typed. `T` is
+    /// the step's report type, the same on every process.
+    fn gather_failure<T: Serialize + for<'de> Deserialize<'de>>(
+        &mut self,
+        error: CheckpointError,
+    ) -> Error {
+        let report: std::result::Result<T, _> = Err((error.path(), error.to_string()));
+        match self.gather_reports(report) {
+            Err(Error::Checkpoint(CheckpointError::OnProcess { .. })) | Ok(_) => error.into(),
+            Err(failed) => failed,
+        }
     }
 
     /// This process's share of the checkpoint's rows parts (old shard `k` for
@@ -314,7 +331,7 @@ impl Cluster {
     fn read_rows(
         &self,
         checkpoint: &Checkpoint,
-    ) -> std::result::Result<ShardBatches, (PathBuf, String)> {
+    ) -> std::result::Result<ShardBatches, CheckpointError> {
         let mut batches = ShardBatches::new(self.shared.world.total_shards());
         let old = checkpoint.meta().cluster;
         let old_shards = old.processes * old.shards;
@@ -324,12 +341,10 @@ impl Cluster {
                 && !(0..old.processes).any(|r| p.name == app_part_name(r))
         });
         if let Some(p) = unexpected {
-            let message = format!(
-                "{}: lists an unexpected part {}",
-                manifest.display(),
-                p.name
-            );
-            return Err((manifest, message));
+            return Err(CheckpointError::CorruptManifest {
+                path: manifest,
+                reason: format!("lists an unexpected part {}", p.name),
+            });
         }
         let placement = self.shared.placement();
         let tables = self.registry.tables();
@@ -339,33 +354,30 @@ impl Cluster {
             let name = rows_part::part_name(k as u32);
             let path = checkpoint.dir().join(&name);
             if !checkpoint.parts().iter().any(|p| p.name == name) {
-                return Err((
-                    manifest.clone(),
-                    format!(
-                        "{}: lists no {name} (a cluster of {old_shards} shards wrote it)",
-                        manifest.display()
-                    ),
-                ));
+                return Err(CheckpointError::CorruptManifest {
+                    path: manifest.clone(),
+                    reason: format!("lists no {name} (a cluster of {old_shards} shards wrote it)"),
+                });
             }
-            let reader = checkpoint
-                .part(&name)
-                .map_err(|e| (e.path(), e.to_string()))?;
+            let reader = checkpoint.part(&name)?;
             let row_bytes = |t: u32| tables.get(t as usize).map(|m| m.row_bytes());
             let header = rows_part::read(reader, row_bytes, |key, row| {
                 batches.push(placement.shard_of(key) as usize, key, row);
             })
-            .map_err(|reason| (path.clone(), format!("{}: {reason}", path.display())))?;
+            .map_err(|reason| CheckpointError::CorruptPart {
+                path: path.clone(),
+                reason: reason.to_string(),
+            })?;
             if header.shard as usize != k || header.clock != checkpoint.clock() {
-                return Err((
-                    path.clone(),
-                    format!(
-                        "{}: holds shard {} at clock {}, the manifest lists it as shard {k} at clock {}",
-                        path.display(),
+                return Err(CheckpointError::CorruptPart {
+                    path: path.clone(),
+                    reason: format!(
+                        "holds shard {} at clock {}, the manifest lists it as shard {k} at clock {}",
                         header.shard,
                         header.clock,
                         checkpoint.clock()
                     ),
-                ));
+                });
             }
         }
         Ok(batches)
@@ -383,12 +395,11 @@ impl Cluster {
 fn commit(
     writer: CheckpointWriter,
     reports: &[Vec<PartEntry>],
-) -> std::result::Result<PathBuf, (PathBuf, String)> {
-    let fail = |e: CheckpointError| (e.path(), e.to_string());
+) -> std::result::Result<PathBuf, CheckpointError> {
     for entry in reports.iter().flatten() {
-        writer.record(entry.clone()).map_err(fail)?;
+        writer.record(entry.clone())?;
     }
-    let committed = writer.commit().map_err(fail)?;
+    let committed = writer.commit()?;
     tracing::debug!(
         "checkpoint at clock {} complete in {}; {} older removed",
         committed.clock,
@@ -407,14 +418,4 @@ fn commit(
 /// The path of part `name` of the checkpoint at `clock` in `dir`.
 fn part_path(dir: &Path, clock: Clock, name: &str) -> PathBuf {
     dir.join(crate::checkpoint::dir_name(clock)).join(name)
-}
-
-impl Error {
-    /// A copy of a checkpoint error as the file and message a report carries.
-    fn clone_checkpoint(&self) -> (PathBuf, String) {
-        match self {
-            Error::Checkpoint { path, message } => (path.clone(), message.clone()),
-            other => (PathBuf::new(), other.to_string()),
-        }
-    }
 }

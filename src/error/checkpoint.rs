@@ -1,4 +1,5 @@
-//! [`CheckpointError`]: everything that can go wrong writing or opening a checkpoint.
+//! [`CheckpointError`]: everything that can go wrong writing or opening a checkpoint
+//! (the storage layer's own errors, a call at the wrong time, another process's failure).
 //!
 //! Every variant names the file or directory at fault and says why, so that a refused
 //! resume tells the user what to look at. This module only describes errors; it knows
@@ -8,10 +9,14 @@ use crate::ids::Clock;
 use std::io;
 use std::path::PathBuf;
 
-/// An error of the checkpoint storage layer, naming the file and the reason.
+/// Why a checkpoint could not be written or a resume was refused, naming the file or
+/// directory at fault ([`path`](Self::path)) and the reason.
+///
+/// A checkpoint and a resume are collectives: an error on another process reaches this
+/// one as [`OnProcess`](Self::OnProcess), its kind given as text (it crossed the network).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub(crate) enum CheckpointError {
+pub enum CheckpointError {
     /// An operating-system call on `path` failed (create, write, sync, rename, read...).
     #[error("{}: {action} failed: {source}", path.display())]
     Io {
@@ -179,11 +184,78 @@ pub(crate) enum CheckpointError {
         /// What it holds besides the store's files.
         names: Vec<String>,
     },
+    /// A resume was asked for after a run, a plan, a `set_rows` or another resume.
+    #[error(
+        "{}: a resume must come before any run, plan, set_rows or other resume",
+        dir.display()
+    )]
+    TooLate {
+        /// The checkpoint directory given.
+        dir: PathBuf,
+    },
+    /// A table has a server-side update rule whose state checkpoints do not hold yet.
+    #[error(
+        "{}: table '{table}' has a server-side rule ({rule}) whose state checkpoints do not \
+         hold yet; a checkpoint would lose it",
+        dir.display()
+    )]
+    RuleState {
+        /// The checkpoint directory given.
+        dir: PathBuf,
+        /// The table.
+        table: String,
+        /// Its rule, as written.
+        rule: String,
+    },
+    /// The processes of a resume opened checkpoints at different clocks (the directory
+    /// changed under them, or it is not the same directory on every machine).
+    #[error(
+        "{}: process 0 opened the checkpoint at clock {first}, process {process} at clock {clock}",
+        dir.display()
+    )]
+    ClockDisagreement {
+        /// The checkpoint directory given.
+        dir: PathBuf,
+        /// Process 0's clock.
+        first: Clock,
+        /// The first process that opened another.
+        process: usize,
+        /// Its clock.
+        clock: Clock,
+    },
+    /// A part's contents do not decode, or do not hold what the manifest says.
+    #[error("{}: {reason}", path.display())]
+    CorruptPart {
+        /// The part's file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A server shard could not write its part.
+    #[error("{message}")]
+    ShardPart {
+        /// The shard.
+        shard: u32,
+        /// The part's file.
+        path: PathBuf,
+        /// Why, naming the file.
+        message: String,
+    },
+    /// Another process of the cluster failed its share of the checkpoint or resume.
+    #[error("process {process}: {message}")]
+    OnProcess {
+        /// The process.
+        process: usize,
+        /// The file or directory at fault there.
+        path: PathBuf,
+        /// Its error, as text.
+        message: String,
+    },
 }
 
 impl CheckpointError {
     /// The file or directory at fault (for a bad part name, the name).
-    pub(crate) fn path(&self) -> PathBuf {
+    pub fn path(&self) -> PathBuf {
         use CheckpointError::*;
         match self {
             Io { path, .. }
@@ -198,7 +270,11 @@ impl CheckpointError {
             | BadEntry { path, .. }
             | Unfinished { path }
             | NotNewer { path, .. }
+            | CorruptPart { path, .. }
+            | ShardPart { path, .. }
+            | OnProcess { path, .. }
             | Link { path } => path.clone(),
+            TooLate { dir } | RuleState { dir, .. } | ClockDisagreement { dir, .. } => dir.clone(),
             Foreign { dir, .. } => dir.clone(),
             MissingDir { dir } | NoCheckpoint { dir, .. } | Incomplete { dir } => dir.clone(),
             UnknownPart { dir, name } => dir.join(name),
@@ -216,8 +292,8 @@ impl CheckpointError {
     }
 }
 
-impl From<CheckpointError> for crate::error::Error {
+impl From<CheckpointError> for super::Error {
     fn from(e: CheckpointError) -> Self {
-        crate::error::Error::checkpoint(e.path(), e)
+        super::Error::Checkpoint(e)
     }
 }

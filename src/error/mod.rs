@@ -3,6 +3,8 @@
 //! Errors name the offending thing (table, row, worker, field). This module knows nothing
 //! about how errors arise; it only describes them.
 
+pub mod checkpoint;
+
 use std::fmt;
 
 /// A `Result` whose error is [`Error`].
@@ -112,14 +114,11 @@ pub enum Error {
     },
     /// A checkpoint could not be written, or a resume was refused: a missing, incomplete,
     /// corrupt or mismatched checkpoint, a full disk, a call at the wrong time. The
-    /// message names the file and says why.
-    #[error("checkpoint: {message}")]
-    Checkpoint {
-        /// The file or directory at fault.
-        path: std::path::PathBuf,
-        /// What is wrong, naming the file.
-        message: String,
-    },
+    /// error names the file ([`CheckpointError::path`]) and says why.
+    ///
+    /// [`CheckpointError::path`]: crate::error::checkpoint::CheckpointError::path
+    #[error("checkpoint: {0}")]
+    Checkpoint(crate::error::checkpoint::CheckpointError),
     /// [`Worker::recv_from`](crate::Worker::recv_from) got no message: its sender
     /// stopped with an error, the wait timed out ([`Config::message_timeout`]), the
     /// message was not what the receiver expected, or the sends and receives of runs do
@@ -163,16 +162,6 @@ impl Error {
         Error::InvalidConfig {
             field,
             reason: reason.to_string(),
-        }
-    }
-
-    pub(crate) fn checkpoint(
-        path: impl Into<std::path::PathBuf>,
-        message: impl fmt::Display,
-    ) -> Self {
-        Error::Checkpoint {
-            path: path.into(),
-            message: message.to_string(),
         }
     }
 

@@ -24,7 +24,7 @@ const MAX_DIGITS: usize = 18;
 /// any is made).
 ///
 /// ```
-/// let hosts = iterstore::expand_hostlist("node[01-03,07],gpu-a[1-2]")?;
+/// let hosts = iterstore::deploy::expand_hostlist("node[01-03,07],gpu-a[1-2]")?;
 /// assert_eq!(hosts, ["node01", "node02", "node03", "node07", "gpu-a1", "gpu-a2"]);
 /// # Ok::<(), iterstore::Error>(())
 /// ```
@@ -38,7 +38,7 @@ pub fn expand_hostlist(text: &str) -> Result<Vec<String>> {
 /// [`MAX_HOSTLIST_HOSTS`] nodes or tasks in all (counted before any is made).
 ///
 /// ```
-/// assert_eq!(iterstore::parse_tasks_per_node("2(x3),1")?, [2, 2, 2, 1]);
+/// assert_eq!(iterstore::deploy::parse_tasks_per_node("2(x3),1")?, [2, 2, 2, 1]);
 /// # Ok::<(), iterstore::Error>(())
 /// ```
 pub fn parse_tasks_per_node(text: &str) -> Result<Vec<usize>> {

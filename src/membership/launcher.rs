@@ -52,7 +52,8 @@ impl Membership {
     /// names the variable and the bad text when a value is malformed.
     ///
     /// ```no_run
-    /// use iterstore::{Cluster, Config, Membership, Secret};
+    /// use iterstore::{Cluster, Config};
+    /// use iterstore::deploy::{Membership, Secret};
     ///
     /// # fn main() -> iterstore::Result<()> {
     /// // Under `srun` or `torchrun`, every process runs the same program.

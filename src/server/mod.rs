@@ -24,7 +24,8 @@ pub(crate) use shard::Shard;
 
 use shard::PartWrite;
 
-use crate::checkpoint::{CheckpointError, PartEntry, PartWriter};
+use crate::checkpoint::{PartEntry, PartWriter};
+use crate::error::checkpoint::CheckpointError;
 use crate::ids::ProcessId;
 use crate::msg::{Endpoint, Msg};
 use crate::sync::{lock, Signal};

@@ -5,7 +5,8 @@
 //! process; a process lost during a checkpoint fails the others instead of hanging them.
 
 use crate::util::{within, TempDir};
-use iterstore::{Cluster, ClusterRule, Config, Error, Mode, Result, Table, Worker};
+use iterstore::checkpoints::{CheckpointError, ClusterRule};
+use iterstore::{Cluster, Config, Error, Mode, Result, Table, Worker};
 use std::path::{Path, PathBuf};
 
 /// Workers in the whole cluster, however they are split into processes.
@@ -202,6 +203,12 @@ fn one_checkpoint(dir: &Path, processes: usize) -> PathBuf {
 /// What every process of a fresh cluster of `processes` processes gets resuming from
 /// `dir` as `app` with `rule`: the first error.
 fn refused(dir: &Path, processes: usize, app: &str, rule: ClusterRule) -> (PathBuf, String) {
+    let e = refusal(dir, processes, app, rule);
+    (e.path(), e.to_string())
+}
+
+/// [`refused`]'s error, typed.
+fn refusal(dir: &Path, processes: usize, app: &str, rule: ClusterRule) -> CheckpointError {
     let err = Cluster::run_local_processes(config(processes, Mode::Generic), processes, |c| {
         tables(c)?;
         c.resume(dir, app, rule)?;
@@ -209,7 +216,7 @@ fn refused(dir: &Path, processes: usize, app: &str, rule: ClusterRule) -> (PathB
     })
     .unwrap_err();
     match err {
-        Error::Checkpoint { path, message } => (path, message),
+        Error::Checkpoint(e) => e,
         other => panic!("not a checkpoint error: {other}"),
     }
 }
@@ -247,10 +254,14 @@ fn no_checkpoint_or_another_runs_checkpoint_is_refused_clearly() {
         let (path, message) = refused(&missing, 2, APP, ClusterRule::Same);
         assert_eq!(path, missing);
         assert!(message.contains("does not exist"), "{message}");
+        let e = refusal(&missing, 1, APP, ClusterRule::Same);
+        assert!(matches!(e, CheckpointError::MissingDir { .. }), "{e:?}");
         let (path, message) = refused(dir.path(), 1, APP, ClusterRule::Same);
         assert_eq!(path, dir.path());
         assert!(message.contains("no complete checkpoint"), "{message}");
         one_checkpoint(dir.path(), 2);
+        let e = refusal(dir.path(), 1, "other-app", ClusterRule::Any);
+        assert!(matches!(e, CheckpointError::MetaMismatch { .. }), "{e:?}");
         let (_, message) = refused(dir.path(), 2, "other-app", ClusterRule::Same);
         assert!(message.contains("written by app ckpt-test"), "{message}");
         let (path, message) = refused(dir.path(), 1, APP, ClusterRule::Same);
@@ -288,10 +299,18 @@ fn a_resume_after_a_run_and_a_second_checkpoint_at_one_clock_are_refused() {
                 again.to_string().contains("not older than clock 2"),
                 "{again}"
             );
+            assert!(
+                matches!(again, Error::Checkpoint(CheckpointError::NotNewer { .. })),
+                "{again:?}"
+            );
             // The cluster goes on after a failed checkpoint.
             runs(c, tabs, 1)?;
             let late = c.resume(&d, APP, ClusterRule::Same).unwrap_err();
             assert!(late.to_string().contains("before any run"), "{late}");
+            assert!(
+                matches!(late, Error::Checkpoint(CheckpointError::TooLate { .. })),
+                "{late:?}"
+            );
             Ok(())
         })
         .unwrap();

@@ -3,7 +3,8 @@
 //! configured differently or never comes — always an error naming it, never a hang.
 
 use crate::util::{free_addrs, within};
-use iterstore::{Cluster, Config, Error, Membership, Secret};
+use iterstore::deploy::{Membership, Secret};
+use iterstore::{Cluster, Config, Error};
 use std::time::{Duration, Instant};
 
 fn secret() -> Secret {
@@ -224,7 +225,7 @@ fn processes_on_one_machine_pin_their_workers_to_different_cores() {
             Ok((numa.worker_cores.clone(), numa.bound))
         })
     });
-    let machine_cores: usize = iterstore::Topology::detect()
+    let machine_cores: usize = iterstore::machine::Topology::detect()
         .zones()
         .iter()
         .map(|z| z.cores.len())
@@ -446,9 +447,9 @@ fn a_table_kept_on_some_shards_lives_there_and_gives_the_same_answers() {
 #[test]
 fn a_send_queue_too_small_to_work_is_refused_before_start() {
     let mut m = Membership::new(0, free_addrs(2), secret());
-    m.send_queue_bytes = iterstore::MIN_SEND_QUEUE_BYTES - 1;
+    m.send_queue_bytes = iterstore::deploy::MIN_SEND_QUEUE_BYTES - 1;
     let err = Cluster::start(Config::new(1).with_membership(m.clone())).unwrap_err();
     assert!(err.to_string().contains("send_queue_bytes"), "{err}");
-    m.send_queue_bytes = iterstore::MIN_SEND_QUEUE_BYTES;
+    m.send_queue_bytes = iterstore::deploy::MIN_SEND_QUEUE_BYTES;
     m.validate().unwrap();
 }

@@ -11,7 +11,7 @@ const WIDTH: usize = 3;
 
 /// Four iterations of a worker updating all rows by its id and reading them back, with
 /// `many` choosing the dense calls or one call per row; the final rows.
-fn program(mode: Mode, many: bool) -> (Vec<(u64, Vec<f64>)>, iterstore::Stats) {
+fn program(mode: Mode, many: bool) -> (Vec<(u64, Vec<f64>)>, iterstore::stats::Stats) {
     let mut c = Cluster::start(Config::new(2).with_mode(mode)).unwrap();
     let t = c.create_table::<f64>("t", WIDTH).unwrap();
     let body = |w: &mut iterstore::Worker<'_>| -> iterstore::Result<f64> {

@@ -723,7 +723,7 @@ fn stats_of(
     mode: Mode,
     specs: Specializations,
     tape_budget: Option<usize>,
-) -> iterstore::Stats {
+) -> iterstore::stats::Stats {
     let mut config = Config::new(2).with_mode(mode).with_specializations(specs);
     config.contention_threshold = 0.5;
     config.tape_budget = tape_budget;
@@ -732,7 +732,7 @@ fn stats_of(
 
 /// The cluster's statistics after 3 iterations of `real` on a store of `config` (2
 /// workers), the pattern gathered from `gathered` in virtual mode.
-fn stats_with(real: &Program, gathered: &Program, config: Config) -> iterstore::Stats {
+fn stats_with(real: &Program, gathered: &Program, config: Config) -> iterstore::stats::Stats {
     let (program, gathered) = (real.clone(), gathered.clone());
     within(30, move || {
         let mode = config.mode;
@@ -790,7 +790,7 @@ fn read_update_every_row() -> Program {
 
 /// [`stats_of`] for virtual mode with every specialization and no tape budget, the run
 /// the same program as the gathered one.
-fn virtual_stats(program: &Program) -> iterstore::Stats {
+fn virtual_stats(program: &Program) -> iterstore::stats::Stats {
     stats_of(program, program, Mode::Virtual, Specializations::ALL, None)
 }
 

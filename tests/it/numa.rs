@@ -4,7 +4,8 @@
 //! with unpinned threads.
 
 use crate::util::within;
-use iterstore::{Cluster, Config, Mode, Specializations, Topology, WorkerPlacement};
+use iterstore::machine::{Topology, WorkerPlacement};
+use iterstore::{Cluster, Config, Mode, Specializations};
 
 /// On this machine's own topology the workers are bound to their planned cores, from the
 /// start and in every run.

@@ -5,7 +5,8 @@
 //! anything is sent.
 
 use crate::util::{over_tcp, within};
-use iterstore::{Cluster, Config, Mode, Rule, TableUpdates};
+use iterstore::stats::TableUpdates;
+use iterstore::{Cluster, Config, Mode, Rule};
 
 const ROWS: u64 = 33;
 const WIDTH: usize = 64;

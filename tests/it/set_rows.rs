@@ -5,7 +5,8 @@
 //! fail within seconds.
 
 use crate::util::{over_tcp, over_tcp_results, within};
-use iterstore::{Cluster, Config, Error, Mode, Staleness, Stats, Worker};
+use iterstore::stats::Stats;
+use iterstore::{Cluster, Config, Error, Mode, Staleness, Worker};
 use std::time::{Duration, Instant};
 
 const ROWS: u64 = 6;

@@ -40,11 +40,11 @@ pub fn over_tcp_results<R: Send>(
     body: impl Fn(&mut iterstore::Cluster) -> iterstore::Result<R> + Sync,
 ) -> Vec<iterstore::Result<R>> {
     let hosts = free_addrs(processes);
-    let secret = iterstore::Secret::new(b"a test secret of enough bytes".to_vec()).unwrap();
+    let secret = iterstore::deploy::Secret::new(b"a test secret of enough bytes".to_vec()).unwrap();
     std::thread::scope(|s| {
         let handles: Vec<_> = (0..processes)
             .map(|rank| {
-                let m = iterstore::Membership::new(rank, hosts.clone(), secret.clone());
+                let m = iterstore::deploy::Membership::new(rank, hosts.clone(), secret.clone());
                 let config = config.clone().with_membership(m);
                 let body = &body;
                 s.spawn(move || {
@@ -68,7 +68,7 @@ pub fn over_tcp_results<R: Send>(
 
 /// `n` distinct loopback addresses with ports free right now.
 pub fn free_addrs(n: usize) -> Vec<std::net::SocketAddr> {
-    iterstore::loopback_hosts(n).unwrap()
+    iterstore::deploy::loopback_hosts(n).unwrap()
 }
 
 /// A fresh directory under the system's temporary directory, removed when dropped.

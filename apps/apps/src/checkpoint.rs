@@ -18,7 +18,8 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use iterstore::{Cluster, ClusterRule};
+use iterstore::checkpoints::ClusterRule;
+use iterstore::Cluster;
 
 use super::{AppConfig, AppError, ResumeReport};
 
@@ -248,7 +249,7 @@ pub(crate) fn check_dirs(cfg: &AppConfig) -> Result<(), AppError> {
         return Ok(());
     }
     // A missing directory is created by the first checkpoint.
-    if let Some(found) = iterstore::newest_checkpoint(&ck.dir)? {
+    if let Some(found) = iterstore::checkpoints::newest_checkpoint(&ck.dir)? {
         return Err(AppError::Invalid(format!(
             "checkpoint directory {} already holds checkpoint {}: resume from it \
              (--resume {}) or choose an empty directory",
@@ -406,7 +407,7 @@ pub(crate) fn after_iteration(
     };
     if let Err(source) = cluster.checkpoint_with(&ck.dir, id.app, &encode(&part)) {
         let dir = ck.dir.display();
-        let kept = match iterstore::newest_checkpoint(&ck.dir) {
+        let kept = match iterstore::checkpoints::newest_checkpoint(&ck.dir) {
             Ok(Some(kept)) => format!(
                 "{} in {dir} is intact: make room and rerun with --resume {dir}",
                 kept.file_name().unwrap_or_default().to_string_lossy()

@@ -181,7 +181,7 @@ fn epoch_quorum(
 fn cluster_update_bytes(
     cluster: &mut Cluster,
     tables: &[Table<f32>],
-) -> Result<Vec<iterstore::TableUpdates>, AppError> {
+) -> Result<Vec<iterstore::stats::TableUpdates>, AppError> {
     let names: Vec<String> = (0..tables.len()).map(|l| format!("dnn.w{l}")).collect();
     let local = cluster.update_bytes();
     let mine: Vec<f64> = names
@@ -197,7 +197,7 @@ fn cluster_update_bytes(
     Ok(names
         .into_iter()
         .enumerate()
-        .map(|(l, table)| iterstore::TableUpdates {
+        .map(|(l, table)| iterstore::stats::TableUpdates {
             table,
             bytes: all
                 .iter()

@@ -74,10 +74,9 @@ pub use report::{
     ResumeReport, RunReport, StoreReport,
 };
 
-use iterstore::{
-    Cluster, Config, Element, Membership, Mode, Specializations, Staleness, Topology, Worker,
-    WorkerPlacement,
-};
+use iterstore::deploy::Membership;
+use iterstore::machine::{Topology, WorkerPlacement};
+use iterstore::{Cluster, Config, Element, Mode, Specializations, Staleness, Worker};
 use std::path::PathBuf;
 use std::time::Instant;
 

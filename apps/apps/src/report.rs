@@ -16,7 +16,8 @@
 
 use std::collections::BTreeMap;
 
-use iterstore::{AccessPattern, Cluster, KindTraffic, NumaReport, SpecialMemory, Staleness};
+use iterstore::stats::{AccessPattern, KindTraffic, NumaReport, SpecialMemory};
+use iterstore::{Cluster, Staleness};
 use serde::{Serialize, Serializer};
 
 use super::AppConfig;
@@ -112,7 +113,7 @@ pub struct IterRecord {
     pub messages_sent: u64,
 }
 
-/// How the store served the run's accesses ([`iterstore::Stats`]): a specialized run that
+/// How the store served the run's accesses ([`iterstore::stats::Stats`]): a specialized run that
 /// silently fell back to slower paths shows here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 pub struct StoreReport {
@@ -120,7 +121,7 @@ pub struct StoreReport {
     pub row_fetches: u64,
     /// Arena refresh requests sent.
     pub arena_refreshes: u64,
-    /// Batched refreshes of one clock's chunks (see `iterstore::Stats::clock_refreshes`).
+    /// Batched refreshes of one clock's chunks (see `iterstore::stats::Stats::clock_refreshes`).
     pub clock_refreshes: u64,
     /// Rows in the specialized plan's arena.
     pub planned_rows: usize,
@@ -174,7 +175,7 @@ pub struct MemoryReport {
     pub peak_rss_bytes: Option<u64>,
     /// The median of the iterations' `rss_bytes`: what the run holds while iterating.
     pub steady_rss_bytes: Option<u64>,
-    /// Bytes of each part of the specialized state ([`iterstore::SpecialMemory`]; all
+    /// Bytes of each part of the specialized state ([`iterstore::stats::SpecialMemory`]; all
     /// zeros in generic mode).
     pub special: SpecialMemory,
 }
@@ -258,7 +259,7 @@ pub struct RunReport {
     pub diagnostics: Vec<String>,
     /// Resident memory and the specialized state's size.
     pub memory: MemoryReport,
-    /// The NUMA placement ([`iterstore::NumaReport`]: where workers ran, what went in
+    /// The NUMA placement ([`iterstore::stats::NumaReport`]: where workers ran, what went in
     /// each zone, the expected fraction of accesses to another zone against hash
     /// placement with unpinned threads); `null` in generic mode or with `numa` off.
     pub numa: Option<NumaReport>,
@@ -282,7 +283,7 @@ pub struct RunReport {
     /// this process's workers', the DNN's weight tables summed over the cluster; absent
     /// when none.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub update_bytes: Vec<iterstore::TableUpdates>,
+    pub update_bytes: Vec<iterstore::stats::TableUpdates>,
     /// What the DNN's epoch quorum did (`--epoch-quorum`; absent without).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub epoch_quorum: Option<QuorumReport>,

@@ -1,7 +1,7 @@
 //! The process's resident memory (RSS), as the kernel reports it in `/proc/self/status`:
 //! the current resident set (`VmRSS`) and its high-water mark (`VmHWM`). Linux only; both
 //! are `None` where the file or field cannot be read. This module knows nothing of what
-//! the memory holds (`iterstore::SpecialMemory` does).
+//! the memory holds (`iterstore::stats::SpecialMemory` does).
 
 /// Bytes resident now.
 pub fn resident_bytes() -> Option<u64> {

@@ -15,7 +15,7 @@
 //!
 //! The ports are reserved only while the rendezvous runs: the cluster binds them again
 //! when it starts, and another program may take one in between (as with
-//! [`loopback_hosts`](crate::loopback_hosts)).
+//! [`loopback_hosts`](crate::deploy::loopback_hosts)).
 
 mod frame;
 #[cfg(test)]
@@ -127,7 +127,8 @@ impl RendezvousConfig {
 /// rank 0 refuses this process (another secret, world size or a rank already taken).
 ///
 /// ```no_run
-/// use iterstore::{rendezvous, Cluster, Config, RendezvousConfig, Secret};
+/// use iterstore::{Cluster, Config};
+/// use iterstore::deploy::{rendezvous, RendezvousConfig, Secret};
 ///
 /// # fn main() -> iterstore::Result<()> {
 /// let secret = Secret::from_env("ITERSTORE_SECRET")?;

@@ -14,7 +14,8 @@
 //! part back (`restore` takes rows as messages).
 
 use super::Shard;
-use crate::checkpoint::{CheckpointError, PartEntry};
+use crate::checkpoint::PartEntry;
+use crate::error::checkpoint::CheckpointError;
 use crate::ids::{Clock, ProcessId, RowKey};
 use crate::msg::{Endpoint, Msg};
 use crate::rows_part;

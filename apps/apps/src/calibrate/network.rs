@@ -22,7 +22,8 @@
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
-use iterstore::{Cluster, Config, Membership, Secret};
+use iterstore::deploy::{Membership, Secret};
+use iterstore::{Cluster, Config};
 
 use super::Settings;
 
@@ -137,7 +138,8 @@ pub fn network_costs(s: &Settings) -> iterstore::Result<NetworkCosts> {
     let secret = Secret::new(b"calibration, loopback only".to_vec())?;
     let mut configs = Vec::new();
     for pair in 0..pairs {
-        let hosts = iterstore::loopback_hosts(2).map_err(|e| iterstore::Error::app(0, e))?;
+        let hosts =
+            iterstore::deploy::loopback_hosts(2).map_err(|e| iterstore::Error::app(0, e))?;
         for rank in 0..2 {
             let membership = Membership::new(rank, hosts.clone(), secret.clone());
             configs.push((pair, rank, Config::new(1).with_membership(membership)));

@@ -42,7 +42,7 @@
 
 use std::ops::Range;
 
-use iterstore::{Element, Table, Worker};
+use iterstore::{Table, Worker};
 
 use crate::checkpoint::{self, Cursor};
 use iterstore_algo::dnn::layout::{samples, LayerLayout, Layout};
@@ -433,7 +433,7 @@ pub(super) fn iteration(w: &mut Worker<'_>, e: Epoch<'_>, s: &mut State) -> iter
                 }
                 // The steps not written yet are this replica's too.
                 if layout.write_every > 1 {
-                    f32::add_slice(&mut h.weights, &h.pending);
+                    add_into(&mut h.weights, &h.pending);
                 }
             }
         }
@@ -450,12 +450,12 @@ pub(super) fn iteration(w: &mut Worker<'_>, e: Epoch<'_>, s: &mut State) -> iter
             }
             // Between reads the replica trains on its own weights with its own steps.
             if layout.read_every > 1 {
-                f32::add_slice(&mut h.weights, &h.velocity);
+                add_into(&mut h.weights, &h.velocity);
             }
             if layout.write_every == 1 {
                 h.pending.copy_from_slice(&h.velocity);
             } else {
-                f32::add_slice(&mut h.pending, &h.velocity);
+                add_into(&mut h.pending, &h.velocity);
             }
             if write {
                 for (i, row) in h.pending.chunks_exact(h.width).enumerate() {
@@ -751,6 +751,13 @@ fn backward(
 
 /// Copy `h`'s weight step over its `n` samples: `−rate · Σ ∇`, computed as one worker
 /// computes it for these rows.
+/// Adds `src` into `dst` element-wise.
+fn add_into(dst: &mut [f32], src: &[f32]) {
+    for (d, s) in dst.iter_mut().zip(src) {
+        *d += s;
+    }
+}
+
 fn step(h: &mut Held, n: usize, rate: f32) {
     match h.op {
         Op::Dense => {

@@ -3,7 +3,8 @@
 //! [`iterstore_apps::calibrate`].
 
 use anyhow::{bail, Context, Result};
-use iterstore::{Cluster, Config, Membership, Secret, SECRET_ENV};
+use iterstore::deploy::{Membership, Secret, SECRET_ENV};
+use iterstore::{Cluster, Config};
 use iterstore_apps::calibrate::network::link_costs;
 use iterstore_apps::calibrate::{calibrate, Settings};
 use iterstore_perf::{builtin, LayerKind};

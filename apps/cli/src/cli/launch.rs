@@ -48,7 +48,7 @@ const GRACE: Duration = Duration::from_secs(20);
 pub(crate) fn launch(app: &dyn Runnable, processes: usize, argv: &[OsString]) -> Result<()> {
     app.app_config()?.validate()?;
     let dir = TempDir::new()?;
-    let ports: Vec<u16> = iterstore::loopback_hosts(processes)
+    let ports: Vec<u16> = iterstore::deploy::loopback_hosts(processes)
         .context("reserving local ports")?
         .iter()
         .map(std::net::SocketAddr::port)
@@ -117,7 +117,7 @@ pub(crate) fn launch(app: &dyn Runnable, processes: usize, argv: &[OsString]) ->
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        iterstore::die_with_parent(&mut cmd);
+        iterstore::deploy::die_with_parent(&mut cmd);
         let mut child = cmd
             .spawn()
             .with_context(|| format!("starting process {rank} ({})", exe.display()))?;
@@ -281,7 +281,7 @@ fn child_args(argv: &[OsString]) -> Vec<OsString> {
 /// Writes 32 random bytes, hex-encoded, to `path`, readable by this user only.
 fn write_secret(path: &Path) -> Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
-    let hex = iterstore::fresh_secret()?;
+    let hex = iterstore::deploy::fresh_secret()?;
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)

@@ -24,7 +24,8 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::{ArgAction, Args, Parser, Subcommand};
-use iterstore::{Mode, SlabStores, Staleness, WorkerPlacement};
+use iterstore::machine::WorkerPlacement;
+use iterstore::{Mode, SlabStores, Staleness};
 use iterstore_algo::lda::SamplerKind;
 use iterstore_apps::pagerank::GraphPartition;
 use iterstore_data::synth::SIZES;
@@ -649,22 +650,22 @@ pub(crate) fn parse_bytes(s: &str) -> Result<usize, String> {
     }
 }
 
-/// `--processes`: 1 to [`iterstore::MAX_LOCAL_PROCESSES`] (the library's launcher's bound).
+/// `--processes`: 1 to [`iterstore::deploy::MAX_LOCAL_PROCESSES`] (the library's launcher's bound).
 pub(crate) fn parse_processes(s: &str) -> Result<usize, String> {
     let n = at_least_one(s)?;
-    if n > iterstore::MAX_LOCAL_PROCESSES {
+    if n > iterstore::deploy::MAX_LOCAL_PROCESSES {
         return Err(format!(
             "{n} local processes is more than {}: they share this machine's cores (run a larger cluster with --hosts)",
-            iterstore::MAX_LOCAL_PROCESSES
+            iterstore::deploy::MAX_LOCAL_PROCESSES
         ));
     }
     Ok(n)
 }
 
-/// `--send-queue`: a size ([`parse_bytes`]) of at least [`iterstore::MIN_SEND_QUEUE_BYTES`].
+/// `--send-queue`: a size ([`parse_bytes`]) of at least [`iterstore::deploy::MIN_SEND_QUEUE_BYTES`].
 pub(crate) fn parse_send_queue(s: &str) -> Result<usize, String> {
     let bytes = parse_bytes(s)?;
-    if bytes < iterstore::MIN_SEND_QUEUE_BYTES {
+    if bytes < iterstore::deploy::MIN_SEND_QUEUE_BYTES {
         return Err(format!(
             "'{s}' is below the least that works, 1M: a healthy peer's burst of replies would be taken for a slow reader"
         ));

@@ -11,7 +11,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use iterstore::{rank_from_env, Membership, Mode, Secret, Specializations, Topology, SECRET_ENV};
+use iterstore::deploy::{rank_from_env, Membership, Secret, SECRET_ENV};
+use iterstore::machine::Topology;
+use iterstore::{Mode, Specializations};
 use iterstore_apps::{AppConfig, CheckpointConfig, Input, IterRecord, RunReport};
 
 use super::apps::{AppRun, CliApp, Runnable};

@@ -186,7 +186,7 @@ impl Drop for Proc {
 
 /// `n` distinct ports that were free a moment ago (bound to 127.0.0.1:0 and released).
 pub(crate) fn free_ports(n: usize) -> Vec<u16> {
-    iterstore::loopback_hosts(n)
+    iterstore::deploy::loopback_hosts(n)
         .unwrap()
         .iter()
         .map(std::net::SocketAddr::port)

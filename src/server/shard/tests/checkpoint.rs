@@ -4,7 +4,8 @@
 //! `server`'s tests.
 
 use super::*;
-use crate::checkpoint::{CheckpointError, PartEntry};
+use crate::checkpoint::PartEntry;
+use crate::error::checkpoint::CheckpointError;
 use std::path::PathBuf;
 
 /// A root no test creates: the shard must not touch it.
