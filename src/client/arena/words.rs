@@ -72,7 +72,8 @@ pub(super) fn copy_words(words: &[AtomicU64], dst: &mut [u8]) {
     }
 }
 
-/// The arena's words, as [`ProcessArena::read_chunk_in`] lends them.
+/// The arena's words, as
+/// [`ProcessArena::read_chunk_in`](super::ProcessArena::read_chunk_in) lends them.
 pub(crate) struct ArenaWords<'a>(pub(super) &'a [AtomicU64]);
 
 impl ArenaWords<'_> {
