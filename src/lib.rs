@@ -167,6 +167,14 @@ pub mod deploy {
     };
 }
 
+/// Server functions: code each shard runs on its own rows ([`Cluster::register_function`],
+/// [`Cluster::call`]), for vector operations on tables without moving the vectors
+/// (DistBelief's Sandblaster).
+pub mod functions {
+    pub use crate::cluster::ServerFn;
+    pub use crate::server::functions::{Fold, Reduce, ShardRows};
+}
+
 /// What a cluster reports about itself: [`Cluster::stats`], the access pattern a
 /// virtual iteration recorded ([`Cluster::access_pattern`]), traffic by message kind,
 /// UPDATE bytes by table, and where the NUMA placement put threads and memory.

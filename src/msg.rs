@@ -35,6 +35,18 @@ pub struct Outer {
 /// `(name, size, SHA-256)`, or why it could not write it.
 pub type ShardPart = Result<(String, u64, String), String>;
 
+/// One shard's answer to a server function's call ([`Msg::Called`]): its result or why
+/// there is none, and whether the function wrote a row.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Called {
+    /// The shard (global index).
+    pub shard: ShardId,
+    /// The function's result on the shard, or its error.
+    pub result: Result<Vec<f64>, String>,
+    /// Whether the function wrote a row.
+    pub wrote: bool,
+}
+
 /// Where a message goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Endpoint {
@@ -236,6 +248,20 @@ pub enum Msg {
         last: bool,
     },
 
+    /// Between runs, when every update is applied ([`Cluster::call`]): run server
+    /// function `function` of the sending process's registry on this shard's rows with
+    /// `args`, and answer [`Msg::Called`]. Sent by the shard's own process only.
+    ///
+    /// [`Cluster::call`]: crate::cluster::Cluster::call
+    Call {
+        /// The shard's process.
+        from: ProcessId,
+        /// The function's id (registration order).
+        function: u32,
+        /// The call's arguments.
+        args: Vec<f64>,
+    },
+
     // ---- shard -> shard ----
     /// The rows of a migration whose new home is the receiving shard, with their values;
     /// exactly one per pair of shards per migration (possibly empty).
@@ -324,6 +350,12 @@ pub enum Msg {
         /// The part's manifest entry, or the error.
         part: ShardPart,
     },
+    /// Answer to [`Msg::Call`]: the function's result on the shard, or why there is none,
+    /// and whether it wrote a row.
+    Called {
+        /// The answer.
+        called: Called,
+    },
     /// The shard has every process's rows of a resume and starts every worker at the
     /// checkpoint's clock.
     Restored {
@@ -396,7 +428,7 @@ pub enum Msg {
 
 impl Msg {
     /// The names of the kinds of message, indexed by [`Msg::kind`].
-    pub(crate) const KINDS: [&'static str; 31] = [
+    pub(crate) const KINDS: [&'static str; 33] = [
         "DeclareTable",
         "Gather",
         "CreateTable",
@@ -428,6 +460,8 @@ impl Msg {
         "SetRows",
         "RowsSet",
         "SetRule",
+        "Call",
+        "Called",
     ];
 
     /// This message's kind, an index into [`Msg::KINDS`].
@@ -464,6 +498,8 @@ impl Msg {
             Msg::SetRows { .. } => 28,
             Msg::RowsSet { .. } => 29,
             Msg::SetRule { .. } => 30,
+            Msg::Call { .. } => 31,
+            Msg::Called { .. } => 32,
         }
     }
 
@@ -482,6 +518,7 @@ impl Msg {
             | Msg::Restore { from, .. }
             | Msg::SetRows { from, .. }
             | Msg::SetRule { from, .. }
+            | Msg::Call { from, .. }
             | Msg::Leave { from } => Some(*from),
             _ => None,
         }

@@ -7,7 +7,9 @@
 //! Per-row overrides (rows placed on the process that uses them most) take precedence;
 //! rows without one keep the hash. A table may be **restricted** to a range of shards
 //! (`Cluster::create_table_on`): its rows hash over those shards only, and locality
-//! placement leaves them there.
+//! placement leaves them there. An **aligned** table (`Cluster::create_table_aligned`)
+//! hashes its row index alone over every shard, so row `r` of all aligned tables is on
+//! one shard, where server functions combine them; locality placement leaves it too.
 
 use crate::ids::RowKey;
 use rustc_hash::FxHashMap;
@@ -18,8 +20,10 @@ use rustc_hash::FxHashMap;
 pub(crate) struct Placement {
     shards: u32,
     overrides: FxHashMap<RowKey, u32>,
-    /// Table id → `(first shard, shards)` its rows hash over.
-    restricted: FxHashMap<u32, (u32, u32)>,
+    /// Table id → `(first shard, shards, by row)` its rows hash over; `by row`: the hash
+    /// of the row index alone ([`row_hash`]), so that row `r` of every such table is on
+    /// one shard (aligned tables).
+    restricted: FxHashMap<u32, (u32, u32, bool)>,
 }
 
 impl Placement {
@@ -44,7 +48,13 @@ impl Placement {
     /// hash over them).
     pub(crate) fn restrict(&mut self, table: u32, first: u32, count: u32) {
         debug_assert!(count >= 1 && first + count <= self.shards);
-        self.restricted.insert(table, (first, count.max(1)));
+        self.restricted.insert(table, (first, count.max(1), false));
+    }
+
+    /// Puts row `r` of `table` on the shard of row `r` of every other aligned table: all
+    /// shards, by the hash of the row index alone ([`row_hash`]).
+    pub(crate) fn align(&mut self, table: u32) {
+        self.restricted.insert(table, (0, self.shards, true));
     }
 
     /// Whether `table` is restricted to a range of shards.
@@ -88,8 +98,13 @@ impl Placement {
             }
         }
         if !self.restricted.is_empty() {
-            if let Some(&(first, count)) = self.restricted.get(&key.table) {
-                return first + (stable_hash(key) % u64::from(count)) as u32;
+            if let Some(&(first, count, by_row)) = self.restricted.get(&key.table) {
+                let hash = if by_row {
+                    row_hash(key.row)
+                } else {
+                    stable_hash(key)
+                };
+                return first + (hash % u64::from(count)) as u32;
             }
         }
         (stable_hash(key) % u64::from(self.shards)) as u32
@@ -149,6 +164,12 @@ pub(crate) fn by_locality(
 #[inline]
 pub(crate) fn stable_hash(key: RowKey) -> u64 {
     mix(mix(u64::from(key.table)) ^ key.row)
+}
+
+/// The placement hash of an aligned table's row (protocol version 8): `stable_hash` of
+/// the row in table `u32::MAX`, which no table has, so it depends on the row alone.
+pub(crate) fn row_hash(row: u64) -> u64 {
+    stable_hash(RowKey::new(u32::MAX, row))
 }
 
 /// SplitMix64's output function (Steele, Lea and Flood, 2014).

@@ -24,7 +24,7 @@ use crate::buf::AlignedBuf;
 use crate::config::Config;
 use crate::error::{panic_message, Error, Result};
 use crate::ids::{Clock, ProcessId, RowKey, ShardId, TableId};
-use crate::msg::{Endpoint, Msg, ShardPart};
+use crate::msg::{Called, Endpoint, Msg, ShardPart};
 use crate::placement::Placement;
 use crate::server::{LocalArena, RefreshRows};
 use crate::sync::lock;
@@ -353,6 +353,15 @@ impl ClientShared {
         })?;
         answers.sort_by_key(|(shard, _)| *shard);
         Ok(answers)
+    }
+
+    /// Waits for this process's `shards` shards' answers to the server function's call
+    /// under way ([`Msg::Called`]). Its own shards run the function while it waits, so
+    /// there is no fixed bound; a failed cluster ends the wait.
+    pub(crate) fn await_called(&self, shards: usize) -> Result<Vec<Called>> {
+        self.wait_for("server function", Duration::MAX, || {
+            self.replies.take_called(shards)
+        })
     }
 
     /// Waits until every shard of the cluster has every process's rows of the resume

@@ -9,7 +9,7 @@
 
 use crate::buf::AlignedBuf;
 use crate::ids::{Clock, RowKey, ShardId};
-use crate::msg::{Msg, ShardPart};
+use crate::msg::{Called, Msg, ShardPart};
 use crate::sync::lock;
 use crate::table::TableMeta;
 use std::collections::BTreeMap;
@@ -39,6 +39,9 @@ struct Boxes {
     rows_set: Vec<ShardId>,
     /// Shards' rows for a table snapshot ([`Msg::DumpRows`]).
     dumps: Vec<Vec<(RowKey, AlignedBuf)>>,
+    /// This process's shards' answers to the server function's call under way
+    /// ([`Msg::Called`]).
+    called: Vec<Called>,
 }
 
 impl Replies {
@@ -59,6 +62,7 @@ impl Replies {
             }
             Msg::TableDeclared { meta } => b.declared.push(meta),
             Msg::DumpRows { rows, .. } => b.dumps.push(rows),
+            Msg::Called { called } => b.called.push(called),
             other => return Err(other),
         }
         Ok(())
@@ -96,6 +100,12 @@ impl Replies {
     pub(crate) fn take_checkpointed(&self, shards: usize) -> Option<Vec<(ShardId, ShardPart)>> {
         let mut b = lock(&self.boxes);
         (b.checkpointed.len() >= shards).then(|| std::mem::take(&mut b.checkpointed))
+    }
+
+    /// This process's shards' answers to the call under way, once `shards` arrived.
+    pub(crate) fn take_called(&self, shards: usize) -> Option<Vec<Called>> {
+        let mut b = lock(&self.boxes);
+        (b.called.len() >= shards).then(|| std::mem::take(&mut b.called))
     }
 
     /// Whether `shards` shards finished the resume under way (and forgets them).

@@ -29,6 +29,7 @@ mod agree;
 mod batches;
 mod checkpointing;
 mod diagnostics;
+mod functions;
 mod metrics;
 mod runs;
 mod set_rows;
@@ -39,6 +40,7 @@ mod stats;
 mod tables;
 
 pub use checkpointing::Resumed;
+pub use functions::ServerFn;
 pub use stats::{NumaReport, SpecialMemory, Stats, TableUpdates};
 
 use crate::client::ClientShared;
@@ -88,6 +90,8 @@ pub struct Cluster {
     down: bool,
     /// What the store could not do as asked, said once per kind.
     diagnostics: diagnostics::Diagnostics,
+    /// The server functions registered, shared with this process's shards.
+    functions: Arc<crate::server::functions::Functions>,
 }
 
 /// Where a cluster's runs are. Every process counts the same runs, gathers and rounds.

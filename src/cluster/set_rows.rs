@@ -14,9 +14,7 @@ use crate::buf::AlignedBuf;
 use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::msg::Msg;
-use crate::sync::lock;
 use crate::table::{resolve, Table};
-use crate::worker::KeptState;
 
 impl Cluster {
     /// Sets `rows` of `table` to the values given, between runs: `(row, values)` pairs,
@@ -102,18 +100,7 @@ impl Cluster {
         let from = self.shared.process;
         self.send_batches(batches, |rows, last| Msg::SetRows { from, rows, last })?;
         self.shared.await_rows_set()?;
-        self.shared.forget_rows();
-        for kept in &self.spec.kept {
-            let mut kept = lock(kept);
-            *kept = match std::mem::take(&mut *kept) {
-                KeptState::Built(sp) => {
-                    let (arena, tape) = sp.into_tape();
-                    KeptState::Tape(arena, tape)
-                }
-                other => other,
-            };
-        }
-        self.runs.sets += 1;
+        self.drop_row_copies();
         Ok(())
     }
 }

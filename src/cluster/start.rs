@@ -331,9 +331,11 @@ impl Cluster {
         let spawn_err = |e: std::io::Error| Error::failed("thread spawn", e);
         // This process's shards write its arena refreshes straight into its arena.
         let local_arena: std::sync::Weak<dyn server::LocalArena> = Arc::downgrade(&shared) as _;
+        let functions = Arc::new(server::functions::Functions::default());
         for (local, (id, inbox)) in world.shards_of(rank).zip(shard_inboxes).enumerate() {
             let shard = server::Shard::new(id, world)
                 .with_local_arena(rank, local_arena.clone())
+                .with_functions(functions.clone())
                 .stepping_on_arrival(config.staleness == Staleness::Unbounded);
             let pus = zone_pus(thread_zones.shards[local]);
             match server::spawn(shard, inbox, transport.clone(), pus) {
@@ -391,6 +393,7 @@ impl Cluster {
             metrics: Arc::default(),
             down: false,
             diagnostics: Default::default(),
+            functions,
         })
     }
 }

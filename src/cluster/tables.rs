@@ -157,6 +157,23 @@ impl Cluster {
         Ok(table)
     }
 
+    /// A table of `rows` rows (as [`create_table_sized`](Self::create_table_sized)) whose
+    /// row `r` is held by the same shard as row `r` of every other aligned table: the
+    /// vectors of a batch optimizer, which [server functions](Self::register_function)
+    /// combine row by row on the shards (`x · y`, `a·x + y`) without moving them. Rows
+    /// spread over every shard by the hash of the row index; locality placement leaves
+    /// them there. Every process must create it alike: this call all-gathers it.
+    pub fn create_table_aligned<T: Element>(
+        &mut self,
+        name: &str,
+        width: usize,
+        rows: u64,
+    ) -> Result<Table<T>> {
+        let table = self.create_table_sized::<T>(name, width, rows)?;
+        self.agree_placement(name, &table, None)?;
+        Ok(table)
+    }
+
     /// Refuses a shard range that is empty or beyond the cluster's shards.
     fn check_shards(&self, name: &str, shards: &std::ops::Range<usize>) -> Result<()> {
         let total = self.shared.world.total_shards();
@@ -177,29 +194,47 @@ impl Cluster {
         table: &Table<T>,
         shards: std::ops::Range<usize>,
     ) -> Result<()> {
-        let mine = [
-            i64::from(table.id()),
-            shards.start as i64,
-            shards.end as i64,
-        ];
+        self.agree_placement(name, table, Some(shards))
+    }
+
+    /// Places the new `table` on `shards`, or aligned (`None`), after checking (an
+    /// all-gather) that every process asks for the same.
+    fn agree_placement<T: Element>(
+        &mut self,
+        name: &str,
+        table: &Table<T>,
+        shards: Option<std::ops::Range<usize>>,
+    ) -> Result<()> {
+        let (start, end) = shards
+            .as_ref()
+            .map_or((-1, -1), |s| (s.start as i64, s.end as i64));
+        let mine = [i64::from(table.id()), start, end];
         let all = self.all_gather(&mine)?;
         if let Some(p) = all.iter().position(|other| other.as_slice() != mine) {
+            let place = |start: i64, end: i64| match start {
+                -1 => "aligned".to_string(),
+                _ => format!("on shards {start}..{end}"),
+            };
+            let at = |i: usize| all[p].get(i).copied().unwrap_or(0);
             return Err(Error::failed(
                 format!("table {name:?}"),
                 format!(
-                    "process {p} put it on shards {}..{}, process {} on {shards:?}",
-                    all[p].get(1).copied().unwrap_or(0),
-                    all[p].get(2).copied().unwrap_or(0),
-                    self.shared.process
+                    "process {p} placed it {}, process {} {}",
+                    place(at(1), at(2)),
+                    self.shared.process,
+                    place(start, end)
                 ),
             ));
         }
         let mut placement = (*self.shared.placement()).clone();
-        placement.restrict(
-            table.id(),
-            shards.start as u32,
-            (shards.end - shards.start) as u32,
-        );
+        match shards {
+            Some(shards) => placement.restrict(
+                table.id(),
+                shards.start as u32,
+                (shards.end - shards.start) as u32,
+            ),
+            None => placement.align(table.id()),
+        }
         self.shared.set_placement(placement);
         Ok(())
     }

@@ -137,6 +137,18 @@ pub enum Error {
         /// What went wrong.
         reason: String,
     },
+    /// A server function failed on a shard: its code returned an error or panicked, it
+    /// read or wrote a row it may not, or the shards' results could not be combined.
+    /// The cluster goes on.
+    #[error("server function '{function}' on shard {shard}: {message}")]
+    ServerFunction {
+        /// The function's name.
+        function: String,
+        /// The shard (global index).
+        shard: usize,
+        /// What went wrong.
+        message: String,
+    },
     /// An error raised by application code running on a worker.
     #[error("worker {worker}: {source}")]
     App {

@@ -15,6 +15,7 @@
 
 mod arena;
 mod coordinator;
+pub(crate) mod functions;
 mod local;
 mod shard;
 

@@ -4,6 +4,7 @@ mod api_errors;
 mod async_reads;
 mod checkpoint;
 mod cluster;
+mod functions;
 mod fuzz_corpus;
 mod many_rows;
 mod messages;

@@ -41,6 +41,7 @@
 //! - `checkpoint`: the rows' part of a checkpoint (what to write, its bytes, the answer);
 //! - `rules`: tables whose updates are gradients, stepped per clock through their rule;
 //! - `outer`: rank-k updates sent as factors, multiplied out into row deltas;
+//! - `functions`: server functions its own process calls on its rows;
 //! - `restore`: rows coming back from a checkpoint;
 //! - `set`: rows given new values between runs.
 //!
@@ -49,6 +50,7 @@
 
 mod checkpoint;
 mod clocks;
+mod functions;
 mod migration;
 mod outer;
 mod restore;
@@ -155,6 +157,8 @@ pub(crate) struct Shard {
     /// The process in this shard's OS process and its arena, which takes its refreshes
     /// straight from this shard's arena ([`LocalArena`]) while it lives.
     local: Option<(ProcessId, Weak<dyn LocalArena>)>,
+    /// The server functions of the process in this shard's OS process.
+    functions: Option<std::sync::Arc<crate::server::functions::Functions>>,
 }
 
 impl Shard {
@@ -182,6 +186,7 @@ impl Shard {
             rules: RuleRows::default(),
             step_on_arrival: false,
             local: None,
+            functions: None,
         }
     }
 
@@ -304,6 +309,11 @@ impl Shard {
             Msg::Migrate { from, overrides } => self.migrate(from, overrides, out),
             Msg::Adopt { shard, rows } => self.adopt(shard, rows, out),
             Msg::Dump { from, table } => self.dump(from, table, out),
+            Msg::Call {
+                from,
+                function,
+                args,
+            } => self.call(from, function, &args, out),
             other => self.reject_all(format!("unexpected message {other:?}"), out),
         }
         None
