@@ -21,7 +21,7 @@ use super::ClientShared;
 use crate::error::{Error, Result};
 use crate::gather::phase_bit;
 use crate::ids::{Clock, RowKey};
-use crate::msg::{Endpoint, Msg, WantedChunks};
+use crate::msg::{ToShard, WantedChunks};
 use crate::plan::Plan;
 use crate::topology::bind::MemBinder;
 use std::sync::atomic::{fence, AtomicU64, Ordering};
@@ -583,7 +583,7 @@ impl ProcessArena {
 
     /// Marks every chunk empty again (its words stay, unread) and forgets every request:
     /// after rows were set between runs, when no refresh is on its way and the shards
-    /// will send each chunk whole ([`Msg::RowsSet`]).
+    /// will send each chunk whole ([`ToClient::RowsSet`](crate::msg::ToClient::RowsSet)).
     pub(crate) fn forget_chunks(&self) {
         self.requested
             .lock()
@@ -639,13 +639,13 @@ impl ProcessArena {
         }
         let send = |shard: u32, want: WantedChunks| {
             self.requests_sent.fetch_add(1, Ordering::Relaxed);
-            let msg = Msg::SlabFetch {
+            let msg = ToShard::SlabFetch {
                 from: shared.process,
                 epoch: self.id,
                 required,
                 want,
             };
-            shared.send(Endpoint::Shard(shard), msg)
+            shared.send_shard(shard, msg)
         };
         match target {
             Target::Phase(p) => {
