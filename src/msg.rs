@@ -100,6 +100,7 @@ pub enum ToShard {
         /// Its values, raw little-endian bytes.
         values: AlignedBuf,
     },
+
     // ---- from a process ----
     /// Declares a table (sent to every shard before the table is used; idempotent).
     CreateTable {
@@ -256,6 +257,13 @@ pub enum ToShard {
         /// Its new rule.
         rule: crate::rule::Rule,
     },
+    /// The process has sent everything it will send: it leaves the cluster. A shard stops
+    /// once every process has left it.
+    Leave {
+        /// The process.
+        from: ProcessId,
+    },
+
     // ---- from another shard ----
     /// The rows of a migration whose new home is the receiving shard, with their values;
     /// exactly one per pair of shards per migration (possibly empty).
@@ -264,12 +272,6 @@ pub enum ToShard {
         shard: ShardId,
         /// The rows.
         rows: Vec<(RowKey, AlignedBuf)>,
-    },
-    /// The process has sent everything it will send: it leaves the cluster. A shard stops
-    /// once every process has left it.
-    Leave {
-        /// The process.
-        from: ProcessId,
     },
 }
 
@@ -376,6 +378,7 @@ pub enum ToClient {
         /// Why.
         reason: String,
     },
+
     // ---- from a worker of another process ----
     /// A worker's message to a worker of the receiving process (`Worker::send`), put into
     /// that worker's mailbox.
@@ -435,8 +438,8 @@ impl ToShard {
         "Restore",
         "SetRows",
         "SetRule",
-        "Adopt",
         "Leave",
+        "Adopt",
     ];
 
     /// This message's kind, an index into [`ToShard::KINDS`].
@@ -457,8 +460,8 @@ impl ToShard {
             ToShard::Restore { .. } => 12,
             ToShard::SetRows { .. } => 13,
             ToShard::SetRule { .. } => 14,
-            ToShard::Adopt { .. } => 15,
-            ToShard::Leave { .. } => 16,
+            ToShard::Leave { .. } => 15,
+            ToShard::Adopt { .. } => 16,
         }
     }
 

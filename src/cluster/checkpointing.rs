@@ -14,10 +14,10 @@
 //!
 //! **Resume** (before any run or plan, every process alike): each process opens and
 //! verifies the newest complete checkpoint, the processes all-gather whether they could,
-//! each reads its share of the rows parts (old shard `k` is read by process `k mod
-//! processes`) and checks it whole, they all-gather again, and only then is every row sent
-//! to its home shard under this cluster's placement ([`ToShard::Restore`]); a shard that
-//! has every process's rows starts every worker at the checkpoint's clock
+//! each reads its share of the rows parts (old shard `k` is read by process
+//! `k mod processes`) and checks it whole, they all-gather again, and only then is every
+//! row sent to its home shard under this cluster's placement ([`ToShard::Restore`]); a
+//! shard that has every process's rows starts every worker at the checkpoint's clock
 //! ([`ToClient::Restored`](crate::msg::ToClient::Restored)). A checkpoint that any process
 //! refuses is refused by all, naming the file; nothing is restored from it.
 //!

@@ -253,13 +253,14 @@ fn deliver_local(
 ) -> Result<(), String> {
     let to = msg.to();
     match msg {
-        Envelope::Shard(s, msg) => put(
-            local_shard(local, world, rank, s)?,
-            to,
-            rank,
-            Inbound::Msg(msg),
-        ),
-        Envelope::Client(p, msg) => put(local_client(local, rank, p)?, to, rank, Inbound::Msg(msg)),
+        Envelope::Shard(s, msg) => {
+            let tx = local_shard(local, world, rank, s)?;
+            put(tx, to, rank, Inbound::Msg(msg))
+        }
+        Envelope::Client(p, msg) => {
+            let tx = local_client(local, rank, p)?;
+            put(tx, to, rank, Inbound::Msg(msg))
+        }
     }
 }
 
