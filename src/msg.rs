@@ -1,9 +1,16 @@
-//! The messages clients and server shards exchange.
+//! The messages clients and server shards exchange, one type per direction.
+//!
+//! A server shard receives [`ToShard`]s: from processes (the coordinator, shard 0, also
+//! table declarations and all-gathers) and from other shards (a migration's rows). A
+//! process's communication thread receives [`ToClient`]s: the shards' answers, refreshes
+//! and news, and other processes' workers' messages to its workers. An [`Envelope`] ties
+//! each to its kind of [`Endpoint`], so a message going the wrong way cannot be built:
+//! neither side checks directions at run time.
 //!
 //! Every transport carries exactly these values — the in-process one moves them through
-//! channels, a network one serializes them — so a one-process cluster exercises the same
-//! protocol as a distributed one. Row payloads are [`AlignedBuf`]s: raw little-endian
-//! bytes with no per-element marshalling.
+//! channels, a network one serializes the envelopes — so a one-process cluster exercises
+//! the same protocol as a distributed one. Row payloads are [`AlignedBuf`]s: raw
+//! little-endian bytes with no per-element marshalling.
 
 use crate::buf::AlignedBuf;
 use crate::ids::{Clock, ProcessId, RowKey, ShardId, WorkerId};
@@ -31,12 +38,12 @@ pub struct Outer {
     pub right: AlignedBuf,
 }
 
-/// A shard's answer to a checkpoint ([`Msg::Checkpointed`]): its part's manifest entry
+/// A shard's answer to a checkpoint ([`ToClient::Checkpointed`]): its part's manifest entry
 /// `(name, size, SHA-256)`, or why it could not write it.
 pub type ShardPart = Result<(String, u64, String), String>;
 
-/// One shard's answer to a server function's call ([`Msg::Called`]): its result or why
-/// there is none, and whether the function wrote a row.
+/// One shard's answer to a server function's call ([`ToClient::Called`]): its result or
+/// why there is none, and whether the function wrote a row.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Called {
     /// The shard (global index).
@@ -56,7 +63,7 @@ pub enum Endpoint {
     Client(ProcessId),
 }
 
-/// The chunks of a process's subscription a [`Msg::SlabFetch`] asks for.
+/// The chunks of a process's subscription a [`ToShard::SlabFetch`] asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum WantedChunks {
     /// Every chunk.
@@ -67,15 +74,18 @@ pub enum WantedChunks {
     Phase(u32),
 }
 
-/// One protocol message.
+/// A message for a server shard: from a process (shard 0, the coordinator, also takes
+/// table declarations and all-gathers), or from another shard ([`ToShard::Adopt`]).
+/// [`Shard::handle`](crate::server::Shard::handle) takes only these, so a message a shard
+/// cannot receive cannot be sent to one.
 ///
 /// Every message from a process to a shard travels on that pair's ordered channel
 /// ([`Transport`](crate::transport::Transport)), so a process's `CreateTable`,
 /// `Specialize` and `RunEnd` precede its workers' later messages at every shard.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[non_exhaustive]
-pub enum Msg {
-    // ---- process -> shard 0, the coordinator ----
+pub enum ToShard {
+    // ---- from a process to shard 0, the coordinator ----
     /// Asks the coordinator for the id of table `name` (assigned once, on first
     /// declaration; a later declaration must have the same shape).
     DeclareTable {
@@ -92,9 +102,8 @@ pub enum Msg {
         /// How its servers apply updates.
         rule: crate::rule::Rule,
     },
-
     /// A process's part of an all-gather (`Cluster::all_gather`): the coordinator answers
-    /// [`Msg::Gathered`] once every process sent its part of round `round`.
+    /// [`ToClient::Gathered`] once every process sent its part of round `round`.
     Gather {
         /// The process.
         from: ProcessId,
@@ -104,7 +113,7 @@ pub enum Msg {
         values: AlignedBuf,
     },
 
-    // ---- process -> shard ----
+    // ---- from a process ----
     /// Declares a table (sent to every shard before the table is used; idempotent).
     CreateTable {
         /// The table.
@@ -133,7 +142,7 @@ pub enum Msg {
         /// shard only).
         outer: Vec<Outer>,
         /// The worker's arena-shaped delta buffer for this shard (specialized mode; empty
-        /// otherwise): the rows its process registered for it with [`Msg::Specialize`] of
+        /// otherwise): the rows its process registered for it with [`ToShard::Specialize`] of
         /// `epoch`, in order, each padded to 8 bytes — or only those at `slab_rows`.
         slab: AlignedBuf,
         /// `None`: `slab` covers every row of the worker's layout; else the positions in
@@ -148,7 +157,7 @@ pub enum Msg {
     },
     /// A process's workers have all finished run `run` (numbered from 1) and sent
     /// everything. When every process has ended the run, the shard resumes every worker
-    /// at the largest clock any reached and answers [`Msg::RunReady`].
+    /// at the largest clock any reached and answers [`ToClient::RunReady`].
     RunEnd {
         /// The process.
         from: ProcessId,
@@ -196,18 +205,17 @@ pub enum Msg {
     },
     /// Between runs, before the first plan: the shard hands every row it holds whose home
     /// under the new placement (the hash, with these overrides) is another shard to that
-    /// shard ([`Msg::Adopt`]). Sent by the shard's own process only.
+    /// shard ([`ToShard::Adopt`]). Sent by the shard's own process only.
     Migrate {
         /// The shard's process.
         from: ProcessId,
         /// The new placement's per-row overrides of the hash.
         overrides: Vec<(RowKey, ShardId)>,
     },
-
     /// Between runs, when every update is applied: the shard writes its rows (generic
     /// and arena rows alike) as part `shard-<id>.rows` of the checkpoint at `clock` in
     /// `root` (whose directory the process has begun) and answers
-    /// [`Msg::Checkpointed`]. Sent by the shard's own process only; refused with pending
+    /// [`ToClient::Checkpointed`]. Sent by the shard's own process only; refused with pending
     /// updates, at another clock than the shard's or during a migration or restore.
     Checkpoint {
         /// The shard's process.
@@ -221,7 +229,7 @@ pub enum Msg {
     /// process read from the checkpoint whose home is this shard. Each process sends
     /// every shard one or more, the last with `last` set (possibly empty); once every
     /// process's last has come, the shard starts every worker at `clock` and answers
-    /// [`Msg::Restored`].
+    /// [`ToClient::Restored`].
     Restore {
         /// The sending process.
         from: ProcessId,
@@ -235,7 +243,7 @@ pub enum Msg {
     /// Between runs, when every update is applied ([`Cluster::set_rows`]): rows this
     /// process sets, whose home is this shard, with their new values. Each process sends
     /// every shard one or more, the last with `last` set (possibly empty); once every
-    /// process's last has come, the shard answers [`Msg::RowsSet`]. A row set by two
+    /// process's last has come, the shard answers [`ToClient::RowsSet`]. A row set by two
     /// processes, or work of the next run before every process's last, fails the cluster.
     ///
     /// [`Cluster::set_rows`]: crate::cluster::Cluster::set_rows
@@ -247,10 +255,23 @@ pub enum Msg {
         /// Whether this is the process's last `SetRows` to this shard.
         last: bool,
     },
-
+    /// Between runs, after every process agreed on it ([`Cluster::set_rule`]): table
+    /// `table`'s rule becomes `rule`, of the same kind (its parameters change; the rows'
+    /// state stays). Every process sends it to every shard before any work of the next
+    /// run, so every step of that run uses it.
+    ///
+    /// [`Cluster::set_rule`]: crate::cluster::Cluster::set_rule
+    SetRule {
+        /// The sending process.
+        from: ProcessId,
+        /// The table.
+        table: u32,
+        /// Its new rule.
+        rule: crate::rule::Rule,
+    },
     /// Between runs, when every update is applied ([`Cluster::call`]): run server
     /// function `function` of the sending process's registry on this shard's rows with
-    /// `args`, and answer [`Msg::Called`]. Sent by the shard's own process only.
+    /// `args`, and answer [`ToClient::Called`]. Sent by the shard's own process only.
     ///
     /// [`Cluster::call`]: crate::cluster::Cluster::call
     Call {
@@ -261,8 +282,14 @@ pub enum Msg {
         /// The call's arguments.
         args: Vec<f64>,
     },
+    /// The process has sent everything it will send: it leaves the cluster. A shard stops
+    /// once every process has left it.
+    Leave {
+        /// The process.
+        from: ProcessId,
+    },
 
-    // ---- shard -> shard ----
+    // ---- from another shard ----
     /// The rows of a migration whose new home is the receiving shard, with their values;
     /// exactly one per pair of shards per migration (possibly empty).
     Adopt {
@@ -271,16 +298,16 @@ pub enum Msg {
         /// The rows.
         rows: Vec<(RowKey, AlignedBuf)>,
     },
+}
 
-    /// The process has sent everything it will send: it leaves the cluster. A shard stops
-    /// once every process has left it.
-    Leave {
-        /// The process.
-        from: ProcessId,
-    },
-
-    // ---- shard -> process ----
-    /// The coordinator's answer to [`Msg::DeclareTable`].
+/// A message for a process's communication thread (an [`Endpoint::Client`]): a shard's
+/// answer or news, or a worker's message to a worker of the process. The communication
+/// thread takes only these.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum ToClient {
+    // ---- from a shard ----
+    /// The coordinator's answer to [`ToShard::DeclareTable`].
     TableDeclared {
         /// The table, with its cluster-wide id.
         meta: TableMeta,
@@ -336,13 +363,19 @@ pub enum Msg {
         /// The next run's start clock.
         start: Clock,
     },
+    /// Answer to [`ToShard::Call`]: the function's result on the shard, or why there is
+    /// none, and whether it wrote a row.
+    Called {
+        /// The answer.
+        called: Called,
+    },
     /// The shard has handed over every row a migration moved away from it and adopted
     /// every row it moved to it.
     Migrated {
         /// The sending shard.
         shard: ShardId,
     },
-    /// Answer to [`Msg::Checkpoint`]: the part the shard wrote, or why it could not
+    /// Answer to [`ToShard::Checkpoint`]: the part the shard wrote, or why it could not
     /// (the file and the reason; the cluster goes on, but the checkpoint fails).
     Checkpointed {
         /// The sending shard.
@@ -350,39 +383,19 @@ pub enum Msg {
         /// The part's manifest entry, or the error.
         part: ShardPart,
     },
-    /// Answer to [`Msg::Call`]: the function's result on the shard, or why there is none,
-    /// and whether it wrote a row.
-    Called {
-        /// The answer.
-        called: Called,
-    },
     /// The shard has every process's rows of a resume and starts every worker at the
     /// checkpoint's clock.
     Restored {
         /// The sending shard.
         shard: ShardId,
     },
-    /// Between runs, after every process agreed on it ([`Cluster::set_rule`]): table
-    /// `table`'s rule becomes `rule`, of the same kind (its parameters change; the rows'
-    /// state stays). Every process sends it to every shard before any work of the next
-    /// run, so every step of that run uses it.
-    ///
-    /// [`Cluster::set_rule`]: crate::cluster::Cluster::set_rule
-    SetRule {
-        /// The sending process.
-        from: ProcessId,
-        /// The table.
-        table: u32,
-        /// Its new rule.
-        rule: crate::rule::Rule,
-    },
-    /// The shard has set every process's rows of a [`Msg::SetRows`] and forgotten what
+    /// The shard has set every process's rows of a [`ToShard::SetRows`] and forgotten what
     /// it last sent each process's arena (its next refreshes are whole).
     RowsSet {
         /// The sending shard.
         shard: ShardId,
     },
-    /// Answer to [`Msg::Dump`].
+    /// Answer to [`ToShard::Dump`].
     DumpRows {
         /// The sending shard.
         shard: ShardId,
@@ -397,7 +410,7 @@ pub enum Msg {
         reason: String,
     },
 
-    // ---- process -> process (worker to worker) ----
+    // ---- from a worker of another process ----
     /// A worker's message to a worker of the receiving process (`Worker::send`), put into
     /// that worker's mailbox.
     Pass {
@@ -426,9 +439,21 @@ pub enum Msg {
     },
 }
 
-impl Msg {
-    /// The names of the kinds of message, indexed by [`Msg::kind`].
-    pub(crate) const KINDS: [&'static str; 33] = [
+/// One protocol message with the endpoint it goes to: what a transport carries, and what
+/// crosses the network. The direction is the type: a shard is sent only a [`ToShard`], a
+/// communication thread only a [`ToClient`], so a message going the wrong way cannot be
+/// built, sent or decoded.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum Envelope {
+    /// For server shard `.0`.
+    Shard(ShardId, ToShard),
+    /// For the communication thread of process `.0`.
+    Client(ProcessId, ToClient),
+}
+
+impl ToShard {
+    /// The names of the kinds of message a shard receives, indexed by [`ToShard::kind`].
+    pub(crate) const KINDS: [&'static str; 18] = [
         "DeclareTable",
         "Gather",
         "CreateTable",
@@ -439,88 +464,138 @@ impl Msg {
         "Dump",
         "Specialize",
         "SlabFetch",
-        "Leave",
-        "TableDeclared",
-        "Gathered",
-        "Rows",
-        "SlabRows",
-        "MinClock",
-        "RunReady",
-        "DumpRows",
-        "Rejected",
         "Migrate",
-        "Adopt",
-        "Migrated",
         "Checkpoint",
         "Restore",
-        "Checkpointed",
-        "Restored",
-        "Pass",
-        "WorkerStopped",
         "SetRows",
-        "RowsSet",
         "SetRule",
+        "Leave",
+        "Adopt",
         "Call",
-        "Called",
     ];
 
-    /// This message's kind, an index into [`Msg::KINDS`].
+    /// This message's kind, an index into [`ToShard::KINDS`].
     pub(crate) fn kind(&self) -> usize {
         match self {
-            Msg::DeclareTable { .. } => 0,
-            Msg::Gather { .. } => 1,
-            Msg::CreateTable { .. } => 2,
-            Msg::Fetch { .. } => 3,
-            Msg::Clock { .. } => 4,
-            Msg::Finish { .. } => 5,
-            Msg::RunEnd { .. } => 6,
-            Msg::Dump { .. } => 7,
-            Msg::Specialize { .. } => 8,
-            Msg::SlabFetch { .. } => 9,
-            Msg::Leave { .. } => 10,
-            Msg::TableDeclared { .. } => 11,
-            Msg::Gathered { .. } => 12,
-            Msg::Rows { .. } => 13,
-            Msg::SlabRows { .. } => 14,
-            Msg::MinClock { .. } => 15,
-            Msg::RunReady { .. } => 16,
-            Msg::DumpRows { .. } => 17,
-            Msg::Rejected { .. } => 18,
-            Msg::Migrate { .. } => 19,
-            Msg::Adopt { .. } => 20,
-            Msg::Migrated { .. } => 21,
-            Msg::Checkpoint { .. } => 22,
-            Msg::Restore { .. } => 23,
-            Msg::Checkpointed { .. } => 24,
-            Msg::Restored { .. } => 25,
-            Msg::Pass { .. } => 26,
-            Msg::WorkerStopped { .. } => 27,
-            Msg::SetRows { .. } => 28,
-            Msg::RowsSet { .. } => 29,
-            Msg::SetRule { .. } => 30,
-            Msg::Call { .. } => 31,
-            Msg::Called { .. } => 32,
+            ToShard::DeclareTable { .. } => 0,
+            ToShard::Gather { .. } => 1,
+            ToShard::CreateTable { .. } => 2,
+            ToShard::Fetch { .. } => 3,
+            ToShard::Clock { .. } => 4,
+            ToShard::Finish { .. } => 5,
+            ToShard::RunEnd { .. } => 6,
+            ToShard::Dump { .. } => 7,
+            ToShard::Specialize { .. } => 8,
+            ToShard::SlabFetch { .. } => 9,
+            ToShard::Migrate { .. } => 10,
+            ToShard::Checkpoint { .. } => 11,
+            ToShard::Restore { .. } => 12,
+            ToShard::SetRows { .. } => 13,
+            ToShard::SetRule { .. } => 14,
+            ToShard::Leave { .. } => 15,
+            ToShard::Adopt { .. } => 16,
+            ToShard::Call { .. } => 17,
         }
     }
 
     /// The process a message names as its sender, if it names one.
     pub(crate) fn sender(&self) -> Option<ProcessId> {
         match self {
-            Msg::DeclareTable { from, .. }
-            | Msg::Gather { from, .. }
-            | Msg::Fetch { from, .. }
-            | Msg::RunEnd { from, .. }
-            | Msg::Dump { from, .. }
-            | Msg::Specialize { from, .. }
-            | Msg::SlabFetch { from, .. }
-            | Msg::Migrate { from, .. }
-            | Msg::Checkpoint { from, .. }
-            | Msg::Restore { from, .. }
-            | Msg::SetRows { from, .. }
-            | Msg::SetRule { from, .. }
-            | Msg::Call { from, .. }
-            | Msg::Leave { from } => Some(*from),
-            _ => None,
+            ToShard::DeclareTable { from, .. }
+            | ToShard::Gather { from, .. }
+            | ToShard::Fetch { from, .. }
+            | ToShard::RunEnd { from, .. }
+            | ToShard::Dump { from, .. }
+            | ToShard::Specialize { from, .. }
+            | ToShard::SlabFetch { from, .. }
+            | ToShard::Migrate { from, .. }
+            | ToShard::Checkpoint { from, .. }
+            | ToShard::Restore { from, .. }
+            | ToShard::SetRows { from, .. }
+            | ToShard::SetRule { from, .. }
+            | ToShard::Call { from, .. }
+            | ToShard::Leave { from } => Some(*from),
+            ToShard::CreateTable { .. }
+            | ToShard::Clock { .. }
+            | ToShard::Finish { .. }
+            | ToShard::Adopt { .. } => None,
+        }
+    }
+}
+
+impl ToClient {
+    /// The names of the kinds of message a communication thread receives, indexed by
+    /// [`ToClient::kind`].
+    pub(crate) const KINDS: [&'static str; 15] = [
+        "TableDeclared",
+        "Gathered",
+        "Rows",
+        "SlabRows",
+        "MinClock",
+        "RunReady",
+        "Migrated",
+        "Checkpointed",
+        "Restored",
+        "RowsSet",
+        "DumpRows",
+        "Rejected",
+        "Pass",
+        "WorkerStopped",
+        "Called",
+    ];
+
+    /// This message's kind, an index into [`ToClient::KINDS`].
+    pub(crate) fn kind(&self) -> usize {
+        match self {
+            ToClient::TableDeclared { .. } => 0,
+            ToClient::Gathered { .. } => 1,
+            ToClient::Rows { .. } => 2,
+            ToClient::SlabRows { .. } => 3,
+            ToClient::MinClock { .. } => 4,
+            ToClient::RunReady { .. } => 5,
+            ToClient::Migrated { .. } => 6,
+            ToClient::Checkpointed { .. } => 7,
+            ToClient::Restored { .. } => 8,
+            ToClient::RowsSet { .. } => 9,
+            ToClient::DumpRows { .. } => 10,
+            ToClient::Rejected { .. } => 11,
+            ToClient::Pass { .. } => 12,
+            ToClient::WorkerStopped { .. } => 13,
+            ToClient::Called { .. } => 14,
+        }
+    }
+}
+
+impl Envelope {
+    /// The names of every kind of message, both directions (those a shard receives, then
+    /// those a communication thread receives), indexed by [`Envelope::kind`].
+    pub(crate) const KINDS: [&'static str; ToShard::KINDS.len() + ToClient::KINDS.len()] = {
+        let mut all = [""; ToShard::KINDS.len() + ToClient::KINDS.len()];
+        let mut i = 0;
+        while i < ToShard::KINDS.len() {
+            all[i] = ToShard::KINDS[i];
+            i += 1;
+        }
+        while i < all.len() {
+            all[i] = ToClient::KINDS[i - ToShard::KINDS.len()];
+            i += 1;
+        }
+        all
+    };
+
+    /// The message's kind, an index into [`Envelope::KINDS`].
+    pub(crate) fn kind(&self) -> usize {
+        match self {
+            Envelope::Shard(_, msg) => msg.kind(),
+            Envelope::Client(_, msg) => ToShard::KINDS.len() + msg.kind(),
+        }
+    }
+
+    /// Where the message goes.
+    pub(crate) fn to(&self) -> Endpoint {
+        match self {
+            Envelope::Shard(s, _) => Endpoint::Shard(*s),
+            Envelope::Client(p, _) => Endpoint::Client(*p),
         }
     }
 }

@@ -8,7 +8,7 @@
 use super::ClientShared;
 use crate::error::Result;
 use crate::ids::{Clock, RowKey};
-use crate::msg::{Endpoint, Msg};
+use crate::msg::ToShard;
 use crate::sync::lock;
 use rustc_hash::FxHashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -107,7 +107,7 @@ fn send_batch(shared: &ClientShared, batch: &[(RowKey, Clock)]) -> Result<()> {
             continue;
         }
         let from = shared.process;
-        shared.send(Endpoint::Shard(shard as u32), Msg::Fetch { from, rows })?;
+        shared.send_shard(shard as u32, ToShard::Fetch { from, rows })?;
     }
     Ok(())
 }

@@ -2,12 +2,12 @@
 //! [`Worker::recv_from`]).
 //!
 //! Each local worker has a mailbox: a queue per `(sender, tag)`, filled by local senders
-//! directly and by the communication thread for [`Msg::Pass`] from other processes. A
+//! directly and by the communication thread for [`ToClient::Pass`] from other processes. A
 //! message from one worker to another with one tag is received in the order it was sent
 //! (FIFO per pair of processes, see [`crate::transport`]); messages of different tags or
 //! senders are independent. A receiver waits in [`WAIT_SLICE`]s, re-checking the cluster's
 //! health, whether the sender has stopped in this round with an error
-//! ([`Mailboxes::stop`], [`Msg::WorkerStopped`]) and its deadline, so it never waits
+//! ([`Mailboxes::stop`], [`ToClient::WorkerStopped`]) and its deadline, so it never waits
 //! forever.
 //!
 //! **Rounds.** Every message carries its sender's round (run or virtual iteration), and a
@@ -19,8 +19,8 @@
 //!
 //! [`Worker::send_to`]: crate::Worker::send_to
 //! [`Worker::recv_from`]: crate::Worker::recv_from
-//! [`Msg::Pass`]: crate::msg::Msg::Pass
-//! [`Msg::WorkerStopped`]: crate::msg::Msg::WorkerStopped
+//! [`ToClient::Pass`]: crate::msg::ToClient::Pass
+//! [`ToClient::WorkerStopped`]: crate::msg::ToClient::WorkerStopped
 //! [`WAIT_SLICE`]: super::WAIT_SLICE
 
 use crate::sync::lock;

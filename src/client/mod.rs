@@ -24,12 +24,12 @@ use crate::buf::AlignedBuf;
 use crate::config::Config;
 use crate::error::{panic_message, Error, Result};
 use crate::ids::{Clock, ProcessId, RowKey, ShardId, TableId};
-use crate::msg::{Called, Endpoint, Msg, ShardPart};
+use crate::msg::{Called, Endpoint, Envelope, ShardPart, ToClient, ToShard};
 use crate::placement::Placement;
 use crate::server::{LocalArena, RefreshRows};
 use crate::sync::lock;
 use crate::table::TableMeta;
-use crate::transport::{DirectClient, Inbound, Inbox, Transport, TransportError};
+use crate::transport::{ClientInbox, DirectClient, Inbound, Transport, TransportError};
 use crate::world::World;
 use rustc_hash::FxHashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -170,25 +170,34 @@ impl ClientShared {
         })
     }
 
-    /// Sends `msg` to `to`. A failed send fails the cluster (the message is lost, and
-    /// whoever waits for its answer would wait forever) and is returned, naming `to`.
-    pub(crate) fn send(&self, to: Endpoint, msg: Msg) -> Result<()> {
-        let sent = self.transport.send(to, msg);
+    /// Sends `msg` to the endpoint it names. A failed send fails the cluster (the
+    /// message is lost, and whoever waits for its answer would wait forever) and is
+    /// returned, naming the endpoint.
+    pub(crate) fn send(&self, msg: Envelope) -> Result<()> {
+        let to = msg.to();
+        let sent = self.transport.send(msg);
         self.sent(to, sent)
     }
 
-    /// [`send`](Self::send), leaving a shard of this process for another thread to drive
-    /// ([`LocalDrive::enqueue`](crate::transport::LocalDrive::enqueue)); [`drive`](Self::drive) it afterwards.
-    pub(crate) fn enqueue(&self, to: Endpoint, msg: Msg) -> Result<()> {
+    /// Sends `msg` to shard `to` ([`send`](Self::send)).
+    pub(crate) fn send_shard(&self, to: ShardId, msg: ToShard) -> Result<()> {
+        self.send(Envelope::Shard(to, msg))
+    }
+
+    /// [`send_shard`](Self::send_shard), leaving a shard of this process for another
+    /// thread to drive ([`LocalDrive::enqueue`](crate::transport::LocalDrive::enqueue));
+    /// [`drive`](Self::drive) it afterwards.
+    pub(crate) fn enqueue(&self, to: ShardId, msg: ToShard) -> Result<()> {
         let sent = match self.transport.local_drive() {
             Some(drive) => drive.enqueue(to, msg),
-            None => self.transport.send(to, msg),
+            None => self.transport.send(Envelope::Shard(to, msg)),
         };
-        self.sent(to, sent)
+        self.sent(Endpoint::Shard(to), sent)
     }
 
-    /// Drives shard `to` after [`enqueue`](Self::enqueue)s ([`LocalDrive::drive`](crate::transport::LocalDrive::drive)).
-    pub(crate) fn drive(&self, to: Endpoint) {
+    /// Drives shard `to` after [`enqueue`](Self::enqueue)s
+    /// ([`LocalDrive::drive`](crate::transport::LocalDrive::drive)).
+    pub(crate) fn drive(&self, to: ShardId) {
         if let Some(drive) = self.transport.local_drive() {
             drive.drive(to);
         }
@@ -250,9 +259,10 @@ impl ClientShared {
         self.mailboxes.stop(worker, round);
         for p in 0..self.world.processes as ProcessId {
             if p != self.process {
-                let _ = self
-                    .transport
-                    .send(Endpoint::Client(p), Msg::WorkerStopped { worker, round });
+                let _ = self.transport.send(Envelope::Client(
+                    p,
+                    ToClient::WorkerStopped { worker, round },
+                ));
             }
         }
     }
@@ -334,7 +344,7 @@ impl ClientShared {
     }
 
     /// Waits until every shard of the cluster has finished the migration this process
-    /// started ([`Msg::Migrated`]). Like a run barrier it waits for the slowest; a failed
+    /// started ([`ToClient::Migrated`]). Like a run barrier it waits for the slowest; a failed
     /// cluster ends the wait.
     pub(crate) fn await_migrated(&self) -> Result<()> {
         let total = self.world.total_shards();
@@ -344,7 +354,7 @@ impl ClientShared {
     }
 
     /// Waits for the answers of this process's `shards` shards to the checkpoint this
-    /// process asked them for ([`Msg::Checkpointed`]), in shard order. Its own shards
+    /// process asked them for ([`ToClient::Checkpointed`]), in shard order. Its own shards
     /// write while it waits, so there is no fixed bound; a failed cluster (a shard that
     /// panicked or rejected the request) ends the wait.
     pub(crate) fn await_checkpointed(&self, shards: usize) -> Result<Vec<(ShardId, ShardPart)>> {
@@ -356,7 +366,7 @@ impl ClientShared {
     }
 
     /// Waits for this process's `shards` shards' answers to the server function's call
-    /// under way ([`Msg::Called`]). Its own shards run the function while it waits, so
+    /// under way ([`ToClient::Called`]). Its own shards run the function while it waits, so
     /// there is no fixed bound; a failed cluster ends the wait.
     pub(crate) fn await_called(&self, shards: usize) -> Result<Vec<Called>> {
         self.wait_for("server function", Duration::MAX, || {
@@ -365,7 +375,7 @@ impl ClientShared {
     }
 
     /// Waits until every shard of the cluster has every process's rows of the resume
-    /// under way ([`Msg::Restored`]). Like a run barrier it waits for the slowest process;
+    /// under way ([`ToClient::Restored`]). Like a run barrier it waits for the slowest process;
     /// a failed cluster (a process that left, a rejected row) ends the wait.
     pub(crate) fn await_restored(&self) -> Result<()> {
         let total = self.world.total_shards();
@@ -375,7 +385,7 @@ impl ClientShared {
     }
 
     /// Waits until every shard of the cluster has every process's rows of the set under
-    /// way ([`Msg::RowsSet`]). Like a run barrier it waits for the slowest process; a
+    /// way ([`ToClient::RowsSet`]). Like a run barrier it waits for the slowest process; a
     /// failed cluster (a process that left or called another collective) ends the wait.
     pub(crate) fn await_rows_set(&self) -> Result<()> {
         let total = self.world.total_shards();
@@ -386,7 +396,7 @@ impl ClientShared {
 
     /// Drops every copy of a row this process holds — the generic cache and the
     /// specialized arena's chunks — so that every later read fetches anew. Between runs
-    /// only, once every shard has answered a set ([`Msg::RowsSet`]): nothing is then on its
+    /// only, once every shard has answered a set ([`ToClient::RowsSet`]): nothing is then on its
     /// way to them, and the shards' next arena refreshes are whole.
     pub(crate) fn forget_rows(&self) {
         self.cache.clear();
@@ -426,17 +436,20 @@ impl ClientShared {
         self.signal.notify();
     }
 
-    /// Handles one message from a shard.
-    fn on_msg(&self, msg: Msg) {
-        let msg = match self.replies.file(msg) {
-            Ok(()) => return self.signal.notify(),
-            Err(msg) => msg,
-        };
+    /// Files one of the shards' answers to this process's collective requests
+    /// ([`Replies`]) and wakes whoever waits for it.
+    fn file(&self, file: impl FnOnce(&Replies)) {
+        file(&self.replies);
+        self.signal.notify();
+    }
+
+    /// Handles one message: a shard's answer, refresh or news, or a worker's message.
+    fn on_msg(&self, msg: ToClient) {
         match msg {
-            Msg::Rows {
+            ToClient::Rows {
                 data_clock, rows, ..
             } => self.on_rows(data_clock, rows),
-            Msg::SlabRows {
+            ToClient::SlabRows {
                 shard,
                 epoch,
                 chunk,
@@ -446,10 +459,10 @@ impl ClientShared {
             } => self.on_refresh(epoch, data_clock, |arena| {
                 arena.write_chunk(shard, chunk, data_clock, rows.as_deref(), bytes.as_bytes())
             }),
-            Msg::MinClock { clock, .. } => {
+            ToClient::MinClock { clock, .. } => {
                 self.known_min.fetch_max(clock, Ordering::AcqRel);
             }
-            Msg::Pass {
+            ToClient::Pass {
                 from,
                 to,
                 tag,
@@ -482,20 +495,27 @@ impl ClientShared {
                     ));
                 }
             }
-            Msg::WorkerStopped { worker, round } => self.mailboxes.stop(worker, round),
-            Msg::Rejected { shard, reason } => {
+            ToClient::WorkerStopped { worker, round } => self.mailboxes.stop(worker, round),
+            ToClient::Rejected { shard, reason } => {
                 self.fail(Error::failed(format!("server shard {shard}"), reason));
             }
-            other => self.fail(Error::failed(
-                "client communication",
-                format!("unexpected message {other:?}"),
-            )),
+            ToClient::RunReady { shard, run, start } => {
+                self.file(|r| r.run_ready(shard, run, start))
+            }
+            ToClient::TableDeclared { meta } => self.file(|r| r.declared(meta)),
+            ToClient::Gathered { round, parts } => self.file(|r| r.gathered(round, parts)),
+            ToClient::Migrated { shard } => self.file(|r| r.migrated(shard)),
+            ToClient::Checkpointed { shard, part } => self.file(|r| r.checkpointed(shard, part)),
+            ToClient::Restored { shard } => self.file(|r| r.restored(shard)),
+            ToClient::RowsSet { shard } => self.file(|r| r.rows_set(shard)),
+            ToClient::DumpRows { rows, .. } => self.file(|r| r.dump(rows)),
+            ToClient::Called { called } => self.file(|r| r.called(called)),
         }
     }
 }
 
 impl DirectClient for ClientShared {
-    fn deliver(&self, msg: Msg) {
+    fn deliver(&self, msg: ToClient) {
         if let Err(payload) = catch_unwind(AssertUnwindSafe(|| self.on_msg(msg))) {
             let why = panic_message(payload.as_ref());
             self.fail(Error::failed("client message handler", why));
@@ -508,7 +528,7 @@ impl DirectClient for ClientShared {
 /// cluster (waiting workers see the error) instead of leaving them waiting.
 pub(crate) fn spawn_comm(
     shared: Arc<ClientShared>,
-    inbox: Inbox,
+    inbox: ClientInbox,
     pus: Option<Vec<u32>>,
 ) -> std::io::Result<JoinHandle<()>> {
     let name = format!("iterstore-client-{}", shared.process);

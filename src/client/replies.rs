@@ -9,7 +9,9 @@
 
 use crate::buf::AlignedBuf;
 use crate::ids::{Clock, RowKey, ShardId};
-use crate::msg::{Called, Msg, ShardPart};
+#[cfg(doc)]
+use crate::msg::ToClient;
+use crate::msg::{Called, ShardPart};
 use crate::sync::lock;
 use crate::table::TableMeta;
 use std::collections::BTreeMap;
@@ -29,43 +31,70 @@ struct Boxes {
     declared: Vec<TableMeta>,
     /// Completed all-gathers by round.
     gathered: BTreeMap<u64, Vec<AlignedBuf>>,
-    /// Shards that have finished the migration under way ([`Msg::Migrated`]).
+    /// Shards that have finished the migration under way ([`ToClient::Migrated`]).
     migrated: Vec<ShardId>,
-    /// This process's shards' answers to the checkpoint under way ([`Msg::Checkpointed`]).
+    /// This process's shards' answers to the checkpoint under way ([`ToClient::Checkpointed`]).
     checkpointed: Vec<(ShardId, ShardPart)>,
-    /// Shards that have finished the resume under way ([`Msg::Restored`]).
+    /// Shards that have finished the resume under way ([`ToClient::Restored`]).
     restored: Vec<ShardId>,
-    /// Shards that have set every process's rows of the set under way ([`Msg::RowsSet`]).
+    /// Shards that have set every process's rows of the set under way ([`ToClient::RowsSet`]).
     rows_set: Vec<ShardId>,
-    /// Shards' rows for a table snapshot ([`Msg::DumpRows`]).
+    /// Shards' rows for a table snapshot ([`ToClient::DumpRows`]).
     dumps: Vec<Vec<(RowKey, AlignedBuf)>>,
     /// This process's shards' answers to the server function's call under way
-    /// ([`Msg::Called`]).
+    /// ([`ToClient::Called`]).
     called: Vec<Called>,
 }
 
 impl Replies {
-    /// Files `msg` if it is one of the answers kept here (then the caller wakes the
-    /// waiters); gives any other message back.
-    pub(crate) fn file(&self, msg: Msg) -> Result<(), Msg> {
-        let mut b = lock(&self.boxes);
-        match msg {
-            Msg::RunReady { shard, run, start } => {
-                b.run_ready.entry(run).or_default().push((shard, start))
-            }
-            Msg::Migrated { shard } => b.migrated.push(shard),
-            Msg::Checkpointed { shard, part } => b.checkpointed.push((shard, part)),
-            Msg::Restored { shard } => b.restored.push(shard),
-            Msg::RowsSet { shard } => b.rows_set.push(shard),
-            Msg::Gathered { round, parts } => {
-                b.gathered.insert(round, parts);
-            }
-            Msg::TableDeclared { meta } => b.declared.push(meta),
-            Msg::DumpRows { rows, .. } => b.dumps.push(rows),
-            Msg::Called { called } => b.called.push(called),
-            other => return Err(other),
-        }
-        Ok(())
+    /// Files shard `shard`'s answer to the barrier at the end of `run`: the next run
+    /// starts at `start` ([`ToClient::RunReady`]).
+    pub(crate) fn run_ready(&self, shard: ShardId, run: u64, start: Clock) {
+        lock(&self.boxes)
+            .run_ready
+            .entry(run)
+            .or_default()
+            .push((shard, start));
+    }
+
+    /// Files the coordinator's declaration of a table ([`ToClient::TableDeclared`]).
+    pub(crate) fn declared(&self, meta: TableMeta) {
+        lock(&self.boxes).declared.push(meta);
+    }
+
+    /// Files every process's part of all-gather round `round` ([`ToClient::Gathered`]).
+    pub(crate) fn gathered(&self, round: u64, parts: Vec<AlignedBuf>) {
+        lock(&self.boxes).gathered.insert(round, parts);
+    }
+
+    /// Files that `shard` finished the migration under way ([`ToClient::Migrated`]).
+    pub(crate) fn migrated(&self, shard: ShardId) {
+        lock(&self.boxes).migrated.push(shard);
+    }
+
+    /// Files `shard`'s answer to the checkpoint under way ([`ToClient::Checkpointed`]).
+    pub(crate) fn checkpointed(&self, shard: ShardId, part: ShardPart) {
+        lock(&self.boxes).checkpointed.push((shard, part));
+    }
+
+    /// Files that `shard` finished the resume under way ([`ToClient::Restored`]).
+    pub(crate) fn restored(&self, shard: ShardId) {
+        lock(&self.boxes).restored.push(shard);
+    }
+
+    /// Files that `shard` finished the set under way ([`ToClient::RowsSet`]).
+    pub(crate) fn rows_set(&self, shard: ShardId) {
+        lock(&self.boxes).rows_set.push(shard);
+    }
+
+    /// Files a shard's rows for a table snapshot ([`ToClient::DumpRows`]).
+    pub(crate) fn dump(&self, rows: Vec<(RowKey, AlignedBuf)>) {
+        lock(&self.boxes).dumps.push(rows);
+    }
+
+    /// Files a shard's answer to the call under way ([`ToClient::Called`]).
+    pub(crate) fn called(&self, called: Called) {
+        lock(&self.boxes).called.push(called);
     }
 
     /// Every shard's answer to the barrier at the end of `run`, once `shards` arrived.
@@ -132,16 +161,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn answers_are_handed_out_once_complete_and_other_messages_come_back() {
+    fn answers_are_handed_out_once_complete() {
         let r = Replies::default();
         for shard in 0..2 {
-            assert!(r
-                .file(Msg::RunReady {
-                    shard,
-                    run: 3,
-                    start: 7
-                })
-                .is_ok());
+            r.run_ready(shard, 3, 7);
         }
         assert_eq!(
             r.take_run_ready(3, 3),
@@ -150,14 +173,10 @@ mod tests {
         );
         assert_eq!(r.take_run_ready(3, 2), Some(vec![(0, 7), (1, 7)]));
         assert_eq!(r.take_run_ready(3, 2), None, "taken once");
-        assert!(r.file(Msg::Migrated { shard: 1 }).is_ok());
+        r.migrated(1);
         assert_eq!(r.take_migrated(2), None);
-        assert!(r.file(Msg::Migrated { shard: 0 }).is_ok());
+        r.migrated(0);
         assert_eq!(r.take_migrated(2), Some(()));
         assert_eq!(r.take_migrated(2), None, "forgotten once taken");
-        assert!(matches!(
-            r.file(Msg::MinClock { shard: 0, clock: 1 }),
-            Err(Msg::MinClock { .. })
-        ));
     }
 }

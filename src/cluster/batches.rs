@@ -1,14 +1,14 @@
 //! [`ShardBatches`]: rows bound for their home shards, cut into messages of a bounded
 //! size, with at least one (possibly empty) message per shard so that every shard hears
 //! from every process; and their sending, the last message to each shard flagged. Shared
-//! by the collectives that hand rows to the shards: a resume ([`Msg::Restore`]) and a set
-//! of rows ([`Msg::SetRows`]).
+//! by the collectives that hand rows to the shards: a resume ([`ToShard::Restore`]) and a set
+//! of rows ([`ToShard::SetRows`]).
 
 use super::Cluster;
 use crate::buf::AlignedBuf;
 use crate::error::Result;
 use crate::ids::RowKey;
-use crate::msg::Msg;
+use crate::msg::ToShard;
 
 /// Bytes of rows per message, well under the network's largest frame.
 const BATCH_BYTES: usize = 4 << 20;
@@ -52,7 +52,7 @@ impl Cluster {
     pub(super) fn send_batches(
         &self,
         batches: ShardBatches,
-        msg: impl Fn(Vec<(RowKey, AlignedBuf)>, bool) -> Msg,
+        msg: impl Fn(Vec<(RowKey, AlignedBuf)>, bool) -> ToShard,
     ) -> Result<()> {
         for (shard, batches) in batches.batches.into_iter().enumerate() {
             let n = batches.len();

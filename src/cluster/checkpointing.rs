@@ -3,22 +3,23 @@
 //!
 //! **Checkpoint** (between runs, every process alike): each process begins the checkpoint
 //! at the cluster's start clock in the shared directory, writes its application state as
-//! `process-<rank>.app`, and has each of its shards write its rows as `shard-<id>.rows`
-//! on the shard's own thread ([`Msg::Checkpoint`] → [`Msg::Checkpointed`]). The
-//! processes then all-gather what they wrote (or why they could not); rank 0 records
-//! every part and commits the manifest, and a second all-gather tells every process the
-//! outcome. So every process returns the same answer, only once the checkpoint is
-//! complete, and a failure anywhere (a full disk, a refused directory) fails the
-//! checkpoint on every process without failing the cluster.
+//! `process-<rank>.app`, and has each of its shards write its rows as `shard-<id>.rows` on
+//! the shard's own thread ([`ToShard::Checkpoint`] →
+//! [`ToClient::Checkpointed`](crate::msg::ToClient::Checkpointed)). The processes then
+//! all-gather what they wrote (or why they could not); rank 0 records every part and
+//! commits the manifest, and a second all-gather tells every process the outcome. So every
+//! process returns the same answer, only once the checkpoint is complete, and a failure
+//! anywhere (a full disk, a refused directory) fails the checkpoint on every process
+//! without failing the cluster.
 //!
 //! **Resume** (before any run or plan, every process alike): each process opens and
 //! verifies the newest complete checkpoint, the processes all-gather whether they could,
 //! each reads its share of the rows parts (old shard `k` is read by process
 //! `k mod processes`) and checks it whole, they all-gather again, and only then is every
-//! row sent to its home shard under this cluster's placement ([`Msg::Restore`]); a shard
-//! that has every process's rows starts every worker at the checkpoint's clock
-//! ([`Msg::Restored`]). A checkpoint that any process refuses is refused by all, naming
-//! the file; nothing is restored from it.
+//! row sent to its home shard under this cluster's placement ([`ToShard::Restore`]); a
+//! shard that has every process's rows starts every worker at the checkpoint's clock
+//! ([`ToClient::Restored`](crate::msg::ToClient::Restored)). A checkpoint that any process
+//! refuses is refused by all, naming the file; nothing is restored from it.
 //!
 //! This module decides the steps and who reads what; the files are the storage layer's
 //! (`crate::checkpoint`), the rows' bytes `crate::rows_part`'s, the shards' side is in
@@ -34,7 +35,7 @@ use crate::checkpoint::{
 use crate::error::checkpoint::CheckpointError;
 use crate::error::{Error, Result};
 use crate::ids::Clock;
-use crate::msg::Msg;
+use crate::msg::ToShard;
 use crate::rows_part;
 use serde::{Deserialize, Serialize};
 use std::io::Write;
@@ -166,7 +167,7 @@ impl Cluster {
         };
         let clock = checkpoint.clock();
         let from = self.shared.process;
-        self.send_batches(batches, |rows, last| Msg::Restore {
+        self.send_batches(batches, |rows, last| ToShard::Restore {
             from,
             clock,
             rows,
@@ -257,7 +258,7 @@ impl Cluster {
             let root = dir.to_path_buf();
             self.send(
                 shard as usize,
-                Msg::Checkpoint {
+                ToShard::Checkpoint {
                     from: rank,
                     root,
                     clock,

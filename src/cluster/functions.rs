@@ -17,7 +17,7 @@
 
 use super::Cluster;
 use crate::error::{Error, Result};
-use crate::msg::{Called, Msg};
+use crate::msg::{Called, ToShard};
 use crate::server::functions::{Reduce, Registered, ShardRows};
 use crate::sync::lock;
 use crate::worker::KeptState;
@@ -138,7 +138,7 @@ impl Cluster {
         for shard in shards.clone() {
             self.send(
                 shard as usize,
-                Msg::Call {
+                ToShard::Call {
                     from: rank,
                     function: f.id,
                     args: args.to_vec(),

@@ -48,7 +48,7 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::gather::AccessPattern;
 use crate::ids::Clock;
-use crate::msg::{Endpoint, Msg};
+use crate::msg::ToShard;
 use crate::numa::{NumaPlan, ThreadZones, WorkerPlace};
 use crate::pool::WorkerPool;
 use crate::table::Registry;
@@ -213,7 +213,7 @@ impl Cluster {
     }
 
     /// Sends `msg` to the server shard `shard` (a global shard id).
-    fn send(&self, shard: usize, msg: Msg) -> Result<()> {
-        self.shared.send(Endpoint::Shard(shard as u32), msg)
+    fn send(&self, shard: usize, msg: ToShard) -> Result<()> {
+        self.shared.send_shard(shard as u32, msg)
     }
 }

@@ -1,6 +1,6 @@
 //! Runs: [`Cluster::run`] and its variants run a closure once on every worker thread of
 //! the pool, every worker starting at the clock the last run barrier agreed; a run then
-//! ends at every shard ([`Msg::RunEnd`]) and waits until every process has ended it.
+//! ends at every shard ([`ToShard::RunEnd`]) and waits until every process has ended it.
 //! Also the collective [`Cluster::all_gather`] and the all-gather round under it.
 //!
 //! It owns a run's bookkeeping (rounds, the run barrier, the first failure by worker,
@@ -16,7 +16,7 @@ use crate::element::Element;
 use crate::error::{panic_message, Error, Result};
 use crate::gather::AccessLog;
 use crate::ids::Clock;
-use crate::msg::Msg;
+use crate::msg::ToShard;
 use crate::sync::lock;
 use crate::worker::{KeptState, Role, Worker};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -281,7 +281,7 @@ impl Cluster {
         let run = self.runs.ended + 1;
         for shard in 0..self.shared.world.total_shards() {
             let from = self.shared.process;
-            self.send(shard, Msg::RunEnd { from, run })?;
+            self.send(shard, ToShard::RunEnd { from, run })?;
         }
         self.runs.start_clock = self.shared.await_run_ready(run)?;
         self.runs.ended = run;
@@ -321,7 +321,7 @@ impl Cluster {
         let from = self.shared.process;
         self.send(
             0,
-            Msg::Gather {
+            ToShard::Gather {
                 from,
                 round,
                 values,

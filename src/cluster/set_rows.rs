@@ -1,9 +1,10 @@
-//! [`Cluster::set_rows`]: giving rows new values between runs — initial values that are
-//! not zeros, weights loaded from elsewhere, a row reset — as a collective: every process
-//! sends the rows it sets to their home shards ([`Msg::SetRows`]) and waits until every
-//! shard has every process's ([`Msg::RowsSet`]); then it drops every copy of a row it
-//! holds (the generic cache, the specialized arena's chunks, the workers' views), so the
-//! next run reads the new values through the same specialized paths as before.
+//! [`Cluster::set_rows`]: giving rows new values between runs — initial values that are not
+//! zeros, weights loaded from elsewhere, a row reset — as a collective: every process sends
+//! the rows it sets to their home shards ([`ToShard::SetRows`]) and waits until every shard
+//! has every process's ([`ToClient::RowsSet`](crate::msg::ToClient::RowsSet)); then it
+//! drops every copy of a row it holds (the generic cache, the specialized arena's chunks,
+//! the workers' views), so the next run reads the new values through the same specialized
+//! paths as before.
 //!
 //! It knows the message and the waiting; how a shard stores the rows is `server`'s, and
 //! what a worker keeps between runs `worker`'s.
@@ -13,7 +14,7 @@ use super::Cluster;
 use crate::buf::AlignedBuf;
 use crate::element::Element;
 use crate::error::{Error, Result};
-use crate::msg::Msg;
+use crate::msg::ToShard;
 use crate::table::{resolve, Table};
 
 impl Cluster {
@@ -98,7 +99,7 @@ impl Cluster {
             );
         }
         let from = self.shared.process;
-        self.send_batches(batches, |rows, last| Msg::SetRows { from, rows, last })?;
+        self.send_batches(batches, |rows, last| ToShard::SetRows { from, rows, last })?;
         self.shared.await_rows_set()?;
         self.drop_row_copies();
         Ok(())

@@ -3,14 +3,14 @@
 //! shard, communication and metrics threads a process stops and joins (after a failed
 //! start too).
 //!
-//! It knows the threads and the leave protocol ([`Msg::Leave`]); what a shard does until
+//! It knows the threads and the leave protocol ([`ToShard::Leave`]); what a shard does until
 //! every process has left it is `server`'s, closing the network the transport's.
 
 use super::metrics::MetricsServer;
 use super::Cluster;
 use crate::error::{panic_message, Error, Result};
 use crate::ids::ProcessId;
-use crate::msg::{Endpoint, Msg};
+use crate::msg::{Endpoint, Envelope, ToShard};
 use crate::server;
 use crate::transport::Transport;
 use std::thread::JoinHandle;
@@ -39,7 +39,7 @@ impl Cluster {
             // Best effort: a failed cluster still tells the others it is gone.
             let _ = self
                 .transport
-                .send(Endpoint::Shard(shard as u32), Msg::Leave { from: rank });
+                .send(Envelope::Shard(shard as u32, ToShard::Leave { from: rank }));
         }
         let failed = self.shared.has_failed();
         // A process lost while this one waits for the others to leave ends the wait.

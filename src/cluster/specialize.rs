@@ -2,7 +2,7 @@
 //! iteration, [`Cluster::virtual_iteration`], or in first-iter mode the first real run),
 //! place rows by locality across processes (migrating rows that hold values), then build
 //! the plan, the workers' op tapes within the tape budget and the NUMA plan, and switch
-//! the shards ([`Msg::Specialize`]) and this process's arena to them.
+//! the shards ([`ToShard::Specialize`]) and this process's arena to them.
 //!
 //! It decides *when* to specialize and *from what*; the plan's layout is `plan`'s, the
 //! NUMA placement `numa`'s, the arena `client`'s, the specialized worker `worker`'s and
@@ -16,7 +16,7 @@ use crate::config::Mode;
 use crate::error::Result;
 use crate::gather::{AccessLog, AccessPattern};
 use crate::ids::RowKey;
-use crate::msg::Msg;
+use crate::msg::ToShard;
 use crate::numa::{self, NumaConfig};
 use crate::plan::{self, PlanConfig};
 use crate::sync::lock;
@@ -104,7 +104,7 @@ impl Cluster {
     /// placement. Before any run or resume no row holds a value, so nothing moves. After
     /// runs (the first-iter mode, which gathers in the first real iteration) or a resume
     /// (rows restored from a checkpoint) the rows that hold
-    /// values move to their new home shards first ([`Msg::Migrate`]): every shard hands
+    /// values move to their new home shards first ([`ToShard::Migrate`]): every shard hands
     /// them over between runs, when every update of the last run is applied, and every
     /// process waits until every shard has finished before it goes on. Once a plan
     /// exists its rows live in the shards' arenas and stay where they are (a warning
@@ -189,7 +189,7 @@ impl Cluster {
                 let overrides = overrides.clone();
                 self.send(
                     shard as usize,
-                    Msg::Migrate {
+                    ToShard::Migrate {
                         from: rank,
                         overrides,
                     },
@@ -290,7 +290,7 @@ impl Cluster {
             } else {
                 Vec::new()
             };
-            let msg = Msg::Specialize {
+            let msg = ToShard::Specialize {
                 from: rank,
                 epoch: self.spec.plans,
                 keys: plan.slots[span.slots.clone()]

@@ -25,7 +25,9 @@ use crate::pool::WorkerPool;
 use crate::server;
 use crate::table::Registry;
 use crate::topology::{bind::MemBinder, Topology};
-use crate::transport::{InProcTransport, Inbox, LocalInboxes, TcpTransport, Transport};
+use crate::transport::{
+    ClientInbox, InProcTransport, LocalInboxes, ShardInbox, TcpTransport, Transport,
+};
 use crate::world::World;
 use crossbeam::channel::unbounded;
 use std::hash::{BuildHasher, Hasher};
@@ -191,7 +193,7 @@ impl Cluster {
         let transport: Arc<dyn Transport> = Arc::new(transport);
         let mut clusters = Vec::with_capacity(processes);
         for (rank, inbox) in client_inboxes.into_iter().enumerate() {
-            let shards: Vec<Inbox> = shard_inboxes.drain(..config.shards).collect();
+            let shards: Vec<ShardInbox> = shard_inboxes.drain(..config.shards).collect();
             let rank = rank as ProcessId;
             let cluster = Self::start_process(
                 config.clone(),
@@ -292,8 +294,8 @@ impl Cluster {
         world: World,
         rank: ProcessId,
         transport: Arc<dyn Transport>,
-        shard_inboxes: Vec<Inbox>,
-        client_inbox: Inbox,
+        shard_inboxes: Vec<ShardInbox>,
+        client_inbox: ClientInbox,
         binding: Binding,
     ) -> Result<Cluster> {
         // Before any thread is bound: hwloc reads the CPUs this process may use.

@@ -10,7 +10,7 @@
 use super::Cluster;
 use crate::element::Element;
 use crate::error::{Error, Result};
-use crate::msg::Msg;
+use crate::msg::ToShard;
 use crate::rule::Rule;
 use crate::table::{resolve, Table};
 use std::sync::PoisonError;
@@ -100,7 +100,7 @@ impl Cluster {
         self.check()?;
         self.registry.check_new(name, width)?;
         // The coordinator (shard 0, on rank 0) assigns the id, once per name.
-        let declare = Msg::DeclareTable {
+        let declare = ToShard::DeclareTable {
             from: self.shared.process,
             name: name.to_string(),
             width,
@@ -112,7 +112,7 @@ impl Cluster {
         let meta = self.shared.await_table(name)?;
         let meta = self.registry.insert(meta)?.clone();
         for shard in 0..self.shared.world.total_shards() {
-            self.send(shard, Msg::CreateTable { meta: meta.clone() })?;
+            self.send(shard, ToShard::CreateTable { meta: meta.clone() })?;
         }
         self.shared
             .tables
@@ -269,7 +269,7 @@ impl Cluster {
         for shard in 0..self.shared.world.total_shards() {
             self.send(
                 shard,
-                Msg::Dump {
+                ToShard::Dump {
                     from: self.shared.process,
                     table: table.id,
                 },
@@ -331,7 +331,7 @@ impl Cluster {
         for shard in 0..self.shared.world.total_shards() {
             self.send(
                 shard,
-                Msg::SetRule {
+                ToShard::SetRule {
                     from,
                     table: table.id,
                     rule,

@@ -70,7 +70,7 @@ impl SlabLayout {
     }
 }
 
-/// What a process asks for in [`Msg::Specialize`](crate::msg::Msg::Specialize).
+/// What a process asks for in [`ToShard::Specialize`](crate::msg::ToShard::Specialize).
 #[derive(Debug)]
 pub(crate) struct Request<'a> {
     /// The process.

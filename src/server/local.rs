@@ -2,7 +2,7 @@
 //! writes that process's arena refreshes straight from its own arena.
 //!
 //! A refresh for a process in another OS process must travel as a message
-//! ([`Msg::SlabRows`](crate::msg::Msg::SlabRows)): its rows copied out of the shard's
+//! ([`ToClient::SlabRows`](crate::msg::ToClient::SlabRows)): its rows copied out of the shard's
 //! arena into the message, then copied again into the process's arena on arrival. For the
 //! shard's own process both copies are one: the shard hands the process the rows as
 //! slices of its arena, which the process copies into its own. The refresh is the same

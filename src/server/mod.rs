@@ -28,9 +28,9 @@ use shard::PartWrite;
 use crate::checkpoint::{PartEntry, PartWriter};
 use crate::error::checkpoint::CheckpointError;
 use crate::ids::ProcessId;
-use crate::msg::{Endpoint, Msg};
+use crate::msg::{Envelope, ToClient, ToShard};
 use crate::sync::{lock, Signal};
-use crate::transport::{DirectShard, Inbound, Inbox, Transport};
+use crate::transport::{DirectShard, Inbound, ShardInbox, Transport};
 use crossbeam::channel::{Select, TryRecvError};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -68,7 +68,7 @@ impl Staying {
 /// left once the holder is done: nothing waits in the inbox unseen.
 struct ShardCell {
     driver: Mutex<Driver>,
-    inbox: Inbox,
+    inbox: ShardInbox,
     transport: Arc<dyn Transport>,
     staying: Staying,
     /// The shard has stopped (stopped locally, released by every process, or panicked).
@@ -81,7 +81,7 @@ struct ShardCell {
 /// What the holder of a [`ShardCell`] works with.
 struct Driver {
     shard: Shard,
-    out: Vec<(Endpoint, Msg)>,
+    out: Vec<Envelope>,
 }
 
 impl ShardCell {
@@ -108,10 +108,10 @@ impl ShardCell {
     /// Handles one message and sends its replies; `false` once the shard has stopped (a
     /// panic, reported to every process still in the cluster as a rejection naming the
     /// shard, or every process has left).
-    fn handle(&self, d: &mut Driver, msg: Msg) -> bool {
+    fn handle(&self, d: &mut Driver, msg: ToShard) -> bool {
         let Driver { shard, out } = d;
         // Only a Leave changes who stays: nothing more per message on this path.
-        let leave = matches!(msg, Msg::Leave { .. });
+        let leave = matches!(msg, ToShard::Leave { .. });
         let handled = catch_unwind(AssertUnwindSafe(|| step(shard, msg, out)));
         if let Err(payload) = handled {
             let reason = format!(
@@ -120,18 +120,18 @@ impl ShardCell {
                 crate::error::panic_message(payload.as_ref())
             );
             for p in shard.staying() {
-                let msg = Msg::Rejected {
+                let msg = ToClient::Rejected {
                     shard: shard.id(),
                     reason: reason.clone(),
                 };
-                let _ = self.transport.reply(Endpoint::Client(p), msg);
+                let _ = self.transport.reply(Envelope::Client(p, msg));
             }
             return false;
         }
-        for (to, reply) in out.drain(..) {
+        for reply in out.drain(..) {
             // A process that has gone away needs no answer; its loss is detected and
             // reported by the transport.
-            let _ = self.transport.reply(to, reply);
+            let _ = self.transport.reply(reply);
         }
         if leave {
             self.staying.set(shard.staying());
@@ -148,7 +148,7 @@ impl ShardCell {
 /// asks for before anything else reaches it: a checkpoint's part is written on the
 /// calling thread and its outcome — the part's entry, or the error (a full disk, say) — handed
 /// back to the shard, which answers the process that asked.
-fn step(shard: &mut Shard, msg: Msg, out: &mut Vec<(Endpoint, Msg)>) {
+fn step(shard: &mut Shard, msg: ToShard, out: &mut Vec<Envelope>) {
     if let Some(write) = shard.handle(msg, out) {
         let written = write_part(shard, &write);
         shard.part_written(write, written, out);
@@ -201,7 +201,7 @@ impl DirectShard for ShardCell {
 /// [`ShardCell`]). Returns the thread and who has not left the shard yet ([`Staying`]).
 pub(crate) fn spawn(
     shard: Shard,
-    inbox: Inbox,
+    inbox: ShardInbox,
     transport: Arc<dyn Transport>,
     pus: Option<Vec<u32>>,
 ) -> std::io::Result<(JoinHandle<()>, Staying)> {
@@ -230,7 +230,7 @@ pub(crate) fn spawn(
 /// the transport took it.
 fn attached_cell(
     shard: Shard,
-    inbox: Inbox,
+    inbox: ShardInbox,
     transport: Arc<dyn Transport>,
 ) -> (Arc<ShardCell>, bool) {
     let id = shard.id();

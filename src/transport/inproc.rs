@@ -11,9 +11,12 @@
 //! [`LocalDrive::attach_shard`] is poked after every message queued for it, and the
 //! sender drives it if no other thread does (`server::ShardCell`).
 
-use super::{DirectClient, DirectShard, Inbound, Inbox, LocalDrive, Transport, TransportError};
+use super::{
+    ClientInbox, DirectClient, DirectShard, Inbound, LocalDrive, ShardInbox, Transport,
+    TransportError,
+};
 use crate::ids::{ProcessId, ShardId};
-use crate::msg::{Endpoint, Msg};
+use crate::msg::{Endpoint, Envelope, ToClient, ToShard};
 use crossbeam::channel::{unbounded, Sender};
 use std::sync::{RwLock, Weak};
 
@@ -21,8 +24,8 @@ use std::sync::{RwLock, Weak};
 /// (one channel per endpoint, so messages from one thread to one endpoint stay in order).
 #[derive(Debug)]
 pub(crate) struct InProcTransport {
-    shards: Vec<Sender<Inbound>>,
-    clients: Vec<Sender<Inbound>>,
+    shards: Vec<Sender<Inbound<ToShard>>>,
+    clients: Vec<Sender<Inbound<ToClient>>>,
     /// Clients that handle their messages on the sender's thread (by process).
     direct: Vec<RwLock<Option<Weak<dyn DirectClient>>>>,
     /// Shards their senders drive (by id).
@@ -32,7 +35,7 @@ pub(crate) struct InProcTransport {
 impl InProcTransport {
     /// A transport for `clients` client processes and `shards` server shards, with the
     /// inboxes of the shards and of the clients (indexed by id).
-    pub(crate) fn new(clients: usize, shards: usize) -> (Self, Vec<Inbox>, Vec<Inbox>) {
+    pub(crate) fn new(clients: usize, shards: usize) -> (Self, Vec<ShardInbox>, Vec<ClientInbox>) {
         let (shard_tx, shard_rx): (Vec<_>, Vec<_>) = (0..shards).map(|_| unbounded()).unzip();
         let (client_tx, client_rx): (Vec<_>, Vec<_>) = (0..clients).map(|_| unbounded()).unzip();
         let transport = InProcTransport {
@@ -44,32 +47,43 @@ impl InProcTransport {
         (transport, shard_rx, client_rx)
     }
 
-    fn deliver(&self, to: Endpoint, what: Inbound) -> Result<(), TransportError> {
-        self.queue(to, what)?;
-        self.drive(to);
-        Ok(())
+    /// Puts `what` in shard `to`'s channel.
+    fn queue_shard(&self, to: ShardId, what: Inbound<ToShard>) -> Result<(), TransportError> {
+        put(self.shards.get(to as usize), Endpoint::Shard(to), what)
     }
 
-    /// Puts `what` in `to`'s channel.
-    fn queue(&self, to: Endpoint, what: Inbound) -> Result<(), TransportError> {
-        let tx = match to {
-            Endpoint::Shard(s) => self.shards.get(s as usize),
-            Endpoint::Client(c) => self.clients.get(c as usize),
-        }
-        .ok_or(TransportError::UnknownEndpoint(to))?;
-        tx.send(what).map_err(|_| TransportError::Closed(to))
+    /// Puts `what` in client `to`'s channel.
+    fn queue_client(&self, to: ProcessId, what: Inbound<ToClient>) -> Result<(), TransportError> {
+        put(self.clients.get(to as usize), Endpoint::Client(to), what)
     }
 }
 
+/// Sends `what` on `tx`, the channel of endpoint `to` if it exists.
+fn put<M>(
+    tx: Option<&Sender<Inbound<M>>>,
+    to: Endpoint,
+    what: Inbound<M>,
+) -> Result<(), TransportError> {
+    let tx = tx.ok_or(TransportError::UnknownEndpoint(to))?;
+    tx.send(what).map_err(|_| TransportError::Closed(to))
+}
+
 impl Transport for InProcTransport {
-    fn send(&self, to: Endpoint, msg: Msg) -> Result<(), TransportError> {
-        if let Endpoint::Client(c) = to {
-            if let Some(client) = self.direct.get(c as usize).and_then(upgraded) {
-                client.deliver(msg);
-                return Ok(());
+    fn send(&self, msg: Envelope) -> Result<(), TransportError> {
+        match msg {
+            Envelope::Shard(s, msg) => {
+                self.queue_shard(s, Inbound::Msg(msg))?;
+                self.drive(s);
+                Ok(())
+            }
+            Envelope::Client(c, msg) => {
+                if let Some(client) = self.direct.get(c as usize).and_then(upgraded) {
+                    client.deliver(msg);
+                    return Ok(());
+                }
+                self.queue_client(c, Inbound::Msg(msg))
             }
         }
-        self.deliver(to, Inbound::Msg(msg))
     }
 
     fn local_drive(&self) -> Option<&dyn LocalDrive> {
@@ -77,28 +91,30 @@ impl Transport for InProcTransport {
     }
 
     fn stop_local(&self, to: Endpoint) -> Result<(), TransportError> {
-        if let Endpoint::Client(c) = to {
-            if let Some(d) = self.direct.get(c as usize) {
-                *d.write().unwrap_or_else(|e| e.into_inner()) = None;
+        match to {
+            Endpoint::Shard(s) => {
+                self.queue_shard(s, Inbound::Stop)?;
+                self.drive(s);
+                Ok(())
+            }
+            Endpoint::Client(c) => {
+                if let Some(d) = self.direct.get(c as usize) {
+                    *d.write().unwrap_or_else(|e| e.into_inner()) = None;
+                }
+                self.queue_client(c, Inbound::Stop)
             }
         }
-        self.deliver(to, Inbound::Stop)
     }
 }
 
 impl LocalDrive for InProcTransport {
-    fn enqueue(&self, to: Endpoint, msg: Msg) -> Result<(), TransportError> {
-        if let Endpoint::Client(_) = to {
-            return self.send(to, msg);
-        }
-        self.queue(to, Inbound::Msg(msg))
+    fn enqueue(&self, to: ShardId, msg: ToShard) -> Result<(), TransportError> {
+        self.queue_shard(to, Inbound::Msg(msg))
     }
 
-    fn drive(&self, to: Endpoint) {
-        if let Endpoint::Shard(s) = to {
-            if let Some(shard) = self.driven.get(s as usize).and_then(upgraded) {
-                shard.poke();
-            }
+    fn drive(&self, to: ShardId) {
+        if let Some(shard) = self.driven.get(to as usize).and_then(upgraded) {
+            shard.poke();
         }
     }
 
@@ -139,33 +155,37 @@ fn upgraded<T: ?Sized>(slot: &RwLock<Option<Weak<T>>>) -> Option<std::sync::Arc<
 mod tests {
     use super::*;
 
+    /// A message for a client.
+    fn min_clock(clock: u64) -> ToClient {
+        ToClient::MinClock { shard: 0, clock }
+    }
+
     #[test]
     fn delivers_in_order_and_reports_closed_endpoints() {
         let (t, shards, clients) = InProcTransport::new(1, 2);
-        t.send(Endpoint::Shard(1), Msg::Finish { worker: 1 })
+        t.send(Envelope::Shard(1, ToShard::Finish { worker: 1 }))
             .unwrap();
-        t.send(Endpoint::Shard(1), Msg::Finish { worker: 2 })
+        t.send(Envelope::Shard(1, ToShard::Finish { worker: 2 }))
             .unwrap();
         t.stop_local(Endpoint::Shard(1)).unwrap();
-        let got = |i: &Inbox| i.recv().unwrap();
+        let got = |i: &ShardInbox| i.recv().unwrap();
         assert!(matches!(
             got(&shards[1]),
-            Inbound::Msg(Msg::Finish { worker: 1 })
+            Inbound::Msg(ToShard::Finish { worker: 1 })
         ));
         assert!(matches!(
             got(&shards[1]),
-            Inbound::Msg(Msg::Finish { worker: 2 })
+            Inbound::Msg(ToShard::Finish { worker: 2 })
         ));
         assert!(matches!(got(&shards[1]), Inbound::Stop));
         assert_eq!(
-            t.send(Endpoint::Shard(5), Msg::Leave { from: 0 })
+            t.send(Envelope::Shard(5, ToShard::Leave { from: 0 }))
                 .unwrap_err(),
             TransportError::UnknownEndpoint(Endpoint::Shard(5))
         );
         drop(clients);
         assert_eq!(
-            t.send(Endpoint::Client(0), Msg::Leave { from: 0 })
-                .unwrap_err(),
+            t.send(Envelope::Client(0, min_clock(0))).unwrap_err(),
             TransportError::Closed(Endpoint::Client(0))
         );
     }
@@ -174,7 +194,7 @@ mod tests {
     struct Recorder(std::sync::Mutex<Vec<String>>);
 
     impl DirectClient for Recorder {
-        fn deliver(&self, msg: Msg) {
+        fn deliver(&self, msg: ToClient) {
             self.0.lock().unwrap().push(format!("{msg:?}"));
         }
     }
@@ -185,30 +205,29 @@ mod tests {
         let direct = std::sync::Arc::new(Recorder::default());
         let weak: Weak<dyn DirectClient> = std::sync::Arc::downgrade(&direct) as _;
         t.attach_client(1, weak);
-        t.send(Endpoint::Client(1), Msg::Finish { worker: 1 })
-            .unwrap();
-        t.send(Endpoint::Client(1), Msg::Finish { worker: 2 })
-            .unwrap();
+        t.send(Envelope::Client(1, min_clock(1))).unwrap();
+        t.send(Envelope::Client(1, min_clock(2))).unwrap();
         // Client 0 is not attached: its messages are queued.
-        t.send(Endpoint::Client(0), Msg::Finish { worker: 3 })
-            .unwrap();
+        t.send(Envelope::Client(0, min_clock(3))).unwrap();
         assert_eq!(
             *direct.0.lock().unwrap(),
-            ["Finish { worker: 1 }", "Finish { worker: 2 }"]
+            [
+                "MinClock { shard: 0, clock: 1 }",
+                "MinClock { shard: 0, clock: 2 }"
+            ]
         );
         assert!(clients[1].is_empty());
         assert!(matches!(
             clients[0].try_recv(),
-            Ok(Inbound::Msg(Msg::Finish { worker: 3 }))
+            Ok(Inbound::Msg(ToClient::MinClock { clock: 3, .. }))
         ));
         // Stopped: the stop and what follows go to the channel.
         t.stop_local(Endpoint::Client(1)).unwrap();
-        t.send(Endpoint::Client(1), Msg::Finish { worker: 4 })
-            .unwrap();
+        t.send(Envelope::Client(1, min_clock(4))).unwrap();
         assert!(matches!(clients[1].try_recv(), Ok(Inbound::Stop)));
         assert!(matches!(
             clients[1].try_recv(),
-            Ok(Inbound::Msg(Msg::Finish { worker: 4 }))
+            Ok(Inbound::Msg(ToClient::MinClock { clock: 4, .. }))
         ));
         assert_eq!(direct.0.lock().unwrap().len(), 2);
         // A client dropped without a stop is not called either.
@@ -216,17 +235,16 @@ mod tests {
         let weak: Weak<dyn DirectClient> = std::sync::Arc::downgrade(&gone) as _;
         t.attach_client(0, weak);
         drop(gone);
-        t.send(Endpoint::Client(0), Msg::Finish { worker: 5 })
-            .unwrap();
+        t.send(Envelope::Client(0, min_clock(5))).unwrap();
         assert!(matches!(
             clients[0].try_recv(),
-            Ok(Inbound::Msg(Msg::Finish { worker: 5 }))
+            Ok(Inbound::Msg(ToClient::MinClock { clock: 5, .. }))
         ));
     }
 
     /// Counts how it is driven; `help` handles what its inbox holds.
     struct Driven {
-        inbox: Inbox,
+        inbox: ShardInbox,
         pokes: std::sync::atomic::AtomicUsize,
         taken: std::sync::atomic::AtomicUsize,
     }
@@ -258,26 +276,23 @@ mod tests {
         });
         let weak: Weak<dyn DirectShard> = std::sync::Arc::downgrade(&shard) as _;
         assert!(t.attach_shard(1, weak));
-        t.send(Endpoint::Shard(1), Msg::Finish { worker: 1 })
+        t.send(Envelope::Shard(1, ToShard::Finish { worker: 1 }))
             .unwrap();
         assert_eq!(shard.pokes.load(Relaxed), 1);
-        t.enqueue(Endpoint::Shard(1), Msg::Finish { worker: 2 })
-            .unwrap();
+        t.enqueue(1, ToShard::Finish { worker: 2 }).unwrap();
         assert_eq!(shard.pokes.load(Relaxed), 1, "only queued");
         assert!(t.help(), "two messages wait");
         assert_eq!(shard.taken.load(Relaxed), 2);
         assert!(!t.help(), "nothing waits");
-        t.enqueue(Endpoint::Shard(1), Msg::Finish { worker: 3 })
-            .unwrap();
-        t.drive(Endpoint::Shard(1));
+        t.enqueue(1, ToShard::Finish { worker: 3 }).unwrap();
+        t.drive(1);
         assert_eq!(shard.pokes.load(Relaxed), 2);
         // Shard 0 is not attached: queued either way, and never driven here.
-        t.enqueue(Endpoint::Shard(0), Msg::Finish { worker: 4 })
-            .unwrap();
-        t.drive(Endpoint::Shard(0));
+        t.enqueue(0, ToShard::Finish { worker: 4 }).unwrap();
+        t.drive(0);
         assert!(matches!(
             shards[0].try_recv(),
-            Ok(Inbound::Msg(Msg::Finish { worker: 4 }))
+            Ok(Inbound::Msg(ToShard::Finish { worker: 4 }))
         ));
     }
 }

@@ -1,8 +1,11 @@
-//! The [`Transport`] trait: how protocol [`Msg`]s reach an [`Endpoint`].
+//! The [`Transport`] trait: how protocol messages, each in its [`Envelope`], reach their
+//! [`Endpoint`].
 //!
 //! A transport only moves messages; it never looks inside them. Every endpoint receives
-//! from one [`Inbox`] (a channel that a transport's receive side feeds), so the consumers —
-//! server shards and client communication threads — are the same whatever the transport.
+//! from one [`Inbox`] (a channel that a transport's receive side feeds) of its own
+//! direction's messages — a shard's of [`ToShard`]s, a communication thread's of
+//! [`ToClient`]s — so the consumers are the same whatever the transport, and neither is
+//! ever handed a message meant for the other.
 //!
 //! **Ordering guarantee:** messages from one process to one endpoint arrive in the order
 //! the process sent them (FIFO per pair of processes, whichever of its threads sent
@@ -14,11 +17,10 @@ mod inproc;
 mod tcp;
 
 pub(crate) use inproc::InProcTransport;
-#[cfg(feature = "fuzzing")]
-pub(crate) use tcp::Envelope;
 pub(crate) use tcp::{LocalInboxes, TcpTransport};
 
-use crate::msg::{Endpoint, Msg};
+use crate::ids::{ProcessId, ShardId};
+use crate::msg::{Endpoint, Envelope, ToClient, ToShard};
 
 /// Network traffic of one kind of protocol message ([`Cluster::traffic`](crate::Cluster::traffic)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -37,13 +39,13 @@ pub struct KindTraffic {
     pub bytes_received: u64,
 }
 
-/// What an endpoint's thread receives: a protocol message, or a local stop (which never
-/// crosses a network and is not a protocol message: one process stopping its threads
-/// stops nobody else's).
+/// What an endpoint's thread receives: a protocol message of its direction (`M`:
+/// [`ToShard`] or [`ToClient`]), or a local stop (which never crosses a network and is not
+/// a protocol message: one process stopping its threads stops nobody else's).
 #[derive(Debug)]
-pub(crate) enum Inbound {
+pub(crate) enum Inbound<M> {
     /// A protocol message.
-    Msg(Msg),
+    Msg(M),
     /// Stop the receiving thread (sent only by the endpoint's own process).
     Stop,
     /// The transport lost a peer or found it misbehaving: the cluster fails with this
@@ -51,8 +53,14 @@ pub(crate) enum Inbound {
     Lost(String),
 }
 
-/// The receiving side of an endpoint.
-pub(crate) type Inbox = crossbeam::channel::Receiver<Inbound>;
+/// The receiving side of an endpoint that receives `M`s.
+pub(crate) type Inbox<M> = crossbeam::channel::Receiver<Inbound<M>>;
+
+/// A server shard's inbox.
+pub(crate) type ShardInbox = Inbox<ToShard>;
+
+/// A communication thread's inbox.
+pub(crate) type ClientInbox = Inbox<ToClient>;
 
 /// A server shard that its senders may drive (see `server::ShardCell`).
 pub(crate) trait DirectShard: Send + Sync {
@@ -71,7 +79,7 @@ pub(crate) trait DirectShard: Send + Sync {
 /// [`LocalDrive::attach_client`]). It must be safe to call from several threads at once.
 pub(crate) trait DirectClient: Send + Sync {
     /// Handles one message; never panics (a handler's panic fails the client instead).
-    fn deliver(&self, msg: Msg);
+    fn deliver(&self, msg: ToClient);
 }
 
 /// Why a message could not be sent.
@@ -91,13 +99,14 @@ pub(crate) enum TransportError {
 
 /// Moves messages to endpoints. Implementations are shared by all threads of a process.
 pub(crate) trait Transport: Send + Sync + 'static {
-    /// Sends `msg` to `to` (see the module docs for the ordering guarantee).
-    fn send(&self, to: Endpoint, msg: Msg) -> Result<(), TransportError>;
+    /// Sends `msg` to the endpoint it names (see the module docs for the ordering
+    /// guarantee).
+    fn send(&self, msg: Envelope) -> Result<(), TransportError>;
 
     /// Sends a server shard's reply: never blocks on a slow peer (a peer too slow to
     /// keep up is declared lost instead), so a shard's state machine never waits on one.
-    fn reply(&self, to: Endpoint, msg: Msg) -> Result<(), TransportError> {
-        self.send(to, msg)
+    fn reply(&self, msg: Envelope) -> Result<(), TransportError> {
+        self.send(msg)
     }
 
     /// The transport's scheduling of this OS process's shards and clients on the
@@ -145,26 +154,22 @@ pub(crate) trait LocalDrive: Send + Sync {
     /// Lets client `rank`, a process of this OS process, handle its messages on the
     /// senders' threads from now on, until its thread is stopped; a transport that
     /// cannot (one that leaves the process) has no `LocalDrive`.
-    fn attach_client(&self, rank: crate::ids::ProcessId, client: std::sync::Weak<dyn DirectClient>);
+    fn attach_client(&self, rank: ProcessId, client: std::sync::Weak<dyn DirectClient>);
 
     /// Lets the senders of shard `id`, a shard of this OS process, drive it after queueing
     /// their messages ([`DirectShard::poke`]); `true` if this transport does (the shard's
     /// thread then only takes what a sender left to it).
-    fn attach_shard(
-        &self,
-        id: crate::ids::ShardId,
-        shard: std::sync::Weak<dyn DirectShard>,
-    ) -> bool;
+    fn attach_shard(&self, id: ShardId, shard: std::sync::Weak<dyn DirectShard>) -> bool;
 
-    /// Queues `msg` for `to` like [`Transport::send`], but does not drive a shard of
-    /// this process on this thread: a worker waiting for an answer takes it
+    /// Queues `msg` for shard `to` like [`Transport::send`], but does not drive a shard
+    /// of this process on this thread: a worker waiting for an answer takes it
     /// ([`help`](Self::help)), or the sender's later [`drive`](Self::drive).
-    fn enqueue(&self, to: Endpoint, msg: Msg) -> Result<(), TransportError>;
+    fn enqueue(&self, to: ShardId, msg: ToShard) -> Result<(), TransportError>;
 
     /// After [`enqueue`](Self::enqueue)s to shard `to`: drives it on this thread if no
     /// other thread does and messages wait, else leaves them to the thread that does
     /// ([`DirectShard::poke`]).
-    fn drive(&self, to: Endpoint);
+    fn drive(&self, to: ShardId);
 
     /// Drives, on this thread, each shard of this process that has messages waiting and
     /// no other thread driving it: what a worker does while it waits for an answer, so

@@ -2,39 +2,31 @@
 //! between processes by the network layer ([`Net`]), and between a process's own
 //! endpoints by channels.
 //!
-//! A message for another rank travels as an [`Envelope`] naming its endpoint. What
-//! arrives is checked before it reaches a shard or the communication thread: the endpoint
-//! must be this process's, and a message naming its sending process or worker must come
-//! from that process's connection (the handshake authenticated the connection's rank, so
-//! a process cannot speak for another). A peer that breaks this, is lost, or a network
-//! layer that fails, fails this process's cluster with an error naming the peer.
+//! A message for another rank travels as the [`Envelope`] it was sent in, which names its
+//! endpoint and whose type is its direction: a frame that decodes holds a message for a
+//! shard or one for a communication thread, never one going the wrong way. What arrives
+//! is checked before it reaches a shard or the communication thread: the endpoint must be
+//! this process's, and a message naming its sending process or worker must come from that
+//! process's connection (the handshake authenticated the connection's rank, so a process
+//! cannot speak for another). A peer that breaks this, is lost, or a network layer that
+//! fails, fails this process's cluster with an error naming the peer.
 
 use super::{Inbound, Transport, TransportError};
-use crate::ids::ProcessId;
-use crate::msg::{Endpoint, Msg};
+use crate::ids::{ProcessId, ShardId};
+use crate::msg::{Endpoint, Envelope, ToClient, ToShard};
 use crate::net::{Net, NetConfig, NetError, NetEvent};
 use crate::world::World;
 use crossbeam::channel::Sender;
-use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
-
-/// What crosses the network: a message and the endpoint it is for.
-#[derive(Debug, Serialize, Deserialize)]
-pub(crate) struct Envelope {
-    /// The endpoint on the receiving process.
-    pub(crate) to: Endpoint,
-    /// The message.
-    pub(crate) msg: Msg,
-}
 
 /// This process's endpoints' inboxes.
 #[derive(Clone)]
 pub(crate) struct LocalInboxes {
     /// Per local shard (in global shard order).
-    pub(crate) shards: Vec<Sender<Inbound>>,
+    pub(crate) shards: Vec<Sender<Inbound<ToShard>>>,
     /// The communication thread.
-    pub(crate) client: Sender<Inbound>,
+    pub(crate) client: Sender<Inbound<ToClient>>,
 }
 
 /// Messages and bytes of one kind of message, sent and received.
@@ -52,7 +44,7 @@ pub(crate) struct TcpTransport {
     world: World,
     local: LocalInboxes,
     net: RwLock<Net<Envelope>>,
-    /// Per kind of message ([`Msg::KINDS`]).
+    /// Per kind of message ([`Envelope::KINDS`]).
     kinds: Arc<Vec<KindCounter>>,
 }
 
@@ -68,18 +60,18 @@ impl TcpTransport {
         let rank = cfg.rank;
         let inboxes = local.clone();
         let kinds: Arc<Vec<KindCounter>> = Arc::new(
-            (0..Msg::KINDS.len())
+            (0..Envelope::KINDS.len())
                 .map(|_| KindCounter::default())
                 .collect(),
         );
         let counted = kinds.clone();
         let deliver = Box::new(move |event: NetEvent<Envelope>| match event {
             NetEvent::Msg { from, msg, bytes } => {
-                let k = &counted[msg.msg.kind()];
+                let k = &counted[msg.kind()];
                 k.messages_received.fetch_add(1, Ordering::Relaxed);
                 k.bytes_received.fetch_add(bytes as u64, Ordering::Relaxed);
                 let delivered = match check(world, rank, from, &msg) {
-                    Ok(()) => deliver_local(&inboxes, world, rank, msg.to, Inbound::Msg(msg.msg)),
+                    Ok(()) => deliver_local(&inboxes, world, rank, msg),
                     Err(why) => Err(why),
                 };
                 if let Err(why) = delivered {
@@ -116,19 +108,19 @@ impl TcpTransport {
         }
     }
 
-    fn send_with(&self, to: Endpoint, msg: Msg, blocking: bool) -> Result<(), TransportError> {
+    fn send_with(&self, msg: Envelope, blocking: bool) -> Result<(), TransportError> {
+        let to = msg.to();
         let rank = self.rank_of(to)?;
         if rank == self.rank {
-            return deliver_local(&self.local, self.world, self.rank, to, Inbound::Msg(msg))
+            return deliver_local(&self.local, self.world, self.rank, msg)
                 .map_err(|_| TransportError::Closed(to));
         }
         let net = self.net.read().unwrap_or_else(PoisonError::into_inner);
         let kind = &self.kinds[msg.kind()];
-        let envelope = Envelope { to, msg };
         let sent = if blocking {
-            net.send(rank, &envelope)
+            net.send(rank, &msg)
         } else {
-            net.send_nonblocking(rank, &envelope)
+            net.send_nonblocking(rank, &msg)
         };
         let bytes = sent.map_err(|e| TransportError::Network(to, describe(&e)))?;
         kind.messages_sent.fetch_add(1, Ordering::Relaxed);
@@ -138,21 +130,26 @@ impl TcpTransport {
 }
 
 impl Transport for TcpTransport {
-    fn send(&self, to: Endpoint, msg: Msg) -> Result<(), TransportError> {
-        self.send_with(to, msg, true)
+    fn send(&self, msg: Envelope) -> Result<(), TransportError> {
+        self.send_with(msg, true)
     }
 
-    fn reply(&self, to: Endpoint, msg: Msg) -> Result<(), TransportError> {
-        self.send_with(to, msg, false)
+    fn reply(&self, msg: Envelope) -> Result<(), TransportError> {
+        self.send_with(msg, false)
     }
 
     fn stop_local(&self, to: Endpoint) -> Result<(), TransportError> {
-        deliver_local(&self.local, self.world, self.rank, to, Inbound::Stop)
-            .map_err(|_| TransportError::Closed(to))
+        let stopped = match to {
+            Endpoint::Shard(s) => local_shard(&self.local, self.world, self.rank, s)
+                .and_then(|tx| put(tx, to, self.rank, Inbound::Stop)),
+            Endpoint::Client(p) => local_client(&self.local, self.rank, p)
+                .and_then(|tx| put(tx, to, self.rank, Inbound::Stop)),
+        };
+        stopped.map_err(|_| TransportError::Closed(to))
     }
 
     fn traffic_by_kind(&self) -> Vec<super::KindTraffic> {
-        Msg::KINDS
+        Envelope::KINDS
             .iter()
             .zip(self.kinds.iter())
             .map(|(&kind, k)| super::KindTraffic {
@@ -201,25 +198,70 @@ fn describe(e: &NetError) -> String {
     }
 }
 
-/// Puts `what` into the inbox of `to`, one of this process's endpoints.
+/// The inbox of shard `s` if it is one of this process's (`rank`'s).
+fn local_shard(
+    local: &LocalInboxes,
+    world: World,
+    rank: ProcessId,
+    s: ShardId,
+) -> Result<&Sender<Inbound<ToShard>>, String> {
+    world
+        .shards_of(rank)
+        .position(|g| g == s)
+        .and_then(|i| local.shards.get(i))
+        .ok_or_else(|| {
+            format!(
+                "a message for {:?} reached process {rank}",
+                Endpoint::Shard(s)
+            )
+        })
+}
+
+/// The communication thread's inbox if `p` is this process (`rank`).
+fn local_client(
+    local: &LocalInboxes,
+    rank: ProcessId,
+    p: ProcessId,
+) -> Result<&Sender<Inbound<ToClient>>, String> {
+    if p == rank {
+        Ok(&local.client)
+    } else {
+        Err(format!(
+            "a message for {:?} reached process {rank}",
+            Endpoint::Client(p)
+        ))
+    }
+}
+
+/// Puts `what` into `tx`, the inbox of `to` on process `rank`.
+fn put<M>(
+    tx: &Sender<Inbound<M>>,
+    to: Endpoint,
+    rank: ProcessId,
+    what: Inbound<M>,
+) -> Result<(), String> {
+    tx.send(what)
+        .map_err(|_| format!("{to:?} of process {rank} is closed"))
+}
+
+/// Puts `msg` into the inbox of the endpoint it is for, one of this process's (`rank`'s).
 fn deliver_local(
     local: &LocalInboxes,
     world: World,
     rank: ProcessId,
-    to: Endpoint,
-    what: Inbound,
+    msg: Envelope,
 ) -> Result<(), String> {
-    let tx = match to {
-        Endpoint::Client(p) if p == rank => Some(&local.client),
-        Endpoint::Shard(s) => world
-            .shards_of(rank)
-            .position(|g| g == s)
-            .and_then(|i| local.shards.get(i)),
-        Endpoint::Client(_) => None,
-    };
-    let tx = tx.ok_or_else(|| format!("a message for {to:?} reached process {rank}"))?;
-    tx.send(what)
-        .map_err(|_| format!("{to:?} of process {rank} is closed"))
+    let to = msg.to();
+    match msg {
+        Envelope::Shard(s, msg) => {
+            let tx = local_shard(local, world, rank, s)?;
+            put(tx, to, rank, Inbound::Msg(msg))
+        }
+        Envelope::Client(p, msg) => {
+            let tx = local_client(local, rank, p)?;
+            put(tx, to, rank, Inbound::Msg(msg))
+        }
+    }
 }
 
 /// Checks that a message from the connection of process `from` is for this process and
@@ -230,30 +272,33 @@ fn check(
     from: ProcessId,
     envelope: &Envelope,
 ) -> Result<(), String> {
-    let local = match envelope.to {
-        Endpoint::Client(p) => p == rank,
-        Endpoint::Shard(s) => world.shards_of(rank).contains(&s),
+    let local = match envelope {
+        Envelope::Client(p, _) => *p == rank,
+        Envelope::Shard(s, _) => world.shards_of(rank).contains(s),
     };
     if !local {
         return Err(format!(
             "process {from} sent a message for {:?}, which is not on process {rank}",
-            envelope.to
+            envelope.to()
         ));
     }
-    if let Msg::Pass { to, .. } = &envelope.msg {
+    if let Envelope::Client(_, ToClient::Pass { to, .. }) = envelope {
         if world.process_of_worker(*to) != Some(rank) {
             return Err(format!(
                 "process {from} sent a message for worker {to}, which is not on process {rank}"
             ));
         }
     }
-    let claimed = match &envelope.msg {
-        Msg::Clock { worker, .. }
-        | Msg::Finish { worker }
-        | Msg::Pass { from: worker, .. }
-        | Msg::WorkerStopped { worker, .. } => world.process_of_worker(*worker),
-        Msg::Adopt { shard, .. } => world.process_of_shard(*shard),
-        other => other.sender(),
+    let claimed = match envelope {
+        Envelope::Shard(_, ToShard::Clock { worker, .. } | ToShard::Finish { worker })
+        | Envelope::Client(
+            _,
+            ToClient::Pass { from: worker, .. } | ToClient::WorkerStopped { worker, .. },
+        ) => world.process_of_worker(*worker),
+        Envelope::Shard(_, ToShard::Adopt { shard, .. }) => world.process_of_shard(*shard),
+        Envelope::Shard(_, other) => other.sender(),
+        // The shard a shard's answer names is not checked.
+        Envelope::Client(_, _) => None,
     };
     match claimed {
         Some(p) if p != from => Err(format!(
@@ -274,21 +319,28 @@ mod tests {
             workers: 2,
             shards: 1,
         };
-        let env = |to, msg| Envelope { to, msg };
-        let leave = |from| Msg::Leave { from };
-        assert!(check(world, 0, 1, &env(Endpoint::Shard(0), leave(1))).is_ok());
-        let e = check(world, 0, 1, &env(Endpoint::Shard(0), leave(2))).unwrap_err();
+        let leave = |from| ToShard::Leave { from };
+        let shard = Envelope::Shard;
+        let client = Envelope::Client;
+        assert!(check(world, 0, 1, &shard(0, leave(1))).is_ok());
+        let e = check(world, 0, 1, &shard(0, leave(2))).unwrap_err();
         assert!(e.contains("claiming to come from process 2"), "{e}");
         // Worker 5 belongs to process 2.
-        let finish = Msg::Finish { worker: 5 };
-        assert!(check(world, 0, 1, &env(Endpoint::Shard(0), finish.clone())).is_err());
-        assert!(check(world, 0, 2, &env(Endpoint::Shard(0), finish)).is_ok());
-        let e = check(world, 0, 1, &env(Endpoint::Shard(1), leave(1))).unwrap_err();
+        let finish = ToShard::Finish { worker: 5 };
+        assert!(check(world, 0, 1, &shard(0, finish.clone())).is_err());
+        assert!(check(world, 0, 2, &shard(0, finish)).is_ok());
+        let e = check(world, 0, 1, &shard(1, leave(1))).unwrap_err();
         assert!(e.contains("not on process 0"), "{e}");
-        let e = check(world, 0, 1, &env(Endpoint::Client(2), leave(1))).unwrap_err();
+        let e = check(
+            world,
+            0,
+            1,
+            &client(2, ToClient::MinClock { shard: 0, clock: 1 }),
+        )
+        .unwrap_err();
         assert!(e.contains("not on process 0"), "{e}");
         // A worker's message: from one of the sender's workers to one of ours.
-        let pass = |from, to| Msg::Pass {
+        let pass = |from, to| ToClient::Pass {
             from,
             to,
             tag: 0,
@@ -296,16 +348,16 @@ mod tests {
             elem: crate::element::ElemType::F32,
             values: crate::buf::AlignedBuf::zeroed(4),
         };
-        assert!(check(world, 0, 1, &env(Endpoint::Client(0), pass(2, 1))).is_ok());
-        let e = check(world, 0, 1, &env(Endpoint::Client(0), pass(4, 1))).unwrap_err();
+        assert!(check(world, 0, 1, &client(0, pass(2, 1))).is_ok());
+        let e = check(world, 0, 1, &client(0, pass(4, 1))).unwrap_err();
         assert!(e.contains("claiming to come from process 2"), "{e}");
-        let e = check(world, 0, 1, &env(Endpoint::Client(0), pass(2, 3))).unwrap_err();
+        let e = check(world, 0, 1, &client(0, pass(2, 3))).unwrap_err();
         assert!(e.contains("worker 3, which is not on process 0"), "{e}");
-        let stopped = Msg::WorkerStopped {
+        let stopped = ToClient::WorkerStopped {
             worker: 5,
             round: 1,
         };
-        assert!(check(world, 0, 1, &env(Endpoint::Client(0), stopped.clone())).is_err());
-        assert!(check(world, 0, 2, &env(Endpoint::Client(0), stopped)).is_ok());
+        assert!(check(world, 0, 1, &client(0, stopped.clone())).is_err());
+        assert!(check(world, 0, 2, &client(0, stopped)).is_ok());
     }
 }

@@ -8,7 +8,7 @@ use super::{SpecialWorker, Worker};
 use crate::consistency::Staleness;
 use crate::error::Result;
 use crate::ids::Clock;
-use crate::msg::{Endpoint, Msg, Outer, RowBatch};
+use crate::msg::{Outer, RowBatch, ToShard};
 
 impl Worker<'_> {
     /// Ends this worker's current clock: its buffered updates are sent, and become visible
@@ -67,7 +67,7 @@ impl Worker<'_> {
         let mut own_msg = None;
         let batches = per_shard.into_iter().zip(outer).zip(slabs);
         for (shard, ((rows, outer), slab)) in batches.enumerate() {
-            let msg = Msg::Clock {
+            let msg = ToShard::Clock {
                 worker: self.global,
                 clock: self.clock,
                 epoch,
@@ -78,7 +78,7 @@ impl Worker<'_> {
             };
             match own {
                 Some(o) if o == shard => own_msg = Some(msg),
-                Some(_) => self.shared.enqueue(Endpoint::Shard(shard as u32), msg)?,
+                Some(_) => self.shared.enqueue(shard as u32, msg)?,
                 None => self.send_to_shard(shard, msg)?,
             }
         }
@@ -87,7 +87,7 @@ impl Worker<'_> {
             self.send_to_shard(o, msg)?;
             for shard in self.shared.world.shards_of(self.shared.process) {
                 if shard as usize != o {
-                    self.shared.drive(Endpoint::Shard(shard));
+                    self.shared.drive(shard);
                 }
             }
         }
@@ -121,7 +121,7 @@ impl Worker<'_> {
         }
         for shard in 0..self.shared.world.total_shards() {
             let worker = self.global;
-            self.send_to_shard(shard, Msg::Finish { worker })?;
+            self.send_to_shard(shard, ToShard::Finish { worker })?;
         }
         Ok(self.clock)
     }
@@ -135,8 +135,8 @@ impl Worker<'_> {
         (local.len() > 1).then(|| local.start as usize + index % local.len())
     }
 
-    pub(super) fn send_to_shard(&self, shard: usize, msg: Msg) -> Result<()> {
-        self.shared.send(Endpoint::Shard(shard as u32), msg)
+    pub(super) fn send_to_shard(&self, shard: usize, msg: ToShard) -> Result<()> {
+        self.shared.send_shard(shard as u32, msg)
     }
 
     pub(super) fn keeps_recent(&self) -> bool {

@@ -3,7 +3,7 @@
 //! and error terms).
 //!
 //! A message to a worker of this process goes straight into its mailbox; one to another
-//! process's worker travels as [`Msg::Pass`] over the transport (FIFO per pair of
+//! process's worker travels as [`ToClient::Pass`] over the transport (FIFO per pair of
 //! processes) and its communication thread files it. In a virtual iteration nothing is
 //! sent and a receive returns zeros at once: the values there are meaningless anyway, and
 //! the rows an iteration touches must not depend on them.
@@ -14,7 +14,7 @@ use crate::client::{deadline, Empty, Letter};
 use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::ids::WorkerId;
-use crate::msg::{Endpoint, Msg};
+use crate::msg::{Envelope, ToClient};
 use std::time::Instant;
 
 impl Worker<'_> {
@@ -63,9 +63,9 @@ impl Worker<'_> {
                 .deliver(local, self.global, tag, letter);
             Ok(())
         } else {
-            self.shared.send(
-                Endpoint::Client(process),
-                Msg::Pass {
+            self.shared.send(Envelope::Client(
+                process,
+                ToClient::Pass {
                     from: self.global,
                     to: to as WorkerId,
                     tag,
@@ -73,7 +73,7 @@ impl Worker<'_> {
                     elem: letter.elem,
                     values: letter.values,
                 },
-            )
+            ))
         }
     }
 

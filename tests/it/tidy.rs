@@ -383,3 +383,15 @@ fn the_apps_are_several_crates_and_only_the_cli_parses_arguments() {
         .collect();
     assert_eq!(with_clap, ["cli"], "crates that depend on clap");
 }
+
+/// ARCHITECTURE.md stays a map (at most 30 KB): detail belongs in module docs and
+/// `docs/internals/`, measurements in BENCHMARKS.md.
+#[test]
+fn the_architecture_doc_is_a_map_of_at_most_30_kb() {
+    let doc = Path::new(env!("CARGO_MANIFEST_DIR")).join("ARCHITECTURE.md");
+    let bytes = fs::metadata(&doc).expect("ARCHITECTURE.md").len();
+    assert!(
+        bytes <= 30_000,
+        "ARCHITECTURE.md has {bytes} bytes (at most 30 000)"
+    );
+}

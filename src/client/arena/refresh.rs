@@ -192,7 +192,7 @@ impl ProcessArena {
 
     /// Marks every chunk empty again (its words stay, unread) and forgets every request:
     /// after rows were set between runs, when no refresh is on its way and the shards
-    /// will send each chunk whole ([`Msg::RowsSet`](crate::msg::Msg::RowsSet)).
+    /// will send each chunk whole ([`ToClient::RowsSet`](crate::msg::ToClient::RowsSet)).
     pub(crate) fn forget_chunks(&self) {
         self.requested
             .lock()

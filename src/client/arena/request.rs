@@ -5,7 +5,7 @@ use super::{ClientShared, ProcessArena, EMPTY};
 use crate::error::Result;
 use crate::gather::phase_bit;
 use crate::ids::Clock;
-use crate::msg::{Endpoint, Msg, WantedChunks};
+use crate::msg::{ToShard, WantedChunks};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::PoisonError;
 
@@ -52,13 +52,13 @@ impl ProcessArena {
         }
         let send = |shard: u32, want: WantedChunks| {
             self.requests_sent.fetch_add(1, Ordering::Relaxed);
-            let msg = Msg::SlabFetch {
+            let msg = ToShard::SlabFetch {
                 from: shared.process,
                 epoch: self.id,
                 required,
                 want,
             };
-            shared.send(Endpoint::Shard(shard), msg)
+            shared.send_shard(shard, msg)
         };
         match target {
             Target::Phase(p) => {

@@ -1,5 +1,6 @@
-//! A shard's part of a checkpoint ([`Msg::Checkpoint`] → [`Msg::Checkpointed`]): whether
-//! it may be taken now, what it holds, its bytes, and the answer.
+//! A shard's part of a checkpoint ([`ToShard::Checkpoint`](crate::msg::ToShard::Checkpoint)
+//! → [`ToClient::Checkpointed`]): whether it may be taken now, what it holds, its bytes,
+//! and the answer.
 //!
 //! Three steps, the middle one its driver's: [`Shard::handle`] checks that the checkpoint
 //! is in place (between runs, at the checkpoint's clock) and returns a [`PartWrite`]
@@ -17,7 +18,7 @@ use super::Shard;
 use crate::checkpoint::PartEntry;
 use crate::error::checkpoint::CheckpointError;
 use crate::ids::{Clock, ProcessId, RowKey};
-use crate::msg::{Endpoint, Msg};
+use crate::msg::{Envelope, ToClient};
 use crate::rows_part;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -67,7 +68,7 @@ impl Shard {
         from: ProcessId,
         root: PathBuf,
         clock: Clock,
-        out: &mut Vec<(Endpoint, Msg)>,
+        out: &mut Vec<Envelope>,
     ) -> Option<PartWrite> {
         if self.world.process_of_shard(self.id) != Some(from) {
             self.reject_all(
@@ -167,15 +168,15 @@ impl Shard {
         &self,
         write: PartWrite,
         written: Result<PartEntry, CheckpointError>,
-        out: &mut Vec<(Endpoint, Msg)>,
+        out: &mut Vec<Envelope>,
     ) {
         let part = written
             .map(|e| (e.name, e.size, e.sha256))
             .map_err(|e| e.to_string());
         let shard = self.id;
-        out.push((
-            Endpoint::Client(write.from),
-            Msg::Checkpointed { shard, part },
+        out.push(Envelope::Client(
+            write.from,
+            ToClient::Checkpointed { shard, part },
         ));
     }
 }

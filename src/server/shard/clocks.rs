@@ -13,7 +13,7 @@
 use super::Shard;
 use crate::buf::AlignedBuf;
 use crate::ids::{Clock, ProcessId, RowKey, WorkerId};
-use crate::msg::{Endpoint, Msg, Outer, RowBatch, WantedChunks};
+use crate::msg::{Envelope, Outer, RowBatch, ToClient, WantedChunks};
 use rustc_hash::FxHashMap;
 
 impl Shard {
@@ -27,7 +27,7 @@ impl Shard {
         epoch: u32,
         (mut rows, outer): (RowBatch, Vec<Outer>),
         (slab, slab_rows): (AlignedBuf, Option<Vec<u32>>),
-        out: &mut Vec<(Endpoint, Msg)>,
+        out: &mut Vec<Envelope>,
     ) {
         let Some(process) = self.world.process_of_worker(worker) else {
             return self.reject_all(format!("clock from unknown worker {worker}"), out);
@@ -72,7 +72,7 @@ impl Shard {
     }
 
     /// Worker `worker` has finished its run: nobody waits for it any more.
-    pub(super) fn finish(&mut self, worker: WorkerId, out: &mut Vec<(Endpoint, Msg)>) {
+    pub(super) fn finish(&mut self, worker: WorkerId, out: &mut Vec<Envelope>) {
         if let Some(process) = self.world.process_of_worker(worker) {
             if self.working(process, out) {
                 return;
@@ -90,7 +90,7 @@ impl Shard {
         &mut self,
         from: ProcessId,
         rows: Vec<(RowKey, Clock)>,
-        out: &mut Vec<(Endpoint, Msg)>,
+        out: &mut Vec<Envelope>,
     ) {
         let min = self.clocks.min_clock();
         let mut ready = Vec::new();
@@ -119,7 +119,7 @@ impl Shard {
         epoch: u32,
         required: Clock,
         want: WantedChunks,
-        out: &mut Vec<(Endpoint, Msg)>,
+        out: &mut Vec<Envelope>,
     ) {
         if required <= self.clocks.min_clock() {
             self.reply_slab(from, epoch, want, out);
@@ -130,7 +130,7 @@ impl Shard {
 
     /// Applies the pending updates the new minimum clock makes visible, then answers the
     /// reads that were waiting for it.
-    pub(super) fn advance(&mut self, advanced: Option<Clock>, out: &mut Vec<(Endpoint, Msg)>) {
+    pub(super) fn advance(&mut self, advanced: Option<Clock>, out: &mut Vec<Envelope>) {
         let Some(min) = advanced else { return };
         let later = self.pending.split_off(&min);
         let ready = std::mem::replace(&mut self.pending, later);
@@ -142,9 +142,9 @@ impl Shard {
             self.step_rules();
         }
         for p in self.staying() {
-            out.push((
-                Endpoint::Client(p),
-                Msg::MinClock {
+            out.push(Envelope::Client(
+                p,
+                ToClient::MinClock {
                     shard: self.id,
                     clock: min,
                 },

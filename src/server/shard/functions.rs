@@ -13,7 +13,7 @@
 use super::Shard;
 use crate::error::panic_message;
 use crate::ids::ProcessId;
-use crate::msg::{Called, Endpoint, Msg};
+use crate::msg::{Called, Envelope, ToClient};
 use crate::server::functions::{Functions, ShardRows};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
@@ -27,18 +27,18 @@ impl Shard {
     }
 
     /// A call of function `function` with `args` from process `from` (see the module
-    /// docs): answers `from` with [`Msg::Called`], or fails the cluster.
+    /// docs): answers `from` with [`ToClient::Called`], or fails the cluster.
     pub(super) fn call(
         &mut self,
         from: ProcessId,
         function: u32,
         args: &[f64],
-        out: &mut Vec<(Endpoint, Msg)>,
+        out: &mut Vec<Envelope>,
     ) {
         match self.run_function(from, function, args) {
-            Ok((result, wrote)) => out.push((
-                Endpoint::Client(from),
-                Msg::Called {
+            Ok((result, wrote)) => out.push(Envelope::Client(
+                from,
+                ToClient::Called {
                     called: Called {
                         shard: self.id,
                         result,

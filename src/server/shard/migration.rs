@@ -1,7 +1,7 @@
-//! Migration: rows moving between shards under a new placement ([`Msg::Migrate`]). Each
-//! shard hands over the rows whose new home is another shard ([`Msg::Adopt`], one per
+//! Migration: rows moving between shards under a new placement ([`ToShard::Migrate`]). Each
+//! shard hands over the rows whose new home is another shard ([`ToShard::Adopt`], one per
 //! shard, empty ones too) and adopts those handed to it, in either order; once it has done
-//! both it tells every process ([`Msg::Migrated`]).
+//! both it tells every process ([`ToClient::Migrated`]).
 //!
 //! Only between runs, before any plan: rows in the arena or updates not yet visible could
 //! not follow. It knows the placement and the generic rows; not clocks' meaning, plans'
@@ -10,7 +10,7 @@
 use super::Shard;
 use crate::buf::AlignedBuf;
 use crate::ids::{ProcessId, RowKey, ShardId};
-use crate::msg::{Endpoint, Msg};
+use crate::msg::{Envelope, ToClient, ToShard};
 use crate::placement::Placement;
 
 /// Where a shard is in a migration: its own hand-over done, and from which shards it has
@@ -23,14 +23,14 @@ pub(super) struct Migration {
 
 impl Shard {
     /// This shard's part of a migration: every row it holds whose home under the new
-    /// placement is another shard goes there in one [`Msg::Adopt`] per shard (empty ones
+    /// placement is another shard goes there in one [`ToShard::Adopt`] per shard (empty ones
     /// too, so each shard knows when it has everything). Only between runs, before any
     /// plan: rows in the arena or updates not yet visible could not follow.
     pub(super) fn migrate(
         &mut self,
         from: ProcessId,
         overrides: Vec<(RowKey, ShardId)>,
-        out: &mut Vec<(Endpoint, Msg)>,
+        out: &mut Vec<Envelope>,
     ) {
         let total = self.world.total_shards();
         if self.world.process_of_shard(self.id) != Some(from) {
@@ -81,11 +81,11 @@ impl Shard {
         }
         for (shard, rows) in to.into_iter().enumerate() {
             if shard != self.id as usize {
-                let adopt = Msg::Adopt {
+                let adopt = ToShard::Adopt {
                     shard: self.id,
                     rows,
                 };
-                out.push((Endpoint::Shard(shard as ShardId), adopt));
+                out.push(Envelope::Shard(shard as ShardId, adopt));
             }
         }
         self.check_migrated(out);
@@ -96,7 +96,7 @@ impl Shard {
         &mut self,
         from: ShardId,
         rows: Vec<(RowKey, AlignedBuf)>,
-        out: &mut Vec<(Endpoint, Msg)>,
+        out: &mut Vec<Envelope>,
     ) {
         let total = self.world.total_shards();
         if from as usize >= total || from == self.id {
@@ -118,7 +118,7 @@ impl Shard {
     }
 
     /// Tells every process once this shard has handed over and adopted everything.
-    fn check_migrated(&mut self, out: &mut Vec<(Endpoint, Msg)>) {
+    fn check_migrated(&mut self, out: &mut Vec<Envelope>) {
         let done = self.migration.as_ref().is_some_and(|m| {
             m.handed_over
                 && m.adopted_from
@@ -129,7 +129,7 @@ impl Shard {
         if done {
             self.migration = None;
             for p in self.staying() {
-                out.push((Endpoint::Client(p), Msg::Migrated { shard: self.id }));
+                out.push(Envelope::Client(p, ToClient::Migrated { shard: self.id }));
             }
         }
     }

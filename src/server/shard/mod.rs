@@ -8,11 +8,12 @@
 //! (deterministic up to the application's own update order), and a worker adds its own
 //! newer updates itself.
 //!
-//! Every process of the cluster talks to every shard. A shard keeps one arena for its
-//! planned rows and per process a subscription tagged with that process's plan epoch;
-//! runs end at a barrier ([`Msg::RunEnd`] from every process, then [`Msg::RunReady`]
-//! with the agreed start clock); a shard is done once every process has left it. Shard 0
-//! also holds the [`Coordinator`].
+//! A shard takes only [`ToShard`] messages, so [`Shard::handle`] has an arm for every kind
+//! and none for a message meant for a process. Every process of the cluster talks to every
+//! shard. A shard keeps one arena for its planned rows and per process a subscription
+//! tagged with that process's plan epoch; runs end at a barrier ([`ToShard::RunEnd`] from
+//! every process, then [`ToClient::RunReady`] with the agreed start clock); a shard is done
+//! once every process has left it. Shard 0 also holds the [`Coordinator`].
 //!
 //! **No IO.** Nothing here opens, writes or syncs a file. Besides its replies it has two
 //! outputs:
@@ -20,14 +21,14 @@
 //! - the arena refreshes of the process in its own OS process, which it writes into that
 //!   process's arena ([`LocalArena`]) instead of sending them (the same refreshes, in the
 //!   same order) — memory shared with that process, not IO;
-//! - its part of a checkpoint ([`Msg::Checkpoint`]), which it asks its driver (`super`,
+//! - its part of a checkpoint ([`ToShard::Checkpoint`]), which it asks its driver (`super`,
 //!   whoever runs the shard) to write: [`Shard::handle`] returns a [`PartWrite`] instead
 //!   of an answer; the driver stores the part through `crate::checkpoint`, streaming the
 //!   bytes [`Shard::encode_part`] encodes, and hands the outcome back to
-//!   [`Shard::part_written`], which answers [`Msg::Checkpointed`].
+//!   [`Shard::part_written`], which answers [`ToClient::Checkpointed`].
 //!
-//! Before any run it takes rows back from a checkpoint ([`Msg::Restore`]), as messages;
-//! between runs it sets rows to values the processes give ([`Msg::SetRows`]).
+//! Before any run it takes rows back from a checkpoint ([`ToShard::Restore`]), as messages;
+//! between runs it sets rows to values the processes give ([`ToShard::SetRows`]).
 //!
 //! One concept per file; each works on the [`Shard`] defined here:
 //!
@@ -76,7 +77,7 @@ use super::LocalArena;
 use crate::buf::AlignedBuf;
 use crate::consistency::{ClockTable, DeferredReads};
 use crate::ids::{Clock, ProcessId, RowKey, ShardId, WorkerId};
-use crate::msg::{Endpoint, Msg, RowBatch, WantedChunks};
+use crate::msg::{Envelope, RowBatch, ToClient, ToShard, WantedChunks};
 use crate::table::TableMeta;
 use crate::world::World;
 use dashmap::DashMap;
@@ -89,7 +90,7 @@ use std::sync::Weak;
 type Pending = (WorkerId, RowBatch, Option<Resolved>);
 
 /// Which processes have sent their last message of a collective that hands the shard
-/// rows in several messages (a resume's [`Msg::Restore`], a set's [`Msg::SetRows`]).
+/// rows in several messages (a resume's [`ToShard::Restore`], a set's [`ToShard::SetRows`]).
 #[derive(Debug)]
 struct Lasts(Vec<bool>);
 
@@ -141,13 +142,13 @@ pub(crate) struct Shard {
     /// Per process: whether it has sent work (a clock, a finish, a read that waits) of
     /// the run after `run`.
     working: Vec<bool>,
-    /// A migration under way (see [`Msg::Migrate`]).
+    /// A migration under way (see [`ToShard::Migrate`]).
     migration: Option<Migration>,
-    /// A restore under way (see [`Msg::Restore`]).
+    /// A restore under way (see [`ToShard::Restore`]).
     restore: Option<Restoring>,
     /// Whether a restore has completed (there is only one, before any run).
     restored: bool,
-    /// Rows being set between runs (see [`Msg::SetRows`]).
+    /// Rows being set between runs (see [`ToShard::SetRows`]).
     setting: Option<Setting>,
     /// Gradients and rule states of the rows of tables with an update rule.
     rules: RuleRows,
@@ -229,13 +230,14 @@ impl Shard {
         (p as usize) < self.world.processes
     }
 
-    /// Handles one message, pushing any replies onto `out`.
+    /// Handles one message, pushing any replies onto `out` (answers and news for
+    /// processes, and a migration's rows for other shards).
     ///
     /// Returns the checkpoint part to write when `msg` asks for one (and is in place):
     /// its answer waits for the caller, who writes the part and hands the outcome to
     /// [`part_written`](Shard::part_written) before handling anything else.
     #[must_use = "a checkpoint part must be written and its outcome handed to part_written"]
-    pub(crate) fn handle(&mut self, msg: Msg, out: &mut Vec<(Endpoint, Msg)>) -> Option<PartWrite> {
+    pub(crate) fn handle(&mut self, msg: ToShard, out: &mut Vec<Envelope>) -> Option<PartWrite> {
         if let Some(from) = msg.sender() {
             if !self.known(from) {
                 self.reject_all(format!("message from unknown process {from}"), out);
@@ -247,7 +249,7 @@ impl Shard {
             }
         }
         match msg {
-            Msg::DeclareTable {
+            ToShard::DeclareTable {
                 from,
                 name,
                 width,
@@ -255,15 +257,15 @@ impl Shard {
                 rows,
                 rule,
             } => self.declare_table(from, name, width, (elem, rows, rule), out),
-            Msg::Gather { from, .. } if self.refuse_during_set(from, "an all-gather", out) => {}
-            Msg::Gather {
+            ToShard::Gather { from, .. } if self.refuse_during_set(from, "an all-gather", out) => {}
+            ToShard::Gather {
                 from,
                 round,
                 values,
             } => self.gather(from, round, values, out),
-            Msg::CreateTable { meta } => self.create_table(meta, out),
-            Msg::Fetch { from, rows } => self.fetch(from, rows, out),
-            Msg::Specialize {
+            ToShard::CreateTable { meta } => self.create_table(meta, out),
+            ToShard::Fetch { from, rows } => self.fetch(from, rows, out),
+            ToShard::Specialize {
                 from,
                 epoch,
                 keys,
@@ -274,13 +276,13 @@ impl Shard {
                 let layout = (&keys[..], &chunk_ends[..], &chunk_phases[..]);
                 self.specialize(from, epoch, layout, updaters, out)
             }
-            Msg::SlabFetch {
+            ToShard::SlabFetch {
                 from,
                 epoch,
                 required,
                 want,
             } => self.slab_fetch(from, epoch, required, want, out),
-            Msg::Clock {
+            ToShard::Clock {
                 worker,
                 clock,
                 epoch,
@@ -289,40 +291,40 @@ impl Shard {
                 slab,
                 slab_rows,
             } => self.clock(worker, clock, epoch, (rows, outer), (slab, slab_rows), out),
-            Msg::Finish { worker } => self.finish(worker, out),
-            Msg::RunEnd { from, .. } if self.refuse_during_set(from, "a run's end", out) => {}
-            Msg::RunEnd { from, run } => self.run_end(from, run, out),
-            Msg::Leave { from } => self.leave(from, out),
-            Msg::Checkpoint { from, .. } if self.refuse_during_set(from, "a checkpoint", out) => {}
-            Msg::Checkpoint { from, root, clock } => {
+            ToShard::Finish { worker } => self.finish(worker, out),
+            ToShard::RunEnd { from, .. } if self.refuse_during_set(from, "a run's end", out) => {}
+            ToShard::RunEnd { from, run } => self.run_end(from, run, out),
+            ToShard::Leave { from } => self.leave(from, out),
+            ToShard::Checkpoint { from, .. }
+                if self.refuse_during_set(from, "a checkpoint", out) => {}
+            ToShard::Checkpoint { from, root, clock } => {
                 return self.checkpoint(from, root, clock, out)
             }
-            Msg::Restore {
+            ToShard::Restore {
                 from,
                 clock,
                 rows,
                 last,
             } => self.restore(from, clock, rows, last, out),
-            Msg::SetRows { from, rows, last } => self.set_rows(from, rows, last, out),
-            Msg::SetRule { table, rule, .. } => self.set_rule(table, rule, out),
-            Msg::Migrate { from, .. } if self.refuse_during_set(from, "a migration", out) => {}
-            Msg::Migrate { from, overrides } => self.migrate(from, overrides, out),
-            Msg::Adopt { shard, rows } => self.adopt(shard, rows, out),
-            Msg::Dump { from, table } => self.dump(from, table, out),
-            Msg::Call {
+            ToShard::SetRows { from, rows, last } => self.set_rows(from, rows, last, out),
+            ToShard::SetRule { table, rule, .. } => self.set_rule(table, rule, out),
+            ToShard::Migrate { from, .. } if self.refuse_during_set(from, "a migration", out) => {}
+            ToShard::Migrate { from, overrides } => self.migrate(from, overrides, out),
+            ToShard::Adopt { shard, rows } => self.adopt(shard, rows, out),
+            ToShard::Dump { from, table } => self.dump(from, table, out),
+            ToShard::Call {
                 from,
                 function,
                 args,
             } => self.call(from, function, &args, out),
-            other => self.reject_all(format!("unexpected message {other:?}"), out),
         }
         None
     }
 
-    fn reject(&self, to: ProcessId, reason: String, out: &mut Vec<(Endpoint, Msg)>) {
-        out.push((
-            Endpoint::Client(to),
-            Msg::Rejected {
+    fn reject(&self, to: ProcessId, reason: String, out: &mut Vec<Envelope>) {
+        out.push(Envelope::Client(
+            to,
+            ToClient::Rejected {
                 shard: self.id,
                 reason,
             },
@@ -331,14 +333,14 @@ impl Shard {
 
     /// A failure every process must hear of, those that have left too (they may still be
     /// waiting for the others to leave their shards; one that is gone ignores it).
-    fn reject_everyone(&self, reason: String, out: &mut Vec<(Endpoint, Msg)>) {
+    fn reject_everyone(&self, reason: String, out: &mut Vec<Envelope>) {
         for p in 0..self.world.processes as ProcessId {
             self.reject(p, reason.clone(), out);
         }
     }
 
     /// A protocol error that fails the cluster: every process still in it is told.
-    fn reject_all(&self, reason: String, out: &mut Vec<(Endpoint, Msg)>) {
+    fn reject_all(&self, reason: String, out: &mut Vec<Envelope>) {
         for p in self.staying() {
             self.reject(p, reason.clone(), out);
         }

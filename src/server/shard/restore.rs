@@ -1,7 +1,8 @@
-//! Restore: rows coming back from a checkpoint in a resume ([`Msg::Restore`]). Every
-//! process sends the rows it read whose home is this shard, the last message flagged; once
-//! every process has sent its last, every worker starts at the checkpoint's clock and
-//! every process is told ([`Msg::Restored`]).
+//! Restore: rows coming back from a checkpoint in a resume
+//! ([`ToShard::Restore`](crate::msg::ToShard::Restore)). Every process sends the rows it
+//! read whose home is this shard, the last message flagged; once every process has sent its
+//! last, every worker starts at the checkpoint's clock and every process is told
+//! ([`ToClient::Restored`]).
 //!
 //! Only before any run, plan or migration: the shard must hold nothing yet. The rows
 //! arrive as messages; it knows nothing of files or how they were read.
@@ -9,7 +10,7 @@
 use super::{Lasts, Shard};
 use crate::buf::AlignedBuf;
 use crate::ids::{Clock, ProcessId, RowKey};
-use crate::msg::{Endpoint, Msg};
+use crate::msg::{Envelope, ToClient};
 
 /// Where a shard is in a restore: the checkpoint's clock, and which processes have sent
 /// their last rows.
@@ -35,7 +36,7 @@ impl Shard {
         clock: Clock,
         rows: Vec<(RowKey, AlignedBuf)>,
         last: bool,
-        out: &mut Vec<(Endpoint, Msg)>,
+        out: &mut Vec<Envelope>,
     ) {
         if self.restore.is_none() {
             let used = self.restored
@@ -85,7 +86,7 @@ impl Shard {
 
     /// Once every process has sent its last rows: every worker starts at the checkpoint's
     /// clock, and every process is told.
-    fn check_restored(&mut self, out: &mut Vec<(Endpoint, Msg)>) {
+    fn check_restored(&mut self, out: &mut Vec<Envelope>) {
         let Some(state) = self.restore.as_ref().filter(|r| r.done.all()) else {
             return;
         };
@@ -96,7 +97,7 @@ impl Shard {
             return self.reject_all(format!("a resume at clock {clock}: {e}"), out);
         }
         for p in self.staying() {
-            out.push((Endpoint::Client(p), Msg::Restored { shard: self.id }));
+            out.push(Envelope::Client(p, ToClient::Restored { shard: self.id }));
         }
     }
 }

@@ -1,7 +1,7 @@
 //! The rows a shard holds and how they change: the generic map (rows sent the generic
 //! way) and the arena ([`ArenaShard`]: rows some process planned, with its subscriptions).
 //! Here updates and slabs are resolved and added, plans subscribe, and reads are answered
-//! with rows ([`Msg::Rows`]) or arena refreshes ([`Msg::SlabRows`], or written straight
+//! with rows ([`ToClient::Rows`]) or arena refreshes ([`ToClient::SlabRows`], or written straight
 //! into the arena of the process in this OS process, [`LocalArena`]).
 //!
 //! It knows how rows are stored, added to and sent; not *when* (the clocks decide that,
@@ -14,7 +14,7 @@ use super::Shard;
 use crate::buf::AlignedBuf;
 use crate::gather::phase_bit;
 use crate::ids::{Clock, ProcessId, RowKey, WorkerId};
-use crate::msg::{Endpoint, Msg, RowBatch, WantedChunks};
+use crate::msg::{Envelope, RowBatch, ToClient, WantedChunks};
 use crate::server::arena::{Layout, Request};
 
 /// A slab resolved to its worker's layout when it arrived (and, for a sparse slab, the
@@ -51,7 +51,7 @@ impl Shard {
         batch: RowBatch,
         slab: Option<Resolved>,
         now: Clock,
-        out: &mut Vec<(Endpoint, Msg)>,
+        out: &mut Vec<Envelope>,
     ) {
         self.apply_rows(batch, now);
         if let Some((layout, positions, slab)) = slab {
@@ -90,7 +90,7 @@ impl Shard {
 
     /// Answers `to`'s read of `keys` with their rows at the current data clock (a row
     /// never written is zeros).
-    pub(super) fn reply(&self, to: ProcessId, keys: Vec<RowKey>, out: &mut Vec<(Endpoint, Msg)>) {
+    pub(super) fn reply(&self, to: ProcessId, keys: Vec<RowKey>, out: &mut Vec<Envelope>) {
         let rows = keys
             .into_iter()
             .filter_map(|key| {
@@ -106,9 +106,9 @@ impl Shard {
                 Some((key, row))
             })
             .collect();
-        out.push((
-            Endpoint::Client(to),
-            Msg::Rows {
+        out.push(Envelope::Client(
+            to,
+            ToClient::Rows {
                 shard: self.id,
                 data_clock: self.clocks.min_clock(),
                 rows,
@@ -123,7 +123,7 @@ impl Shard {
         epoch: u32,
         (keys, chunk_ends, chunk_phases): (&[RowKey], &[u32], &[u64]),
         updaters: Vec<(WorkerId, Vec<u32>)>,
-        out: &mut Vec<(Endpoint, Msg)>,
+        out: &mut Vec<Envelope>,
     ) {
         if let Some((w, _)) = updaters
             .iter()
@@ -171,7 +171,7 @@ impl Shard {
         to: ProcessId,
         epoch: u32,
         want: WantedChunks,
-        out: &mut Vec<(Endpoint, Msg)>,
+        out: &mut Vec<Envelope>,
     ) {
         let Some((current, phases)) = self.arena.subscription(to) else {
             return self.reject(
@@ -209,9 +209,9 @@ impl Shard {
             let Some(refresh) = self.arena.refresh(to, c, data_clock) else {
                 return self.reject(to, no_chunk(c), out);
             };
-            out.push((
-                Endpoint::Client(to),
-                Msg::SlabRows {
+            out.push(Envelope::Client(
+                to,
+                ToClient::SlabRows {
                     shard: self.id,
                     epoch,
                     chunk: c as u32,
@@ -225,7 +225,7 @@ impl Shard {
 
     /// Answers `from` with every row of `table` this shard holds, generic and arena rows
     /// alike, as they are now.
-    pub(super) fn dump(&self, from: ProcessId, table: u32, out: &mut Vec<(Endpoint, Msg)>) {
+    pub(super) fn dump(&self, from: ProcessId, table: u32, out: &mut Vec<Envelope>) {
         let mut rows: Vec<(RowKey, AlignedBuf)> = self
             .rows
             .iter()
@@ -238,9 +238,9 @@ impl Shard {
                 .filter(|(k, _)| k.table == table)
                 .map(|(k, b)| (k, AlignedBuf::from_bytes(b))),
         );
-        out.push((
-            Endpoint::Client(from),
-            Msg::DumpRows {
+        out.push(Envelope::Client(
+            from,
+            ToClient::DumpRows {
                 shard: self.id,
                 rows,
             },

@@ -17,7 +17,7 @@ use super::Shard;
 use crate::buf::AlignedBuf;
 use crate::element::ElemType;
 use crate::ids::RowKey;
-use crate::msg::{Endpoint, Msg, RowBatch};
+use crate::msg::{Envelope, RowBatch};
 use crate::rule::Rule;
 use rustc_hash::FxHashMap;
 
@@ -96,7 +96,7 @@ impl Shard {
 
     /// Table `table`'s rule becomes `rule`, which must be valid and of the same kind
     /// (the rows' state stays as it is); anything else fails the cluster.
-    pub(super) fn set_rule(&mut self, table: u32, rule: Rule, out: &mut Vec<(Endpoint, Msg)>) {
+    pub(super) fn set_rule(&mut self, table: u32, rule: Rule, out: &mut Vec<Envelope>) {
         let Some(Some(meta)) = self.tables.get_mut(table as usize) else {
             return self.reject_all(format!("a rule for unknown table #{table}"), out);
         };

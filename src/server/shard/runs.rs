@@ -1,18 +1,18 @@
-//! Runs and leaving: the run barrier ([`Msg::RunEnd`] from every process, answered with
-//! [`Msg::RunReady`] and the agreed start clock) and processes leaving the shard
-//! ([`Msg::Leave`]); a process that leaves while others wait for it fails the cluster
-//! instead of hanging it.
+//! Runs and leaving: the run barrier ([`ToShard::RunEnd`](crate::msg::ToShard::RunEnd) from
+//! every process, answered with [`ToClient::RunReady`] and the agreed start clock) and
+//! processes leaving the shard ([`ToShard::Leave`](crate::msg::ToShard::Leave)); a process
+//! that leaves while others wait for it fails the cluster instead of hanging it.
 //!
 //! It knows which runs each process ended and who has left; not rows, plans, migrations
 //! or checkpoints (a resume only tells it whether a process leaves too early).
 
 use super::Shard;
 use crate::ids::ProcessId;
-use crate::msg::{Endpoint, Msg};
+use crate::msg::{Envelope, ToClient};
 
 impl Shard {
     /// Process `from` has ended run `run` (the next one, or the protocol was broken).
-    pub(super) fn run_end(&mut self, from: ProcessId, run: u64, out: &mut Vec<(Endpoint, Msg)>) {
+    pub(super) fn run_end(&mut self, from: ProcessId, run: u64, out: &mut Vec<Envelope>) {
         let last = self.ended[from as usize];
         if run != last + 1 {
             return self.reject_all(
@@ -27,7 +27,7 @@ impl Shard {
     /// Process `from` sent work of the run in progress (the one after `self.run`): if a
     /// process has left without ending that run, the run can never end — every process
     /// is told at once (see [`Shard::check_moved_on`]). Returns whether it was refused.
-    pub(super) fn working(&mut self, from: ProcessId, out: &mut Vec<(Endpoint, Msg)>) -> bool {
+    pub(super) fn working(&mut self, from: ProcessId, out: &mut Vec<Envelope>) -> bool {
         if let Some(w) = self.working.get_mut(from as usize) {
             *w = true;
         }
@@ -41,7 +41,7 @@ impl Shard {
     /// while another went on to the next one (the processes did different numbers of runs,
     /// or one left mid-run): then nothing can complete that run, and every process — the
     /// one that left too — is told, naming both and the runs, instead of waiting.
-    fn check_moved_on(&mut self, out: &mut Vec<(Endpoint, Msg)>) -> bool {
+    fn check_moved_on(&mut self, out: &mut Vec<Envelope>) -> bool {
         let n = self.world.processes;
         let Some(gone) = (0..n).find(|&p| self.left[p] && self.ended[p] <= self.run) else {
             return false;
@@ -65,7 +65,7 @@ impl Shard {
     }
 
     /// Process `from` leaves: it sends nothing more.
-    pub(super) fn leave(&mut self, from: ProcessId, out: &mut Vec<(Endpoint, Msg)>) {
+    pub(super) fn leave(&mut self, from: ProcessId, out: &mut Vec<Envelope>) {
         self.left[from as usize] = true;
         if self.check_moved_on(out) {
             return;
@@ -94,7 +94,7 @@ impl Shard {
     /// Answers the run barrier once every process has ended the next run (a process
     /// that left has ended all it will), or fails it if a process left before ending a
     /// run the others wait at.
-    fn check_barrier(&mut self, out: &mut Vec<(Endpoint, Msg)>) {
+    fn check_barrier(&mut self, out: &mut Vec<Envelope>) {
         let staying = self.staying();
         let Some(waited) = staying.iter().map(|&p| self.ended[p as usize]).max() else {
             return;
@@ -121,9 +121,9 @@ impl Shard {
             return self.reject_all(format!("run {all} cannot end: {e}"), out);
         }
         for p in staying {
-            out.push((
-                Endpoint::Client(p),
-                Msg::RunReady {
+            out.push(Envelope::Client(
+                p,
+                ToClient::RunReady {
                     shard: self.id,
                     run: all,
                     start,

@@ -1,9 +1,9 @@
-//! Setting rows between runs ([`Msg::SetRows`], from [`Cluster::set_rows`]): every
-//! process sends the rows it sets whose home is this shard, the last message flagged;
-//! each row takes its new value at once (in the arena if planned, else in the generic
-//! map). Once every process has sent its last, the shard forgets what it last sent each
-//! process's arena — those processes drop their copies, so their next refreshes must be
-//! whole — and tells every process ([`Msg::RowsSet`]).
+//! Setting rows between runs ([`ToShard::SetRows`](crate::msg::ToShard::SetRows), from
+//! [`Cluster::set_rows`]): every process sends the rows it sets whose home is this shard,
+//! the last message flagged; each row takes its new value at once (in the arena if planned,
+//! else in the generic map). Once every process has sent its last, the shard forgets what
+//! it last sent each process's arena — those processes drop their copies, so their next
+//! refreshes must be whole — and tells every process ([`ToClient::RowsSet`]).
 //!
 //! Only between runs, with every update applied: work of the next run, an all-gather, a
 //! plan or a process leaving before every process's last fails the cluster at once
@@ -15,7 +15,7 @@
 use super::{Lasts, Shard};
 use crate::buf::AlignedBuf;
 use crate::ids::{ProcessId, RowKey};
-use crate::msg::{Endpoint, Msg};
+use crate::msg::{Envelope, ToClient};
 use rustc_hash::FxHashMap;
 
 /// Where a shard is in a set: which processes have sent their last rows, and who set
@@ -42,7 +42,7 @@ impl Shard {
         from: ProcessId,
         rows: Vec<(RowKey, AlignedBuf)>,
         last: bool,
-        out: &mut Vec<(Endpoint, Msg)>,
+        out: &mut Vec<Envelope>,
     ) {
         if self.setting.is_none() {
             if let Some(reason) = self.busy_for_set(from) {
@@ -115,14 +115,14 @@ impl Shard {
 
     /// Once every process has sent its last rows: every subscription's next refresh is
     /// whole, and every process is told.
-    fn check_set(&mut self, out: &mut Vec<(Endpoint, Msg)>) {
+    fn check_set(&mut self, out: &mut Vec<Envelope>) {
         if !self.setting.as_ref().is_some_and(|s| s.done.all()) {
             return;
         }
         self.setting = None;
         self.arena.forget_sent();
         for p in self.staying() {
-            out.push((Endpoint::Client(p), Msg::RowsSet { shard: self.id }));
+            out.push(Envelope::Client(p, ToClient::RowsSet { shard: self.id }));
         }
     }
 
@@ -133,7 +133,7 @@ impl Shard {
         &self,
         from: ProcessId,
         what: &str,
-        out: &mut Vec<(Endpoint, Msg)>,
+        out: &mut Vec<Envelope>,
     ) -> bool {
         let Some(state) = &self.setting else {
             return false;

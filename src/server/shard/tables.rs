@@ -11,7 +11,7 @@ use super::Shard;
 use crate::buf::AlignedBuf;
 use crate::element::ElemType;
 use crate::ids::ProcessId;
-use crate::msg::{Endpoint, Msg, RowBatch};
+use crate::msg::{Envelope, RowBatch, ToClient};
 use crate::rule::Rule;
 use crate::table::TableMeta;
 
@@ -23,11 +23,11 @@ impl Shard {
         name: String,
         width: usize,
         (elem, rows, rule): (ElemType, Option<u64>, Rule),
-        out: &mut Vec<(Endpoint, Msg)>,
+        out: &mut Vec<Envelope>,
     ) {
         match self.coordinator.as_mut() {
             Some(c) => match c.declare(name, width, elem, rows, rule) {
-                Ok(meta) => out.push((Endpoint::Client(from), Msg::TableDeclared { meta })),
+                Ok(meta) => out.push(Envelope::Client(from, ToClient::TableDeclared { meta })),
                 Err(reason) => self.reject(from, reason, out),
             },
             None => self.reject(from, "table declared to a shard other than 0".into(), out),
@@ -41,7 +41,7 @@ impl Shard {
         from: ProcessId,
         round: u64,
         values: AlignedBuf,
-        out: &mut Vec<(Endpoint, Msg)>,
+        out: &mut Vec<Envelope>,
     ) {
         match self
             .coordinator
@@ -51,7 +51,7 @@ impl Shard {
             Some(Ok(Some(parts))) => {
                 for p in self.staying() {
                     let parts = parts.clone();
-                    out.push((Endpoint::Client(p), Msg::Gathered { round, parts }));
+                    out.push(Envelope::Client(p, ToClient::Gathered { round, parts }));
                 }
             }
             Some(Ok(None)) => {}
@@ -61,7 +61,7 @@ impl Shard {
     }
 
     /// Table `meta` is created (by every process, with the same id and shape).
-    pub(super) fn create_table(&mut self, meta: TableMeta, out: &mut Vec<(Endpoint, Msg)>) {
+    pub(super) fn create_table(&mut self, meta: TableMeta, out: &mut Vec<Envelope>) {
         let id = meta.id as usize;
         if self.tables.len() <= id {
             self.tables.resize(id + 1, None);

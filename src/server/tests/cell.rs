@@ -2,20 +2,21 @@
 
 use super::*;
 use crate::buf::AlignedBuf;
-use crate::transport::InProcTransport;
+use crate::msg::{Endpoint, Envelope, ToClient, ToShard};
+use crate::transport::{ClientInbox, InProcTransport};
 use crate::world::World;
 
-fn gather(round: u64) -> Msg {
-    Msg::Gather {
+fn gather(round: u64) -> ToShard {
+    ToShard::Gather {
         from: 0,
         round,
         values: AlignedBuf::zeroed(8),
     }
 }
 
-fn gathered(inbox: &Inbox) -> Option<u64> {
+fn gathered(inbox: &ClientInbox) -> Option<u64> {
     match inbox.try_recv() {
-        Ok(Inbound::Msg(Msg::Gathered { round, .. })) => Some(round),
+        Ok(Inbound::Msg(ToClient::Gathered { round, .. })) => Some(round),
         _ => None,
     }
 }
@@ -28,12 +29,12 @@ fn an_attached_shard_is_driven_by_its_senders_or_left_to_its_thread() {
     let (cell, attached) = attached_cell(shard, shards.remove(0), t.clone());
     assert!(attached);
     // No thread drives it: the sender handled it, the reply is there already.
-    t.send(Endpoint::Shard(0), gather(1)).unwrap();
+    t.send(Envelope::Shard(0, gather(1))).unwrap();
     assert_eq!(gathered(&clients[0]), Some(1));
     // Held elsewhere: the message waits and the thread is kicked, and it takes it.
     let held = cell.lock();
     let seen = cell.kick.generation();
-    t.send(Endpoint::Shard(0), gather(2)).unwrap();
+    t.send(Envelope::Shard(0, gather(2))).unwrap();
     assert_eq!(gathered(&clients[0]), None);
     drop(held);
     assert_ne!(cell.kick.generation(), seen, "the thread was kicked");
@@ -44,7 +45,7 @@ fn an_attached_shard_is_driven_by_its_senders_or_left_to_its_thread() {
     t.stop_local(Endpoint::Shard(0)).unwrap();
     assert!(cell.done.load(Ordering::Acquire));
     assert_ne!(cell.kick.generation(), seen, "the thread was kicked to end");
-    t.send(Endpoint::Shard(0), gather(3)).unwrap();
+    t.send(Envelope::Shard(0, gather(3))).unwrap();
     assert_eq!(gathered(&clients[0]), None);
 }
 
@@ -60,14 +61,14 @@ fn a_helper_takes_what_waits_unless_the_shard_is_held() {
         .local_drive()
         .expect("the in-process transport drives shards");
     assert!(!d.help(), "nothing waits");
-    d.enqueue(Endpoint::Shard(0), gather(1)).unwrap();
+    d.enqueue(0, gather(1)).unwrap();
     assert_eq!(gathered(&clients[0]), None, "only queued");
     let held = cell.lock();
     assert!(!d.help(), "held elsewhere: not waited for");
     drop(held);
     assert!(d.help());
     assert_eq!(gathered(&clients[0]), Some(1));
-    d.enqueue(Endpoint::Shard(0), gather(2)).unwrap();
-    d.drive(Endpoint::Shard(0));
+    d.enqueue(0, gather(2)).unwrap();
+    d.drive(0);
     assert_eq!(gathered(&clients[0]), Some(2), "driven by its sender");
 }

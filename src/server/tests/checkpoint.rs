@@ -3,11 +3,12 @@
 //! bytes whatever else is handled around it.
 
 use super::Step;
-use crate::ids::{Clock, RowKey};
-use crate::msg::{Endpoint, Msg};
+use crate::ids::{Clock, ProcessId, RowKey};
+use crate::msg::{Envelope, ToClient, ToShard};
 use crate::rows_part;
 use crate::server::shard::tests::{
-    clock, decode_part, interleavings, rejected, shard_between_runs, shard_in, two_process_world,
+    clock, decode_part, interleavings, rejected, shard_between_runs, shard_in, to_clients,
+    two_process_world,
 };
 use std::path::Path;
 
@@ -40,10 +41,10 @@ impl Drop for TestDir {
     }
 }
 
-fn checkpointed(out: &[(Endpoint, Msg)]) -> Vec<(Endpoint, crate::msg::ShardPart)> {
-    out.iter()
+fn checkpointed(out: &[Envelope]) -> Vec<(ProcessId, crate::msg::ShardPart)> {
+    to_clients(out)
         .filter_map(|(to, m)| match m {
-            Msg::Checkpointed { part, .. } => Some((*to, part.clone())),
+            ToClient::Checkpointed { part, .. } => Some((to, part.clone())),
             _ => None,
         })
         .collect()
@@ -62,7 +63,7 @@ fn a_checkpoint_writes_generic_and_arena_rows_sorted_without_zero_rows() {
     let mut out = Vec::new();
     let root = dir.begun(2).to_path_buf();
     s.step(
-        Msg::Checkpoint {
+        ToShard::Checkpoint {
             from: 0,
             root: root.clone(),
             clock: 2,
@@ -72,10 +73,7 @@ fn a_checkpoint_writes_generic_and_arena_rows_sorted_without_zero_rows() {
     let answers = checkpointed(&out);
     assert_eq!(answers.len(), 1, "{out:?}");
     let (name, size, _) = answers[0].1.clone().unwrap();
-    assert_eq!(
-        (answers[0].0, name.as_str()),
-        (Endpoint::Client(0), "shard-0.rows")
-    );
+    assert_eq!((answers[0].0, name.as_str()), (0, "shard-0.rows"));
     let path = root.join("ckpt-00000002/shard-0.rows");
     assert_eq!(std::fs::metadata(&path).unwrap().len(), size);
     let (header, rows) = rows_in(&path);
@@ -90,7 +88,7 @@ fn a_checkpoint_writes_generic_and_arena_rows_sorted_without_zero_rows() {
 fn a_checkpoint_out_of_place_is_a_protocol_error_and_a_failed_write_is_not() {
     let dir = TestDir::new("refused");
     let root = dir.begun(1).to_path_buf();
-    let ask = |from, clock| Msg::Checkpoint {
+    let ask = |from, clock| ToShard::Checkpoint {
         from,
         root: root.clone(),
         clock,
@@ -115,22 +113,22 @@ fn a_checkpoint_out_of_place_is_a_protocol_error_and_a_failed_write_is_not() {
     s.step(ask(0, 0), &mut out);
     assert!(rejected(&out)[0].contains("clocks 1 to 1"), "{out:?}");
     out.clear();
-    s.step(Msg::Finish { worker: 0 }, &mut out);
-    s.step(Msg::RunEnd { from: 0, run: 1 }, &mut out);
+    s.step(ToShard::Finish { worker: 0 }, &mut out);
+    s.step(ToShard::RunEnd { from: 0, run: 1 }, &mut out);
     s.step(ask(0, 1), &mut out);
     assert!(
         rejected(&out)[0].contains("process 0 is ending run 1"),
         "{out:?}"
     );
     out.clear();
-    s.step(Msg::Finish { worker: 1 }, &mut out);
-    s.step(Msg::RunEnd { from: 1, run: 1 }, &mut out);
+    s.step(ToShard::Finish { worker: 1 }, &mut out);
+    s.step(ToShard::RunEnd { from: 1, run: 1 }, &mut out);
     out.clear();
     // In place, but not begun: the write fails and says where; the cluster goes on.
     s.step(ask(0, 7), &mut out);
     assert!(rejected(&out)[0].contains("clocks 1 to 1"), "{out:?}");
     out.clear();
-    let elsewhere = Msg::Checkpoint {
+    let elsewhere = ToShard::Checkpoint {
         from: 0,
         root: root.join("missing"),
         clock: 1,
@@ -153,19 +151,19 @@ fn a_checkpoint_writes_the_same_bytes_whatever_the_other_process_sends_around_it
     let dir = TestDir::new("orders");
     let root = dir.begun(1).to_path_buf();
     let key = |r| RowKey::new(0, r);
-    let mine = vec![Msg::Checkpoint {
+    let mine = vec![ToShard::Checkpoint {
         from: 0,
         root: root.clone(),
         clock: 1,
     }];
     // Between runs the other process may read and dump; then it leaves.
     let theirs = vec![
-        Msg::Fetch {
+        ToShard::Fetch {
             from: 1,
             rows: vec![(key(7), 1), (key(1), 1)],
         },
-        Msg::Dump { from: 1, table: 0 },
-        Msg::Leave { from: 1 },
+        ToShard::Dump { from: 1, table: 0 },
+        ToShard::Leave { from: 1 },
     ];
     let mut sums = Vec::new();
     for order in interleavings(&mine, &theirs) {
@@ -174,8 +172,8 @@ fn a_checkpoint_writes_the_same_bytes_whatever_the_other_process_sends_around_it
         s.step(clock(0, 1, &[(1, [1, 2])]), &mut out);
         s.step(clock(1, 1, &[(1, [10, 20]), (5, [0, 0])]), &mut out);
         for p in 0..2 {
-            s.step(Msg::Finish { worker: p }, &mut out);
-            s.step(Msg::RunEnd { from: p, run: 1 }, &mut out);
+            s.step(ToShard::Finish { worker: p }, &mut out);
+            s.step(ToShard::RunEnd { from: p, run: 1 }, &mut out);
         }
         out.clear();
         for m in order {

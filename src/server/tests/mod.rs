@@ -10,11 +10,11 @@ use super::*;
 /// A message handled as the shard's driver handles it ([`step`]): the checkpoint part it
 /// asks for is written, and the shard answers.
 trait Step {
-    fn step(&mut self, msg: Msg, out: &mut Vec<(Endpoint, Msg)>);
+    fn step(&mut self, msg: ToShard, out: &mut Vec<Envelope>);
 }
 
 impl Step for Shard {
-    fn step(&mut self, msg: Msg, out: &mut Vec<(Endpoint, Msg)>) {
+    fn step(&mut self, msg: ToShard, out: &mut Vec<Envelope>) {
         step(self, msg, out);
     }
 }

@@ -16,8 +16,8 @@ fn nowhere() -> PathBuf {
     ))
 }
 
-fn ask(from: ProcessId, clock: Clock) -> Msg {
-    Msg::Checkpoint {
+fn ask(from: ProcessId, clock: Clock) -> ToShard {
+    ToShard::Checkpoint {
         from,
         root: nowhere(),
         clock,
@@ -53,7 +53,7 @@ fn a_checkpoint_asks_the_driver_for_its_part_and_answers_once_told_the_outcome()
     s.part_written(write, Ok(entry.clone()), &mut out);
     let expected = Ok((entry.name, entry.size, entry.sha256));
     assert!(
-        matches!(&out[..], [(Endpoint::Client(0), Msg::Checkpointed { shard: 0, part })] if *part == expected),
+        matches!(&out[..], [Envelope::Client(0, ToClient::Checkpointed { shard: 0, part })] if *part == expected),
         "{out:?}"
     );
 }
@@ -79,7 +79,7 @@ fn a_failed_write_is_answered_with_its_text_and_a_checkpoint_out_of_place_asks_f
     s.part_written(write, Err(failed), &mut out);
     assert!(rejected(&out).is_empty(), "not a protocol error: {out:?}");
     assert!(
-        matches!(&out[..], [(Endpoint::Client(0), Msg::Checkpointed { shard: 0, part: Err(e) })] if *e == text),
+        matches!(&out[..], [Envelope::Client(0, ToClient::Checkpointed { shard: 0, part: Err(e) })] if *e == text),
         "{out:?}"
     );
     // The shard goes on: asked again, it asks for the part again.

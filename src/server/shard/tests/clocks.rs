@@ -25,7 +25,7 @@ fn reads_wait_for_the_slowest_worker_and_see_exact_snapshots() {
 fn bad_updates_change_nothing_but_still_count_the_clock() {
     let mut s = shard_with_table(1);
     let mut out = Vec::new();
-    let bad = Msg::Clock {
+    let bad = ToShard::Clock {
         worker: 0,
         clock: 1,
         epoch: 0,
@@ -38,19 +38,25 @@ fn bad_updates_change_nothing_but_still_count_the_clock() {
         slab_rows: None,
     };
     s.step(bad, &mut out);
-    assert!(matches!(out[0].1, Msg::Rejected { .. }));
+    assert!(matches!(
+        out[0],
+        Envelope::Client(_, ToClient::Rejected { .. })
+    ));
     out.clear();
     s.step(fetch(1, 1), &mut out);
     assert_eq!(rows_of(&out), vec![(1, vec![0, 0], 1)]);
     out.clear();
     s.step(
-        Msg::Fetch {
+        ToShard::Fetch {
             from: 0,
             rows: vec![(RowKey::new(9, 0), 0)],
         },
         &mut out,
     );
-    assert!(matches!(out[0].1, Msg::Rejected { .. }));
+    assert!(matches!(
+        out[0],
+        Envelope::Client(_, ToClient::Rejected { .. })
+    ));
 }
 
 #[test]
@@ -61,7 +67,7 @@ fn finished_workers_are_not_waited_for() {
     s.step(clock(0, 2, &[]), &mut out);
     s.step(fetch(0, 2), &mut out);
     assert!(rows_of(&out).is_empty());
-    s.step(Msg::Finish { worker: 1 }, &mut out);
+    s.step(ToShard::Finish { worker: 1 }, &mut out);
     assert_eq!(rows_of(&out).len(), 1);
 }
 
@@ -77,8 +83,8 @@ fn updates_apply_in_worker_order_within_a_clock() {
         rows: None,
         rule: crate::rule::Rule::Sum,
     };
-    s.step(Msg::CreateTable { meta }, &mut Vec::new());
-    let big = |w: WorkerId, v: f64| Msg::Clock {
+    s.step(ToShard::CreateTable { meta }, &mut Vec::new());
+    let big = |w: WorkerId, v: f64| ToShard::Clock {
         worker: w,
         clock: 1,
         epoch: 0,
@@ -91,13 +97,13 @@ fn updates_apply_in_worker_order_within_a_clock() {
     s.step(big(1, -1e16), &mut out);
     s.step(big(0, 1e16), &mut out);
     s.step(
-        Msg::Fetch {
+        ToShard::Fetch {
             from: 0,
             rows: vec![(RowKey::new(0, 0), 1)],
         },
         &mut out,
     );
-    let Some((_, Msg::Rows { rows, .. })) = out.last() else {
+    let Some(Envelope::Client(_, ToClient::Rows { rows, .. })) = out.last() else {
         panic!("{out:?}")
     };
     assert_eq!(rows[0].1.cast::<f64>(), &[0.0]);

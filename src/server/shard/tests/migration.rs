@@ -35,12 +35,12 @@ fn a_migration_completes_under_every_order_of_its_messages_and_loses_nothing() {
     for &(k, s) in &overrides {
         placement.set(k, s);
     }
-    let adopt = |from: ShardId, row: u64| Msg::Adopt {
+    let adopt = |from: ShardId, row: u64| ToShard::Adopt {
         shard: from,
         rows: vec![(key(row), AlignedBuf::from_slice(&[row as i64, 7]))],
     };
     let script = [
-        Msg::Migrate {
+        ToShard::Migrate {
             from: 1,
             overrides: overrides.clone(),
         },
@@ -62,24 +62,25 @@ fn a_migration_completes_under_every_order_of_its_messages_and_loses_nothing() {
             s.step(msg.clone(), &mut out);
             let migrated = out
                 .iter()
-                .filter(|(_, m)| matches!(m, Msg::Migrated { shard: 1 }))
+                .filter(|m| matches!(m, Envelope::Client(_, ToClient::Migrated { shard: 1 })))
                 .count();
             assert_eq!(migrated, if i == 2 { 3 } else { 0 }, "{order:?}: {out:?}");
         }
         assert!(
-            !out.iter().any(|(_, m)| matches!(m, Msg::Rejected { .. })),
+            !out.iter()
+                .any(|m| matches!(m, Envelope::Client(_, ToClient::Rejected { .. }))),
             "{out:?}"
         );
         // What left went to its new home, one Adopt per other shard.
         let mut handed: Vec<(ShardId, u64)> = Vec::new();
-        for (to, m) in &out {
-            if let (Endpoint::Shard(t), Msg::Adopt { shard: 1, rows }) = (to, m) {
+        for m in &out {
+            if let Envelope::Shard(t, ToShard::Adopt { shard: 1, rows }) = m {
                 handed.extend(rows.iter().map(|(k, _)| (*t, k.row)));
             }
         }
         let adopts = out
             .iter()
-            .filter(|(_, m)| matches!(m, Msg::Adopt { .. }))
+            .filter(|m| matches!(m, Envelope::Shard(_, ToShard::Adopt { .. })))
             .count();
         assert_eq!(adopts, 2);
         let mut kept: Vec<u64> = s.rows.iter().map(|e| e.key().row).collect();
@@ -106,19 +107,20 @@ fn a_migration_completes_under_every_order_of_its_messages_and_loses_nothing() {
 
 #[test]
 fn a_bad_migration_is_a_protocol_error() {
-    let rejected = |msgs: Vec<Msg>| {
+    let rejected = |msgs: Vec<ToShard>| {
         let mut s = seeded_middle_shard();
         let mut out = Vec::new();
         for m in msgs {
             s.step(m, &mut out);
         }
-        out.iter().any(|(_, m)| matches!(m, Msg::Rejected { .. }))
+        out.iter()
+            .any(|m| matches!(m, Envelope::Client(_, ToClient::Rejected { .. })))
     };
-    let migrate = |from| Msg::Migrate {
+    let migrate = |from| ToShard::Migrate {
         from,
         overrides: vec![],
     };
-    let adopt = |from| Msg::Adopt {
+    let adopt = |from| ToShard::Adopt {
         shard: from,
         rows: vec![],
     };
@@ -130,7 +132,7 @@ fn a_bad_migration_is_a_protocol_error() {
         rejected(vec![migrate(1), migrate(1)]),
         "migrated twice at once"
     );
-    let far = Msg::Migrate {
+    let far = ToShard::Migrate {
         from: 1,
         overrides: vec![(RowKey::new(0, 0), 3)],
     };

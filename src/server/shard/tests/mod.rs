@@ -6,6 +6,7 @@
 
 mod checkpoint;
 mod clocks;
+mod functions;
 mod migration;
 mod outer;
 mod restore;
@@ -22,11 +23,11 @@ pub(super) use std::sync::Arc;
 /// A message handled by the state machine alone, which asks for no IO: only a
 /// checkpoint does, and its tests call [`Shard::handle`] themselves.
 trait Step {
-    fn step(&mut self, msg: Msg, out: &mut Vec<(Endpoint, Msg)>);
+    fn step(&mut self, msg: ToShard, out: &mut Vec<Envelope>);
 }
 
 impl Step for Shard {
-    fn step(&mut self, msg: Msg, out: &mut Vec<(Endpoint, Msg)>) {
+    fn step(&mut self, msg: ToShard, out: &mut Vec<Envelope>) {
         let write = self.handle(msg, out);
         assert!(write.is_none(), "only a checkpoint asks for IO: {write:?}");
     }
@@ -51,14 +52,24 @@ fn table_t() -> TableMeta {
 /// Shard `id` of `world`, with [`table_t`] created.
 pub(in crate::server) fn shard_in(id: ShardId, world: World) -> Shard {
     let mut s = Shard::new(id, world);
-    s.step(Msg::CreateTable { meta: table_t() }, &mut Vec::new());
+    s.step(ToShard::CreateTable { meta: table_t() }, &mut Vec::new());
     s
 }
 
-fn rows_of(out: &[(Endpoint, Msg)]) -> Vec<(u64, Vec<i64>, u64)> {
-    out.iter()
+/// The messages `out` holds for processes, with the process each is for.
+pub(in crate::server) fn to_clients(
+    out: &[Envelope],
+) -> impl Iterator<Item = (ProcessId, &ToClient)> {
+    out.iter().filter_map(|e| match e {
+        Envelope::Client(p, m) => Some((*p, m)),
+        Envelope::Shard(..) => None,
+    })
+}
+
+fn rows_of(out: &[Envelope]) -> Vec<(u64, Vec<i64>, u64)> {
+    to_clients(out)
         .filter_map(|(_, m)| match m {
-            Msg::Rows {
+            ToClient::Rows {
                 data_clock, rows, ..
             } => Some(
                 rows.iter()
@@ -71,8 +82,12 @@ fn rows_of(out: &[(Endpoint, Msg)]) -> Vec<(u64, Vec<i64>, u64)> {
         .collect()
 }
 
-pub(in crate::server) fn clock(worker: WorkerId, clock: Clock, rows: &[(u64, [i64; 2])]) -> Msg {
-    Msg::Clock {
+pub(in crate::server) fn clock(
+    worker: WorkerId,
+    clock: Clock,
+    rows: &[(u64, [i64; 2])],
+) -> ToShard {
+    ToShard::Clock {
         worker,
         clock,
         epoch: 0,
@@ -86,8 +101,8 @@ pub(in crate::server) fn clock(worker: WorkerId, clock: Clock, rows: &[(u64, [i6
     }
 }
 
-fn fetch(row: u64, required: Clock) -> Msg {
-    Msg::Fetch {
+fn fetch(row: u64, required: Clock) -> ToShard {
+    ToShard::Fetch {
         from: 0,
         rows: vec![(RowKey::new(0, row), required)],
     }
@@ -116,7 +131,7 @@ pub(in crate::server) fn interleavings<T: Clone>(a: &[T], b: &[T]) -> Vec<Vec<T>
 
 /// What process `p` (one worker, global id `p`) sends in one run of a two-process
 /// cluster, until it waits at the run barrier; then what it sends after the barrier.
-fn process_script(p: u32) -> (Vec<Msg>, Vec<Msg>) {
+fn process_script(p: u32) -> (Vec<ToShard>, Vec<ToShard>) {
     let meta = table_t();
     let key = |r: u64| RowKey::new(0, r);
     // The processes order the shared rows differently and each has a row of its own.
@@ -132,8 +147,8 @@ fn process_script(p: u32) -> (Vec<Msg>, Vec<Msg>) {
         [delta(30), delta(40)].concat() // slots 1, 2: rows 2, 1
     };
     let before = vec![
-        Msg::CreateTable { meta },
-        Msg::Specialize {
+        ToShard::CreateTable { meta },
+        ToShard::Specialize {
             from: p,
             epoch: 1,
             keys,
@@ -141,7 +156,7 @@ fn process_script(p: u32) -> (Vec<Msg>, Vec<Msg>) {
             chunk_phases: vec![u64::MAX; 2],
             updaters: vec![(p, if p == 0 { vec![0, 1] } else { vec![1, 2] })],
         },
-        Msg::Clock {
+        ToShard::Clock {
             worker: p,
             clock: 1,
             epoch: 1,
@@ -150,34 +165,33 @@ fn process_script(p: u32) -> (Vec<Msg>, Vec<Msg>) {
             slab: AlignedBuf::from_slice(&slab),
             slab_rows: None,
         },
-        Msg::SlabFetch {
+        ToShard::SlabFetch {
             from: p,
             epoch: 1,
             required: 1,
             want: WantedChunks::All,
         },
-        Msg::Finish { worker: p },
-        Msg::RunEnd { from: p, run: 1 },
+        ToShard::Finish { worker: p },
+        ToShard::RunEnd { from: p, run: 1 },
     ];
     let after = vec![
-        Msg::Fetch {
+        ToShard::Fetch {
             from: p,
             rows: vec![(key(5), 1), (key(2), 1)],
         },
-        Msg::Leave { from: p },
+        ToShard::Leave { from: p },
     ];
     (before, after)
 }
 
 /// The answers process `p` got, in a form independent of arrival order.
-fn answers_to(p: u32, out: &[(Endpoint, Msg)]) -> Vec<String> {
-    let mut v: Vec<String> = out
-        .iter()
-        .filter(|(to, _)| *to == Endpoint::Client(p))
+fn answers_to(p: u32, out: &[Envelope]) -> Vec<String> {
+    let mut v: Vec<String> = to_clients(out)
+        .filter(|(to, _)| *to == p)
         .filter_map(|(_, m)| match m {
-            Msg::Rejected { reason, .. } => panic!("rejected: {reason}"),
-            Msg::MinClock { .. } => None,
-            Msg::Rows {
+            ToClient::Rejected { reason, .. } => panic!("rejected: {reason}"),
+            ToClient::MinClock { .. } => None,
+            ToClient::Rows {
                 rows, data_clock, ..
             } => Some(format!(
                 "rows@{data_clock} {:?}",
@@ -185,7 +199,7 @@ fn answers_to(p: u32, out: &[(Endpoint, Msg)]) -> Vec<String> {
                     .map(|(k, b)| (k.row, b.cast::<i64>().to_vec()))
                     .collect::<Vec<_>>()
             )),
-            Msg::SlabRows {
+            ToClient::SlabRows {
                 chunk,
                 data_clock,
                 bytes,
@@ -210,10 +224,10 @@ pub(in crate::server) fn two_process_world() -> World {
     }
 }
 
-pub(in crate::server) fn rejected(out: &[(Endpoint, Msg)]) -> Vec<&str> {
-    out.iter()
+pub(in crate::server) fn rejected(out: &[Envelope]) -> Vec<&str> {
+    to_clients(out)
         .filter_map(|(_, m)| match m {
-            Msg::Rejected { reason, .. } => Some(reason.as_str()),
+            ToClient::Rejected { reason, .. } => Some(reason.as_str()),
             _ => None,
         })
         .collect()
@@ -225,7 +239,7 @@ pub(in crate::server) fn shard_between_runs() -> Shard {
     let mut s = shard_with_table(1);
     let mut out = Vec::new();
     s.step(clock(0, 1, &[(4, [1, 2]), (2, [3, 4])]), &mut out);
-    let specialize = Msg::Specialize {
+    let specialize = ToShard::Specialize {
         from: 0,
         epoch: 1,
         keys: vec![RowKey::new(0, 3), RowKey::new(0, 9)],
@@ -234,7 +248,7 @@ pub(in crate::server) fn shard_between_runs() -> Shard {
         updaters: vec![(0, vec![0])],
     };
     s.step(specialize, &mut out);
-    let slab = Msg::Clock {
+    let slab = ToShard::Clock {
         worker: 0,
         clock: 2,
         epoch: 1,
@@ -244,8 +258,8 @@ pub(in crate::server) fn shard_between_runs() -> Shard {
         slab_rows: None,
     };
     s.step(slab, &mut out);
-    s.step(Msg::Finish { worker: 0 }, &mut out);
-    s.step(Msg::RunEnd { from: 0, run: 1 }, &mut out);
+    s.step(ToShard::Finish { worker: 0 }, &mut out);
+    s.step(ToShard::RunEnd { from: 0, run: 1 }, &mut out);
     assert!(rejected(&out).is_empty(), "{out:?}");
     s
 }

@@ -3,7 +3,7 @@
 //! other gradients; and every malformed one fails the cluster by name, never panics.
 
 use super::*;
-use crate::msg::Outer;
+use crate::msg::{Outer, ToClient, ToShard};
 use crate::rule::Rule;
 
 /// A shard of one process with two workers; table 0 ("w": width 3, f32, SGD at lr 1,
@@ -19,7 +19,7 @@ fn shard() -> Shard {
             rows: Some(4),
             rule,
         };
-        s.step(Msg::CreateTable { meta }, &mut Vec::new());
+        s.step(ToShard::CreateTable { meta }, &mut Vec::new());
     }
     s
 }
@@ -34,11 +34,11 @@ fn wide_table(s: &mut Shard) {
         rows: Some(4096),
         rule: Rule::Sgd { lr: 1.0 },
     };
-    s.step(Msg::CreateTable { meta }, &mut Vec::new());
+    s.step(ToShard::CreateTable { meta }, &mut Vec::new());
 }
 
-fn clock_with(worker: WorkerId, rows: RowBatch, outer: Vec<Outer>) -> Msg {
-    Msg::Clock {
+fn clock_with(worker: WorkerId, rows: RowBatch, outer: Vec<Outer>) -> ToShard {
+    ToShard::Clock {
         worker,
         clock: 1,
         epoch: 0,
@@ -60,15 +60,14 @@ fn outer(table: u32, rows: Vec<u64>, left: &[f32], right: &[f32]) -> Outer {
 
 fn values(s: &mut Shard, rows: &[u64]) -> Vec<Vec<f32>> {
     let mut out = Vec::new();
-    let fetch = Msg::Fetch {
+    let fetch = ToShard::Fetch {
         from: 0,
         rows: rows.iter().map(|&r| (RowKey::new(0, r), 1)).collect(),
     };
     s.step(fetch, &mut out);
-    let mut got: Vec<(u64, Vec<f32>)> = out
-        .iter()
+    let mut got: Vec<(u64, Vec<f32>)> = to_clients(&out)
         .flat_map(|(_, m)| match m {
-            Msg::Rows { rows, .. } => rows
+            ToClient::Rows { rows, .. } => rows
                 .iter()
                 .map(|(k, v)| (k.row, v.cast::<f32>().to_vec()))
                 .collect(),

@@ -4,16 +4,16 @@ use super::*;
 
 /// What process `p` sends in a resume of a two-process cluster: its rows for shard 0
 /// (process 0 in two messages), then after `Restored` a read and `Leave`.
-fn restore_script(p: u32) -> (Vec<Msg>, Vec<Msg>) {
+fn restore_script(p: u32) -> (Vec<ToShard>, Vec<ToShard>) {
     let meta = table_t();
     let row = |r: u64| (RowKey::new(0, r), AlignedBuf::from_slice(&[r as i64, -1]));
-    let restore = |rows, last| Msg::Restore {
+    let restore = |rows, last| ToShard::Restore {
         from: p,
         clock: 6,
         rows,
         last,
     };
-    let mut before = vec![Msg::CreateTable { meta }];
+    let mut before = vec![ToShard::CreateTable { meta }];
     if p == 0 {
         before.push(restore(vec![row(1), row(3)], false));
         before.push(restore(vec![row(5)], true));
@@ -21,11 +21,11 @@ fn restore_script(p: u32) -> (Vec<Msg>, Vec<Msg>) {
         before.push(restore(vec![row(2)], true));
     }
     let after = vec![
-        Msg::Fetch {
+        ToShard::Fetch {
             from: p,
             rows: (1..=6).map(|r| (RowKey::new(0, r), 6)).collect(),
         },
-        Msg::Leave { from: p },
+        ToShard::Leave { from: p },
     ];
     (before, after)
 }
@@ -45,11 +45,11 @@ fn a_restore_completes_once_under_every_order_the_transport_allows() {
                 s.step(m.clone(), &mut out);
                 let restored = out
                     .iter()
-                    .filter(|(_, m)| matches!(m, Msg::Restored { shard: 0 }))
+                    .filter(|m| matches!(m, Envelope::Client(_, ToClient::Restored { shard: 0 })))
                     .count();
                 let last_restore = before[i + 1..]
                     .iter()
-                    .all(|m| !matches!(m, Msg::Restore { .. }));
+                    .all(|m| !matches!(m, ToShard::Restore { .. }));
                 assert_eq!(restored, if last_restore { 2 } else { 0 }, "{i} of {last}");
             }
             for m in &after {
@@ -74,7 +74,7 @@ fn a_restore_completes_once_under_every_order_the_transport_allows() {
 
 #[test]
 fn a_restore_out_of_place_fails_the_cluster() {
-    let refused = |prefix: Vec<Msg>| {
+    let refused = |prefix: Vec<ToShard>| {
         let mut s = shard_in(0, two_process_world());
         let mut out = Vec::new();
         for m in prefix {
@@ -82,7 +82,7 @@ fn a_restore_out_of_place_fails_the_cluster() {
         }
         rejected(&out).first().map(|r| r.to_string())
     };
-    let restore = |from, clock, rows: Vec<(RowKey, AlignedBuf)>, last| Msg::Restore {
+    let restore = |from, clock, rows: Vec<(RowKey, AlignedBuf)>, last| ToShard::Restore {
         from,
         clock,
         rows,
@@ -110,10 +110,10 @@ fn a_restore_out_of_place_fails_the_cluster() {
         restore(0, 4, vec![row(0, &[1, 1])], true),
     ];
     assert!(refused(dup).unwrap().contains("restored twice"));
-    let gone = vec![restore(0, 4, vec![], true), Msg::Leave { from: 1 }];
+    let gone = vec![restore(0, 4, vec![], true), ToShard::Leave { from: 1 }];
     assert!(refused(gone)
         .unwrap()
         .contains("process 1 left the cluster during a resume"));
-    let gone_after = [ok, vec![Msg::Leave { from: 1 }]].concat();
+    let gone_after = [ok, vec![ToShard::Leave { from: 1 }]].concat();
     assert_eq!(refused(gone_after), None);
 }

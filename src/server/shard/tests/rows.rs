@@ -7,7 +7,7 @@ use super::*;
 fn a_clock_refresh_ships_only_the_chunks_read_in_that_clock() {
     let mut s = shard_with_table(1);
     let mut out = Vec::new();
-    let specialize = Msg::Specialize {
+    let specialize = ToShard::Specialize {
         from: 0,
         epoch: 1,
         keys: (0..4).map(|r| RowKey::new(0, r)).collect(),
@@ -20,15 +20,15 @@ fn a_clock_refresh_ships_only_the_chunks_read_in_that_clock() {
     s.step(specialize, &mut out);
     let chunks_for = |s: &mut Shard, want| {
         let mut out = Vec::new();
-        let msg = Msg::SlabFetch {
+        let msg = ToShard::SlabFetch {
             from: 0,
             epoch: 1,
             required: 0,
             want,
         };
         s.step(msg, &mut out);
-        let chunks = out.iter().filter_map(|(_, m)| match m {
-            Msg::SlabRows { chunk, .. } => Some(*chunk),
+        let chunks = to_clients(&out).filter_map(|(_, m)| match m {
+            ToClient::SlabRows { chunk, .. } => Some(*chunk),
             _ => None,
         });
         chunks.collect::<Vec<_>>()
@@ -43,7 +43,7 @@ fn a_clock_refresh_ships_only_the_chunks_read_in_that_clock() {
     assert!(chunks_for(&mut s, WantedChunks::Phase(2)).is_empty());
     assert_eq!(chunks_for(&mut s, WantedChunks::Chunk(3)), [3]);
     assert_eq!(chunks_for(&mut s, WantedChunks::All), [0, 1, 2, 3]);
-    let bad = Msg::Specialize {
+    let bad = ToShard::Specialize {
         from: 0,
         epoch: 2,
         keys: vec![RowKey::new(0, 0)],
@@ -53,7 +53,7 @@ fn a_clock_refresh_ships_only_the_chunks_read_in_that_clock() {
     };
     s.step(bad, &mut out);
     assert!(
-        out.iter().any(|(_, m)| matches!(m, Msg::Rejected { reason, .. } if reason.contains("0 chunk phases for 1 chunks"))),
+        out.iter().any(|m| matches!(m, Envelope::Client(_, ToClient::Rejected { reason, .. }) if reason.contains("0 chunk phases for 1 chunks"))),
         "{out:?}"
     );
 }
@@ -82,15 +82,15 @@ impl LocalArena for Written {
 }
 
 /// [`answers_to`], with the positions of a `SlabRows`' changed rows.
-fn answers_with_rows(p: u32, out: &[(Endpoint, Msg)]) -> Vec<String> {
+fn answers_with_rows(p: u32, out: &[Envelope]) -> Vec<String> {
     let mut v: Vec<String> = answers_to(p, out)
         .into_iter()
         .filter(|a| !a.starts_with("slab "))
         .collect();
-    for (to, m) in out {
+    for (to, m) in to_clients(out) {
         if let (
             true,
-            Msg::SlabRows {
+            ToClient::SlabRows {
                 epoch,
                 chunk,
                 data_clock,
@@ -98,7 +98,7 @@ fn answers_with_rows(p: u32, out: &[(Endpoint, Msg)]) -> Vec<String> {
                 bytes,
                 ..
             },
-        ) = (*to == Endpoint::Client(p), m)
+        ) = (to == p, m)
         {
             let values = bytes.cast::<i64>();
             v.push(format!(
@@ -128,10 +128,10 @@ fn a_process_in_the_shards_os_process_gets_the_same_refreshes_written_not_sent()
                 sent.0.step(m.clone(), &mut sent.1);
                 direct.0.step(m.clone(), &mut direct.1);
             }
-            let slabs_to = |p: u32, out: &[(Endpoint, Msg)]| {
-                out.iter()
-                    .filter(|(to, _)| *to == Endpoint::Client(p))
-                    .filter(|(_, m)| matches!(m, Msg::SlabRows { .. }))
+            let slabs_to = |p: u32, out: &[Envelope]| {
+                to_clients(out)
+                    .filter(|(to, _)| *to == p)
+                    .filter(|(_, m)| matches!(m, ToClient::SlabRows { .. }))
                     .count()
             };
             assert_eq!(
@@ -165,16 +165,14 @@ fn a_local_arena_that_is_gone_gets_its_refreshes_sent() {
     for m in b0.iter().chain(&b1).chain(&a0).chain(&a1) {
         s.step(m.clone(), &mut out);
     }
-    assert!(out
-        .iter()
-        .any(|(to, m)| *to == Endpoint::Client(0) && matches!(m, Msg::SlabRows { .. })));
+    assert!(to_clients(&out).any(|(to, m)| to == 0 && matches!(m, ToClient::SlabRows { .. })));
 }
 
 #[test]
 fn slabs_of_a_plan_the_shard_does_not_hold_and_clock_regressions_are_rejected() {
     let mut s = shard_with_table(1);
     let mut out = Vec::new();
-    let slab = |epoch| Msg::Clock {
+    let slab = |epoch| ToShard::Clock {
         worker: 0,
         clock: 1,
         epoch,
@@ -185,13 +183,13 @@ fn slabs_of_a_plan_the_shard_does_not_hold_and_clock_regressions_are_rejected() 
     };
     s.step(slab(1), &mut out);
     assert!(
-        matches!(&out[0].1, Msg::Rejected { reason, .. } if reason.contains("before process 0 sent any plan")),
+        matches!(&out[0], Envelope::Client(_, ToClient::Rejected { reason, .. }) if reason.contains("before process 0 sent any plan")),
         "{out:?}"
     );
     out.clear();
     s.step(clock(0, 1, &[]), &mut out);
     assert!(
-        matches!(&out[0].1, Msg::Rejected { reason, .. } if reason.contains("worker 0 sent clock 1 after clock 1")),
+        matches!(&out[0], Envelope::Client(_, ToClient::Rejected { reason, .. }) if reason.contains("worker 0 sent clock 1 after clock 1")),
         "{out:?}"
     );
 }
@@ -204,9 +202,9 @@ fn sparse_slabs_add_to_their_rows_and_bad_positions_are_rejected() {
     let mut s = shard_with_table(1);
     let mut out = Vec::new();
     let key = |r: u64| RowKey::new(0, r);
-    s.step(Msg::CreateTable { meta: table_t() }, &mut out);
+    s.step(ToShard::CreateTable { meta: table_t() }, &mut out);
     s.step(
-        Msg::Specialize {
+        ToShard::Specialize {
             from: 0,
             epoch: 1,
             keys: vec![key(1), key(2), key(3)],
@@ -216,7 +214,7 @@ fn sparse_slabs_add_to_their_rows_and_bad_positions_are_rejected() {
         },
         &mut out,
     );
-    let sparse = |clock, positions: Vec<u32>, values: &[i64]| Msg::Clock {
+    let sparse = |clock, positions: Vec<u32>, values: &[i64]| ToShard::Clock {
         worker: 0,
         clock,
         epoch: 1,
@@ -228,14 +226,14 @@ fn sparse_slabs_add_to_their_rows_and_bad_positions_are_rejected() {
     out.clear();
     s.step(sparse(1, vec![0, 2], &[1, 2, 5, 6]), &mut out);
     assert!(
-        !out.iter().any(|(_, m)| matches!(m, Msg::Rejected { .. })),
+        !out.iter()
+            .any(|m| matches!(m, Envelope::Client(_, ToClient::Rejected { .. }))),
         "{out:?}"
     );
     s.step(sparse(2, vec![1, 3], &[7, 7, 9, 9]), &mut out);
-    let rejected: Vec<&String> = out
-        .iter()
+    let rejected: Vec<&String> = to_clients(&out)
         .filter_map(|(_, m)| match m {
-            Msg::Rejected { reason, .. } => Some(reason),
+            ToClient::Rejected { reason, .. } => Some(reason),
             _ => None,
         })
         .collect();
@@ -247,7 +245,7 @@ fn sparse_slabs_add_to_their_rows_and_bad_positions_are_rejected() {
     );
     out.clear();
     s.step(
-        Msg::SlabFetch {
+        ToShard::SlabFetch {
             from: 0,
             epoch: 1,
             required: 2,
@@ -255,10 +253,9 @@ fn sparse_slabs_add_to_their_rows_and_bad_positions_are_rejected() {
         },
         &mut out,
     );
-    let whole: Vec<i64> = out
-        .iter()
+    let whole: Vec<i64> = to_clients(&out)
         .find_map(|(_, m)| match m {
-            Msg::SlabRows {
+            ToClient::SlabRows {
                 bytes, rows: None, ..
             } => Some(bytes.cast::<i64>().to_vec()),
             _ => None,

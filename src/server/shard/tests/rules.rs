@@ -15,12 +15,12 @@ fn sgd_shard() -> Shard {
         rows: None,
         rule: Rule::Sgd { lr: 0.5 },
     };
-    s.step(Msg::CreateTable { meta }, &mut Vec::new());
+    s.step(ToShard::CreateTable { meta }, &mut Vec::new());
     s
 }
 
-fn grad(worker: WorkerId, clock: Clock, g: f64) -> Msg {
-    Msg::Clock {
+fn grad(worker: WorkerId, clock: Clock, g: f64) -> ToShard {
+    ToShard::Clock {
         worker,
         clock,
         epoch: 0,
@@ -33,17 +33,18 @@ fn grad(worker: WorkerId, clock: Clock, g: f64) -> Msg {
 
 fn value(s: &mut Shard, required: Clock) -> Vec<f64> {
     let mut out = Vec::new();
-    let fetch = Msg::Fetch {
+    let fetch = ToShard::Fetch {
         from: 0,
         rows: vec![(RowKey::new(0, 0), required)],
     };
     s.step(fetch, &mut out);
-    out.iter()
+    let value = to_clients(&out)
         .find_map(|(_, m)| match m {
-            Msg::Rows { rows, .. } => Some(rows[0].1.cast::<f64>().to_vec()),
+            ToClient::Rows { rows, .. } => Some(rows[0].1.cast::<f64>().to_vec()),
             _ => None,
         })
-        .expect("an answer")
+        .expect("an answer");
+    value
 }
 
 #[test]
@@ -66,7 +67,7 @@ fn a_rule_of_another_kind_or_out_of_range_fails_the_cluster() {
         let mut s = sgd_shard();
         let mut out = Vec::new();
         s.step(
-            Msg::SetRule {
+            ToShard::SetRule {
                 from: 0,
                 table,
                 rule,
@@ -101,7 +102,7 @@ fn a_rule_of_another_kind_or_out_of_range_fails_the_cluster() {
         rows: None,
         rule: Rule::Sgd { lr: 0.1 },
     };
-    s.step(Msg::CreateTable { meta }, &mut out);
+    s.step(ToShard::CreateTable { meta }, &mut out);
     assert!(
         rejected(&out)[0].contains("needs a table of f32 or f64"),
         "{out:?}"

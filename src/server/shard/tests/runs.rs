@@ -57,13 +57,12 @@ fn a_process_that_leaves_early_fails_the_barrier_instead_of_hanging_it() {
     };
     let mut s = Shard::new(0, world);
     let mut out = Vec::new();
-    s.step(Msg::Finish { worker: 0 }, &mut out);
-    s.step(Msg::RunEnd { from: 0, run: 1 }, &mut out);
-    s.step(Msg::Leave { from: 1 }, &mut out);
-    let rejected: Vec<&String> = out
-        .iter()
+    s.step(ToShard::Finish { worker: 0 }, &mut out);
+    s.step(ToShard::RunEnd { from: 0, run: 1 }, &mut out);
+    s.step(ToShard::Leave { from: 1 }, &mut out);
+    let rejected: Vec<&String> = to_clients(&out)
         .filter_map(|(to, m)| match m {
-            Msg::Rejected { reason, .. } if *to == Endpoint::Client(0) => Some(reason),
+            ToClient::Rejected { reason, .. } if to == 0 => Some(reason),
             _ => None,
         })
         .collect();
@@ -72,10 +71,10 @@ fn a_process_that_leaves_early_fails_the_barrier_instead_of_hanging_it() {
 }
 
 /// Rejections `out` holds for process `p`.
-fn rejections_to(p: ProcessId, out: &[(Endpoint, Msg)]) -> Vec<String> {
-    out.iter()
+fn rejections_to(p: ProcessId, out: &[Envelope]) -> Vec<String> {
+    to_clients(out)
         .filter_map(|(to, m)| match m {
-            Msg::Rejected { reason, .. } if *to == Endpoint::Client(p) => Some(reason.clone()),
+            ToClient::Rejected { reason, .. } if to == p => Some(reason.clone()),
             _ => None,
         })
         .collect()
@@ -93,14 +92,17 @@ fn a_process_that_went_on_after_another_left_fails_both_in_every_order() {
         shards: 1,
     };
     let p0 = [
-        Msg::Finish { worker: 0 },
-        Msg::RunEnd { from: 0, run: 1 },
-        Msg::Leave { from: 0 },
+        ToShard::Finish { worker: 0 },
+        ToShard::RunEnd { from: 0, run: 1 },
+        ToShard::Leave { from: 0 },
     ];
-    let p1_run1 = [Msg::Finish { worker: 1 }, Msg::RunEnd { from: 1, run: 1 }];
+    let p1_run1 = [
+        ToShard::Finish { worker: 1 },
+        ToShard::RunEnd { from: 1, run: 1 },
+    ];
     for (went_on, p1_after) in [
-        (true, vec![Msg::Finish { worker: 1 }]),
-        (false, vec![Msg::Leave { from: 1 }]),
+        (true, vec![ToShard::Finish { worker: 1 }]),
+        (false, vec![ToShard::Leave { from: 1 }]),
     ] {
         let mut orders = 0;
         // Process 1's messages after its RunEnd go only once the barrier answered, i.e.

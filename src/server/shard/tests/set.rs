@@ -4,8 +4,8 @@
 
 use super::*;
 
-fn set(from: u32, rows: &[(u64, [i64; 2])], last: bool) -> Msg {
-    Msg::SetRows {
+fn set(from: u32, rows: &[(u64, [i64; 2])], last: bool) -> ToShard {
+    ToShard::SetRows {
         from,
         rows: rows
             .iter()
@@ -40,17 +40,17 @@ fn a_set_completes_once_under_every_order_the_transport_allows() {
     let sets1 = vec![set(1, &[(1, [10, 1])], true)];
     let after = |p: u32| {
         vec![
-            Msg::SlabFetch {
+            ToShard::SlabFetch {
                 from: p,
                 epoch: 1,
                 required: 1,
                 want: WantedChunks::All,
             },
-            Msg::Fetch {
+            ToShard::Fetch {
                 from: p,
                 rows: vec![(RowKey::new(0, 5), 1), (RowKey::new(0, 7), 1)],
             },
-            Msg::Leave { from: p },
+            ToShard::Leave { from: p },
         ]
     };
     let mut orders = 0;
@@ -63,7 +63,7 @@ fn a_set_completes_once_under_every_order_the_transport_allows() {
                 s.step(m.clone(), &mut out);
                 let told = out
                     .iter()
-                    .filter(|(_, m)| matches!(m, Msg::RowsSet { shard: 0 }))
+                    .filter(|m| matches!(m, Envelope::Client(_, ToClient::RowsSet { shard: 0 })))
                     .count();
                 assert_eq!(told, if i + 1 == sets.len() { 2 } else { 0 }, "{sets:?}");
             }
@@ -80,11 +80,10 @@ fn a_set_completes_once_under_every_order_the_transport_allows() {
                     "{answers:?}"
                 );
                 // Every refresh after a set is whole, with the rows set.
-                let slabs: Vec<(Option<Vec<u32>>, Vec<i64>)> = out
-                    .iter()
-                    .filter(|(to, _)| *to == Endpoint::Client(p))
+                let slabs: Vec<(Option<Vec<u32>>, Vec<i64>)> = to_clients(&out)
+                    .filter(|(to, _)| *to == p)
                     .filter_map(|(_, m)| match m {
-                        Msg::SlabRows { rows, bytes, .. } => {
+                        ToClient::SlabRows { rows, bytes, .. } => {
                             Some((rows.clone(), bytes.cast::<i64>().to_vec()))
                         }
                         _ => None,
@@ -105,7 +104,7 @@ fn a_set_completes_once_under_every_order_the_transport_allows() {
 
 #[test]
 fn a_set_the_processes_disagree_on_fails_the_cluster() {
-    let refused = |script: Vec<Msg>| {
+    let refused = |script: Vec<ToShard>| {
         let mut s = after_first_run();
         let mut out = Vec::new();
         for m in script {
@@ -114,15 +113,14 @@ fn a_set_the_processes_disagree_on_fails_the_cluster() {
         // Failures every process must hear of go to both.
         let reasons = rejected(&out);
         reasons.first().map(|r| {
-            let to: Vec<_> = out
-                .iter()
-                .filter(|(_, m)| matches!(m, Msg::Rejected { .. }))
-                .map(|(to, _)| *to)
+            let to: Vec<_> = to_clients(&out)
+                .filter(|(_, m)| matches!(m, ToClient::Rejected { .. }))
+                .map(|(to, _)| to)
                 .collect();
             (r.to_string(), to)
         })
     };
-    let both = vec![Endpoint::Client(0), Endpoint::Client(1)];
+    let both = vec![0, 1];
     let ok = vec![set(0, &[(3, [1, 1])], true), set(1, &[(4, [1, 1])], true)];
     assert_eq!(refused(ok.clone()), None);
     let (why, to) = refused(vec![
@@ -147,7 +145,7 @@ fn a_set_the_processes_disagree_on_fails_the_cluster() {
         "{why}"
     );
     assert_eq!(to, both);
-    let gather = |from| Msg::Gather {
+    let gather = |from| ToShard::Gather {
         from,
         round: 1,
         values: AlignedBuf::default(),
@@ -159,7 +157,7 @@ fn a_set_the_processes_disagree_on_fails_the_cluster() {
     );
     let (why, _) = refused(vec![gather(1), set(0, &[], true)]).unwrap();
     assert!(why.contains("while all-gather round 1 is open"), "{why}");
-    let (why, to) = refused(vec![set(0, &[], true), Msg::Leave { from: 1 }]).unwrap();
+    let (why, to) = refused(vec![set(0, &[], true), ToShard::Leave { from: 1 }]).unwrap();
     assert!(
         why.contains("process 1 left the cluster while the others set rows"),
         "{why}"
@@ -169,14 +167,14 @@ fn a_set_the_processes_disagree_on_fails_the_cluster() {
     assert!(why.contains("after its last"), "{why}");
     let (why, _) = refused(vec![
         set(0, &[(1, [1, 1])], true),
-        Msg::RunEnd { from: 1, run: 2 },
+        ToShard::RunEnd { from: 1, run: 2 },
     ])
     .unwrap();
     assert!(
         why.contains("a run's end while process 0 sets rows"),
         "{why}"
     );
-    let narrow = Msg::SetRows {
+    let narrow = ToShard::SetRows {
         from: 0,
         rows: vec![(RowKey::new(0, 1), AlignedBuf::from_slice(&[1i64]))],
         last: true,
@@ -184,7 +182,10 @@ fn a_set_the_processes_disagree_on_fails_the_cluster() {
     let (why, _) = refused(vec![narrow]).unwrap();
     assert!(why.contains("has 8 bytes, expected 16"), "{why}");
     // Every process's last in: the set is over, and a later leave disturbs nothing.
-    assert_eq!(refused([ok, vec![Msg::Leave { from: 1 }]].concat()), None);
+    assert_eq!(
+        refused([ok, vec![ToShard::Leave { from: 1 }]].concat()),
+        None
+    );
 }
 
 #[test]
@@ -202,7 +203,7 @@ fn a_set_waits_for_no_pending_update_and_no_resume_follows_it() {
     s.step(set(0, &[(4, [7, 7])], true), &mut out);
     assert!(rejected(&out).is_empty(), "{out:?}");
     s.step(
-        Msg::Restore {
+        ToShard::Restore {
             from: 0,
             clock: 2,
             rows: vec![],
