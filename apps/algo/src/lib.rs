@@ -27,6 +27,7 @@
 pub mod dnn;
 pub mod graph_partition;
 pub mod in_edges;
+pub mod lbfgs;
 pub mod lda;
 pub mod limit;
 pub mod mf;
