@@ -1,7 +1,7 @@
 //! Input data for the bundled iterstore apps. The in-memory types every app consumes are
-//! [`Ratings`] (MF), [`Corpus`] (LDA), [`Graph`] (PageRank) and [`ImageSet`] (the DNN);
-//! loaders such as [`load_ratings`], [`load_corpus`], [`load_graph`] and
-//! [`load_fashion_mnist`] read real file formats into them and fail with a [`DataError`];
+//! [`Ratings`] (MF), [`Corpus`] (LDA), [`Graph`] (PageRank), [`ImageSet`] (the DNN) and
+//! [`SparseSet`] (logistic regression); loaders such as [`load_ratings`], [`load_corpus`],
+//! [`load_graph`], [`load_fashion_mnist`] and [`load_svmlight`] read real file formats into them and fail with a [`DataError`];
 //! the [`synth`] generators ([`RatingsSpec`], [`CorpusSpec`], [`GraphSpec`], [`ImageSpec`])
 //! make seeded synthetic data of a preset size; [`split_ratings`] is a seeded train/test
 //! split.
@@ -20,6 +20,8 @@
 //! - `idx`: [`load_fashion_mnist`], [`load_idx_images`] and [`load_idx_labels`] for the
 //!   (gzipped) IDX files of Fashion-MNIST (DNN input); errors name the file and what is
 //!   wrong with it (magic, dimensions, truncation) instead of a line.
+//! - `svmlight`: [`load_svmlight`] for LIBSVM / svmlight `label index:value …` files
+//!   (logistic regression input), labels remapped to dense classes.
 //! - `split`: [`split_ratings`], a seeded train/test split.
 //! - [`synth`]: seeded generators with size presets.
 //! - `input`: shared file opening, line reading and id remapping.
@@ -130,6 +132,59 @@ pub struct ImageSet {
     pub classes: usize,
 }
 
+/// Sparse labeled samples (logistic regression input) in compressed sparse row form:
+/// sample `i` has the features `indices[row_starts[i]..row_starts[i + 1]]` (0-based ids,
+/// strictly increasing) with the `values` at the same positions, and the class
+/// `labels[i]`. Features not listed are zero.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SparseSet {
+    /// Where each sample's entries start in `indices` and `values`, plus the total number
+    /// of entries at the end: `len() + 1` non-decreasing offsets starting at 0.
+    pub row_starts: Vec<u64>,
+    /// The 0-based feature id of every entry, all below `features` (a file's 1-based
+    /// index `j` is feature `j - 1`).
+    pub indices: Vec<u32>,
+    /// The value of every entry (finite).
+    pub values: Vec<f32>,
+    /// Each sample's dense class in `0..classes`.
+    pub labels: Vec<u32>,
+    /// The number of classes (distinct labels in the file, each used by some sample).
+    pub classes: u32,
+    /// The original label of each dense class, increasing: class `c` was written
+    /// `class_labels[c]` in the file.
+    pub class_labels: Vec<i64>,
+    /// The number of features (ids are `0..features`): the declared count, or the largest
+    /// index in the file.
+    pub features: u32,
+}
+
+impl SparseSet {
+    /// Number of samples.
+    pub fn len(&self) -> usize {
+        self.labels.len()
+    }
+
+    /// Whether there are no samples.
+    pub fn is_empty(&self) -> bool {
+        self.labels.is_empty()
+    }
+
+    /// Number of stored entries (nonzero features, or explicit zeros) over all samples.
+    pub fn nnz(&self) -> usize {
+        self.indices.len()
+    }
+
+    /// The feature ids and values of sample `i`.
+    ///
+    /// # Panics
+    /// If `i >= len()`.
+    pub fn row(&self, i: usize) -> (&[u32], &[f32]) {
+        // Offsets are at most `nnz()`, which fits usize as the vectors exist.
+        let range = self.row_starts[i] as usize..self.row_starts[i + 1] as usize;
+        (&self.indices[range.clone()], &self.values[range])
+    }
+}
+
 /// Why loading a data file failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -174,6 +229,7 @@ mod ratings;
 #[cfg(test)]
 mod real_data;
 mod split;
+mod svmlight;
 pub mod synth;
 #[cfg(test)]
 mod testutil;
@@ -188,6 +244,7 @@ pub use idx::{
 pub use input::MAX_LINE_BYTES;
 pub use ratings::{load_ratings, load_ratings_with_format, RatingsFormat};
 pub use split::split_ratings;
+pub use svmlight::{load_svmlight, MAX_CLASSES, MAX_FEATURES};
 pub use synth::{
     planted_ratings, power_law_graph, prototype_images, zipf_corpus, CorpusSpec, GraphSpec,
     ImageSpec, PlantedTopics, RatingsSpec,
