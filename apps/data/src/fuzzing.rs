@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::{
-    load_corpus, load_graph, load_idx_images, load_idx_labels, load_ratings, Corpus, DataError,
-    LabeledGraph, Ratings, MAX_VOCAB,
+    load_corpus, load_graph, load_idx_images, load_idx_labels, load_ratings, load_svmlight, Corpus,
+    DataError, LabeledGraph, Ratings, SparseSet, MAX_CLASSES, MAX_FEATURES, MAX_VOCAB,
 };
 
 /// The longest error message a loader may give beyond the file's path: input is quoted
@@ -165,6 +165,71 @@ pub fn idx(data: &[u8]) {
         assert_eq!(images.pixels.len() % per, 0, "a partial image");
         assert!(images.labels.is_empty());
     }
+}
+
+/// The feature count [`svmlight`] declares for a file named like a test file.
+const DECLARED_FEATURES: u32 = 16;
+
+/// LIBSVM / svmlight files ([`load_svmlight`]): a `train` name without a declared feature
+/// count, a `test` name with 16 declared features, plain or gzipped. Panics unless a
+/// successful load is a well-formed CSR matrix (`len() + 1` non-decreasing offsets from 0
+/// to the entry count, strictly increasing feature ids per sample, all below `features`,
+/// finite values) with at most [`MAX_FEATURES`] features (exactly the declared count when
+/// given) and every label below `classes`, which is at most [`MAX_CLASSES`] and at most the
+/// sample count, with one increasing original label per class and every class used.
+pub fn svmlight(data: &[u8]) {
+    let names = ["train.svm", "test.svm", "train.svm.gz", "test.svm.gz"];
+    let declared = |path: &Path| {
+        let test = path.to_string_lossy().contains("test");
+        test.then_some(DECLARED_FEATURES)
+    };
+    let Some(set) = with_file(data, &names, |path| load_svmlight(path, declared(path))) else {
+        return;
+    };
+    let SparseSet {
+        row_starts,
+        indices,
+        values,
+        labels,
+        classes,
+        class_labels,
+        features,
+    } = &set;
+    assert!(!labels.is_empty());
+    assert!(*features <= MAX_FEATURES, "{features} features");
+    // `with_file` named the file after the first byte.
+    if let Some(declared) = declared(Path::new(names[usize::from(data[0]) % names.len()])) {
+        assert_eq!(*features, declared);
+    }
+    assert_eq!(row_starts.len(), labels.len() + 1);
+    assert_eq!(row_starts.first(), Some(&0));
+    assert_eq!(row_starts.last(), Some(&(indices.len() as u64)));
+    assert_eq!(indices.len(), values.len());
+    assert!(
+        row_starts.windows(2).all(|w| w[0] <= w[1]),
+        "offsets decrease"
+    );
+    for i in 0..set.len() {
+        let (ids, vals) = set.row(i);
+        assert!(ids.windows(2).all(|w| w[0] < w[1]), "sample {i}: {ids:?}");
+        assert!(
+            ids.iter().all(|&j| j < *features),
+            "sample {i}: id over {features}"
+        );
+        assert!(vals.iter().all(|v| v.is_finite()), "sample {i}: {vals:?}");
+    }
+    assert!(*classes <= MAX_CLASSES && *classes as usize <= labels.len());
+    assert_eq!(class_labels.len(), *classes as usize);
+    assert!(
+        class_labels.windows(2).all(|w| w[0] < w[1]),
+        "{class_labels:?}"
+    );
+    let mut used = vec![false; *classes as usize];
+    for &label in labels {
+        assert!(label < *classes, "label {label} of {classes} classes");
+        used[label as usize] = true;
+    }
+    assert!(used.iter().all(|&u| u), "a class without samples");
 }
 
 fn check_graph(g: &LabeledGraph) {

@@ -37,3 +37,8 @@ fn load_graph_tool() {
 fn load_idx() {
     replay("load_idx", iterstore_data::fuzzing::idx);
 }
+
+#[test]
+fn load_svmlight() {
+    replay("load_svmlight", iterstore_data::fuzzing::svmlight);
+}
