@@ -212,14 +212,14 @@ impl Cluster {
         let all = self.all_gather(&mine)?;
         if let Some(p) = all.iter().position(|other| other.as_slice() != mine) {
             let place = |start: i64, end: i64| match start {
-                -1 => "aligned".to_string(),
+                -1 => "aligned (on every shard, by row)".to_string(),
                 _ => format!("on shards {start}..{end}"),
             };
             let at = |i: usize| all[p].get(i).copied().unwrap_or(0);
             return Err(Error::failed(
                 format!("table {name:?}"),
                 format!(
-                    "process {p} placed it {}, process {} {}",
+                    "process {p} put it {}, process {} {}",
                     place(at(1), at(2)),
                     self.shared.process,
                     place(start, end)
