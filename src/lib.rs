@@ -175,6 +175,13 @@ pub mod functions {
     pub use crate::server::functions::{Fold, Reduce, ShardRows};
 }
 
+/// Work units handed out on demand with backup tasks ([`Worker::work_units`]): a batch
+/// cut into many units, the slow workers' tail run again by idle ones, the first result
+/// of each unit counted once (DistBelief's Sandblaster).
+pub mod units {
+    pub use crate::worker::units::{UnitsOutcome, UnitsReport, WorkUnits, UNIT_TAGS};
+}
+
 /// What a cluster reports about itself: [`Cluster::stats`], the access pattern a
 /// virtual iteration recorded ([`Cluster::access_pattern`]), traffic by message kind,
 /// UPDATE bytes by table, and where the NUMA placement put threads and memory.

@@ -331,7 +331,13 @@ impl Cluster {
     }
 }
 
-/// Errors that are consequences of another failure rather than causes.
+/// Errors that are consequences of another failure rather than causes: a failed or shut
+/// down cluster, and a receive that ended because its sender stopped with an error (the
+/// sender's error is the one to report).
 pub(super) fn is_secondary(e: &Error) -> bool {
-    matches!(e, Error::ShutDown | Error::Failed { .. })
+    match e {
+        Error::ShutDown | Error::Failed { .. } => true,
+        Error::Receive { reason, .. } => reason == crate::worker::SENDER_STOPPED,
+        _ => false,
+    }
 }

@@ -186,7 +186,7 @@ impl Worker<'_> {
         let reason = match letter {
             Ok(letter) => return self.copy_letter(from, tag, letter, out),
             Err(Empty::TimedOut) => return Ok(false),
-            Err(Empty::SenderStopped) => "the sender stopped with an error".to_string(),
+            Err(Empty::SenderStopped) => super::SENDER_STOPPED.to_string(),
             Err(Empty::Unreceived { round, count }) => format!(
                 "{count} message(s) it sent in an earlier run (round {round}) were never \
                  received: the runs' sends and receives do not match"

@@ -13,6 +13,13 @@ mod messages;
 mod outer;
 mod sent;
 mod special;
+pub(crate) mod units;
+
+/// Why a receive ended when its sender stopped with an error ([`Error::Receive`]'s reason):
+/// a consequence, so a run reports the sender's error instead.
+///
+/// [`Error::Receive`]: crate::error::Error::Receive
+pub(crate) const SENDER_STOPPED: &str = "the sender stopped with an error";
 
 use crate::buf::AlignedBuf;
 use crate::client::{ClientShared, ProcessArena};

@@ -17,5 +17,6 @@ mod runs_differ;
 mod set_rows;
 mod ssp_props;
 mod tidy;
+mod units;
 mod util;
 mod worker_state;

@@ -112,12 +112,9 @@ fn a_sender_that_stops_with_an_error_ends_the_wait_at_once() {
             w.recv_from(1, 3, &mut v)
         })
     });
-    // The first failure by worker index is worker 0's receive.
+    // Worker 0's receive ended because worker 1 stopped: the run reports the cause.
     let text = e.to_string();
-    assert!(
-        text.contains("receiving tag 3 from worker 1: the sender stopped with an error"),
-        "{text}"
-    );
+    assert!(text.contains("worker 1 gives up"), "{text}");
     assert!(
         t.elapsed() < Duration::from_secs(10),
         "waited {:?}",
@@ -343,9 +340,5 @@ fn a_poll_in_a_virtual_iteration_finds_nothing_and_a_stopped_sender_is_an_error(
             Ok(())
         })
     });
-    assert!(
-        e.to_string()
-            .contains("receiving tag 3 from worker 1: the sender stopped with an error"),
-        "{e}"
-    );
+    assert!(e.to_string().contains("worker 1 gives up"), "{e}");
 }

@@ -1,0 +1,169 @@
+//! Work units with backup tasks (issue 42): the batch's sum counts each unit once, in unit
+//! order, bit for bit whatever the timing, the straggler and the number of processes; idle
+//! workers take backups of a straggler's units and it stops the ones done elsewhere; a
+//! failing unit stops the batch instead of hanging it; nothing is left for the next run.
+
+use crate::util::{over_tcp, within};
+use iterstore::units::{UnitsOutcome, WorkUnits};
+use iterstore::{Cluster, Config, Error, Mode, Worker};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+const LEN: usize = 3;
+
+/// Unit `u`'s result: values whose sum depends on the order they are added in.
+fn result_of(u: usize, out: &mut [f64]) {
+    out[0] = 1.0 / (u as f64 + 3.0);
+    out[1] = (u as f64).sqrt() * 1e16;
+    out[2] = -(u as f64) * 0.1;
+}
+
+/// The sum in unit order, as the batch must give it.
+fn reference(units: usize) -> Vec<u64> {
+    let mut sum = [0.0; LEN];
+    let mut out = [0.0; LEN];
+    for u in 0..units {
+        result_of(u, &mut out);
+        for (s, v) in sum.iter_mut().zip(&out) {
+            *s += v;
+        }
+    }
+    sum.iter().map(|v| v.to_bits()).collect()
+}
+
+/// One batch on worker `w`: units take `slow` ms (polling `stop` each ms) on worker
+/// `straggler`, a seeded 0-2 ms elsewhere.
+fn batch(
+    w: &mut Worker<'_>,
+    units: usize,
+    backups: bool,
+    straggler: usize,
+    slow: u64,
+) -> iterstore::Result<Option<UnitsOutcome>> {
+    let me = w.id();
+    let spec = WorkUnits {
+        units,
+        len: LEN,
+        backups,
+    };
+    w.work_units(&spec, |u, out, stop| {
+        let ms = if me == straggler {
+            slow
+        } else {
+            ((u * 7 + me * 3) % 3) as u64
+        };
+        for _ in 0..ms {
+            if stop() {
+                return Ok(false);
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        result_of(u, out);
+        Ok(true)
+    })
+}
+
+fn sum_bits(o: &UnitsOutcome) -> Vec<u64> {
+    o.sum.iter().map(|v| v.to_bits()).collect()
+}
+
+#[test]
+fn the_sum_counts_each_unit_once_in_unit_order_whatever_the_timing() {
+    within(120, || {
+        let want = reference(40);
+        for (workers, backups) in [(1, false), (2, false), (4, false), (4, true)] {
+            let mut c = Cluster::start(Config::new(workers)).unwrap();
+            for straggler in [1, 3] {
+                let got = c.run(|w| batch(w, 40, backups, straggler, 15)).unwrap();
+                let o = got[0].as_ref().expect("worker 0 coordinates");
+                assert_eq!(sum_bits(o), want, "{workers} workers, backups {backups}");
+                assert_eq!(o.report.done.iter().sum::<u64>(), 40);
+                assert!(got[1..].iter().all(Option::is_none));
+            }
+            c.shutdown().unwrap();
+        }
+    });
+}
+
+#[test]
+fn idle_workers_back_up_a_straggler_which_stops_what_others_finished() {
+    within(120, || {
+        let mut c = Cluster::start(Config::new(4)).unwrap();
+        // Worker 3 takes 400 ms a unit, the others at most 2 ms: its units are backed up
+        // and finished elsewhere long before it would.
+        let got = c.run(|w| batch(w, 30, true, 3, 400)).unwrap();
+        let o = got[0].as_ref().unwrap();
+        assert_eq!(sum_bits(o), reference(30));
+        let r = &o.report;
+        assert!(r.backups >= 1, "{r:?}");
+        assert_eq!(r.done[3], 0, "{r:?}");
+        assert!(r.abandoned[3] >= 1, "{r:?}");
+        assert_eq!(r.done[0], 0, "the coordinator computes nothing: {r:?}");
+        // Nothing is left over: another batch and a run with messages of their own.
+        let again = c.run(|w| batch(w, 5, false, 9, 0)).unwrap();
+        assert_eq!(sum_bits(again[0].as_ref().unwrap()), reference(5));
+        c.run(|w| {
+            let other = w.id() ^ 1;
+            w.send_to(other, 1, &[w.id() as f64])?;
+            let mut v = [0.0];
+            w.recv_from(other, 1, &mut v)
+        })
+        .unwrap();
+        c.shutdown().unwrap();
+    });
+}
+
+#[test]
+fn processes_give_one_process_of_as_many_workers_bit_for_bit() {
+    within(120, || {
+        let want = reference(25);
+        let program = |c: &mut Cluster| -> iterstore::Result<Option<Vec<u64>>> {
+            let got = c.run(|w| batch(w, 25, true, 2, 30))?;
+            Ok(got.into_iter().flatten().next().map(|o| sum_bits(&o)))
+        };
+        let local = Cluster::run_local_processes(Config::new(2), 2, program).unwrap();
+        let tcp = over_tcp(Config::new(2), 2, program);
+        for got in [local, tcp] {
+            assert_eq!(got[0].as_ref(), Some(&want));
+            assert_eq!(got[1], None);
+        }
+    });
+}
+
+#[test]
+fn a_failing_unit_stops_the_batch_and_a_virtual_iteration_runs_one_unit_each() {
+    within(60, || {
+        let mut c = Cluster::start(Config::new(3).with_mode(Mode::Virtual)).unwrap();
+        c.create_table::<f64>("t", 1).unwrap();
+        let spec = WorkUnits {
+            units: 6,
+            len: 1,
+            backups: true,
+        };
+        let ran = AtomicUsize::new(0);
+        c.virtual_iteration(|w| {
+            let got = w.work_units(&spec, |u, out, _| {
+                ran.fetch_add(1, Ordering::Relaxed);
+                out[0] = u as f64;
+                Ok(true)
+            })?;
+            assert!(got.is_none(), "a virtual iteration has no outcome");
+            w.clock()
+        })
+        .unwrap();
+        assert_eq!(ran.load(Ordering::Relaxed), 3, "one unit per worker");
+        let err = c
+            .run(|w| {
+                w.work_units(&spec, |u, out, _| {
+                    if u == 4 {
+                        return Err(Error::app(9, "unit 4 fails"));
+                    }
+                    out[0] = 1.0;
+                    Ok(true)
+                })
+            })
+            .unwrap_err();
+        assert!(err.to_string().contains("unit 4 fails"), "{err}");
+        c.shutdown().unwrap();
+    });
+}
