@@ -90,8 +90,12 @@ fn a_running_mf_cluster_answers_scrapes_with_clock_lag_and_bytes_per_peer() {
         let addr = SocketAddr::from(([127, 0, 0, 1], port + rank));
         let (me, peer) = (rank.to_string(), (1 - rank).to_string());
         let samples = loop {
+            // The endpoint answers from the start; wait until this rank's worker exists
+            // and it has sent its peer something (the cluster's start-up messages).
             let lag = format!("iterstore_worker_clock_lag{{worker=\"{me}\"}}");
-            let got = scrape(addr).filter(|s| s.contains_key(&lag));
+            let sent = format!("iterstore_peer_sent_bytes_total{{peer=\"{peer}\"}}");
+            let got = scrape(addr)
+                .filter(|s| s.contains_key(&lag) && s.get(&sent).is_some_and(|b| *b > 0.0));
             if let Some(samples) = got {
                 break samples;
             }
