@@ -30,6 +30,7 @@ pub mod in_edges;
 pub mod lbfgs;
 pub mod lda;
 pub mod limit;
+pub mod logreg;
 pub mod mf;
 pub mod pagerank;
 pub mod ratings_layout;
