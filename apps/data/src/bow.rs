@@ -285,15 +285,7 @@ fn read_docword(path: &Path, mut lines: LineReader<'_>) -> Result<Corpus, DataEr
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testutil::TempDir;
-
-    fn malformed_line(err: DataError) -> (usize, String) {
-        let text = err.to_string();
-        match err {
-            DataError::Malformed { line, .. } => (line, text),
-            other => panic!("expected Malformed, got {other:?}"),
-        }
-    }
+    use crate::testutil::{malformed_line, TempDir};
 
     const LDAC: &str = "2 0:2 3:1\n0\n1 1:3\n";
     const DOCWORD: &str = "3\n4\n3\n1 1 2\n1 4 1\n3 2 3\n";

@@ -256,15 +256,7 @@ impl Builder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testutil::TempDir;
-
-    fn malformed_at(err: DataError) -> (usize, String) {
-        let text = err.to_string();
-        match err {
-            DataError::Malformed { line, .. } => (line, text),
-            other => panic!("expected Malformed, got {other:?}"),
-        }
-    }
+    use crate::testutil::{malformed_line as malformed_at, TempDir};
 
     #[test]
     fn movielens_whitespace_remaps_in_first_appearance_order() {

@@ -200,16 +200,7 @@ fn parse_entry(path: &Path, line: usize, token: &str) -> Result<(u64, f32), Data
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testutil::TempDir;
-
-    /// The error's line and text; panics unless it is `Malformed`.
-    fn malformed_line(err: DataError) -> (usize, String) {
-        let text = err.to_string();
-        match err {
-            DataError::Malformed { line, .. } => (line, text),
-            other => panic!("expected Malformed, got {other:?}"),
-        }
-    }
+    use crate::testutil::{malformed_line, TempDir};
 
     const FILE: &str = "# a header comment\n\
                         +1 1:0.5 3:-2 # trailing comment\n\

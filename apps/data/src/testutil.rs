@@ -1,6 +1,7 @@
 //! Test-only helpers for the loaders: a self-deleting scratch directory that tests write
 //! small generated input files into.
 
+use crate::DataError;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -55,5 +56,14 @@ impl TempDir {
 impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+/// A loader error's 1-based line and its text; panics unless it is `Malformed`.
+pub(crate) fn malformed_line(err: DataError) -> (usize, String) {
+    let text = err.to_string();
+    match err {
+        DataError::Malformed { line, .. } => (line, text),
+        other => panic!("expected Malformed, got {other:?}"),
     }
 }
