@@ -32,6 +32,7 @@ use crate::table::TableMeta;
 use crate::transport::{ClientInbox, DirectClient, Inbound, Transport, TransportError};
 use crate::world::World;
 use rustc_hash::FxHashMap;
+use std::cell::Cell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
@@ -40,6 +41,16 @@ use std::time::{Duration, Instant};
 
 /// How long a waiting worker sleeps before re-checking the cluster's health.
 pub(crate) const WAIT_SLICE: Duration = Duration::from_millis(50);
+
+/// How long a send that found its peer gone waits for the communication thread to
+/// report the loss (or what the peer said before it): a queue drained in microseconds
+/// unless the process is starved.
+const LOSS_REPORT: Duration = Duration::from_secs(10);
+
+thread_local! {
+    /// Whether this thread is a process's communication thread ([`spawn_comm`]).
+    static ON_COMM_THREAD: Cell<bool> = const { Cell::new(false) };
+}
 
 /// State shared by a process's worker threads and its communication thread.
 pub(crate) struct ClientShared {
@@ -238,7 +249,23 @@ impl ClientShared {
     }
 
     /// The result of sending to `to`: a failure fails the client, naming what was lost.
+    ///
+    /// A lost peer is reported in the order its messages arrived: the transport queued
+    /// the loss behind what the peer sent before it left, so outside the communication
+    /// thread this waits (bounded) for that thread to report the first of them. A peer
+    /// that failed the cluster and shut down is then reported by its reason (say, a
+    /// shard's refusal) rather than by its leaving, whichever thread noticed first.
     fn sent(&self, to: Endpoint, sent: std::result::Result<(), TransportError>) -> Result<()> {
+        if let Err(TransportError::Network(..)) = &sent {
+            if !ON_COMM_THREAD.with(Cell::get) {
+                let reported = self.wait_for("report of a lost peer", LOSS_REPORT, || None::<()>);
+                if let Err(e) = reported {
+                    if self.has_failed() {
+                        return Err(e);
+                    }
+                }
+            }
+        }
         sent.map_err(|e| {
             let what = match (&e, to) {
                 // A lost process: the same error whichever noticed first, the network
@@ -533,6 +560,7 @@ pub(crate) fn spawn_comm(
 ) -> std::io::Result<JoinHandle<()>> {
     let name = format!("iterstore-client-{}", shared.process);
     crate::topology::bind::spawn_bound(name, pus, move || {
+        ON_COMM_THREAD.with(|c| c.set(true));
         loop {
             match inbox.recv() {
                 Ok(Inbound::Msg(msg)) => {

@@ -122,7 +122,17 @@ impl TcpTransport {
         } else {
             net.send_nonblocking(rank, &msg)
         };
-        let bytes = sent.map_err(|e| TransportError::Network(to, describe(&e)))?;
+        let bytes = sent.map_err(|e| {
+            let why = describe(&e);
+            if matches!(e, NetError::PeerLost { .. } | NetError::PeerClosed { .. }) {
+                // Queued behind whatever the peer sent before it left (the network loop
+                // delivered that before marking it gone): the communication thread
+                // reports a reason the peer gave, such as a shard's refusal, before
+                // its leaving (see `ClientShared::sent`).
+                let _ = self.local.client.send(Inbound::Lost(why.clone()));
+            }
+            TransportError::Network(to, why)
+        })?;
         kind.messages_sent.fetch_add(1, Ordering::Relaxed);
         kind.bytes_sent.fetch_add(bytes as u64, Ordering::Relaxed);
         Ok(())
