@@ -234,6 +234,31 @@ impl ShardRows<'_> {
         Ok(rows)
     }
 
+    /// The rows of `table`, a table declared with a row count
+    /// ([`Cluster::create_table_sized`](crate::Cluster::create_table_sized) or
+    /// [`create_table_aligned`](crate::Cluster::create_table_aligned)), whose home is this
+    /// shard, written or not, in increasing order (it asks the placement of each of the
+    /// table's rows: meant for tables of vectors, not of millions of rows). Rows of
+    /// aligned tables with one index are on one shard, so a function combining them
+    /// (`a·x + y`) can walk this list of any of them.
+    pub fn home_rows<T: Element>(&self, table: &Table<T>) -> Result<Vec<u64>> {
+        let meta = self.meta(table)?;
+        if table.rows == u64::MAX {
+            return Err(Error::config(
+                "server function",
+                format!(
+                    "table '{}' was created without a row count; ShardRows::home_rows \
+                     needs one (ShardRows::rows lists the rows it holds)",
+                    meta.name
+                ),
+            ));
+        }
+        let id = meta.id;
+        Ok((0..table.rows)
+            .filter(|&row| self.placement.shard_of(RowKey::new(id, row)) == self.shard)
+            .collect())
+    }
+
     /// Row `row` of `table` into `out` (zeros if this shard does not hold it).
     pub fn read<T: Element>(&self, table: &Table<T>, row: u64, out: &mut [T]) -> Result<()> {
         let meta = self.checked(table, row, out.len())?;

@@ -298,3 +298,43 @@ fn processes_that_register_different_functions_are_refused() {
         }
     });
 }
+
+#[test]
+fn home_rows_list_every_row_of_a_shard_written_or_not_alike_for_aligned_tables() {
+    within(60, || {
+        const SHARDS: usize = 3;
+        const N: u64 = 50;
+        let mut c = Cluster::start(Config::new(1).with_shards(SHARDS)).unwrap();
+        let x = c.create_table_aligned::<f64>("x", 2, N).unwrap();
+        let y = c.create_table_aligned::<f64>("y", 2, N).unwrap();
+        let unsized_table = c.create_table::<f64>("free", 2).unwrap();
+        // Per shard its count of home rows; per row how many shards call it theirs.
+        let homes = c
+            .register_function("homes", Reduce::Sum, move |rows, _| {
+                let xs = rows.home_rows(&x)?;
+                if xs != rows.home_rows(&y)? {
+                    return Err(Error::app(0, "x and y differ"));
+                }
+                let mut out = vec![0.0; SHARDS + N as usize];
+                out[rows.shard()] = xs.len() as f64;
+                for r in xs {
+                    out[SHARDS + r as usize] += 1.0;
+                }
+                Ok(out)
+            })
+            .unwrap();
+        let got = c.call(&homes, &[]).unwrap();
+        assert!(got[SHARDS..].iter().all(|&n| n == 1.0), "{got:?}");
+        assert_eq!(got[..SHARDS].iter().sum::<f64>(), N as f64);
+        assert!(got[..SHARDS].iter().all(|&n| n > 0.0), "{got:?}");
+        let free = c
+            .register_function("free", Reduce::Sum, move |rows, _| {
+                rows.home_rows(&unsized_table)?;
+                Ok(Vec::new())
+            })
+            .unwrap();
+        let e = c.call(&free, &[]).unwrap_err().to_string();
+        assert!(e.contains("without a row count"), "{e}");
+        c.shutdown().unwrap();
+    });
+}
