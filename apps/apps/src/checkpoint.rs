@@ -267,7 +267,8 @@ pub(crate) struct RunId<'a> {
     pub(crate) app: &'static str,
     /// [`run_json`] of this run.
     pub(crate) run: &'a str,
-    /// CLOCKs per iteration.
+    /// CLOCKs per iteration; 0 when it varies (L-BFGS's line search), and the
+    /// checkpoint's clock is then not checked against its iterations.
     pub(crate) clocks_per_iteration: u64,
 }
 
@@ -327,7 +328,7 @@ pub(crate) fn resume(
     }
     let done = done.unwrap_or(0);
     let clock = INIT_CLOCKS + done * id.clocks_per_iteration;
-    if resumed.clock() != clock {
+    if id.clocks_per_iteration > 0 && resumed.clock() != clock {
         return Err(AppError::Invalid(format!(
             "{}: clock {} does not follow iteration {done} ({} clocks each after {INIT_CLOCKS})",
             dir.display(),

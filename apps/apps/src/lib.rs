@@ -1,10 +1,11 @@
 //! The bundled applications run on the iterstore parameter server: matrix factorization
-//! ([`mf`]), LDA ([`lda`]), PageRank ([`pagerank`]) and a DNN ([`dnn`]: an MLP or a CNN
-//! trained by mini-batch SGD), data-parallel over a cluster's workers through the public
+//! ([`mf`]), LDA ([`lda`]), PageRank ([`pagerank`]), a DNN ([`dnn`]: an MLP or a CNN
+//! trained by mini-batch SGD) and logistic regression ([`logreg`]: Sandblaster L-BFGS on
+//! server functions and work units, or Downpour SGD), data-parallel over a cluster's workers through the public
 //! `iterstore` API only. Each runs under an [`AppConfig`] (cluster shape, consistency,
 //! store mode, iterations) and returns a [`RunReport`] or an [`AppError`]; [`checkpoint`]
 //! saves and restores a run. Programs drive every app through one trait, [`App`]
-//! (implemented by [`Mf`], [`Lda`], [`PageRank`] and [`Dnn`]). Beside the apps: [`calibrate`] measures this machine's
+//! (implemented by [`Mf`], [`Lda`], [`PageRank`], [`Dnn`] and [`LogReg`]). Beside the apps: [`calibrate`] measures this machine's
 //! hardware profile for the DNN performance model and [`validate`] checks that model
 //! against measured runs.
 //!
@@ -57,6 +58,7 @@ pub mod checkpoint;
 pub mod dnn;
 mod fingerprint;
 pub mod lda;
+pub mod logreg;
 pub mod mf;
 pub mod pagerank;
 mod report;
@@ -67,6 +69,7 @@ pub use app::{App, Input};
 pub use checkpoint::CheckpointConfig;
 pub use dnn::Dnn;
 pub use lda::Lda;
+pub use logreg::LogReg;
 pub use mf::Mf;
 pub use pagerank::PageRank;
 pub use report::{

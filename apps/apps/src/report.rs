@@ -287,6 +287,11 @@ pub struct RunReport {
     /// What the DNN's epoch quorum did (`--epoch-quorum`; absent without).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub epoch_quorum: Option<QuorumReport>,
+    /// Work units over the run as their coordinator saw them (logreg's L-BFGS, on rank
+    /// 0 only): per worker the units it did first, the ones it finished after another
+    /// and the ones it abandoned, and the backups handed out; absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub work_units: Option<iterstore::units::UnitsReport>,
 }
 
 /// What an epoch quorum did: per epoch, the replicas it stopped before their share was
@@ -417,6 +422,7 @@ impl RunReport {
             test_accuracy_per_iteration: Vec::new(),
             update_bytes: Vec::new(),
             epoch_quorum: None,
+            work_units: None,
         }
     }
 

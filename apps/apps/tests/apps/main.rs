@@ -14,6 +14,7 @@ mod dnn_quorum;
 mod dnn_server;
 mod lda;
 mod local_processes;
+mod logreg;
 mod mf;
 mod pagerank;
 mod util;

@@ -201,6 +201,13 @@ fn dnn_killed_and_resumed_writes_the_same_bytes() {
 }
 
 #[test]
+fn logreg_killed_and_resumed_writes_the_same_bytes() {
+    killed_and_resumed_writes_the_same_bytes("logreg", (1, 2), (1, 2), 14);
+    // The L-BFGS history is the same on every worker: another split of as many shards.
+    killed_and_resumed_writes_the_same_bytes("logreg", (2, 1), (1, 2), 15);
+}
+
+#[test]
 fn a_checkpoint_resumes_on_another_number_of_processes_with_as_many_workers() {
     killed_and_resumed_writes_the_same_bytes("pagerank", (2, 1), (1, 2), 5);
     killed_and_resumed_writes_the_same_bytes("mf", (1, 2), (2, 1), 6);

@@ -11,7 +11,7 @@ use crate::util::scratch;
 /// `shapes` (`(processes, workers)`).
 fn assert_shapes_write_the_same_bytes(name: &str, baseline: usize, shapes: &[(usize, usize)]) {
     let dir = scratch(name);
-    for app in ["mf", "lda", "pagerank"] {
+    for app in ["mf", "lda", "pagerank", "logreg"] {
         for mode in ["generic", "first-iter", "virtual"] {
             let workers = baseline.to_string();
             let want = tiny_output(

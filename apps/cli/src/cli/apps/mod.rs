@@ -10,6 +10,7 @@
 
 mod dnn;
 mod lda;
+mod logreg;
 mod mf;
 mod pagerank;
 
@@ -22,7 +23,7 @@ use anyhow::Result;
 use clap::builder::{PossibleValue, PossibleValuesParser};
 use clap::error::ErrorKind;
 use clap::{ArgMatches, Args, Command, FromArgMatches};
-use iterstore_apps::{App, AppConfig, Dnn, Input, Lda, Mf, PageRank, RunReport};
+use iterstore_apps::{App, AppConfig, Dnn, Input, Lda, LogReg, Mf, PageRank, RunReport};
 use iterstore_bench::Workload;
 
 use super::run::{self, Output, Progress};
@@ -230,11 +231,12 @@ impl<A: CliApp> Entry for Registered<A> {
 
 /// Every app `iterstore` runs, in the order `run --help` and `bench` list them: the one
 /// place an app is registered.
-pub(crate) static APPS: [&dyn Entry; 4] = [
+pub(crate) static APPS: [&dyn Entry; 5] = [
     &Registered::<Mf>(PhantomData),
     &Registered::<Lda>(PhantomData),
     &Registered::<PageRank>(PhantomData),
     &Registered::<Dnn>(PhantomData),
+    &Registered::<LogReg>(PhantomData),
 ];
 
 /// The registered app named `name`.
