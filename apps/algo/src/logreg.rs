@@ -27,6 +27,20 @@ pub trait Samples: Sync {
     fn label(&self, i: usize) -> usize;
     /// Calls `f(feature, value)` for each non-zero feature of sample `i`, in feature order.
     fn for_each(&self, i: usize, f: &mut dyn FnMut(usize, f64));
+    /// Whether the samples are dense: [`loss_grad`] then takes its products as matrix
+    /// products over [`dense_rows`](Self::dense_rows).
+    fn is_dense(&self) -> bool {
+        false
+    }
+    /// Writes the features of the samples `range` into `out`, row after row, `features()`
+    /// values each (zeros included); only called when [`is_dense`](Self::is_dense).
+    fn dense_rows(&self, range: std::ops::Range<usize>, out: &mut [f64]) {
+        let n = self.features();
+        out.fill(0.0);
+        for (row, i) in out.chunks_exact_mut(n).zip(range) {
+            self.for_each(i, &mut |j, v| row[j] = v);
+        }
+    }
 }
 
 impl Samples for Images {
@@ -45,6 +59,18 @@ impl Samples for Images {
             if p != 0 {
                 f(j, f64::from(p) / 255.0);
             }
+        }
+    }
+    fn is_dense(&self) -> bool {
+        true
+    }
+    fn dense_rows(&self, range: std::ops::Range<usize>, out: &mut [f64]) {
+        let n = self.pixels_per_image();
+        for (o, &p) in out
+            .iter_mut()
+            .zip(&self.pixels[range.start * n..range.end * n])
+        {
+            *o = f64::from(p) / 255.0;
         }
     }
 }
@@ -91,8 +117,13 @@ impl Shape {
     }
 }
 
+/// Samples per matrix product of [`loss_grad`]'s dense path.
+const DENSE_BLOCK: usize = 64;
+
 /// `Σ −log p(yᵢ|xᵢ)` over the samples `range` with weights `w`, and the gradient of that
-/// sum added into `grad` (unscaled, unregularized). Returns the sum.
+/// sum added into `grad` (unscaled, unregularized). Returns the sum. Dense samples
+/// ([`Samples::is_dense`]) are taken in blocks of 64 as two matrix products each; the
+/// result depends only on the arguments (the same on every machine of one kind).
 pub fn loss_grad(
     shape: Shape,
     w: &[f64],
@@ -100,6 +131,9 @@ pub fn loss_grad(
     range: std::ops::Range<usize>,
     grad: &mut [f64],
 ) -> f64 {
+    if data.is_dense() {
+        return loss_grad_dense(shape, w, data, range, grad);
+    }
     let (k, width) = (shape.classes, shape.width());
     let mut z = vec![0.0; k];
     let mut loss = 0.0;
@@ -124,6 +158,86 @@ pub fn loss_grad(
             }
             row[shape.features] += p;
         }
+    }
+    loss
+}
+
+/// [`loss_grad`] of dense samples: per block, `Z = X·Wᵀ` and `G += Pᵀ·X` with `P` the
+/// softmax minus the one-hot labels.
+fn loss_grad_dense(
+    shape: Shape,
+    w: &[f64],
+    data: &dyn Samples,
+    range: std::ops::Range<usize>,
+    grad: &mut [f64],
+) -> f64 {
+    let (k, f, width) = (shape.classes, shape.features, shape.width());
+    assert!(w.len() >= shape.len() && grad.len() >= shape.len());
+    let mut x = vec![0.0; DENSE_BLOCK * f];
+    let mut z = vec![0.0; DENSE_BLOCK * k];
+    let mut loss = 0.0;
+    let mut start = range.start;
+    while start < range.end {
+        let end = (start + DENSE_BLOCK).min(range.end);
+        let b = end - start;
+        data.dense_rows(start..end, &mut x[..b * f]);
+        // SAFETY: x holds b rows of f (row stride f), w k rows of width ≥ f read as the
+        // f × k matrix Wᵀ (row stride 1, column stride width), z b rows of k; the
+        // lengths were checked above and the buffers sized for DENSE_BLOCK ≥ b rows.
+        unsafe {
+            matrixmultiply::dgemm(
+                b,
+                f,
+                k,
+                1.0,
+                x.as_ptr(),
+                f as isize,
+                1,
+                w.as_ptr(),
+                1,
+                width as isize,
+                0.0,
+                z.as_mut_ptr(),
+                k as isize,
+                1,
+            );
+        }
+        for (s, zs) in z[..b * k].chunks_exact_mut(k).enumerate() {
+            for (c, zc) in zs.iter_mut().enumerate() {
+                *zc += w[c * width + f];
+            }
+            let max = zs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let norm: f64 = zs.iter().map(|v| (v - max).exp()).sum();
+            let log_norm = max + norm.ln();
+            let y = data.label(start + s);
+            loss += log_norm - zs[y];
+            for (c, zc) in zs.iter_mut().enumerate() {
+                *zc = (*zc - log_norm).exp() - if c == y { 1.0 } else { 0.0 };
+                grad[c * width + f] += *zc;
+            }
+        }
+        // SAFETY: z holds b rows of k read as the k × b matrix Pᵀ (row stride 1, column
+        // stride k), x b rows of f, grad k rows of width ≥ f written at row stride width
+        // (its intercept column untouched); lengths checked above.
+        unsafe {
+            matrixmultiply::dgemm(
+                k,
+                b,
+                f,
+                1.0,
+                z.as_ptr(),
+                1,
+                k as isize,
+                x.as_ptr(),
+                f as isize,
+                1,
+                1.0,
+                grad.as_mut_ptr(),
+                width as isize,
+                1,
+            );
+        }
+        start = end;
     }
     loss
 }
@@ -365,6 +479,60 @@ mod tests {
             accuracy(shape, &w, &set.test)
         );
         assert!(reached.is_some_and(|i| i < 355));
+    }
+
+    /// `n` random images of 5 × 4 pixels (many of them 0) in 3 classes.
+    fn images(n: usize, seed: u64) -> Images {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        Images {
+            rows: 5,
+            cols: 4,
+            pixels: (0..n * 20)
+                .map(|_| if rng.gen_bool(0.4) { 0 } else { rng.gen() })
+                .collect(),
+            labels: (0..n).map(|_| rng.gen_range(0..3)).collect(),
+        }
+    }
+
+    /// The same samples, not dense: `loss_grad` takes its per-sample path.
+    struct Sparse<'a>(&'a Images);
+
+    impl Samples for Sparse<'_> {
+        fn len(&self) -> usize {
+            self.0.len()
+        }
+        fn features(&self) -> usize {
+            self.0.features()
+        }
+        fn label(&self, i: usize) -> usize {
+            self.0.label(i)
+        }
+        fn for_each(&self, i: usize, f: &mut dyn FnMut(usize, f64)) {
+            self.0.for_each(i, f)
+        }
+    }
+
+    #[test]
+    fn dense_samples_give_the_per_sample_loss_and_gradient() {
+        let d = images(150, 4);
+        let shape = Shape {
+            classes: 3,
+            features: 20,
+        };
+        let w: Vec<f64> = (0..shape.len()).map(|i| (i as f64 * 0.7).cos()).collect();
+        // A range across blocks of 64, starting inside one.
+        let (mut a, mut b) = (vec![0.5; shape.len()], vec![0.5; shape.len()]);
+        let la = loss_grad(shape, &w, &d, 7..150, &mut a);
+        let lb = loss_grad(shape, &w, &Sparse(&d), 7..150, &mut b);
+        assert!((la - lb).abs() < 1e-10 * lb.abs(), "{la} vs {lb}");
+        for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+            assert!((x - y).abs() < 1e-10 * y.abs().max(1.0), "{i}: {x} vs {y}");
+        }
+        let mut rows = vec![0.0; 3 * 20];
+        Sparse(&d).dense_rows(3..6, &mut rows);
+        let mut direct = vec![0.0; 3 * 20];
+        d.dense_rows(3..6, &mut direct);
+        assert_eq!(rows, direct);
     }
 
     #[test]
