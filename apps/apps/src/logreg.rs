@@ -311,6 +311,21 @@ pub fn run_in(
     Ok(LogRegOutcome { report, model })
 }
 
+/// `measure()` on rank 0 only, its values handed to every process (an all-gather): an
+/// evaluation every process reports alike, computed once, with the other processes
+/// waiting outside the timed iterations rather than evaluating beside them.
+fn on_rank_0(
+    cluster: &mut Cluster,
+    measure: impl FnOnce(&Cluster) -> Result<Vec<f64>, AppError>,
+) -> Result<Vec<f64>, AppError> {
+    let mine = if cluster.rank() == 0 {
+        measure(cluster)?
+    } else {
+        Vec::new()
+    };
+    Ok(cluster.all_gather(&mine)?.swap_remove(0))
+}
+
 /// Logistic regression as [`App`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LogReg;

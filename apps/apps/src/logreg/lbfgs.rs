@@ -25,7 +25,7 @@ use iterstore_algo::lbfgs;
 use iterstore_algo::logreg::{accuracy, loss_grad, Samples};
 
 use super::vectors::{Functions, Layout, Vectors};
-use super::{LogRegData, LogRegParams};
+use super::{on_rank_0, LogRegData, LogRegParams};
 use crate::checkpoint::{self, get_f64s, put_f64s, Cursor, RunId};
 use crate::{
     check_finite, dense, preprocess, AppConfig, AppError, IterRecord, Observer, RunReport,
@@ -329,8 +329,10 @@ pub(super) fn train(
         let all = cluster.all_gather(&mine)?;
         check_finite("logreg", iter, cfg.iterations, "objective", history.fx)?;
         if let Some(test) = data.test() {
-            let model = model(cluster, &v, layout)?;
-            accuracies.push(accuracy(shape, &model, test));
+            let acc = on_rank_0(cluster, |c| {
+                Ok(vec![accuracy(shape, &model(c, &v, layout)?, test)])
+            })?;
+            accuracies.push(acc[0]);
         }
         let record = IterRecord {
             iter,

@@ -12,7 +12,7 @@ use iterstore::{Cluster, Table, Worker};
 use iterstore_algo::logreg::{accuracy, loss_grad, objective, Samples, Shape};
 use iterstore_algo::partition;
 
-use super::{LogRegData, LogRegParams};
+use super::{on_rank_0, LogRegData, LogRegParams};
 use crate::checkpoint::{self, RunId};
 use crate::{
     check_finite, dense, preprocess, timed_init_run, timed_run, AppConfig, AppError, IterRecord,
@@ -138,12 +138,16 @@ pub(super) fn train(
     let mut accuracies = Vec::new();
     for iter in start..cfg.iterations {
         let cost = timed_run(cluster, &mut states, |w, st| epoch(w, &e, st))?;
-        let model = snapshot(cluster, &e)?;
-        let (f, _) = objective(shape, &model, train, params.lambda);
+        // The objective (and test accuracy), computed once on rank 0.
+        let measured = on_rank_0(cluster, |c| {
+            let model = snapshot(c, &e)?;
+            let mut out = vec![objective(shape, &model, train, params.lambda).0];
+            out.extend(data.test().map(|test| accuracy(shape, &model, test)));
+            Ok(out)
+        })?;
+        let f = measured[0];
         check_finite("logreg", iter, cfg.iterations, "objective", f)?;
-        if let Some(test) = data.test() {
-            accuracies.push(accuracy(shape, &model, test));
-        }
+        accuracies.extend(measured.get(1));
         let record = IterRecord {
             iter,
             seconds: cost.seconds,
