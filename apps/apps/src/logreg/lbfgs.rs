@@ -3,12 +3,14 @@
 //! the same small computation on scalars, and the workers compute gradients over work
 //! units handed out by worker 0, with backup tasks.
 //!
-//! One iteration: a call for the Gram matrix of the history and the gradient,
-//! [`lbfgs::direction`] on it (every process alike), a call forming the direction, then a
-//! backtracking line search (Armijo, `c = 1e-4`, halving from a unit step, at most 40
-//! trials) whose every trial is a call setting `wt = w + t·d`, one run of the gradient
-//! batch at `wt` and a call finishing it; finally a call accepting the step (the history
-//! keeps it when `s·y > 0`, in a spare slot that becomes the newest). This is
+//! One iteration: [`lbfgs::direction`] on the Gram matrix of the history and the gradient
+//! (every process alike, from the last call's answer), a call forming the direction and
+//! the first trial point, then a backtracking line search (Armijo, `c = 1e-4`, halving
+//! from a unit step, at most 40 trials) whose every trial is one run of the gradient
+//! batch at `wt` and a call finishing it (and, after the first, a call setting
+//! `wt = w + t·d`); finally a call accepting the step (the history keeps it when
+//! `s·y > 0`, in a spare slot that becomes the newest), which answers with the next Gram
+//! matrix. Three calls and one run per iteration when the unit step is taken. This is
 //! [`iterstore_algo::logreg::minimize`] step for step, with the sums taken per shard.
 //!
 //! The gradient run: every worker reads `wt` (all its rows), worker 0 hands out units of
@@ -24,7 +26,7 @@ use iterstore::{Cluster, Worker};
 use iterstore_algo::lbfgs;
 use iterstore_algo::logreg::{accuracy, loss_grad, Samples};
 
-use super::vectors::{Functions, Layout, Vectors};
+use super::vectors::{sub_gram, Functions, Layout, Vectors};
 use super::{on_rank_0, LogRegData, LogRegParams};
 use crate::checkpoint::{self, get_f64s, put_f64s, Cursor, RunId};
 use crate::{
@@ -167,6 +169,8 @@ struct Driver<'a> {
     states: Vec<State>,
     lambda: f64,
     m: usize,
+    /// The full Gram matrix of the history's slots and `g` (as the last call gave it).
+    gram: Vec<f64>,
     /// Over the run: units each worker did, duplicated and abandoned, backups.
     units: UnitsReport,
 }
@@ -184,24 +188,34 @@ impl Driver<'_> {
         Ok(out[0] + 0.5 * self.lambda * out[1])
     }
 
+    /// Accepts the trial point into `slot` (none if negative) and keeps the new Gram
+    /// matrix; returns `s·y`.
+    fn accept(&mut self, cluster: &mut Cluster, slot: f64) -> Result<f64, AppError> {
+        let mut out = cluster.call(&self.f.accept, &[slot])?;
+        self.gram = out.split_off(1);
+        Ok(out[0])
+    }
+
     /// One iteration (see the module docs); `false` when there is no descent direction
     /// left (converged to rounding).
     fn iterate(&mut self, cluster: &mut Cluster, h: &mut History) -> Result<bool, AppError> {
-        let args = h.args();
-        let gram = cluster.call(&self.f.gram, &args)?;
         let m = h.slots.len();
+        let gram = sub_gram(&self.gram, self.m + 1, &h.slots);
         let delta = lbfgs::direction(&gram, m);
         let k = 2 * m + 1;
         let slope: f64 = (0..k).map(|j| delta[j] * gram[j * k + 2 * m]).sum();
         if slope >= 0.0 || !slope.is_finite() {
             return Ok(false);
         }
-        let mut call = args;
+        let mut call = h.args();
         call.extend_from_slice(&delta);
-        cluster.call(&self.f.direction, &call)?;
+        call.push(1.0);
+        cluster.call(&self.f.step, &call)?;
         let (mut t, mut trials) = (1.0, 0);
         let ft = loop {
-            cluster.call(&self.f.trial, &[t])?;
+            if trials > 0 {
+                cluster.call(&self.f.trial, &[t])?;
+            }
             let ft = self.evaluate(cluster)?;
             trials += 1;
             if ft <= h.fx + ARMIJO * t * slope || trials >= MAX_TRIALS {
@@ -210,7 +224,7 @@ impl Driver<'_> {
             t *= 0.5;
         };
         let spare = h.free.pop().expect("a history of m steps has a spare slot");
-        let sy = cluster.call(&self.f.accept, &[spare as f64])?[0];
+        let sy = self.accept(cluster, spare as f64)?;
         if sy > 0.0 {
             h.slots.push(spare);
             if h.slots.len() > self.m {
@@ -298,6 +312,7 @@ pub(super) fn train(
         states: vec![state; cfg.workers],
         lambda: params.lambda,
         m: params.history,
+        gram: Vec::new(),
         units: UnitsReport::default(),
     };
     report.setup_s = setup.elapsed().as_secs_f64();
@@ -310,8 +325,10 @@ pub(super) fn train(
         // The objective and gradient at w = 0 (wt is 0 as created), taken as the iterate.
         let init = Instant::now();
         history.fx = driver.evaluate(cluster)?;
-        cluster.call(&driver.f.accept, &[-1.0])?;
+        driver.accept(cluster, -1.0)?;
         report.init_s = init.elapsed().as_secs_f64();
+    } else {
+        driver.gram = cluster.call(&driver.f.gram, &[])?;
     }
     report.param("initial_objective", history.fx);
     let shape = layout.shape;

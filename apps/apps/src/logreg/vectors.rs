@@ -122,21 +122,24 @@ impl Vectors {
     }
 }
 
-/// The registered vector operations (arguments and results in each one's docs).
+/// The registered vector operations (arguments and results in each one's docs). Of the
+/// `M + 1` history slots, slot `i` is base vector `i` (its step) and `M + 1 + i` (its
+/// gradient change) of the full Gram matrix, whose last base vector is `g`.
 #[derive(Debug, Clone)]
 pub(super) struct Functions {
-    /// `[m, slots…]` (oldest step first) → the Gram matrix of
-    /// `[s_slots…, y_slots…, g]`, `(2m + 1)²` values row-major.
+    /// `[]` → the full Gram matrix of `[s₀ … s_M, y₀ … y_M, g]`, `(2M + 3)²` values
+    /// row-major.
     pub(super) gram: ServerFn,
-    /// `[m, slots…, δ…]` → nothing; `d = Σ δⱼ bⱼ` over the same base vectors.
-    pub(super) direction: ServerFn,
+    /// `[m, slots…, δ…, t]` → nothing; `d = Σ δⱼ bⱼ` over `[s_slots…, y_slots…, g]`
+    /// (oldest step first), then `wt = w + t·d`.
+    pub(super) step: ServerFn,
     /// `[t]` → nothing; `wt = w + t·d`.
     pub(super) trial: ServerFn,
     /// `[1/n, λ]` → `[loss/n, ‖wt‖²]` (weights only); `gt = raw/n + λ·wt` (intercepts
     /// unregularized, the loss slot zero) and `raw = 0`.
     pub(super) finish: ServerFn,
-    /// `[slot]` → `[s·y]`; with `slot ≥ 0`, `s[slot] = wt − w` and `y[slot] = gt − g`;
-    /// then `w = wt`, `g = gt`.
+    /// `[slot]` → `[s·y, the full Gram matrix after it…]`; with `slot ≥ 0`,
+    /// `s[slot] = wt − w` and `y[slot] = gt − g`; then `w = wt`, `g = gt`.
     pub(super) accept: ServerFn,
 }
 
@@ -174,6 +177,46 @@ fn dot(a: &[f64], b: &[f64]) -> f64 {
     a.iter().zip(b).map(|(p, q)| p * q).sum()
 }
 
+/// This shard's part of the full Gram matrix (row by row, each pair once).
+fn full_gram(rows: &ShardRows<'_>, v: &Vectors, b: usize) -> iterstore::Result<Vec<f64>> {
+    let all: Vec<usize> = (0..v.s.len()).collect();
+    let base = base(v, &all);
+    let k = base.len();
+    let mut out = vec![0.0; k * k];
+    let mut bufs = vec![vec![0.0; b]; k];
+    for r in home(rows, v)? {
+        for (buf, t) in bufs.iter_mut().zip(&base) {
+            rows.read(t, r, buf)?;
+        }
+        for i in 0..k {
+            for j in i..k {
+                out[i * k + j] += dot(&bufs[i], &bufs[j]);
+            }
+        }
+    }
+    for i in 0..k {
+        for j in 0..i {
+            out[i * k + j] = out[j * k + i];
+        }
+    }
+    Ok(out)
+}
+
+/// The Gram matrix of `[s_slots…, y_slots…, g]` (what
+/// [`direction`](iterstore_algo::lbfgs::direction) takes) out of the full one of `total`
+/// slots.
+pub(super) fn sub_gram(full: &[f64], total: usize, slots: &[usize]) -> Vec<f64> {
+    let k = 2 * total + 1;
+    debug_assert_eq!(full.len(), k * k);
+    let mut index: Vec<usize> = slots.to_vec();
+    index.extend(slots.iter().map(|&i| total + i));
+    index.push(2 * total);
+    index
+        .iter()
+        .flat_map(|&i| index.iter().map(move |&j| full[i * k + j]))
+        .collect()
+}
+
 impl Functions {
     /// Registers the operations on `v` (a collective, like every registration).
     pub(super) fn register(
@@ -182,53 +225,37 @@ impl Functions {
         v: &Vectors,
     ) -> iterstore::Result<Self> {
         let b = layout.block;
-        let slots_total = v.s.len();
+        let total = v.s.len();
         let vv = v.clone();
-        let gram = cluster.register_function("logreg.gram", Reduce::Sum, move |rows, args| {
-            let slots = slots("logreg.gram", args, slots_total)?;
-            let base = base(&vv, &slots);
-            let k = base.len();
-            let mut out = vec![0.0; k * k];
-            let mut bufs = vec![vec![0.0; b]; k];
-            for r in home(rows, &vv)? {
-                for (buf, t) in bufs.iter_mut().zip(&base) {
-                    rows.read(t, r, buf)?;
-                }
-                for i in 0..k {
-                    for j in i..k {
-                        out[i * k + j] += dot(&bufs[i], &bufs[j]);
-                    }
-                }
-            }
-            for i in 0..k {
-                for j in 0..i {
-                    out[i * k + j] = out[j * k + i];
-                }
-            }
-            Ok(out)
+        let gram = cluster.register_function("logreg.gram", Reduce::Sum, move |rows, _| {
+            full_gram(rows, &vv, b)
         })?;
         let vv = v.clone();
-        let direction =
-            cluster.register_function("logreg.direction", Reduce::Sum, move |rows, args| {
-                let slots = slots("logreg.direction", args, slots_total)?;
-                let base = base(&vv, &slots);
-                let delta = &args[1 + slots.len()..];
-                if delta.len() != base.len() {
-                    return Err(Error::app(0, "logreg.direction: bad coefficients"));
-                }
-                let (mut d, mut buf) = (vec![0.0; b], vec![0.0; b]);
-                for r in home(rows, &vv)? {
-                    d.fill(0.0);
-                    for (t, &c) in base.iter().zip(delta) {
-                        rows.read(t, r, &mut buf)?;
-                        for (dk, bk) in d.iter_mut().zip(&buf) {
-                            *dk += c * bk;
-                        }
+        let step = cluster.register_function("logreg.step", Reduce::Sum, move |rows, args| {
+            let slots = slots("logreg.step", args, total)?;
+            let base = base(&vv, &slots);
+            let rest = &args[1 + slots.len()..];
+            let Some((&t, delta)) = rest.split_last().filter(|(_, d)| d.len() == base.len()) else {
+                return Err(Error::app(0, "logreg.step: bad coefficients"));
+            };
+            let (mut d, mut buf, mut x) = (vec![0.0; b], vec![0.0; b], vec![0.0; b]);
+            for r in home(rows, &vv)? {
+                d.fill(0.0);
+                for (t, &c) in base.iter().zip(delta) {
+                    rows.read(t, r, &mut buf)?;
+                    for (dk, bk) in d.iter_mut().zip(&buf) {
+                        *dk += c * bk;
                     }
-                    rows.write(&vv.d, r, &d)?;
                 }
-                Ok(Vec::new())
-            })?;
+                rows.write(&vv.d, r, &d)?;
+                rows.read(&vv.w, r, &mut x)?;
+                for (xk, dk) in x.iter_mut().zip(&d) {
+                    *xk += t * dk;
+                }
+                rows.write(&vv.wt, r, &x)?;
+            }
+            Ok(Vec::new())
+        })?;
         let vv = v.clone();
         let trial = cluster.register_function("logreg.trial", Reduce::Sum, move |rows, args| {
             let &[t] = args else {
@@ -283,7 +310,7 @@ impl Functions {
                     return Err(Error::app(0, "logreg.accept: one argument"));
                 };
                 let slot = (slot >= 0.0)
-                    .then(|| slots("logreg.accept", &[1.0, slot], slots_total).map(|s| s[0]))
+                    .then(|| slots("logreg.accept", &[1.0, slot], total).map(|s| s[0]))
                     .transpose()?;
                 let (mut x, mut xt) = (vec![0.0; b], vec![0.0; b]);
                 let (mut g, mut gt) = (vec![0.0; b], vec![0.0; b]);
@@ -306,11 +333,13 @@ impl Functions {
                     rows.write(&vv.w, r, &xt)?;
                     rows.write(&vv.g, r, &gt)?;
                 }
-                Ok(vec![sy])
+                let mut out = vec![sy];
+                out.extend(full_gram(rows, &vv, b)?);
+                Ok(out)
             })?;
         Ok(Self {
             gram,
-            direction,
+            step,
             trial,
             finish,
             accept,
@@ -340,6 +369,21 @@ mod tests {
         );
         let wide = Layout { block: 4, ..layout };
         assert_eq!((wide.rows(), wide.padded(), wide.kind(9)), (3, 12, Padding));
+    }
+
+    #[test]
+    fn the_history_s_gram_matrix_is_taken_out_of_the_full_one() {
+        // 2 slots: base [s0, s1, y0, y1, g]; entry (i, j) = 10·i + j.
+        let full: Vec<f64> = (0..25).map(|e| f64::from(10 * (e / 5) + e % 5)).collect();
+        // History: slot 1 then slot 0 → [s1, s0, y1, y0, g] = full indices [1, 0, 3, 2, 4].
+        let sub = sub_gram(&full, 2, &[1, 0]);
+        let idx = [1, 0, 3, 2, 4];
+        let want: Vec<f64> = idx
+            .iter()
+            .flat_map(|&i| idx.iter().map(move |&j| f64::from(10 * i + j)))
+            .collect();
+        assert_eq!(sub, want);
+        assert_eq!(sub_gram(&full, 2, &[]), vec![44.0]);
     }
 
     #[test]
