@@ -3,8 +3,11 @@
 //! A batch of work (a gradient over a dataset, say) is cut into many more units than
 //! workers. Worker 0 coordinates: it hands units out on demand, so a fast worker takes
 //! more of them and a slow one fewer; once every unit is handed out, a worker that asks
-//! for more gets a unit still running elsewhere (a **backup task**, as in MapReduce), the
-//! first result for a unit wins, and whoever still runs it is told to stop. Results are
+//! for more gets a unit still running elsewhere (a **backup task**, as in MapReduce: one
+//! per unit, the oldest first, and on another process than the original's when the
+//! cluster has several, since a copy on the same machine competes with it for its cores),
+//! the first result for a unit wins, and whoever still runs it is told to stop. A unit
+//! given back unfinished without being told to stop is handed out again. Results are
 //! summed in unit order, so the batch's result counts each unit once and is the same bit
 //! for bit whatever the timing and whoever computed each unit.
 //!
@@ -136,7 +139,10 @@ impl Worker<'_> {
             return Ok(Some(UnitsOutcome { sum, report }));
         }
         if self.id() == 0 {
-            return Coordinator::new(batch, workers).run(self).map(Some);
+            let per_process = self.shared.world.workers;
+            return Coordinator::new(batch, workers, per_process)
+                .run(self)
+                .map(Some);
         }
         self.compute_units(batch, &mut body)?;
         Ok(None)
@@ -200,7 +206,13 @@ impl Worker<'_> {
 struct Coordinator {
     batch: WorkUnits,
     workers: usize,
+    /// Workers per process, and processes (a backup goes to another process when there
+    /// are several).
+    per_process: usize,
+    processes: usize,
     next: usize,
+    /// Units given back without a result and run by no one: handed out again first.
+    again: Vec<usize>,
     results: Vec<Option<Vec<f64>>>,
     missing: usize,
     /// Per unit: the workers running it.
@@ -216,11 +228,14 @@ struct Coordinator {
 }
 
 impl Coordinator {
-    fn new(batch: &WorkUnits, workers: usize) -> Self {
+    fn new(batch: &WorkUnits, workers: usize, per_process: usize) -> Self {
         Coordinator {
             batch: *batch,
             workers,
+            per_process: per_process.max(1),
+            processes: workers.div_ceil(per_process.max(1)),
             next: 0,
+            again: Vec::new(),
             results: vec![None; batch.units],
             missing: batch.units,
             holders: vec![Vec::new(); batch.units],
@@ -315,6 +330,9 @@ impl Coordinator {
                 }
             } else {
                 self.report.abandoned[k] += 1;
+                if self.results[unit].is_none() && self.holders[unit].is_empty() {
+                    self.again.push(unit); // given up unasked: someone must run it
+                }
             }
         }
         self.waiting[k] = true;
@@ -330,14 +348,21 @@ impl Coordinator {
 
     /// Gives waiting worker `k` a new unit, a backup, or the end, if there is one to give.
     fn assign(&mut self, w: &mut Worker<'_>, k: usize) -> Result<()> {
-        let unit = if self.next < self.batch.units {
+        let unit = if let Some(u) = self.again.pop() {
+            Some(u)
+        } else if self.next < self.batch.units {
             self.next += 1;
             Some(self.next - 1)
         } else if self.batch.backups && self.missing > 0 {
-            // The unit without a result run by the fewest workers, oldest first.
-            let backup = (0..self.batch.units)
-                .filter(|&u| self.results[u].is_none() && !self.holders[u].contains(&k))
-                .min_by_key(|&u| self.holders[u].len());
+            // One backup per unit still running, the oldest first, on another process
+            // than the one running it when there are several (a copy on the same machine
+            // would compete with the original for its cores, and stall with it).
+            let process = |worker: usize| worker / self.per_process;
+            let backup = (0..self.batch.units).find(|&u| {
+                self.results[u].is_none()
+                    && self.holders[u].len() == 1
+                    && (self.processes == 1 || process(self.holders[u][0]) != process(k))
+            });
             if backup.is_some() {
                 self.report.backups += 1;
             }

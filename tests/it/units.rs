@@ -167,3 +167,77 @@ fn a_failing_unit_stops_the_batch_and_a_virtual_iteration_runs_one_unit_each() {
         c.shutdown().unwrap();
     });
 }
+
+#[test]
+fn a_backup_goes_to_another_process_once_per_unit() {
+    within(60, || {
+        // 2 processes of 2 workers: 0 (coordinator) and 1 on process 0, 2 and 3 on 1.
+        // Worker 2 straggles; worker 3, on its process, must not back it up.
+        let started = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = started.clone();
+        let got = Cluster::run_local_processes(Config::new(2), 2, move |c| {
+            let log = log.clone();
+            c.run(move |w| {
+                let me = w.id();
+                let spec = WorkUnits {
+                    units: 3,
+                    len: LEN,
+                    backups: true,
+                };
+                w.work_units(&spec, |u, out, stop| {
+                    log.lock().unwrap().push((me, u));
+                    let ms = if me == 2 { 5_000 } else { 20 };
+                    for _ in 0..ms {
+                        if stop() {
+                            return Ok(false);
+                        }
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                    result_of(u, out);
+                    Ok(true)
+                })
+            })
+        })
+        .unwrap();
+        let o = got[0][0].as_ref().expect("worker 0 coordinates");
+        assert_eq!(sum_bits(o), reference(3));
+        let started = started.lock().unwrap().clone();
+        let slow = started.iter().find(|(w, _)| *w == 2).expect("worker 2 ran a unit").1;
+        let runners: Vec<usize> = started.iter().filter(|(_, u)| *u == slow).map(|p| p.0).collect();
+        assert_eq!(runners.len(), 2, "one backup of the straggler's unit: {started:?}");
+        assert!(runners.contains(&1) && !runners.contains(&3), "{started:?}");
+        assert_eq!(o.report.abandoned[2], 1);
+    });
+}
+
+#[test]
+fn a_unit_given_back_unasked_is_handed_out_again() {
+    within(60, || {
+        for backups in [false, true] {
+            let mut c = Cluster::start(Config::new(3)).unwrap();
+            let refused = AtomicUsize::new(0);
+            let got = c
+                .run(|w| {
+                    let spec = WorkUnits {
+                        units: 6,
+                        len: LEN,
+                        backups,
+                    };
+                    w.work_units(&spec, |u, out, _| {
+                        // The first run of unit 4 gives up without being told to stop.
+                        if u == 4 && refused.fetch_add(1, Ordering::SeqCst) == 0 {
+                            return Ok(false);
+                        }
+                        result_of(u, out);
+                        Ok(true)
+                    })
+                })
+                .unwrap();
+            let o = got[0].as_ref().unwrap();
+            assert_eq!(sum_bits(o), reference(6), "backups {backups}");
+            assert_eq!(o.report.done.iter().sum::<u64>(), 6);
+            assert_eq!(o.report.abandoned.iter().sum::<u64>(), 1);
+            c.shutdown().unwrap();
+        }
+    });
+}
