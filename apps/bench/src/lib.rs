@@ -21,6 +21,7 @@
 
 mod breakdown;
 pub mod chart;
+mod logreg_limit;
 pub mod peers;
 pub mod report;
 mod runner;

@@ -1,6 +1,6 @@
 //! Peer systems timed on the same data: LIBMF (the `libmf` crate) for MF, and Python
-//! scripts in `tools/` for LDA, PageRank and the DNN, skipped with a message when
-//! unavailable.
+//! scripts in `tools/` for LDA, PageRank, the DNN and logistic regression, skipped with a
+//! message when unavailable.
 //!
 //! Each peer solves the same problem as our app: [`libmf()`] the same rank-`k` squared loss
 //! with L2 weight `λ` on both factor tables, by the same per-row AdaGrad (see [`libmf()`]
@@ -11,7 +11,8 @@
 //! the fastest LDA we know on a CPU); `tools/peer-pagerank` the same
 //! fixed number of power-iteration steps, dangling rank spread uniformly; `tools/peer-dnn`
 //! the same MLP, initialisation, step, decay, momentum and mini-batch in PyTorch on the CPU
-//! with the same threads ([`PythonPeer::dnn`]). The Python peers
+//! with the same threads ([`PythonPeer::dnn`]); `tools/peer-logreg` scikit-learn's L-BFGS
+//! on the objective of our logistic regression ([`PythonPeer::logreg`]). The Python peers
 //! get their input as files in a work directory and answer with one JSON line shaped like
 //! [`PeerResult`]; [`PythonPeer::from_env`] finds the interpreter that `tools/peer-env`
 //! sets up.
@@ -27,6 +28,9 @@ use serde::{Deserialize, Serialize};
 use iterstore_algo::dnn::DnnConfig;
 use iterstore_algo::{lda, mf, pagerank};
 use iterstore_data::{fashion_mnist_paths, write_fashion_mnist, Corpus, Graph, ImageSet, Ratings};
+
+mod logreg;
+pub use logreg::LogRegPeerParams;
 
 /// What a peer measured.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -44,6 +48,10 @@ pub struct PeerResult {
     /// Training samples per second, for peers that train on samples (the DNN's).
     #[serde(default)]
     pub samples_per_s: Option<f64>,
+    /// The share of held-out samples classified right, for a peer whose metric is
+    /// something else (logistic regression's, whose metric is its objective).
+    #[serde(default)]
+    pub test_accuracy: Option<f64>,
     /// What else to know when comparing this peer with our apps.
     pub note: Option<String>,
 }
@@ -169,6 +177,7 @@ pub fn libmf(train: &Ratings, test: Option<&Ratings>, params: &LibmfParams) -> P
             per_iter_s,
             metric: Some((name.into(), value)),
             samples_per_s: None,
+            test_accuracy: None,
             note: Some(format!(
                 "train_rmse {train_rmse:.4}; {timing}; LIBMF scales ratings by their \
                  std-dev and adapts the step per row (AdaGrad) from learning_rate"
@@ -292,7 +301,7 @@ impl PythonPeer {
         ];
         args.extend_from_slice(extra);
         self.run(script, &args, workdir)
-            .map_or_else(|o| o, PeerOutcome::Ran)
+            .map_or_else(PeerOutcome::from, PeerOutcome::Ran)
     }
 
     /// Runs `tools/peer-tomotopy` on `corpus` (written as LDA-C into `workdir`) with
@@ -336,7 +345,7 @@ impl PythonPeer {
         ];
         let mut result = match self.run("peer-pagerank", &args, dir) {
             Ok(r) => r,
-            Err(outcome) => return outcome,
+            Err(not_ran) => return not_ran.into(),
         };
         let text = std::fs::read_to_string(&ranks).unwrap_or_default();
         let got: Vec<f64> = text.lines().filter_map(|l| l.trim().parse().ok()).collect();
@@ -397,24 +406,19 @@ impl PythonPeer {
             ("--seed", c.seed.to_string()),
         ];
         self.run("peer-dnn", &args, workdir)
-            .map_or_else(|o| o, PeerOutcome::Ran)
+            .map_or_else(PeerOutcome::from, PeerOutcome::Ran)
     }
 
     /// Runs `tools/<script> args…` with stdout and stderr in files under `dir`, waiting at
     /// most `self.timeout`, and parses the last line of its stdout. `Err` holds the outcome
     /// to report instead: exit status 3 (a missing package) or an interpreter that cannot
     /// be started means Skipped.
-    fn run(
-        &self,
-        script: &str,
-        args: &[(&str, String)],
-        dir: &Path,
-    ) -> Result<PeerResult, PeerOutcome> {
-        let fail = |m: String| PeerOutcome::Failed(format!("{script}: {m}"));
+    fn run(&self, script: &str, args: &[(&str, String)], dir: &Path) -> Result<PeerResult, NotRan> {
+        let fail = |m: String| NotRan::Failed(format!("{script}: {m}"));
         let path = self.tools_dir.join(script);
         if !path.is_file() {
             let why = format!("{} not found", path.display());
-            return Err(PeerOutcome::Skipped(why));
+            return Err(NotRan::Skipped(why));
         }
         let out_path = dir.join(format!("{script}.stdout"));
         let err_path = dir.join(format!("{script}.stderr"));
@@ -426,7 +430,7 @@ impl PythonPeer {
             cmd.arg(flag).arg(value);
         }
         let mut child = cmd.spawn().map_err(|e| {
-            PeerOutcome::Skipped(format!(
+            NotRan::Skipped(format!(
                 "python interpreter `{}` cannot be run ({e}); run tools/peer-env or set \
                  ITERSTORE_PEER_PYTHON",
                 self.python.display()
@@ -452,7 +456,7 @@ impl PythonPeer {
         let stderr = stderr.trim();
         match status.code() {
             Some(0) => {}
-            Some(3) => return Err(PeerOutcome::Skipped(stderr.to_string())),
+            Some(3) => return Err(NotRan::Skipped(stderr.to_string())),
             _ => return Err(fail(format!("{status}: {stderr}"))),
         }
         let line = stdout
@@ -461,6 +465,24 @@ impl PythonPeer {
             .find(|l| !l.trim().is_empty())
             .unwrap_or("");
         serde_json::from_str(line).map_err(|e| fail(format!("bad output {line:?}: {e}")))
+    }
+}
+
+/// A peer script that did not run to a result: [`PeerOutcome`]'s other two cases.
+#[derive(Debug)]
+enum NotRan {
+    /// The peer is not available here.
+    Skipped(String),
+    /// The peer is available but failed.
+    Failed(String),
+}
+
+impl From<NotRan> for PeerOutcome {
+    fn from(not_ran: NotRan) -> Self {
+        match not_ran {
+            NotRan::Skipped(why) => PeerOutcome::Skipped(why),
+            NotRan::Failed(why) => PeerOutcome::Failed(why),
+        }
     }
 }
 
@@ -509,10 +531,10 @@ mod tests {
     use iterstore_data::{load_corpus, split_ratings, CorpusSpec, GraphSpec, RatingsSpec};
 
     /// A fresh directory under the system temp dir, removed on drop.
-    struct TempDir(PathBuf);
+    pub(super) struct TempDir(pub(super) PathBuf);
 
     impl TempDir {
-        fn new(name: &str) -> Self {
+        pub(super) fn new(name: &str) -> Self {
             let pid = std::process::id();
             let dir = std::env::temp_dir().join(format!("iterstore-peers-{name}-{pid}"));
             let _ = std::fs::remove_dir_all(&dir);
@@ -545,7 +567,7 @@ mod tests {
 
     /// A Python peer's result, or `None` after checking that it was skipped with a hint to
     /// run tools/peer-env (so the tests pass where the venv is missing).
-    fn ran_or_skipped(outcome: PeerOutcome) -> Option<PeerResult> {
+    pub(super) fn ran_or_skipped(outcome: PeerOutcome) -> Option<PeerResult> {
         match outcome {
             PeerOutcome::Ran(r) => Some(r),
             PeerOutcome::Skipped(why) if why.contains("tools/peer-env") => {

@@ -6,12 +6,15 @@ use std::path::{Path, PathBuf};
 use iterstore::Staleness;
 use serde::Serialize;
 
-use super::peers::{self, DnnPeerParams, LdaPeerParams, LibmfParams, PeerOutcome};
-use super::{Breakdown, Variant};
+use super::peers::{
+    self, DnnPeerParams, LdaPeerParams, LibmfParams, LogRegPeerParams, PeerOutcome,
+};
+use super::{logreg_limit, Breakdown, Variant};
 use iterstore_algo::dnn::DnnConfig;
 use iterstore_algo::lda::{LdaConfig, SamplerKind};
 use iterstore_algo::limit::{self, IterStats, LimitConfig};
 use iterstore_algo::mf::MfConfig;
+use iterstore_apps::logreg::{self, LogRegData, LogRegParams, Solver};
 use iterstore_apps::pagerank::PageRankParams;
 use iterstore_apps::{check_finite, dnn, lda, mf, pagerank, AppConfig, AppError, RunReport};
 use iterstore_data::{Corpus, Graph, ImageSet, Ratings};
@@ -55,16 +58,28 @@ pub enum Workload {
         /// directory.
         idx_dir: Option<PathBuf>,
     },
+    /// Multinomial logistic regression on labeled samples.
+    LogReg {
+        /// Training and (maybe) test samples.
+        data: LogRegData,
+        /// Hyper-parameters (`params.test` names an svmlight input's held-out file).
+        params: LogRegParams,
+        /// The Fashion-MNIST directory or svmlight file `data` was read from, which the
+        /// peer reads too; `None` for generated images, which the peer gets written into
+        /// the work directory.
+        source: Option<PathBuf>,
+    },
 }
 
 impl Workload {
-    /// `mf`, `lda` or `pagerank`.
+    /// `mf`, `lda`, `pagerank`, `dnn` or `logreg`.
     pub fn app(&self) -> &'static str {
         match self {
             Workload::Mf { .. } => "mf",
             Workload::Lda { .. } => "lda",
             Workload::PageRank { .. } => "pagerank",
             Workload::Dnn { .. } => "dnn",
+            Workload::LogReg { .. } => "logreg",
         }
     }
 
@@ -75,6 +90,7 @@ impl Workload {
             Workload::Lda { corpus, .. } => corpus.docs.iter().map(|d| d.len() as u64).sum(),
             Workload::PageRank { graph, .. } => graph.edges.len() as u64,
             Workload::Dnn { data, .. } => data.train.len() as u64,
+            Workload::LogReg { data, .. } => data.train().len() as u64,
         }
     }
 
@@ -82,7 +98,7 @@ impl Workload {
     pub fn block(&self) -> Option<usize> {
         match self {
             Workload::PageRank { params, .. } => Some(params.block),
-            Workload::Mf { .. } | Workload::Lda { .. } | Workload::Dnn { .. } => None,
+            _ => None,
         }
     }
 
@@ -93,6 +109,7 @@ impl Workload {
             Workload::Lda { .. } => "log-likelihood",
             Workload::PageRank { .. } => "L1 change",
             Workload::Dnn { .. } => "training cross-entropy",
+            Workload::LogReg { .. } => "objective",
         }
     }
 
@@ -102,18 +119,22 @@ impl Workload {
             Workload::Mf { .. } => "ratings",
             Workload::Lda { .. } => "tokens",
             Workload::PageRank { .. } => "edges",
-            Workload::Dnn { .. } => "samples",
+            Workload::Dnn { .. } | Workload::LogReg { .. } => "samples",
         }
     }
 
     /// What sets the workload apart from its app's default, for its name: LDA's sampler
-    /// (`sparse sampler`) unless the default, the DNN's network if it is the CNN (`cnn`).
+    /// (`sparse sampler`) unless the default, the DNN's network if it is the CNN (`cnn`),
+    /// logistic regression's solver if it is SGD (`sgd`).
     pub fn name_note(&self) -> Option<String> {
         match self {
             Workload::Lda { params, .. } if params.sampler != SamplerKind::default() => {
                 Some(format!("{} sampler", params.sampler.name()))
             }
             Workload::Dnn { cnn: true, .. } => Some("cnn".into()),
+            Workload::LogReg { params, .. } if params.solver != Solver::default() => {
+                Some(params.solver.name().into())
+            }
             _ => None,
         }
     }
@@ -135,12 +156,17 @@ impl Workload {
                 ..
             } => dnn::run_cnn(cfg, params, data)?.report,
             Workload::Dnn { data, params, .. } => dnn::run(cfg, params, data)?.report,
+            Workload::LogReg { data, params, .. } => {
+                logreg::run_observed(cfg, params, data, &mut |_| {})?.report
+            }
         })
     }
 
     /// Runs the limit implementation with `threads` threads; a non-finite objective (or MF
-    /// test RMSE) is [`AppError::Diverged`], as in the store-backed apps. The DNN's
-    /// result carries its test accuracy. `None` for the CNN, which has no limit.
+    /// test RMSE) is [`AppError::Diverged`], as in the store-backed apps. The DNN's and
+    /// logistic regression's results carry their test accuracy. `None` for the CNN and
+    /// logistic regression by SGD, which have no limit; logistic regression's L-BFGS
+    /// limit is [`iterstore_algo::logreg::minimize`] with the same history.
     pub fn run_limit(
         &self,
         threads: usize,
@@ -167,6 +193,12 @@ impl Workload {
                 test_accuracy = run.test_accuracy.last().copied();
                 run.stats
             }
+            Workload::LogReg { params, .. } if params.solver != Solver::Lbfgs => return Ok(None),
+            Workload::LogReg { data, params, .. } => {
+                let run = logreg_limit::run(data, params, threads, iterations)?;
+                test_accuracy = run.test_accuracy;
+                run.stats
+            }
         };
         for s in &stats {
             check_finite(
@@ -191,8 +223,9 @@ impl Workload {
     }
 
     /// Runs this app's peers (LIBMF for MF; the Python `lda` package and tomotopy for
-    /// LDA; scipy for PageRank; PyTorch for the DNN), each with `threads` threads where it
-    /// can use them.
+    /// LDA; scipy for PageRank; PyTorch for the DNN; scikit-learn for logistic regression,
+    /// at most `iterations` L-BFGS iterations), each with `threads` threads where it can
+    /// use them.
     pub fn run_peers(&self, threads: usize, iterations: usize, workdir: &Path) -> Vec<PeerOutcome> {
         match self {
             Workload::Mf {
@@ -247,6 +280,20 @@ impl Workload {
                 };
                 let python = peers::PythonPeer::from_env();
                 vec![python.dnn(data, idx_dir.as_deref(), &p, workdir)]
+            }
+            Workload::LogReg {
+                data,
+                params,
+                source,
+            } => {
+                let p = LogRegPeerParams {
+                    lambda: params.lambda,
+                    max_iter: iterations,
+                    threads,
+                };
+                let python = peers::PythonPeer::from_env();
+                let test = params.test.as_deref();
+                vec![python.logreg(data, source.as_deref(), test, &p, workdir)]
             }
         }
     }
@@ -341,6 +388,8 @@ pub struct LimitResult {
     pub test_accuracy: Option<f64>,
     /// The DNN's training samples per second in the later iterations.
     pub samples_per_s: Option<f64>,
+    /// The objective after each iteration.
+    pub objectives: Vec<f64>,
 }
 
 impl LimitResult {
@@ -352,6 +401,7 @@ impl LimitResult {
             test_rmse: last.and_then(|s| s.held_out),
             test_accuracy: None,
             samples_per_s: None,
+            objectives: stats.iter().map(|s| s.objective).collect(),
         }
     }
 
@@ -564,6 +614,7 @@ mod tests {
             per_iter_s,
             metric: None,
             samples_per_s: None,
+            test_accuracy: None,
             note: None,
         })
     }

@@ -5,7 +5,9 @@
 //! PageRank's input is one workload per `--pagerank-block` size (the same graph, named
 //! `<input>, block <B>`); the scaling sweep uses the default block. The DNN (only when
 //! `--apps` names it) trains the default MLP ([`DnnConfig::default`]) on `--dnn-data` or
-//! synthetic images, and its peer is PyTorch on the same IDX files.
+//! synthetic images, and its peer is PyTorch on the same IDX files. Logistic regression
+//! (also only when named) trains by L-BFGS on `--logreg-data` or synthetic images, against
+//! scikit-learn on the same files.
 
 use std::collections::BTreeMap;
 use std::fmt::Display;

@@ -279,7 +279,7 @@ pub struct PlanArgs {
 /// Options of `iterstore bench`.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// Apps to benchmark, comma-separated: mf, lda, pagerank, dnn [default:
+    /// Apps to benchmark, comma-separated: mf, lda, pagerank, dnn, logreg [default:
     /// mf,lda,pagerank].
     #[arg(long, value_delimiter = ',', value_parser = apps::names())]
     pub apps: Vec<String>,
@@ -301,6 +301,10 @@ pub struct BenchArgs {
     /// and has no limit implementation) [default: mlp].
     #[arg(long, value_name = "M", value_parser = ["mlp", "cnn"])]
     pub dnn_model: Option<String>,
+    /// Fashion-MNIST directory (its four IDX files) or svmlight file for logreg (else
+    /// --synthetic images); the scikit-learn peer reads the same.
+    #[arg(long, value_name = "PATH")]
+    pub logreg_data: Option<PathBuf>,
     /// pagerank: rank-table block sizes (vertices per row), comma-separated; each is
     /// benchmarked as its own workload, named `<input>, block <B>` [default: 256]. The
     /// scaling sweep always uses 256.
@@ -345,7 +349,7 @@ pub struct BenchArgs {
     #[arg(long)]
     pub no_limit: bool,
     /// Skip the peers (LIBMF, the Python lda package and tomotopy, scipy PageRank,
-    /// PyTorch for dnn).
+    /// PyTorch for dnn, scikit-learn for logreg).
     #[arg(long)]
     pub no_peers: bool,
     /// Also measure per-iteration time against input size on synthetic inputs.

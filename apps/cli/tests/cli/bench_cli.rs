@@ -11,7 +11,7 @@ use serde_json::Value;
 const APPS: [&str; 3] = ["mf", "lda", "pagerank"];
 
 /// Every variant, in the order the bench runs them by default.
-const VARIANTS: [&str; 8] = [
+pub(crate) const VARIANTS: [&str; 8] = [
     "generic",
     "first-iter",
     "virtual",

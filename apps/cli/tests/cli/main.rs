@@ -5,6 +5,7 @@
 
 mod bench_cli;
 mod bench_dnn;
+mod bench_logreg;
 mod checkpoint;
 mod cli;
 mod cluster;

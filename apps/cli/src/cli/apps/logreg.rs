@@ -1,14 +1,17 @@
-//! `iterstore run logreg`: logistic regression's options and its row of the demo.
+//! `iterstore run logreg`: logistic regression's options, its workload of `iterstore
+//! bench` (L-BFGS with the run's defaults against its limit and scikit-learn) and its row
+//! of the demo.
 
 use std::path::PathBuf;
 
-use anyhow::{anyhow, Result};
+use anyhow::{anyhow, bail, Result};
 use clap::Args;
 use iterstore_apps::logreg::{LogRegParams, Solver};
 use iterstore_apps::{App, AppConfig, Input, LogReg, RunReport};
+use iterstore_bench::Workload;
 
-use super::CliApp;
-use crate::cli::{at_least_one, RunOptions};
+use super::{check_benched, CliApp};
+use crate::cli::{at_least_one, BenchArgs, RunOptions};
 
 /// Options of `iterstore run logreg`.
 #[derive(Debug, Args)]
@@ -73,6 +76,40 @@ impl CliApp for LogReg {
         };
         LogReg::validate(&params)?;
         Ok(params)
+    }
+
+    fn bench_input(args: &BenchArgs) -> Option<&PathBuf> {
+        args.logreg_data.as_ref()
+    }
+
+    fn check_bench(args: &BenchArgs, benched: bool) -> Result<()> {
+        if let Some(path) = &args.logreg_data {
+            check_benched("--logreg-data", true, LogReg::NAME, benched)?;
+            if !path.exists() {
+                bail!(
+                    "--logreg-data {}: no such file or directory (it names a Fashion-MNIST \
+                     directory, tools/fetch-data fashion-mnist, or an svmlight file)",
+                    path.display()
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// `iterstore run logreg`'s defaults (Sandblaster L-BFGS, λ = 1e-4, a history of
+    /// 20); the peer reads the directory or file the samples were read from (generated
+    /// images are written into its work directory).
+    fn bench_workload(_args: &BenchArgs, input: &Input) -> Result<Workload> {
+        let params = LogRegParams::default();
+        let data = LogReg::load(input, &params)?;
+        Ok(Workload::LogReg {
+            data,
+            params,
+            source: match input {
+                Input::File(path) => Some(path.clone()),
+                Input::Synthetic(_) => None,
+            },
+        })
     }
 
     fn demo_columns(r: &RunReport) -> (String, String) {
