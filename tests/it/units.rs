@@ -202,9 +202,21 @@ fn a_backup_goes_to_another_process_once_per_unit() {
         let o = got[0][0].as_ref().expect("worker 0 coordinates");
         assert_eq!(sum_bits(o), reference(3));
         let started = started.lock().unwrap().clone();
-        let slow = started.iter().find(|(w, _)| *w == 2).expect("worker 2 ran a unit").1;
-        let runners: Vec<usize> = started.iter().filter(|(_, u)| *u == slow).map(|p| p.0).collect();
-        assert_eq!(runners.len(), 2, "one backup of the straggler's unit: {started:?}");
+        let slow = started
+            .iter()
+            .find(|(w, _)| *w == 2)
+            .expect("worker 2 ran a unit")
+            .1;
+        let runners: Vec<usize> = started
+            .iter()
+            .filter(|(_, u)| *u == slow)
+            .map(|p| p.0)
+            .collect();
+        assert_eq!(
+            runners.len(),
+            2,
+            "one backup of the straggler's unit: {started:?}"
+        );
         assert!(runners.contains(&1) && !runners.contains(&3), "{started:?}");
         assert_eq!(o.report.abandoned[2], 1);
     });
