@@ -350,3 +350,70 @@ fn a_resume_with_other_data_of_the_same_shape_is_refused() {
     let out = run(&a, "4", &["--resume", ck_s]);
     assert!(out.status.success(), "{}", stderr(&out));
 }
+
+/// `run logreg` on svmlight files: trains and writes one model line per class; a test
+/// file with a label the training file lacks, or a feature beyond its features, and
+/// `--test` with a Fashion-MNIST directory or generated data, are refused naming the file
+/// or the flag.
+#[test]
+fn logreg_takes_svmlight_files_and_refuses_a_test_file_that_does_not_match() {
+    let dir = scratch("hostile-logreg");
+    let path = |n: &str| dir.join(n).to_str().unwrap().to_string();
+    let train = path("train.svm");
+    let mut text = String::new();
+    for i in 0..60 {
+        let v = i % 3;
+        if i % 2 == 0 {
+            text.push_str(&format!("-1 1:{v}.5 2:0.25\n"));
+        } else {
+            text.push_str(&format!("1 2:0.25 3:{v}.5\n"));
+        }
+    }
+    std::fs::write(&train, &text).unwrap();
+    let test = path("test.svm");
+    std::fs::write(&test, "1 3:1.5\n-1 1:2\n").unwrap();
+    let model = path("model.txt");
+    let out = iterstore(&[
+        "run", "logreg", "--data", &train, "--test", &test, "--iters", "5", "--output", &model,
+        "-q",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let lines = std::fs::read_to_string(&model).unwrap();
+    let labels: Vec<&str> = lines
+        .lines()
+        .map(|l| l.split(' ').next().unwrap())
+        .collect();
+    assert_eq!(labels, ["-1", "1"], "{lines}");
+    assert!(
+        lines.lines().all(|l| l.split(' ').count() == 1 + 4),
+        "{lines}"
+    );
+
+    let foreign = path("foreign.svm");
+    std::fs::write(&foreign, "1 3:1.5\n7 1:2\n").unwrap();
+    refused(
+        &["run", "logreg", "--data", &train, "--test", &foreign, "-q"],
+        1,
+        &["foreign.svm", "label 7"],
+    );
+    let wide = path("wide.svm");
+    std::fs::write(&wide, "1 3:1.5\n-1 9:2\n").unwrap();
+    refused(
+        &["run", "logreg", "--data", &train, "--test", &wide, "-q"],
+        1,
+        &["wide.svm:2"],
+    );
+    refused(
+        &[
+            "run",
+            "logreg",
+            "--synthetic",
+            "tiny",
+            "--test",
+            &test,
+            "-q",
+        ],
+        1,
+        &["--test"],
+    );
+}
