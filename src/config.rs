@@ -6,6 +6,7 @@ use crate::consistency::Staleness;
 use crate::error::{Error, Result};
 use crate::membership::Membership;
 use crate::numa::WorkerPlacement;
+use crate::pinning::Pinning;
 use crate::topology::Topology;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -70,11 +71,12 @@ pub struct Specializations {
     /// One pre-built refresh request per shard per clock, answered in first-use-ordered
     /// chunks. Off: the arena is refreshed chunk by chunk on demand.
     pub prefetch_batching: bool,
-    /// NUMA placement: worker threads are pinned to cores of the [`Config::topology`]
-    /// (packed or spread over zones: [`Config::worker_placement`]) and each planned row's
-    /// memory is placed in the zone of the workers that use it most. Binding happens only
-    /// when the topology is this machine's. Off: threads float and memory lands wherever
-    /// it is first touched.
+    /// NUMA placement: worker threads are placed on cores of the [`Config::topology`]
+    /// (packed or spread over zones: [`Config::worker_placement`]) and bound to their
+    /// zone's CPUs or their core's ([`Config::pinning`]), and each planned row's memory is
+    /// placed in the zone of the workers that use it most. Binding happens only when the
+    /// topology is this machine's. Off: threads float and memory lands wherever it is
+    /// first touched.
     pub numa: bool,
     /// Locality placement, in a cluster of several processes: each row the virtual
     /// iteration saw lives on a shard of the process whose workers access it most (ties
@@ -141,6 +143,10 @@ pub struct Config {
     pub topology: Option<Topology>,
     /// How worker threads are spread over the topology's zones.
     pub worker_placement: WorkerPlacement,
+    /// How worker threads are bound to the CPUs of their placement (default
+    /// [`Pinning::Zones`]: anywhere in their zone, and not bound on a machine of one
+    /// zone).
+    pub pinning: Pinning,
     /// How this process joins a cluster of processes over TCP; `None`: a one-process
     /// cluster. Every process of a cluster must have the same `workers`, `shards`,
     /// `staleness` and `mode` (checked when they connect).
@@ -232,6 +238,7 @@ impl Default for Config {
             tape_budget: None,
             topology: None,
             worker_placement: WorkerPlacement::Packed,
+            pinning: Pinning::Zones,
             membership: None,
             placement_imbalance: 1.2,
             message_timeout: MESSAGE_TIMEOUT,
@@ -305,6 +312,13 @@ impl Config {
     #[must_use = "a builder returns the changed settings"]
     pub fn with_topology(mut self, topology: Topology) -> Self {
         self.topology = Some(topology);
+        self
+    }
+
+    /// Sets [`Config::pinning`].
+    #[must_use = "a builder returns the changed settings"]
+    pub fn with_pinning(mut self, pinning: Pinning) -> Self {
+        self.pinning = pinning;
         self
     }
 

@@ -114,6 +114,7 @@ mod membership;
 mod msg;
 mod net;
 mod numa;
+mod pinning;
 mod placement;
 mod plan;
 mod pool;
@@ -195,5 +196,6 @@ pub mod stats {
 /// workers are placed on it ([`Config::with_topology`], `Config::worker_placement`).
 pub mod machine {
     pub use crate::numa::WorkerPlacement;
+    pub use crate::pinning::Pinning;
     pub use crate::topology::{Core, Topology, TopologySource, Zone};
 }

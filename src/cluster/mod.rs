@@ -50,6 +50,7 @@ use crate::gather::AccessPattern;
 use crate::ids::Clock;
 use crate::msg::ToShard;
 use crate::numa::{NumaPlan, ThreadZones, WorkerPlace};
+use crate::pinning::Pinning;
 use crate::pool::WorkerPool;
 use crate::table::Registry;
 use crate::topology::{bind::MemBinder, Topology};
@@ -152,10 +153,15 @@ struct Machine {
     numa_on: bool,
     /// Where each worker thread is planned to run.
     places: Vec<WorkerPlace>,
+    /// Per worker: the CPUs its thread is bound to when `bound` (its core's or its
+    /// zone's, as `pinning` says).
+    bound_cpus: Vec<Vec<u32>>,
     /// Each worker thread's CPU affinity, read back after pinning.
     worker_cpus: Vec<Vec<u32>>,
     /// Whether the threads were bound.
     bound: bool,
+    /// How workers are bound when they are.
+    pinning: Pinning,
     /// Zones of the shard threads and the communication thread.
     thread_zones: ThreadZones,
     /// Binds the process arena's chunks to their zones (when threads are bound).

@@ -21,6 +21,7 @@ use crate::ids::ProcessId;
 use crate::membership::{Membership, SHUTDOWN_TIMEOUT};
 use crate::net::NetConfig;
 use crate::numa::{self, WorkerPlace};
+use crate::pinning;
 use crate::pool::WorkerPool;
 use crate::server;
 use crate::table::Registry;
@@ -310,12 +311,16 @@ impl Cluster {
         let places: Vec<WorkerPlace> =
             numa::place_workers(&topology, skip + config.workers, config.worker_placement)
                 .split_off(skip);
-        // Binding on a topology other than this machine's would silently do nothing.
-        let bound = binding != Binding::Never && numa_on && topology.is_this_machine();
-        let pus: Vec<Vec<u32>> = places.iter().map(|p| p.pus.clone()).collect();
+        // Binding on a topology other than this machine's would silently do nothing; on
+        // one zone, pinning to zones binds nothing (the zone is every CPU).
+        let bound = binding != Binding::Never
+            && numa_on
+            && topology.is_this_machine()
+            && config.pinning.binds(&topology);
+        let bound_cpus = pinning::bound_cpus(&topology, &places, config.pinning);
         // First, so that a failure here leaves no other thread behind.
         let mut pool = WorkerPool::start(config.workers, config.yield_waits)?;
-        let worker_cpus = pool.pin(bound.then_some(pus.as_slice()))?;
+        let worker_cpus = pool.pin(bound.then_some(bound_cpus.as_slice()))?;
         // Shard and communication threads go to zones the workers use, fixed now.
         let thread_zones = numa::thread_zones(&places, config.shards);
         let zone_pus = |z: usize| bound.then(|| topology.zones()[z].pus());
@@ -376,8 +381,10 @@ impl Cluster {
                 topology,
                 numa_on,
                 places,
+                bound_cpus,
                 worker_cpus,
                 bound,
+                pinning: config.pinning,
                 thread_zones,
                 // With one zone there is nowhere else for memory to go, and binding the
                 // arena there measurably slowed BSP runs (MF on MovieLens-100K, 2 workers:

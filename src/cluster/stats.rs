@@ -10,6 +10,7 @@
 
 use super::Cluster;
 use crate::gather::AccessPattern;
+use crate::pinning::Pinning;
 use crate::sync::lock;
 use crate::topology::TopologySource;
 use crate::transport::KindTraffic;
@@ -148,13 +149,17 @@ pub struct NumaReport {
     pub topology: String,
     /// Zones (NUMA nodes) of the topology.
     pub zones: usize,
-    /// Whether threads were really bound (only on this machine's own topology).
+    /// Whether threads were really bound: only on this machine's own topology, and with
+    /// [`Pinning::Zones`] only when it has several zones.
     pub bound: bool,
+    /// How workers are bound when they are: to their zone's CPUs or their core's.
+    pub pinning: Pinning,
     /// Per worker: the core it is planned on (global index, topology order).
     pub worker_cores: Vec<usize>,
     /// Per worker: the zone it is planned in.
     pub worker_zones: Vec<usize>,
-    /// Per worker: the CPUs (processing units, by OS index) of its planned core.
+    /// Per worker: the CPUs (processing units, by OS index) it is bound to when `bound`:
+    /// its planned core's, or with [`Pinning::Zones`] every CPU of its planned zone.
     pub planned_cpus: Vec<Vec<u32>>,
     /// Per worker: the CPUs its thread may run on, read back from the kernel
     /// (`sched_getaffinity`): `planned_cpus` when bound.
@@ -360,9 +365,10 @@ impl Cluster {
             topology,
             zones: self.machine.topology.zones().len(),
             bound: self.machine.bound,
+            pinning: self.machine.pinning,
             worker_cores: self.machine.places.iter().map(|p| p.core).collect(),
             worker_zones: self.machine.places.iter().map(|p| p.zone).collect(),
-            planned_cpus: self.machine.places.iter().map(|p| p.pus.clone()).collect(),
+            planned_cpus: self.machine.bound_cpus.clone(),
             worker_cpus: self.machine.worker_cpus.clone(),
             bytes_per_zone: plan.map_or_else(Vec::new, |p| p.bytes_per_zone.clone()),
             shard_zones: self.machine.thread_zones.shards.clone(),

@@ -1,21 +1,25 @@
 //! NUMA placement through the public API: worker threads pinned to the cores the plan
-//! names on this machine (read back from the kernel), nothing bound on a synthetic
-//! topology, and a plan whose expected remote accesses are a fraction of hash placement
+//! names on this machine (read back from the kernel) or, by default, to their zone's CPUs
+//! (on one zone: not at all), nothing bound on a synthetic topology, and a plan whose expected remote accesses are a fraction of hash placement
 //! with unpinned threads.
 
 use crate::util::within;
-use iterstore::machine::{Topology, WorkerPlacement};
+use iterstore::machine::{Pinning, Topology, WorkerPlacement};
 use iterstore::{Cluster, Config, Mode, Specializations};
 
-/// On this machine's own topology the workers are bound to their planned cores, from the
-/// start and in every run.
+/// With `Pinning::Cores`, on this machine's own topology the workers are bound to their
+/// planned cores, from the start and in every run.
 #[test]
 fn workers_run_on_the_cores_the_plan_names() {
     within(30, || {
         let topology = Topology::detect();
-        let mut cluster = Cluster::start(Config::new(2).with_mode(Mode::Virtual)).unwrap();
+        let config = Config::new(2)
+            .with_mode(Mode::Virtual)
+            .with_pinning(Pinning::Cores);
+        let mut cluster = Cluster::start(config).unwrap();
         let numa = cluster.numa().expect("numa applies in virtual mode");
         assert_eq!(numa.zones, topology.zones().len());
+        assert_eq!(numa.pinning, Pinning::Cores);
         assert_eq!(numa.bound, topology.is_this_machine(), "{numa:?}");
         if numa.bound {
             assert_eq!(numa.worker_cpus, numa.planned_cpus, "{numa:?}");
@@ -37,6 +41,57 @@ fn workers_run_on_the_cores_the_plan_names() {
         assert!(numa.worker_zones.contains(&numa.comm_zone));
         assert_eq!(numa.arena_bound_bytes, 0, "no arena yet");
     });
+}
+
+/// By default (`Pinning::Zones`) a worker may run on any CPU of its zone: on a machine of
+/// one zone nothing is bound, and each worker keeps the whole process's CPUs (so another
+/// job on a core costs what it costs an unpinned program); with several zones each
+/// worker is bound to its zone's CPUs.
+#[test]
+fn by_default_workers_are_bound_to_their_zone_and_not_at_all_on_one_zone() {
+    within(30, || {
+        let topology = Topology::detect();
+        let process_cpus = process_affinity();
+        let mut cluster = Cluster::start(Config::new(2).with_mode(Mode::Virtual)).unwrap();
+        let numa = cluster.numa().expect("numa applies in virtual mode");
+        assert_eq!(numa.pinning, Pinning::Zones);
+        let zones = topology.zones();
+        assert_eq!(
+            numa.bound,
+            topology.is_this_machine() && zones.len() > 1,
+            "{numa:?}"
+        );
+        for (w, cpus) in numa.planned_cpus.iter().enumerate() {
+            assert_eq!(cpus, &zones[numa.worker_zones[w]].pus(), "worker {w}");
+        }
+        if numa.bound {
+            assert_eq!(numa.worker_cpus, numa.planned_cpus, "{numa:?}");
+        } else {
+            for cpus in &numa.worker_cpus {
+                assert_eq!(cpus, &process_cpus, "an unbound worker keeps every CPU");
+            }
+            let seen = cluster
+                .run(|_| Ok(std::thread::available_parallelism().unwrap().get()))
+                .unwrap();
+            assert_eq!(seen, vec![process_cpus.len(); 2], "{numa:?}");
+        }
+    });
+}
+
+/// The CPUs this process may run on, as the kernel says.
+fn process_affinity() -> Vec<u32> {
+    // SAFETY: `set` is a plain bitmask owned here; `sched_getaffinity(0, ..)` writes at
+    // most `size_of::<cpu_set_t>()` bytes into it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        assert_eq!(
+            libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set),
+            0
+        );
+        (0..libc::CPU_SETSIZE as u32)
+            .filter(|&c| libc::CPU_ISSET(c as usize, &set))
+            .collect()
+    }
 }
 
 /// Generic mode and the `numa` switch turned off leave threads alone.

@@ -42,7 +42,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "world",
         ],
     ),
-    ("plan", &["topology", "plan", "numa"]),
+    ("plan", &["topology", "plan", "numa", "pinning"]),
     (
         "protocol",
         &["msg", "net", "transport", "rows_part", "checkpoint"],

@@ -78,7 +78,7 @@ pub use report::{
 };
 
 use iterstore::deploy::Membership;
-use iterstore::machine::{Topology, WorkerPlacement};
+use iterstore::machine::{Pinning, Topology, WorkerPlacement};
 use iterstore::{Cluster, Config, Element, Mode, Specializations, Staleness, Worker};
 use std::path::PathBuf;
 use std::time::Instant;
@@ -105,6 +105,8 @@ pub struct AppConfig {
     pub topology: Option<Topology>,
     /// How worker threads are spread over the topology's zones.
     pub worker_placement: WorkerPlacement,
+    /// How worker threads are bound to CPUs ([`iterstore::Config::pinning`]).
+    pub pinning: Pinning,
     /// The cluster of processes this one joins (`None`: one process). Every process loads
     /// the whole input and works on its workers' partitions, so P processes of `workers`
     /// workers compute what one process of `P * workers` computes.
@@ -142,6 +144,7 @@ impl Default for AppConfig {
             specializations: Specializations::ALL,
             topology: None,
             worker_placement: WorkerPlacement::Packed,
+            pinning: Pinning::Zones,
             membership: None,
             checkpoint: None,
             resume: None,
@@ -178,6 +181,7 @@ impl AppConfig {
             .with_specializations(self.specializations);
         config.topology = self.topology.clone();
         config.worker_placement = self.worker_placement;
+        config.pinning = self.pinning;
         config.membership = self.membership.clone();
         config.message_timeout = self.message_timeout;
         config.yield_waits = self.yield_waits;

@@ -16,6 +16,7 @@
 
 use std::collections::BTreeMap;
 
+use iterstore::machine::Pinning;
 use iterstore::stats::{AccessPattern, KindTraffic, NumaReport, SpecialMemory};
 use iterstore::{Cluster, Staleness};
 use serde::{Serialize, Serializer};
@@ -658,10 +659,13 @@ impl RunReport {
             ab = n.arena_bound_bytes as f64 / 1e6,
             topology = n.topology,
             zones = n.zones,
-            bound = if n.bound {
-                "threads bound"
-            } else {
-                "plan only, nothing bound"
+            bound = match (n.bound, n.pinning) {
+                (true, Pinning::Cores) => "each worker bound to its core",
+                (true, _) => "each worker bound to its zone's CPUs",
+                (false, Pinning::Zones) if n.zones == 1 => {
+                    "one zone: threads not bound (--pin cores binds workers to cores)"
+                }
+                (false, _) => "plan only, nothing bound",
             },
             cores = n.worker_cores,
             wz = n.worker_zones,

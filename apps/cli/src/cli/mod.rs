@@ -24,7 +24,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::{ArgAction, Args, Parser, Subcommand};
-use iterstore::machine::WorkerPlacement;
+use iterstore::machine::{Pinning, WorkerPlacement};
 use iterstore::{Mode, SlabStores, Staleness};
 use iterstore_algo::lda::SamplerKind;
 use iterstore_apps::pagerank::GraphPartition;
@@ -402,8 +402,8 @@ pub struct RunOptions {
     /// Staleness bound: 0 (BSP), a positive integer (SSP) or async.
     #[arg(long, default_value = "0", value_parser = parse_staleness)]
     pub staleness: Staleness,
-    /// NUMA placement in specialized modes: pin workers to cores and place rows in the
-    /// zone of the workers that use them most.
+    /// NUMA placement in specialized modes: place workers on cores, bind them (--pin)
+    /// and place rows in the zone of the workers that use them most.
     #[arg(long, default_value = "on", value_parser = parse_on_off, value_name = "on|off", action = ArgAction::Set)]
     pub numa: bool,
     /// Waiting threads yield their core for a moment before they sleep (faster short
@@ -423,6 +423,11 @@ pub struct RunOptions {
     /// How workers are spread over NUMA zones: packed (fill a zone first) or spread.
     #[arg(long, default_value = "packed", value_parser = parse_placement)]
     pub placement: WorkerPlacement,
+    /// How --numa on binds workers: zones (any CPU of the worker's zone; nothing bound on
+    /// a machine of one zone, so another job costs what it costs an unpinned program) or
+    /// cores (each worker on its own core, for a machine the run has to itself).
+    #[arg(long, default_value = "zones", value_name = "zones|cores", value_parser = parse_pinning)]
+    pub pin: Pinning,
     /// Write the run report as JSON to FILE.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
@@ -609,6 +614,10 @@ pub(crate) fn parse_on_off(s: &str) -> Result<bool, String> {
 }
 
 pub(crate) fn parse_placement(s: &str) -> Result<WorkerPlacement, String> {
+    s.parse()
+}
+
+pub(crate) fn parse_pinning(s: &str) -> Result<Pinning, String> {
     s.parse()
 }
 

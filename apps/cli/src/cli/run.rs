@@ -202,6 +202,7 @@ pub(crate) fn app_config(
         specializations,
         topology,
         worker_placement: run.placement,
+        pinning: run.pin,
         membership: membership(cluster)?,
         checkpoint: checkpoint_config(cluster)?,
         resume: resume_dir(cluster)?,

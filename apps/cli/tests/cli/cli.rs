@@ -328,6 +328,38 @@ fn demo_runs_every_app_and_its_commands_reproduce_it() {
     }
 }
 
+/// On this machine, `--pin zones` (the default) binds workers to their zone's CPUs, which
+/// on a machine of one zone is nothing at all, and says so; `--pin cores` binds each
+/// worker to its core; a pinning of another name is refused.
+#[test]
+fn pin_says_how_workers_are_bound_and_the_numa_line_tells() {
+    let dir = scratch("cli-pin");
+    let json = dir.join("run.json");
+    let one_zone = iterstore::machine::Topology::detect().zones().len() == 1;
+    for (pin, line, bound) in [
+        (None, "one zone: threads not bound", !one_zone),
+        (Some("cores"), "each worker bound to its core", true),
+    ] {
+        let mut args = vec!["run", "mf", "--synthetic", "tiny", "--iters", "1"];
+        args.extend(["--json", json.to_str().unwrap()]);
+        if let Some(pin) = pin {
+            args.extend(["--pin", pin]);
+        }
+        let out = iterstore(&args);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        if one_zone || pin.is_some() {
+            assert!(stdout.contains(line), "{pin:?}: {stdout}");
+        }
+        let numa = &json_file(&json)["numa"];
+        assert_eq!(numa["pinning"], pin.unwrap_or("zones"), "{numa}");
+        assert_eq!(numa["bound"], bound, "{numa}");
+    }
+    let out = iterstore(&["run", "mf", "--synthetic", "tiny", "--pin", "core"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("'core'"), "{}", stderr(&out));
+}
+
 /// `--topology` plans the NUMA placement for a synthetic machine and reports it (nothing
 /// bound); `--numa off` leaves it out; a bad description or a generic run is rejected
 /// before any data is read.
