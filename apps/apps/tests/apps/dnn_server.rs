@@ -11,7 +11,7 @@ use iterstore::{Mode, Staleness};
 use iterstore_algo::dnn::mlp::reference;
 use iterstore_algo::dnn::{DnnConfig, Mlp, Partitioning, ServerRule};
 use iterstore_apps::dnn::{run, run_in, run_partitioned_observed};
-use iterstore_apps::{AppConfig, CheckpointConfig};
+use iterstore_apps::AppConfig;
 use iterstore_data::{ImageSet, ImageSpec};
 
 use crate::dnn_checks::{losses, on_processes, processes_agree, split, NetApp};
@@ -144,17 +144,6 @@ fn what_is_not_supported_yet_is_refused_by_name() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("keep no velocity"), "{e}");
-    let dir = std::env::temp_dir().join(format!("dnn-rule-{}", std::process::id()));
-    let cfg = AppConfig {
-        checkpoint: Some(CheckpointConfig {
-            dir: dir.clone(),
-            every: 1,
-        }),
-        ..bsp(Mode::Generic, 1, 2)
-    };
-    let e = run(&cfg, &p, &data).unwrap_err().to_string();
-    let _ = std::fs::remove_dir_all(&dir);
-    assert!(e.contains("server-side rule"), "{e}");
 }
 
 #[test]
