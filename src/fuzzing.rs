@@ -10,9 +10,6 @@
 //! change in any release. It knows the wire formats only through the functions it
 //! drives, and nothing of clusters, shards or workers.
 
-use crate::buf::AlignedBuf;
-use crate::element::ElemType;
-use crate::ids::RowKey;
 use crate::msg::{Envelope, ToClient, ToShard, WantedChunks};
 use crate::net::{
     frame::control_frame, frame::decode_data, frame::encode_data, frame::Frame,
@@ -21,7 +18,9 @@ use crate::net::{
     handshake::HELLO_LEN, handshake::PROOF_LEN, seal::test_key, seal::Opener, seal::Sealer,
     seal::TAG_LEN,
 };
-use crate::table::TableMeta;
+use input::Input;
+
+mod input;
 
 /// The body cap the frame targets decode under unless the input picks a smaller one.
 pub const MAX_FRAME: usize = 64 * 1024;
@@ -31,130 +30,6 @@ const CAPS: [usize; 6] = [0, 1, 16, 300, 4096, MAX_FRAME];
 
 /// Chunk sizes a target may pick to split a stream (`usize::MAX`: all at once).
 const CHUNKS: [usize; 8] = [1, 2, 3, 5, 8, 13, 64, usize::MAX];
-
-/// Reads fuzz input front to back; past its end every read gives zeros (or nothing).
-struct Input<'a>(&'a [u8]);
-
-impl<'a> Input<'a> {
-    fn u8(&mut self) -> u8 {
-        match self.0.split_first() {
-            Some((&b, rest)) => {
-                self.0 = rest;
-                b
-            }
-            None => 0,
-        }
-    }
-
-    fn u32(&mut self) -> u32 {
-        u32::from_le_bytes([self.u8(), self.u8(), self.u8(), self.u8()])
-    }
-
-    fn u64(&mut self) -> u64 {
-        u64::from(self.u32()) | (u64::from(self.u32()) << 32)
-    }
-
-    /// Up to `n` bytes (fewer at the end of the input).
-    fn take(&mut self, n: usize) -> &'a [u8] {
-        let (head, rest) = self.0.split_at(n.min(self.0.len()));
-        self.0 = rest;
-        head
-    }
-
-    /// A byte string of up to 255 bytes, its length read first.
-    fn bytes(&mut self) -> &'a [u8] {
-        let n = usize::from(self.u8());
-        self.take(n)
-    }
-
-    /// A count of up to 7 items.
-    fn count(&mut self) -> usize {
-        usize::from(self.u8() % 8)
-    }
-
-    fn string(&mut self) -> String {
-        String::from_utf8_lossy(self.bytes()).into_owned()
-    }
-
-    fn buf(&mut self) -> AlignedBuf {
-        AlignedBuf::from_bytes(self.bytes())
-    }
-
-    fn key(&mut self) -> RowKey {
-        RowKey::new(self.u32(), self.u64())
-    }
-
-    fn u32s(&mut self) -> Vec<u32> {
-        (0..self.count()).map(|_| self.u32()).collect()
-    }
-
-    fn opt_u32s(&mut self) -> Option<Vec<u32>> {
-        (self.u8() & 1 == 1).then(|| self.u32s())
-    }
-
-    fn rows(&mut self) -> Vec<(RowKey, AlignedBuf)> {
-        (0..self.count())
-            .map(|_| (self.key(), self.buf()))
-            .collect()
-    }
-
-    fn meta(&mut self) -> TableMeta {
-        TableMeta {
-            id: self.u32(),
-            name: self.string(),
-            width: self.u64() as usize,
-            elem: self.elem(),
-            rows: self.row_count(),
-            rule: self.rule(),
-        }
-    }
-
-    fn row_count(&mut self) -> Option<u64> {
-        (self.u8() & 1 == 1).then(|| self.u64())
-    }
-
-    fn rule(&mut self) -> crate::rule::Rule {
-        use crate::rule::Rule;
-        let kind = self.u8() % 6;
-        let mut f = || f64::from_bits(self.u64());
-        match kind {
-            0 => Rule::Sum,
-            1 => Rule::Sgd { lr: f() },
-            2 => Rule::Momentum {
-                lr: f(),
-                momentum: f(),
-            },
-            3 => Rule::AdaGrad {
-                lr: f(),
-                eps: f(),
-                initial: f(),
-            },
-            4 => Rule::RmsProp {
-                lr: f(),
-                decay: f(),
-                eps: f(),
-            },
-            _ => Rule::Adam {
-                lr: f(),
-                beta1: f(),
-                beta2: f(),
-                eps: f(),
-            },
-        }
-    }
-
-    fn elem(&mut self) -> ElemType {
-        [ElemType::F32, ElemType::F64, ElemType::I32, ElemType::I64][usize::from(self.u8() % 4)]
-    }
-
-    fn pick<T: Copy>(&mut self, choices: &[T]) -> T {
-        choices[usize::from(self.u8()) % choices.len()]
-    }
-
-    fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-}
 
 /// An envelope of every kind of message, with field values taken from `inp`: a byte
 /// (unused: the kind decides the direction; read so that the corpus inputs keep their
@@ -270,6 +145,7 @@ fn envelope(inp: &mut Input<'_>) -> Envelope {
         20 => shard(ToShard::Adopt {
             shard: inp.u32(),
             rows: inp.rows(),
+            states: inp.states(),
         }),
         21 => client(ToClient::Migrated { shard: inp.u32() }),
         22 => shard(ToShard::Checkpoint {
@@ -281,6 +157,7 @@ fn envelope(inp: &mut Input<'_>) -> Envelope {
             from: inp.u32(),
             clock: inp.u64(),
             rows: inp.rows(),
+            states: inp.states(),
             last: inp.u8() & 1 == 1,
         }),
         24 => client(ToClient::Checkpointed {

@@ -38,6 +38,21 @@ pub struct Outer {
     pub right: AlignedBuf,
 }
 
+/// One row's update-rule state (a row of a table whose [`Rule`](crate::Rule) is not a
+/// sum), as a checkpoint or a migration carries it with the row: the steps the row has
+/// taken and the rule's state elements ([`Rule::state_per_element`](crate::Rule::state_per_element)
+/// × the table's width, of its element type: velocity, accumulators, moments).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RuleState {
+    /// Steps taken so far (Adam's bias correction and AdaGrad's first step depend on it).
+    pub steps: u64,
+    /// The state's elements, raw little-endian bytes.
+    pub state: AlignedBuf,
+}
+
+/// Rule states of rows, each with its row's key.
+pub type RuleStates = Vec<(RowKey, RuleState)>;
+
 /// A shard's answer to a checkpoint ([`ToClient::Checkpointed`]): its part's manifest entry
 /// `(name, size, SHA-256)`, or why it could not write it.
 pub type ShardPart = Result<(String, u64, String), String>;
@@ -237,6 +252,9 @@ pub enum ToShard {
         clock: Clock,
         /// The rows, with their values.
         rows: Vec<(RowKey, AlignedBuf)>,
+        /// The update-rule states of rows of tables with a rule (a row may have one
+        /// without a value: a row stepped back to zeros).
+        states: RuleStates,
         /// Whether this is the process's last `Restore` to this shard.
         last: bool,
     },
@@ -297,6 +315,8 @@ pub enum ToShard {
         shard: ShardId,
         /// The rows.
         rows: Vec<(RowKey, AlignedBuf)>,
+        /// The update-rule states of the rows of tables with a rule that move.
+        states: RuleStates,
     },
 }
 

@@ -123,7 +123,8 @@ impl Rule {
         }
     }
 
-    fn params(&self) -> Vec<f64> {
+    /// The rule's parameters, in the order [`Display`](std::fmt::Display) names them.
+    pub(crate) fn params(&self) -> Vec<f64> {
         match *self {
             Rule::Sum => vec![],
             Rule::Sgd { lr } => vec![lr],
@@ -137,6 +138,27 @@ impl Rule {
                 eps,
             } => vec![lr, beta1, beta2, eps],
         }
+    }
+
+    /// The rule of kind `kind` (a [`kind`](Self::kind) name) with parameters `params`, in
+    /// the order [`params`](Self::params) gives them; `None` if `kind` names no rule or
+    /// `params` are not as many as it has. The parameters are not [`check`](Self::check)ed.
+    pub(crate) fn from_params(kind: &str, params: &[f64]) -> Option<Rule> {
+        let rule = match (kind, params) {
+            ("sum", []) => Rule::Sum,
+            ("sgd", &[lr]) => Rule::Sgd { lr },
+            ("momentum", &[lr, momentum]) => Rule::Momentum { lr, momentum },
+            ("adagrad", &[lr, eps, initial]) => Rule::AdaGrad { lr, eps, initial },
+            ("rmsprop", &[lr, decay, eps]) => Rule::RmsProp { lr, decay, eps },
+            ("adam", &[lr, beta1, beta2, eps]) => Rule::Adam {
+                lr,
+                beta1,
+                beta2,
+                eps,
+            },
+            _ => return None,
+        };
+        Some(rule)
     }
 
     fn param_names(&self) -> &'static [&'static str] {
@@ -373,5 +395,38 @@ mod tests {
         adagrad.step(&mut w, &[0.3], &mut s, 1);
         assert_eq!(s, [0.1 + 0.3 * 0.3], "the accumulator starts at initial");
         assert_ne!(Rule::Sgd { lr: 0.1 }, Rule::Sgd { lr: 0.2 });
+    }
+
+    #[test]
+    fn a_rule_comes_back_from_its_kind_and_parameters() {
+        let rules = [
+            Rule::Sum,
+            Rule::Sgd { lr: 0.1 },
+            Rule::Momentum {
+                lr: 0.1,
+                momentum: 0.9,
+            },
+            Rule::AdaGrad {
+                lr: 0.1,
+                eps: 1e-8,
+                initial: 0.1,
+            },
+            Rule::RmsProp {
+                lr: 0.1,
+                decay: 0.9,
+                eps: 1e-8,
+            },
+            Rule::Adam {
+                lr: 0.1,
+                beta1: 0.9,
+                beta2: 0.999,
+                eps: 1e-8,
+            },
+        ];
+        for rule in rules {
+            assert_eq!(Rule::from_params(rule.kind(), &rule.params()), Some(rule));
+        }
+        assert_eq!(Rule::from_params("sgd", &[]), None);
+        assert_eq!(Rule::from_params("lion", &[0.1]), None);
     }
 }

@@ -37,6 +37,12 @@ impl TableMeta {
     pub fn row_bytes(&self) -> usize {
         self.width * self.elem.size()
     }
+
+    /// Bytes of update-rule state per row (the state a checkpoint or a migration carries
+    /// with the row), or `None` if its rule is a sum (its rows keep no state).
+    pub fn state_bytes(&self) -> Option<usize> {
+        (!self.rule.is_sum()).then(|| self.row_bytes() * self.rule.state_per_element())
+    }
 }
 
 /// A typed handle to a table, obtained from [`Cluster::create_table`] or

@@ -1,9 +1,13 @@
 //! [`Manifest`]: the `MANIFEST.json` of a checkpoint — format and version, clock, the
 //! run's [`Meta`], and every part with its size and SHA-256 — and its strict parsing.
 //!
+//! Version 2 adds each table's update rule ([`Meta`]); a version 1 manifest (written
+//! before checkpoints held rule state, when every table summed) is still read.
+//!
 //! Parsing trusts nothing: unknown fields, trailing bytes, a wrong format tag, a part
-//! name that is not a plain file name, a duplicate part or a malformed checksum are all
-//! refused with the reason. Checking the parts against the disk is the reader's job.
+//! name that is not a plain file name, a duplicate part, a malformed checksum or a rule
+//! out of its range are all refused with the reason. Checking the parts against the disk
+//! is the reader's job.
 
 use super::layout::check_part_name;
 use super::{CheckpointError, Meta};
@@ -16,8 +20,8 @@ use std::path::Path;
 /// The `format` tag every manifest carries.
 pub(crate) const FORMAT: &str = "iterstore-checkpoint";
 
-/// The manifest version this build writes and reads.
-pub(crate) const VERSION: u32 = 1;
+/// The manifest version this build writes; it reads every version from 1 to this one.
+pub(crate) const VERSION: u32 = 2;
 
 /// Largest manifest read, in bytes (it lists file names and checksums, not data).
 pub(crate) const MAX_MANIFEST_BYTES: u64 = 16 << 20;
@@ -91,7 +95,7 @@ impl Manifest {
                 header.format
             )));
         }
-        if header.version != VERSION {
+        if !(1..=VERSION).contains(&header.version) {
             return Err(CheckpointError::Version {
                 path: path.to_path_buf(),
                 found: header.version,
@@ -100,6 +104,11 @@ impl Manifest {
         }
         let manifest: Manifest =
             serde_json::from_slice(bytes).map_err(|e| corrupt(e.to_string()))?;
+        for t in &manifest.meta.tables {
+            if let Err(reason) = t.rule.check(t.elem) {
+                return Err(corrupt(format!("table {}: {reason}", t.name)));
+            }
+        }
         let mut names = HashSet::new();
         for part in &manifest.parts {
             check_part_name(&part.name).map_err(|e| corrupt(e.to_string()))?;
@@ -144,15 +153,28 @@ mod tests {
     use super::*;
     use crate::checkpoint::{ClusterShape, TableShape};
     use crate::element::ElemType;
+    use crate::rule::Rule;
 
     fn manifest() -> Manifest {
         let meta = Meta {
             app: "lda".into(),
-            tables: vec![TableShape {
-                name: "lda.topics".into(),
-                width: 8,
-                elem: ElemType::I64,
-            }],
+            tables: vec![
+                TableShape {
+                    name: "lda.topics".into(),
+                    width: 8,
+                    elem: ElemType::I64,
+                    rule: Rule::Sum,
+                },
+                TableShape {
+                    name: "lda.w".into(),
+                    width: 2,
+                    elem: ElemType::F32,
+                    rule: Rule::Momentum {
+                        lr: 0.1,
+                        momentum: 0.9,
+                    },
+                },
+            ],
             cluster: ClusterShape {
                 processes: 1,
                 workers: 2,
@@ -220,6 +242,12 @@ mod tests {
             ),
             (
                 edited(|v| {
+                    v["meta"]["tables"][1]["rule"]["param_bits"][1] = 1.0f64.to_bits().into()
+                }),
+                "table lda.w: rule momentum(lr=0.1, momentum=1): momentum = 1 must be in [0, 1)",
+            ),
+            (
+                edited(|v| {
                     let p = v["parts"][0].clone();
                     v["parts"].as_array_mut().unwrap().push(p);
                 }),
@@ -238,10 +266,23 @@ mod tests {
 
     #[test]
     fn another_version_is_named() {
-        let err = parse(&edited(|v| v["version"] = 2.into())).unwrap_err();
+        let err = parse(&edited(|v| v["version"] = 3.into())).unwrap_err();
         assert_eq!(
             err,
-            "D/MANIFEST.json: format version 2, this build reads version 1"
+            "D/MANIFEST.json: format version 3, this build reads versions 1 to 2"
         );
+    }
+
+    #[test]
+    fn a_version_1_manifest_is_read_its_tables_summing() {
+        // Version 1 had no rules: every table summed.
+        let old = edited(|v| {
+            v["version"] = 1.into();
+            v["meta"]["tables"].as_array_mut().unwrap().pop();
+        });
+        let m = parse(&old).unwrap();
+        assert_eq!(m.version, 1);
+        assert_eq!(m.meta.tables.len(), 1);
+        assert!(m.meta.tables[0].rule.is_sum());
     }
 }

@@ -1,11 +1,13 @@
 //! [`Meta`]: what a checkpoint says about the run that wrote it — the app, the tables'
-//! shapes and the cluster's shape — and the check that a resuming run matches it.
+//! shapes and update rules, and the cluster's shape — and the check that a resuming run
+//! matches it.
 //!
 //! The caller builds the expected `Meta` from its own run; this module only compares. It
 //! does not decide whether an app can resume on a different cluster: the caller says so
 //! with a [`ClusterRule`].
 
 use crate::element::ElemType;
+use crate::rule::Rule;
 use crate::table::TableMeta;
 use serde::{Deserialize, Serialize};
 
@@ -32,6 +34,11 @@ pub(crate) struct TableShape {
     pub(crate) width: usize,
     /// Element type.
     pub(crate) elem: ElemType,
+    /// Its update rule, with the parameters it had when the checkpoint was written (a
+    /// resume takes them back); absent for a sum, and in a version 1 manifest (which
+    /// never held another rule).
+    #[serde(default, skip_serializing_if = "Rule::is_sum", with = "rule_record")]
+    pub(crate) rule: Rule,
 }
 
 impl From<&TableMeta> for TableShape {
@@ -40,7 +47,48 @@ impl From<&TableMeta> for TableShape {
             name: t.name.clone(),
             width: t.width,
             elem: t.elem,
+            rule: t.rule,
         }
+    }
+}
+
+/// How a manifest writes a table's [`Rule`]: `{"kind": "adagrad", "param_bits": [...],
+/// "text": "adagrad(lr=0.01, ...)"}`, each parameter as the bits of its `f64` (a JSON
+/// number would not bring every `f64` back exactly, and a resume must step with the very
+/// same parameters); `text` is for people and is not read back.
+mod rule_record {
+    use super::Rule;
+    use serde::de::Error as _;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Record {
+        kind: String,
+        param_bits: Vec<u64>,
+        #[serde(default)]
+        text: String,
+    }
+
+    pub(super) fn serialize<S: Serializer>(rule: &Rule, s: S) -> Result<S::Ok, S::Error> {
+        Record {
+            kind: rule.kind().to_string(),
+            param_bits: rule.params().iter().map(|p| p.to_bits()).collect(),
+            text: rule.to_string(),
+        }
+        .serialize(s)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Rule, D::Error> {
+        let r = Record::deserialize(d)?;
+        let params: Vec<f64> = r.param_bits.iter().map(|b| f64::from_bits(*b)).collect();
+        Rule::from_params(&r.kind, &params).ok_or_else(|| {
+            D::Error::custom(format!(
+                "no rule '{}' of {} parameters",
+                r.kind,
+                params.len()
+            ))
+        })
     }
 }
 
@@ -110,6 +158,13 @@ fn tables_mismatch(here: &[TableShape], there: &[TableShape]) -> Option<String> 
                 t.name, t.elem, c.elem
             ));
         }
+        if t.rule.kind() != c.rule.kind() {
+            return Some(format!(
+                "table {} has update rule {} here and {} in the checkpoint (a row's rule \
+                 state fits its rule's kind only)",
+                t.name, t.rule, c.rule
+            ));
+        }
     }
     if let Some(c) = there
         .iter()
@@ -165,11 +220,17 @@ mod tests {
                     name: "pagerank.rank".into(),
                     width: 64,
                     elem: ElemType::F32,
+                    rule: Rule::AdaGrad {
+                        lr: 0.1,
+                        eps: 1e-8,
+                        initial: 0.1,
+                    },
                 },
                 TableShape {
                     name: "pagerank.degree".into(),
                     width: 1,
                     elem: ElemType::I64,
+                    rule: Rule::Sum,
                 },
             ],
             cluster: ClusterShape {
@@ -202,6 +263,12 @@ mod tests {
             (
                 |m| m.tables[1].elem = ElemType::I32,
                 "table pagerank.degree holds i64 here and i32 in the checkpoint",
+            ),
+            (
+                |m| m.tables[0].rule = Rule::Sgd { lr: 0.1 },
+                "table pagerank.rank has update rule adagrad(lr=0.1, eps=0.00000001, \
+                 initial=0.1) here and sgd(lr=0.1) in the checkpoint (a row's rule state fits \
+                 its rule's kind only)",
             ),
             (
                 |m| m.tables[1].name = "x".into(),
@@ -237,11 +304,40 @@ mod tests {
             name: "extra".into(),
             width: 1,
             elem: ElemType::F64,
+            rule: Rule::Sum,
         });
         assert_eq!(
             meta().mismatch(&found, ClusterRule::Same).as_deref(),
             Some("the checkpoint has table extra, this run does not")
         );
+    }
+
+    #[test]
+    fn other_parameters_of_a_rule_of_the_same_kind_match() {
+        let mut found = meta();
+        found.tables[0].rule = Rule::AdaGrad {
+            lr: 0.05,
+            eps: 1e-8,
+            initial: 0.1,
+        };
+        assert_eq!(meta().mismatch(&found, ClusterRule::Same), None);
+    }
+
+    #[test]
+    fn rules_round_trip_bit_for_bit_and_sums_are_not_written() {
+        let mut m = meta();
+        // Any f64 comes back exactly: its bits are written, not a decimal.
+        m.tables[0].rule = Rule::Sgd {
+            lr: f64::from_bits(0x3fb9_9999_9999_999b),
+        };
+        let json = serde_json::to_string(&m).unwrap();
+        assert!(json.contains(r#""kind":"sgd""#), "{json}");
+        assert_eq!(json.matches("\"rule\"").count(), 1, "{json}");
+        let back: Meta = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, m);
+        let bad = json.replace(r#""kind":"sgd""#, r#""kind":"lion""#);
+        let e = serde_json::from_str::<Meta>(&bad).unwrap_err().to_string();
+        assert!(e.contains("no rule 'lion' of 1 parameters"), "{e}");
     }
 
     #[test]

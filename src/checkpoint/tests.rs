@@ -49,11 +49,13 @@ fn meta(app: &str) -> Meta {
                 name: "lda.word_topic".into(),
                 width: 64,
                 elem: ElemType::I64,
+                rule: crate::rule::Rule::Sum,
             },
             TableShape {
                 name: "lda.topic_sum".into(),
                 width: 64,
                 elem: ElemType::I64,
+                rule: crate::rule::Rule::Sum,
             },
         ],
         cluster: ClusterShape {

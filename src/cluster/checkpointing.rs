@@ -3,8 +3,8 @@
 //!
 //! **Checkpoint** (between runs, every process alike): each process begins the checkpoint
 //! at the cluster's start clock in the shared directory, writes its application state as
-//! `process-<rank>.app`, and has each of its shards write its rows as `shard-<id>.rows` on
-//! the shard's own thread ([`ToShard::Checkpoint`] →
+//! `process-<rank>.app`, and has each of its shards write its rows, with their update-rule
+//! states, as `shard-<id>.rows` on the shard's own thread ([`ToShard::Checkpoint`] →
 //! [`ToClient::Checkpointed`](crate::msg::ToClient::Checkpointed)). The processes then
 //! all-gather what they wrote (or why they could not); rank 0 records every part and
 //! commits the manifest, and a second all-gather tells every process the outcome. So every
@@ -15,8 +15,10 @@
 //! **Resume** (before any run or plan, every process alike): each process opens and
 //! verifies the newest complete checkpoint, the processes all-gather whether they could,
 //! each reads its share of the rows parts (old shard `k` is read by process
-//! `k mod processes`) and checks it whole, they all-gather again, and only then is every
-//! row sent to its home shard under this cluster's placement ([`ToShard::Restore`]); a
+//! `k mod processes`) and checks it whole, they all-gather again, and only then do the
+//! tables' rules take the checkpoint's parameters ([`ToShard::SetRule`]) and every row
+//! go, with its rule state, to its home shard under this cluster's placement
+//! ([`ToShard::Restore`]); a
 //! shard that has every process's rows starts every worker at the checkpoint's clock
 //! ([`ToClient::Restored`](crate::msg::ToClient::Restored)). A checkpoint that any process
 //! refuses is refused by all, naming the file; nothing is restored from it.
@@ -36,7 +38,8 @@ use crate::error::checkpoint::CheckpointError;
 use crate::error::{Error, Result};
 use crate::ids::Clock;
 use crate::msg::ToShard;
-use crate::rows_part;
+use crate::rows_part::{self, Item};
+use crate::rule::Rule;
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -98,7 +101,9 @@ impl Cluster {
         self.checkpoint_parts(dir, app, None)
     }
 
-    /// Writes a checkpoint of every table and of this process's application `state`
+    /// Writes a checkpoint of every table — the rows and, for a table with an update rule
+    /// ([`Rule`]), each row's rule state and the rule's parameters — and of this process's
+    /// application `state`
     /// (opaque bytes: per-worker state kept outside the store, such as topic assignments
     /// or random generators' positions; [`Resumed::app_state`] gives it back) into
     /// `dir`, at the clock the next run starts at, for application `app`; returns the
@@ -121,11 +126,13 @@ impl Cluster {
     /// application `app`, so that the next run continues from the checkpoint's clock.
     ///
     /// A collective, like [`checkpoint_with`](Self::checkpoint_with): every process calls
-    /// it alike, after creating the same tables (names, types and widths, in the same
-    /// order) as the run that wrote the checkpoint and before any run, virtual iteration
-    /// of a specialized mode, or other resume. `rule` says whether the checkpoint may
-    /// come from a cluster of another shape; rows are redistributed to this cluster's
-    /// shards by key either way.
+    /// it alike, after creating the same tables (names, types, widths and kinds of
+    /// update rule, in the same order) as the run that wrote the checkpoint and before any
+    /// run, virtual iteration of a specialized mode, or other resume. `rule` says whether
+    /// the checkpoint may come from a cluster of another shape; rows are redistributed to
+    /// this cluster's shards by key either way, each with its rule state. A table's rule
+    /// takes back the parameters it had at the checkpoint (a [`set_rule`](Self::set_rule)
+    /// before the checkpoint holds after the resume).
     ///
     /// The whole checkpoint is verified (manifest, the writing run's app, tables and
     /// cluster, every part's size and SHA-256 and the rows' encoding) before any row is
@@ -165,12 +172,26 @@ impl Cluster {
             }
             Err(e) => return Err(self.gather_failure::<()>(e)),
         };
+        // The rules' parameters as they were at the checkpoint (a `set_rule` before it
+        // holds after the resume): the checkpoint's meta matched, so kinds are the same.
+        let rules: Vec<(u32, Rule)> = checkpoint
+            .meta()
+            .tables
+            .iter()
+            .zip(self.registry.tables())
+            .filter(|(c, t)| c.rule != t.rule)
+            .map(|(c, t)| (t.id, c.rule))
+            .collect();
+        for (table, rule) in rules {
+            self.install_rule(table, rule)?;
+        }
         let clock = checkpoint.clock();
         let from = self.shared.process;
-        self.send_batches(batches, |rows, last| ToShard::Restore {
+        self.send_batches(batches, |batch, last| ToShard::Restore {
             from,
             clock,
-            rows,
+            rows: batch.rows,
+            states: batch.states,
             last,
         })?;
         self.shared.await_restored()?;
@@ -200,14 +221,6 @@ impl Cluster {
     /// [`checkpoint_with`](Self::checkpoint_with), `state` optional.
     fn checkpoint_parts(&mut self, dir: &Path, app: &str, state: Option<&[u8]>) -> Result<PathBuf> {
         self.check()?;
-        if let Some(t) = self.registry.tables().iter().find(|t| !t.rule.is_sum()) {
-            return Err(CheckpointError::RuleState {
-                dir: dir.to_path_buf(),
-                table: t.name.clone(),
-                rule: t.rule.to_string(),
-            }
-            .into());
-        }
         let began = std::time::Instant::now();
         let clock = self.runs.start_clock;
         let writer = CheckpointWriter::begin(dir, clock, self.checkpoint_meta(app));
@@ -361,9 +374,15 @@ impl Cluster {
                 });
             }
             let reader = checkpoint.part(&name)?;
-            let row_bytes = |t: u32| tables.get(t as usize).map(|m| m.row_bytes());
-            let header = rows_part::read(reader, row_bytes, |key, row| {
-                batches.push(placement.shard_of(key) as usize, key, row);
+            let sizes = |t: u32| {
+                let m = tables.get(t as usize)?;
+                Some((m.row_bytes(), m.state_bytes()))
+            };
+            let header = rows_part::read(reader, sizes, |item| match item {
+                Item::Row(key, row) => batches.push(placement.shard_of(key) as usize, key, row),
+                Item::State(key, state) => {
+                    batches.push_state(placement.shard_of(key) as usize, key, state)
+                }
             })
             .map_err(|reason| CheckpointError::CorruptPart {
                 path: path.clone(),

@@ -99,7 +99,11 @@ impl Cluster {
             );
         }
         let from = self.shared.process;
-        self.send_batches(batches, |rows, last| ToShard::SetRows { from, rows, last })?;
+        self.send_batches(batches, |batch, last| ToShard::SetRows {
+            from,
+            rows: batch.rows,
+            last,
+        })?;
         self.shared.await_rows_set()?;
         self.drop_row_copies();
         Ok(())

@@ -104,7 +104,8 @@ impl Cluster {
     /// placement. Before any run or resume no row holds a value, so nothing moves. After
     /// runs (the first-iter mode, which gathers in the first real iteration) or a resume
     /// (rows restored from a checkpoint) the rows that hold
-    /// values move to their new home shards first ([`ToShard::Migrate`]): every shard hands
+    /// values move to their new home shards first, with their update-rule states
+    /// ([`ToShard::Migrate`]): every shard hands
     /// them over between runs, when every update of the last run is applied, and every
     /// process waits until every shard has finished before it goes on. Once a plan
     /// exists its rows live in the shards' arenas and stay where they are (a warning
@@ -152,15 +153,6 @@ impl Cluster {
         }
         let uses: Vec<(RowKey, u64, Vec<u64>)> =
             uses.into_iter().map(|(k, (b, a))| (k, b, a)).collect();
-        let moving = self.runs.ended > 0 || self.runs.resumed;
-        if moving && self.registry.tables().iter().any(|t| !t.rule.is_sum()) {
-            // A row's rule state stays on its shard: it must not move.
-            tracing::warn!(
-                "locality placement skipped: rows holding values would have to migrate, \
-                 and a table has a server-side update rule whose state does not move"
-            );
-            return Ok(());
-        }
         let hashed = self.shared.placement().without_overrides();
         if (self.runs.ended > 0 || self.runs.resumed) && hashed.has_restrictions() {
             // Shards migrate rows by the hash and the overrides alone: a table kept on a

@@ -327,24 +327,24 @@ impl Cluster {
         rule.check(T::TYPE)
             .map_err(|e| Error::config("rule", format!("table {name:?}: {e}")))?;
         self.agree(&[(&format!("rule of table '{name}'"), &rule.to_string())])?;
+        self.install_rule(table.id, rule)
+    }
+
+    /// Table `table`'s rule becomes `rule` (checked, and the same on every process) on
+    /// every shard and in this process: [`set_rule`](Self::set_rule) once agreed, and a
+    /// resume for the rules its checkpoint holds.
+    pub(super) fn install_rule(&mut self, table: u32, rule: Rule) -> Result<()> {
         let from = self.shared.process;
         for shard in 0..self.shared.world.total_shards() {
-            self.send(
-                shard,
-                ToShard::SetRule {
-                    from,
-                    table: table.id,
-                    rule,
-                },
-            )?;
+            self.send(shard, ToShard::SetRule { from, table, rule })?;
         }
-        self.registry.set_rule(table.id, rule);
+        self.registry.set_rule(table, rule);
         if let Some(m) = self
             .shared
             .tables
             .write()
             .unwrap_or_else(PoisonError::into_inner)
-            .get_mut(table.id as usize)
+            .get_mut(table as usize)
         {
             m.rule = rule;
         }

@@ -56,13 +56,16 @@ pub enum CheckpointError {
         reason: String,
     },
     /// The manifest is of a format version this build cannot read.
-    #[error("{}: format version {found}, this build reads version {supported}", path.display())]
+    #[error(
+        "{}: format version {found}, this build reads versions 1 to {supported}",
+        path.display()
+    )]
     Version {
         /// The manifest.
         path: PathBuf,
         /// The version it declares.
         found: u32,
-        /// The version this build reads.
+        /// The newest version this build reads (it reads every older one).
         supported: u32,
     },
     /// The checkpoint was written by a run this one cannot resume (app, tables, cluster).
@@ -193,20 +196,6 @@ pub enum CheckpointError {
         /// The checkpoint directory given.
         dir: PathBuf,
     },
-    /// A table has a server-side update rule whose state checkpoints do not hold yet.
-    #[error(
-        "{}: table '{table}' has a server-side rule ({rule}) whose state checkpoints do not \
-         hold yet; a checkpoint would lose it",
-        dir.display()
-    )]
-    RuleState {
-        /// The checkpoint directory given.
-        dir: PathBuf,
-        /// The table.
-        table: String,
-        /// Its rule, as written.
-        rule: String,
-    },
     /// The processes of a resume opened checkpoints at different clocks (the directory
     /// changed under them, or it is not the same directory on every machine).
     #[error(
@@ -274,7 +263,7 @@ impl CheckpointError {
             | ShardPart { path, .. }
             | OnProcess { path, .. }
             | Link { path } => path.clone(),
-            TooLate { dir } | RuleState { dir, .. } | ClockDisagreement { dir, .. } => dir.clone(),
+            TooLate { dir } | ClockDisagreement { dir, .. } => dir.clone(),
             Foreign { dir, .. } => dir.clone(),
             MissingDir { dir } | NoCheckpoint { dir, .. } | Incomplete { dir } => dir.clone(),
             UnknownPart { dir, name } => dir.join(name),

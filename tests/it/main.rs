@@ -12,6 +12,7 @@ mod metrics;
 mod modes;
 mod numa;
 mod outer;
+mod rule_state;
 mod rules;
 mod runs_differ;
 mod set_rows;

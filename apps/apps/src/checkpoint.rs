@@ -36,9 +36,9 @@ pub struct CheckpointConfig {
 const MAGIC: &[u8; 8] = b"ISAPPST\0";
 /// The state part's format version.
 const VERSION: u32 = 1;
-/// The initialisation run's clocks: a run's clock after `i` iterations is
-/// `INIT_CLOCKS + i * clocks_per_iteration`.
-const INIT_CLOCKS: u64 = 1;
+/// The initialisation run's clocks, what most apps take before their first iteration
+/// ([`RunId::init_clocks`]).
+pub(crate) const INIT_CLOCKS: u64 = 1;
 
 /// One process's state part: the header and its workers' blobs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -270,6 +270,10 @@ pub(crate) struct RunId<'a> {
     /// CLOCKs per iteration; 0 when it varies (L-BFGS's line search), and the
     /// checkpoint's clock is then not checked against its iterations.
     pub(crate) clocks_per_iteration: u64,
+    /// CLOCKs before the first iteration ([`INIT_CLOCKS`], the initialisation run's, for
+    /// most apps): a run's clock after `i` iterations is `init_clocks + i *
+    /// clocks_per_iteration`.
+    pub(crate) init_clocks: u64,
 }
 
 /// With [`AppConfig::resume`], restores the tables from the newest complete checkpoint
@@ -327,13 +331,14 @@ pub(crate) fn resume(
         }
     }
     let done = done.unwrap_or(0);
-    let clock = INIT_CLOCKS + done * id.clocks_per_iteration;
+    let clock = id.init_clocks + done * id.clocks_per_iteration;
     if id.clocks_per_iteration > 0 && resumed.clock() != clock {
         return Err(AppError::Invalid(format!(
-            "{}: clock {} does not follow iteration {done} ({} clocks each after {INIT_CLOCKS})",
+            "{}: clock {} does not follow iteration {done} ({} clocks each after {})",
             dir.display(),
             resumed.clock(),
-            id.clocks_per_iteration
+            id.clocks_per_iteration,
+            id.init_clocks
         )));
     }
     let done = usize::try_from(done).unwrap_or(usize::MAX);

@@ -624,6 +624,7 @@ impl<N: Network, S: Saved> Training<'_, N, S> {
             app: "dnn",
             run: &run_json,
             clocks_per_iteration: clocks(self.data.train.len(), self.params.batch) as u64,
+            init_clocks: self.init_clocks(),
         };
         let restart = checkpoint::resume(cluster, cfg, &id)?;
         if let Some(r) = &restart {
@@ -659,9 +660,10 @@ impl<N: Network, S: Saved> Training<'_, N, S> {
         let mut model = snapshot(cluster, tables, zeros)?;
         let mut accuracies = Vec::with_capacity(cfg.iterations.min(1024));
         for iter in start..cfg.iterations {
-            // The servers' step decays per epoch as the workers' does.
+            // The servers' step decays per epoch as the workers' does (after a resume
+            // too: the checkpoint brought back the step of the epoch before it).
             if let Some(rule) = server_rule(self.params, iter as u64) {
-                if iter > start && self.params.lr_decay != 0.0 {
+                if iter > 0 && self.params.lr_decay != 0.0 {
                     for table in tables {
                         cluster.set_rule(table, rule)?;
                     }
@@ -721,6 +723,23 @@ impl<N: Network, S: Saved> Training<'_, N, S> {
         report.record_store(cluster);
         report.update_bytes = cluster_update_bytes(cluster, tables)?;
         Ok(DnnOutcome { report, model })
+    }
+}
+
+impl<N, S> Training<'_, N, S> {
+    /// The clocks before the first epoch: the initialisation run's (none with a server
+    /// rule: the initial weights are set, [`init_set`]) and a warm start's.
+    fn init_clocks(&self) -> u64 {
+        let init = match self.params.server_rule {
+            None => checkpoint::INIT_CLOCKS,
+            Some(_) => 0,
+        };
+        let warm = if self.warm.is_some() {
+            self.params.warm_start as u64
+        } else {
+            0
+        };
+        init + warm
     }
 }
 

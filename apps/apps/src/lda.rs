@@ -358,6 +358,7 @@ pub fn run_in(
         app: "lda",
         run: &run_json,
         clocks_per_iteration: 1,
+        init_clocks: checkpoint::INIT_CLOCKS,
     };
     let restart = checkpoint::resume(cluster, cfg, &id)?;
     if let Some(r) = &restart {

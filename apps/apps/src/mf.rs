@@ -318,6 +318,7 @@ pub fn run_in(
         app: "mf",
         run: &run_json,
         clocks_per_iteration: clocks as u64,
+        init_clocks: checkpoint::INIT_CLOCKS,
     };
     let (setup, setup_s) = timed(|| -> Result<_, AppError> {
         let layout = RatingsLayout::new(

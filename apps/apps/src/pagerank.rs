@@ -395,6 +395,7 @@ pub fn run_in(
         app: "pagerank",
         run: &run_json,
         clocks_per_iteration: 1,
+        init_clocks: checkpoint::INIT_CLOCKS,
     };
     let restart = checkpoint::resume(cluster, cfg, &id)?;
     if let Some(r) = &restart {

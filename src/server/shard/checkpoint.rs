@@ -10,9 +10,9 @@
 //! the process that asked — with the part's manifest entry, or the error's text (a failed
 //! write, say a full disk, is not a protocol error: the cluster goes on).
 //!
-//! It knows which rows a part holds and their encoding; not files, directories, fsync or
+//! It knows which rows and rule states a part holds and their encoding; not files, directories, fsync or
 //! checksums (`crate::checkpoint`'s, called by the driver), nor how a resume reads the
-//! part back (`restore` takes rows as messages).
+//! part back (`restore` takes rows and rule states as messages).
 
 use super::Shard;
 use crate::checkpoint::PartEntry;
@@ -24,8 +24,9 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 /// A checkpoint part a shard asks its driver to write: every row it holds that is not all
-/// zeros, generic and arena rows alike, sorted by key, as part `shard-<id>.rows` of the
-/// checkpoint at `clock` in `root` (see [`rows_part`]).
+/// zeros, generic and arena rows alike, sorted by key, then the update-rule state of every
+/// row that has one, sorted by key, as part `shard-<id>.rows` of the checkpoint at `clock`
+/// in `root` (see [`rows_part`]).
 ///
 /// It is carried out at once, before the shard handles anything else: the part's bytes
 /// ([`Shard::encode_part`]) are the rows as they are when it was asked for.
@@ -38,6 +39,8 @@ pub(crate) struct PartWrite {
     name: String,
     /// The rows to write, sorted: each key, and whether its row is in the arena.
     keys: Vec<(RowKey, bool)>,
+    /// The rows whose update-rule state to write, sorted.
+    states: Vec<RowKey>,
 }
 
 impl PartWrite {
@@ -81,24 +84,19 @@ impl Shard {
             self.reject_all(format!("a checkpoint at clock {clock} {reason}"), out);
             return None;
         }
-        if self.rules.has_state() {
-            self.reject_all(
-                "a checkpoint of rows with update-rule state (not written yet)".into(),
-                out,
-            );
-            return None;
-        }
         Some(PartWrite {
             from,
             root,
             clock,
             name: rows_part::part_name(self.id),
             keys: self.part_keys(),
+            states: self.rules.keys(),
         })
     }
 
     /// `Ok` if every update up to `clock` is applied and none after: no update pending,
-    /// every worker at `clock`, no run ending, no migration or restore under way.
+    /// every worker at `clock`, no run ending, no migration or restore under way, every
+    /// rule gradient stepped.
     fn between_runs_at(&self, clock: Clock) -> Result<(), String> {
         let (min, max) = (self.clocks.min_clock(), self.clocks.max_clock());
         if !self.pending.is_empty() {
@@ -120,6 +118,8 @@ impl Shard {
             Err("during a migration".into())
         } else if self.restore.is_some() {
             Err("during a restore".into())
+        } else if self.rules.waiting() {
+            Err("while rule gradients wait for their step".into())
         } else {
             Ok(())
         }
@@ -144,12 +144,17 @@ impl Shard {
         keys
     }
 
-    /// Encodes the part `write` names into `out`: its header, then each of its rows as
-    /// this shard holds it (see [`rows_part`]). Bytes only: where they go is the caller's,
-    /// and so is every error of `out`.
+    /// Encodes the part `write` names into `out`: its header, then each of its rows and
+    /// rule states as this shard holds them (see [`rows_part`]). Bytes only: where they go
+    /// is the caller's, and so is every error of `out`.
     pub(crate) fn encode_part(&self, write: &PartWrite, out: &mut impl Write) -> io::Result<()> {
-        let rows = write.keys.len() as u64;
-        rows_part::write_header(out, self.id, write.clock, rows)?;
+        let header = rows_part::Header {
+            shard: self.id,
+            clock: write.clock,
+            rows: write.keys.len() as u64,
+            states: write.states.len() as u64,
+        };
+        rows_part::write_header(out, header)?;
         for &(key, in_arena) in &write.keys {
             if in_arena {
                 if let Some(row) = self.arena.row(key) {
@@ -157,6 +162,11 @@ impl Shard {
                 }
             } else if let Some(row) = self.rows.get(&key) {
                 rows_part::write_row(out, key, row.as_bytes())?;
+            }
+        }
+        for &key in &write.states {
+            if let Some((steps, state)) = self.rules.get(key) {
+                rows_part::write_state(out, key, steps, state)?;
             }
         }
         Ok(())

@@ -1,16 +1,17 @@
 //! Migration: rows moving between shards under a new placement ([`ToShard::Migrate`]). Each
-//! shard hands over the rows whose new home is another shard ([`ToShard::Adopt`], one per
-//! shard, empty ones too) and adopts those handed to it, in either order; once it has done
-//! both it tells every process ([`ToClient::Migrated`]).
+//! shard hands over the rows whose new home is another shard, with their update-rule
+//! states ([`ToShard::Adopt`], one per shard, empty ones too) and adopts those handed to
+//! it, in either order; once it has done both it tells every process
+//! ([`ToClient::Migrated`]).
 //!
 //! Only between runs, before any plan: rows in the arena or updates not yet visible could
-//! not follow. It knows the placement and the generic rows; not clocks' meaning, plans'
-//! layouts or checkpoints.
+//! not follow. It knows the placement, the generic rows and their rule states; not clocks'
+//! meaning, plans' layouts or checkpoints.
 
 use super::Shard;
 use crate::buf::AlignedBuf;
 use crate::ids::{ProcessId, RowKey, ShardId};
-use crate::msg::{Envelope, ToClient, ToShard};
+use crate::msg::{Envelope, RuleStates, ToClient, ToShard};
 use crate::placement::Placement;
 
 /// Where a shard is in a migration: its own hand-over done, and from which shards it has
@@ -23,9 +24,10 @@ pub(super) struct Migration {
 
 impl Shard {
     /// This shard's part of a migration: every row it holds whose home under the new
-    /// placement is another shard goes there in one [`ToShard::Adopt`] per shard (empty ones
-    /// too, so each shard knows when it has everything). Only between runs, before any
-    /// plan: rows in the arena or updates not yet visible could not follow.
+    /// placement is another shard goes there, with its update-rule state, in one
+    /// [`ToShard::Adopt`] per shard (empty ones too, so each shard knows when it has
+    /// everything). Only between runs, before any plan: rows in the arena or updates not
+    /// yet visible could not follow.
     pub(super) fn migrate(
         &mut self,
         from: ProcessId,
@@ -39,15 +41,9 @@ impl Shard {
                 out,
             );
         }
-        if !self.pending.is_empty() || self.arena.rows().next().is_some() {
+        if !self.pending.is_empty() || self.rules.waiting() || self.arena.rows().next().is_some() {
             return self.reject_all(
                 "a migration after updates are pending or rows are planned".into(),
-                out,
-            );
-        }
-        if self.rules.has_state() {
-            return self.reject_all(
-                "a migration of rows with update-rule state (it does not move yet)".into(),
                 out,
             );
         }
@@ -79,11 +75,22 @@ impl Shard {
                 to[placement.shard_of(key) as usize].push((key, value));
             }
         }
-        for (shard, rows) in to.into_iter().enumerate() {
+        // A row's state leaves with it (a row stepped back to zeros may have no value).
+        let mut states: Vec<RuleStates> = vec![Vec::new(); total];
+        for key in self.rules.keys() {
+            let home = placement.shard_of(key);
+            if home != self.id {
+                if let Some(state) = self.rules.take(key) {
+                    states[home as usize].push((key, state));
+                }
+            }
+        }
+        for (shard, (rows, states)) in to.into_iter().zip(states).enumerate() {
             if shard != self.id as usize {
                 let adopt = ToShard::Adopt {
                     shard: self.id,
                     rows,
+                    states,
                 };
                 out.push(Envelope::Shard(shard as ShardId, adopt));
             }
@@ -91,11 +98,11 @@ impl Shard {
         self.check_migrated(out);
     }
 
-    /// Rows shard `from` handed over in a migration.
+    /// Rows shard `from` handed over in a migration, with their rule states.
     pub(super) fn adopt(
         &mut self,
         from: ShardId,
-        rows: Vec<(RowKey, AlignedBuf)>,
+        (rows, states): (Vec<(RowKey, AlignedBuf)>, RuleStates),
         out: &mut Vec<Envelope>,
     ) {
         let total = self.world.total_shards();
@@ -109,10 +116,19 @@ impl Shard {
         if std::mem::replace(&mut state.adopted_from[from as usize], true) {
             return self.reject_all(format!("rows adopted twice from shard {from}"), out);
         }
+        if let Err(reason) = self.validate_states(&states) {
+            return self.reject_all(format!("adopted rows: {reason}"), out);
+        }
         for (key, value) in rows {
             if self.rows.insert(key, value).is_some() {
                 return self.reject_all(format!("{key:?} adopted but already here"), out);
             }
+        }
+        if let Err(key) = self.insert_states(states) {
+            return self.reject_all(
+                format!("{key:?}'s rule state adopted but already here"),
+                out,
+            );
         }
         self.check_migrated(out);
     }

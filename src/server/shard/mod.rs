@@ -38,12 +38,15 @@
 //! - `rows`: the rows themselves — the generic map and the arena, adding updates and
 //!   slabs, plans' subscriptions, the rows and refreshes reads are answered with;
 //! - `runs`: the run barrier and processes leaving;
-//! - `migration`: rows moving between shards under a new placement;
-//! - `checkpoint`: the rows' part of a checkpoint (what to write, its bytes, the answer);
-//! - `rules`: tables whose updates are gradients, stepped per clock through their rule;
+//! - `migration`: rows (and their rule states) moving between shards under a new
+//!   placement;
+//! - `checkpoint`: the rows' part of a checkpoint, their rule states with them (what to
+//!   write, its bytes, the answer);
+//! - `rules`: tables whose updates are gradients, stepped per clock through their rule,
+//!   and the rule state each row keeps;
 //! - `outer`: rank-k updates sent as factors, multiplied out into row deltas;
 //! - `functions`: server functions its own process calls on its rows;
-//! - `restore`: rows coming back from a checkpoint;
+//! - `restore`: rows and their rule states coming back from a checkpoint;
 //! - `set`: rows given new values between runs.
 //!
 //! This module holds the state and dispatches messages to those files; it knows nothing
@@ -304,13 +307,18 @@ impl Shard {
                 from,
                 clock,
                 rows,
+                states,
                 last,
-            } => self.restore(from, clock, rows, last, out),
+            } => self.restore(from, clock, (rows, states), last, out),
             ToShard::SetRows { from, rows, last } => self.set_rows(from, rows, last, out),
             ToShard::SetRule { table, rule, .. } => self.set_rule(table, rule, out),
             ToShard::Migrate { from, .. } if self.refuse_during_set(from, "a migration", out) => {}
             ToShard::Migrate { from, overrides } => self.migrate(from, overrides, out),
-            ToShard::Adopt { shard, rows } => self.adopt(shard, rows, out),
+            ToShard::Adopt {
+                shard,
+                rows,
+                states,
+            } => self.adopt(shard, (rows, states), out),
             ToShard::Dump { from, table } => self.dump(from, table, out),
             ToShard::Call {
                 from,

@@ -1,16 +1,16 @@
 //! Restore: rows coming back from a checkpoint in a resume
 //! ([`ToShard::Restore`](crate::msg::ToShard::Restore)). Every process sends the rows it
-//! read whose home is this shard, the last message flagged; once every process has sent its
+//! read whose home is this shard, with their update-rule states, the last message flagged; once every process has sent its
 //! last, every worker starts at the checkpoint's clock and every process is told
 //! ([`ToClient::Restored`]).
 //!
-//! Only before any run, plan or migration: the shard must hold nothing yet. The rows
-//! arrive as messages; it knows nothing of files or how they were read.
+//! Only before any run, plan or migration: the shard must hold nothing yet. The rows and
+//! states arrive as messages; it knows nothing of files or how they were read.
 
 use super::{Lasts, Shard};
 use crate::buf::AlignedBuf;
 use crate::ids::{Clock, ProcessId, RowKey};
-use crate::msg::{Envelope, ToClient};
+use crate::msg::{Envelope, RuleStates, ToClient};
 
 /// Where a shard is in a restore: the checkpoint's clock, and which processes have sent
 /// their last rows.
@@ -28,13 +28,14 @@ impl Restoring {
 }
 
 impl Shard {
-    /// Rows `from` read from a checkpoint at `clock` whose home is this shard. Only
-    /// before any run, plan or migration: the shard must hold nothing yet.
+    /// Rows `from` read from a checkpoint at `clock` whose home is this shard, and the
+    /// rule states of such rows. Only before any run, plan or migration: the shard must
+    /// hold nothing yet.
     pub(super) fn restore(
         &mut self,
         from: ProcessId,
         clock: Clock,
-        rows: Vec<(RowKey, AlignedBuf)>,
+        (rows, states): (Vec<(RowKey, AlignedBuf)>, RuleStates),
         last: bool,
         out: &mut Vec<Envelope>,
     ) {
@@ -44,6 +45,7 @@ impl Shard {
                 || self.clocks.max_clock() != 0
                 || !self.pending.is_empty()
                 || !self.rows.is_empty()
+                || !self.rules.is_empty()
                 || self.arena.rows().next().is_some()
                 || self.migration.is_some();
             if used {
@@ -76,10 +78,16 @@ impl Shard {
         if let Err(reason) = self.validate(&rows) {
             return self.reject_all(format!("restored rows: {reason}"), out);
         }
+        if let Err(reason) = self.validate_states(&states) {
+            return self.reject_all(format!("restored rows: {reason}"), out);
+        }
         for (key, value) in rows {
             if self.rows.insert(key, value).is_some() {
                 return self.reject_all(format!("{key:?} restored twice"), out);
             }
+        }
+        if let Err(key) = self.insert_states(states) {
+            return self.reject_all(format!("{key:?}'s rule state restored twice"), out);
         }
         self.check_restored(out);
     }

@@ -11,13 +11,17 @@
 //! Rows of such tables live in the generic map: no plan subscribes them (`plan` leaves
 //! them out, and a shard refuses a plan naming one), so a slab never carries them.
 //!
+//! A row's state travels with it ([`RuleState`]): a checkpoint part holds it (`checkpoint`),
+//! a resume brings it back (`restore`), a migration hands it over (`migration`); between
+//! runs every gradient has been stepped, so the state and step count are all there is.
+//!
 //! [`Rule`]: crate::rule::Rule
 
 use super::Shard;
 use crate::buf::AlignedBuf;
 use crate::element::ElemType;
 use crate::ids::RowKey;
-use crate::msg::{Envelope, RowBatch};
+use crate::msg::{Envelope, RowBatch, RuleState, RuleStates};
 use crate::rule::Rule;
 use rustc_hash::FxHashMap;
 
@@ -41,13 +45,93 @@ pub(super) struct RuleRows {
 }
 
 impl RuleRows {
-    /// Whether some row has rule state (a checkpoint or migration would lose it).
-    pub(super) fn has_state(&self) -> bool {
-        !self.rows.is_empty()
+    /// Whether no row has rule state.
+    pub(super) fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    /// Whether some row got a gradient not stepped yet (its clock is not complete).
+    pub(super) fn waiting(&self) -> bool {
+        !self.touched.is_empty()
+    }
+
+    /// The keys of every row with rule state, sorted.
+    pub(super) fn keys(&self) -> Vec<RowKey> {
+        let mut keys: Vec<RowKey> = self.rows.keys().copied().collect();
+        keys.sort_unstable();
+        keys
+    }
+
+    /// Row `key`'s step count and state bytes, if it has state.
+    pub(super) fn get(&self, key: RowKey) -> Option<(u64, &[u8])> {
+        self.rows.get(&key).map(|r| (r.steps, r.state.as_bytes()))
+    }
+
+    /// Removes row `key`'s state (it moves to another shard), if it has one. Only between
+    /// clocks' steps: its gradient is zeros.
+    pub(super) fn take(&mut self, key: RowKey) -> Option<RuleState> {
+        let r = self.rows.remove(&key)?;
+        Some(RuleState {
+            steps: r.steps,
+            state: r.state,
+        })
+    }
+
+    /// Gives row `key`, of `row_bytes` bytes, the state `state` (from a checkpoint or
+    /// another shard); `false` if it had one already.
+    pub(super) fn insert(&mut self, key: RowKey, row_bytes: usize, state: RuleState) -> bool {
+        if self.rows.contains_key(&key) {
+            return false;
+        }
+        let row = RuleRow {
+            grad: AlignedBuf::zeroed(row_bytes),
+            state: state.state,
+            steps: state.steps,
+            touched: false,
+        };
+        self.rows.insert(key, row);
+        true
     }
 }
 
 impl Shard {
+    /// `Ok` if every state of `states` is of a known table with an update rule and has
+    /// its state size.
+    pub(super) fn validate_states(&self, states: &RuleStates) -> Result<(), String> {
+        for (key, s) in states {
+            let meta = self
+                .table(key.table)
+                .ok_or_else(|| format!("rule state of unknown table #{}", key.table))?;
+            let Some(bytes) = meta.state_bytes() else {
+                return Err(format!(
+                    "rule state of table '{}', whose rule is a sum",
+                    meta.name
+                ));
+            };
+            if s.state.len() != bytes {
+                return Err(format!(
+                    "rule state of table '{}' row {} has {} bytes, expected {bytes}",
+                    meta.name,
+                    key.row,
+                    s.state.len()
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes `states` (validated) into this shard's rule rows; `Err` naming the first
+    /// row that had one already.
+    pub(super) fn insert_states(&mut self, states: RuleStates) -> Result<(), RowKey> {
+        for (key, state) in states {
+            let bytes = self.table(key.table).map_or(0, |m| m.row_bytes());
+            if !self.rules.insert(key, bytes, state) {
+                return Err(key);
+            }
+        }
+        Ok(())
+    }
+
     /// Adds `delta` to the gradient of `key` (a row of a table with rule `rule`, `elem`s)
     /// for the clock being applied. All-zero deltas (bit for bit) are no update.
     pub(super) fn add_gradient(

@@ -277,6 +277,7 @@ pub(super) fn train(
         app: "logreg",
         run: &run_json,
         clocks_per_iteration: 0,
+        init_clocks: checkpoint::INIT_CLOCKS,
     };
     let restart = checkpoint::resume(cluster, cfg, &id)?;
     let mut history = match &restart {

@@ -115,6 +115,7 @@ pub(super) fn train(
         app: "logreg",
         run: &run_json,
         clocks_per_iteration: e.steps as u64,
+        init_clocks: checkpoint::INIT_CLOCKS,
     };
     let restart = checkpoint::resume(cluster, cfg, &id)?;
     report.resumed = restart.as_ref().map(checkpoint::Restart::report);

@@ -5,7 +5,9 @@
 //! Downpour SGD (asynchronous replicas reading and writing every few mini-batches,
 //! AdaGrad on the servers) learns, weights on a dedicated parameter server are stepped
 //! there, layer updates (factors the shards multiply out) train the same model with a
-//! fraction of the bytes, and what is not supported yet is refused by name.
+//! fraction of the bytes, a run checkpointed and resumed (on another number of
+//! processes) ends with the bits of an uninterrupted one, and what is not supported yet
+//! is refused by name.
 
 use iterstore::{Mode, Staleness};
 use iterstore_algo::dnn::mlp::reference;
@@ -144,17 +146,57 @@ fn what_is_not_supported_yet_is_refused_by_name() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("keep no velocity"), "{e}");
-    let dir = std::env::temp_dir().join(format!("dnn-rule-{}", std::process::id()));
-    let cfg = AppConfig {
-        checkpoint: Some(CheckpointConfig {
-            dir: dir.clone(),
-            every: 1,
-        }),
-        ..bsp(Mode::Generic, 1, 2)
-    };
-    let e = run(&cfg, &p, &data).unwrap_err().to_string();
-    let _ = std::fs::remove_dir_all(&dir);
-    assert!(e.contains("server-side rule"), "{e}");
+}
+
+#[test]
+fn a_server_rule_run_checkpointed_and_resumed_ends_with_the_bits_of_an_uninterrupted_one() {
+    let data = tiny();
+    // The step decays per epoch (lr_decay 0.5): each epoch's rule is set on the servers.
+    // A warm start's clocks come before the first epoch's.
+    for (rule, warm_start) in [
+        (ServerRule::AdaGrad, 0),
+        (ServerRule::Adam, 0),
+        (ServerRule::AdaGrad, 3),
+    ] {
+        let p = DnnConfig {
+            warm_start,
+            ..params(Some(rule))
+        };
+        assert!(p.lr_decay > 0.0);
+        let whole = run(&bsp(Mode::Virtual, 2, 5), &p, &data).unwrap();
+        let dir = std::env::temp_dir().join(format!(
+            "dnn-rule-resume-{}-{}-{warm_start}",
+            std::process::id(),
+            rule.name()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        // Checkpointed after epoch 2; epoch 3 is lost.
+        let first = AppConfig {
+            checkpoint: Some(CheckpointConfig {
+                dir: dir.clone(),
+                every: 2,
+            }),
+            ..bsp(Mode::Virtual, 2, 3)
+        };
+        run(&first, &p, &data).unwrap();
+        // Resumed on 2 processes of one worker: the rows, their rule states and the
+        // rule's step go to this cluster's shards.
+        let rest = AppConfig {
+            resume: Some(dir.clone()),
+            ..bsp(Mode::Virtual, 1, 5)
+        };
+        let got = on_processes(&rest, 2, |c| run_in(c, &rest, &p, &data, &mut |_| {}));
+        std::fs::remove_dir_all(&dir).unwrap();
+        let bits = |l: &[f64]| l.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        for (rank, out) in got.iter().enumerate() {
+            assert_eq!(out.report.resumed.as_ref().unwrap().iteration, 2);
+            assert!(
+                out.model == whole.model,
+                "{rule:?}: rank {rank}'s weights differ"
+            );
+            assert_eq!(bits(&losses(out)), bits(&losses(&whole)[2..]), "{rule:?}");
+        }
+    }
 }
 
 #[test]

@@ -1,8 +1,9 @@
 //! `iterstore run ... --checkpoint-dir D --checkpoint-every N` and `--resume D`: a run
 //! killed with SIGKILL at a random (seeded) point after its first checkpoint, then resumed
 //! from its newest complete checkpoint, writes the same output bytes as an uninterrupted
-//! run (BSP, fixed seed), for every app at 1 and 2 processes; corrupt and other apps'
-//! checkpoints are refused naming the file; bad options fail before any work.
+//! run (BSP, fixed seed), for every app at 1 and 2 processes (the DNN with a server rule
+//! too); corrupt and other apps' checkpoints are refused naming the file; bad options
+//! fail before any work.
 //!
 //! Children are [`Proc`]s: bounded waits, killed on drop. A killed launcher's children
 //! die with it (they are started with a parent-death signal); the test checks that none
@@ -26,7 +27,8 @@ const ITERS: &str = "20";
 fn args<'a>(app: &'a str, out: &'a str, shape: &'a [String; 2], extra: &[&'a str]) -> Vec<&'a str> {
     // `dnn-partitioned`: the DNN as one replica whose 2 workers hold half of each layer;
     // `cnn-partitioned`: a small CNN split alike (its poolings and output layer too).
-    let command = if app.ends_with("-partitioned") {
+    // `dnn-adam`: the DNN with Adam on the parameter servers (`--server-rule`).
+    let command = if app.ends_with("-partitioned") || app == "dnn-adam" {
         "dnn"
     } else {
         app
@@ -50,6 +52,9 @@ fn args<'a>(app: &'a str, out: &'a str, shape: &'a [String; 2], extra: &[&'a str
     if command == "dnn" {
         // A small network: 20 epochs in a few seconds.
         a.extend(["--hidden", "32"]);
+    }
+    if app == "dnn-adam" {
+        a.extend(["--server-rule", "adam"]);
     }
     if app == "dnn-partitioned" {
         a.extend(["--replicas", "1", "--partitions", "2,2"]);
@@ -198,6 +203,14 @@ fn dnn_killed_and_resumed_writes_the_same_bytes() {
     killed_and_resumed_writes_the_same_bytes("dnn", (2, 1), (1, 2), 11);
     killed_and_resumed_writes_the_same_bytes("dnn-partitioned", (1, 2), (2, 1), 12);
     killed_and_resumed_writes_the_same_bytes("cnn-partitioned", (2, 1), (1, 2), 13);
+}
+
+#[test]
+fn dnn_with_a_server_rule_killed_and_resumed_writes_the_same_bytes() {
+    // The moments and step counts of Adam on the servers, and its step decayed per epoch,
+    // come back from the checkpoint; on another split, with the rows re-placed.
+    killed_and_resumed_writes_the_same_bytes("dnn-adam", (1, 2), (1, 2), 16);
+    killed_and_resumed_writes_the_same_bytes("dnn-adam", (2, 1), (1, 2), 17);
 }
 
 #[test]

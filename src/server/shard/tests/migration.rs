@@ -38,6 +38,7 @@ fn a_migration_completes_under_every_order_of_its_messages_and_loses_nothing() {
     let adopt = |from: ShardId, row: u64| ToShard::Adopt {
         shard: from,
         rows: vec![(key(row), AlignedBuf::from_slice(&[row as i64, 7]))],
+        states: vec![],
     };
     let script = [
         ToShard::Migrate {
@@ -74,7 +75,7 @@ fn a_migration_completes_under_every_order_of_its_messages_and_loses_nothing() {
         // What left went to its new home, one Adopt per other shard.
         let mut handed: Vec<(ShardId, u64)> = Vec::new();
         for m in &out {
-            if let Envelope::Shard(t, ToShard::Adopt { shard: 1, rows }) = m {
+            if let Envelope::Shard(t, ToShard::Adopt { shard: 1, rows, .. }) = m {
                 handed.extend(rows.iter().map(|(k, _)| (*t, k.row)));
             }
         }
@@ -123,6 +124,7 @@ fn a_bad_migration_is_a_protocol_error() {
     let adopt = |from| ToShard::Adopt {
         shard: from,
         rows: vec![],
+        states: vec![],
     };
     assert!(!rejected(vec![migrate(1), adopt(0), adopt(2)]));
     assert!(rejected(vec![migrate(0)]), "another process's shard");

@@ -11,6 +11,7 @@ mod migration;
 mod outer;
 mod restore;
 mod rows;
+mod rule_state;
 mod rules;
 mod runs;
 mod set;
@@ -270,8 +271,12 @@ pub(in crate::server) fn decode_part(bytes: &[u8]) -> (rows_part::Header, Vec<(u
     let mut rows = Vec::new();
     let header = rows_part::read(
         bytes,
-        |t| (t == 0).then_some(16),
-        |k, b| rows.push((k.row, b.cast::<i64>().to_vec())),
+        |t| (t == 0).then_some((16, None)),
+        |item| {
+            if let rows_part::Item::Row(k, b) = item {
+                rows.push((k.row, b.cast::<i64>().to_vec()));
+            }
+        },
     )
     .unwrap();
     (header, rows)

@@ -11,6 +11,7 @@ fn restore_script(p: u32) -> (Vec<ToShard>, Vec<ToShard>) {
         from: p,
         clock: 6,
         rows,
+        states: vec![],
         last,
     };
     let mut before = vec![ToShard::CreateTable { meta }];
@@ -86,6 +87,7 @@ fn a_restore_out_of_place_fails_the_cluster() {
         from,
         clock,
         rows,
+        states: vec![],
         last,
     };
     let row = |t, bytes: &[i64]| (RowKey::new(t, 1), AlignedBuf::from_slice(bytes));

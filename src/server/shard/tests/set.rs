@@ -207,6 +207,7 @@ fn a_set_waits_for_no_pending_update_and_no_resume_follows_it() {
             from: 0,
             clock: 2,
             rows: vec![],
+            states: vec![],
             last: true,
         },
         &mut out,
