@@ -9,8 +9,9 @@
 //! clock: times are `now` arguments.
 
 use std::collections::VecDeque;
-use std::io::{self, IoSlice, Write};
+use std::io::{self, IoSlice};
 use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use mio::net::TcpStream;
@@ -22,6 +23,25 @@ use super::timers::{Activity, Deadline};
 
 /// Frames written per `write_vectored` call, at most.
 const MAX_IOVECS: usize = 64;
+
+/// Writes `iov` to `stream` as `writev` would, but with `MSG_NOSIGNAL`: a peer gone
+/// (killed, its connection reset) is an `EPIPE` error to report, not a `SIGPIPE` that
+/// would kill this process where the signal's default action is restored (the CLI does,
+/// for its own output). `write_vectored` is `writev`, which raises the signal.
+fn send_vectored(stream: &TcpStream, iov: &[IoSlice<'_>]) -> io::Result<usize> {
+    // SAFETY: an all-zero `msghdr` is valid (no address, no control data).
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    // `IoSlice` is ABI-compatible with `iovec` on Unix; sendmsg only reads through it.
+    msg.msg_iov = iov.as_ptr() as *mut libc::iovec;
+    msg.msg_iovlen = iov.len() as _;
+    // SAFETY: the socket is open for the call, and `msg` points at `iov`, which
+    // outlives it.
+    let n = unsafe { libc::sendmsg(stream.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(n as usize)
+}
 
 /// A frame waiting to be written.
 pub(crate) struct OutFrame {
@@ -211,7 +231,7 @@ impl Conn {
                 iov[i] = IoSlice::new(&f.bytes[start..]);
                 n_iov += 1;
             }
-            match self.stream.write_vectored(&iov[..n_iov]) {
+            match send_vectored(&self.stream, &iov[..n_iov]) {
                 Ok(0) => {
                     w.error = Some("write returned 0".to_string());
                     break;
