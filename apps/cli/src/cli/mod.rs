@@ -17,6 +17,7 @@ mod demo;
 mod launch;
 mod log;
 mod plan;
+mod restarts;
 mod run;
 mod validate;
 
@@ -510,6 +511,17 @@ pub struct ClusterOptions {
     /// mismatched checkpoint is refused, naming the file.
     #[arg(long, value_name = "DIR", help_heading = "Checkpoint options")]
     pub resume: Option<PathBuf>,
+    /// When a process of the cluster is lost (killed, crashed, its connection gone), start
+    /// the cluster again, at most N times: the other processes end their cluster, wait
+    /// (1 s, 2 s, 4 s... at most 30 s), rejoin with the same hosts and secret and go on
+    /// from the newest complete checkpoint in --checkpoint-dir (from the beginning
+    /// without one). With --processes the launcher starts the lost process again; with
+    /// --hosts or --join, start it again with the same command within --connect-timeout.
+    /// Errors of configuration or data are never restarted. With --checkpoint-dir, a run
+    /// whose directory already holds a checkpoint continues from it (as --resume DIR).
+    #[arg(long, value_name = "N", default_value_t = 0, help_heading = "Checkpoint options",
+          value_parser = clap::value_parser!(u32).range(0..=100))]
+    pub restarts: u32,
     /// With --processes: run each process in its own CPU group limited to F cores (a
     /// cgroup v1 CPU quota; needs root), so that the processes behave like machines of F
     /// cores each.
