@@ -75,7 +75,16 @@ impl Restarts {
     /// were exhausted.
     pub(crate) fn after_failure(&mut self, e: AppError, ran: Duration) -> Result<()> {
         let Some(lost) = lost_process(&e).filter(|_| self.allowed > 0) else {
-            return Err(e.into());
+            return Err(match self.done.last() {
+                // Rejoining failed (the lost rank never came back), or the run after it.
+                Some(last) => anyhow::Error::from(e).context(format!(
+                    "restart {} of {} (after process {} was lost)",
+                    self.done.len(),
+                    self.allowed,
+                    last.lost
+                )),
+                None => e.into(),
+            });
         };
         let k = self.done.len() as u32 + 1;
         if k > self.allowed {
