@@ -9,7 +9,9 @@
 //! and `--json`. The exit status is the worst child's (the first to fail; of children
 //! found failed at once, one killed by a signal before those that exited with an error):
 //! when one fails, the others notice the lost peer and fail within seconds; any still running after a grace period are
-//! killed. With `--cpu-quota F` each child runs in its own CPU group of F cores (a cgroup,
+//! killed. With `--restarts N` a child that dies of a signal (killed, crashed) is started
+//! again with the same rank, hosts file and secret after the backoff the others wait
+//! before they rejoin (at most N times per rank; see [`super::restarts`]). With `--cpu-quota F` each child runs in its own CPU group of F cores (a cgroup,
 //! removed afterwards). Children die with the launcher (`PR_SET_PDEATHSIG`), also when it is killed.
 //! An interrupt or termination request (SIGINT, SIGTERM) is passed on to the children as
 //! SIGTERM, and the launcher waits for them (a grace period, then SIGKILL) before it
