@@ -65,7 +65,9 @@ messages and bytes sent and received by kind of protocol message) and memory
 (peak_rss_bytes, steady_rss_bytes, special: the specialized state's bytes by part) and
 numa (topology, bound, each worker's planned core and CPUs, shard and comm zones, bytes
 per zone, arena bytes bound, remote_fraction and baseline_remote_fraction; null in
-generic mode or with --numa off); dnn adds test_accuracy (after the last epoch) and
+generic mode or with --numa off), checkpoints, resumed (the checkpoint and iteration the
+run continued from) and restarts (--restarts: per restart the lost rank, the error,
+resumed_from_clock, seconds the failed attempt ran and backoff_s); dnn adds test_accuracy (after the last epoch) and
 test_accuracy_per_iteration, its objective being the epoch's mean training cross-entropy,
 and with --epoch-quorum epoch_quorum (fraction, replicas_needed, and per epoch
 processed_samples, cut_replicas, carried_samples; cut_epochs, total_carried_samples).
