@@ -265,3 +265,61 @@ impl Conn {
         w
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whether SIGPIPE is pending on this thread.
+    fn sigpipe_pending() -> bool {
+        // SAFETY: `set` is a valid, initialised signal set for sigpending to fill.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigpending(&mut set);
+            libc::sigismember(&set, libc::SIGPIPE) == 1
+        }
+    }
+
+    #[test]
+    fn writing_to_a_closed_peer_fails_without_raising_sigpipe() {
+        // SIGPIPE blocked on this thread: on Linux a blocked signal is never discarded,
+        // even if ignored, so one raised by a write stays pending where the test sees it.
+        // SAFETY: changes this thread's signal mask only; it ends with the test.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGPIPE);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        }
+        assert!(!sigpipe_pending(), "pending before the test");
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let ours = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        drop(listener.accept().unwrap().0);
+        let stream = TcpStream::from_std(ours);
+        let frame = [0u8; 1024];
+        let mut failed = None;
+        // The first writes may land before the peer's reset arrives.
+        for _ in 0..1000 {
+            match send_vectored(&stream, &[IoSlice::new(&frame)]) {
+                Ok(_) => std::thread::sleep(Duration::from_millis(1)),
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
+        }
+        let e = failed.expect("writes to a closed peer kept succeeding");
+        assert!(
+            matches!(
+                e.kind(),
+                io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset
+            ),
+            "{e}"
+        );
+        // Once more after the reset: the EPIPE case, where writev would raise SIGPIPE.
+        let again = send_vectored(&stream, &[IoSlice::new(&frame)]).unwrap_err();
+        assert_eq!(again.kind(), io::ErrorKind::BrokenPipe, "{again}");
+        assert!(!sigpipe_pending(), "a write raised SIGPIPE");
+    }
+}
