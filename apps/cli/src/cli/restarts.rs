@@ -186,6 +186,12 @@ mod tests {
             message: "process 2 at 127.0.0.1:7000 was lost: x".into(),
         });
         assert_eq!(lost_process(&shard), None);
+        // Another survivor that left first, seen by a shard mid-collective.
+        let left = AppError::Store(iterstore::Error::Failed {
+            component: "server shard 0".into(),
+            message: "process 0 left the cluster during all-gather round 11".into(),
+        });
+        assert_eq!(lost_process(&left), Some(0));
     }
 
     #[test]

@@ -167,11 +167,14 @@ fn a_killed_child_is_restarted(app: &'static str, checkpoints: Checkpoints) {
     let report = json_file(&json);
     let restarts = report["restarts"].as_array().expect("restarts in the JSON");
     assert_eq!(restarts.len(), 1, "{report:#}");
-    // Rank 0 noticed rank 2's loss, or rank 1 leaving on noticing it.
+    // Rank 0 noticed rank 2's loss, or rank 1 leaving on noticing it (its connection
+    // closed, or a shard saw it leave mid-collective).
     let lost = restarts[0]["lost"].as_u64().unwrap();
     assert!(lost == 1 || lost == 2, "{:#}", restarts[0]);
+    let error = restarts[0]["error"].as_str().unwrap();
     assert!(
-        restarts[0]["error"].as_str().unwrap().contains("was lost"),
+        error.contains(&format!("process {lost} at 127.0.0.1:")) && error.contains("was lost")
+            || error.contains(&format!("process {lost} left the cluster ")),
         "{:#}",
         restarts[0]
     );
@@ -371,24 +374,32 @@ fn survivors_waiting_for_a_rank_that_never_returns_fail_after_the_connect_timeou
     wait_line(&mut ranks[0], "", "lda: iteration 3/");
     ranks[2].kill();
     let killed = Instant::now();
-    let stderr = ranks[0].wait_fails(Duration::from_secs(30));
-    assert!(
-        stderr.contains(
-            "iterstore: error: restart 1 of 1 (after process 2 was lost): parameter server: \
-             joining the cluster as process 0 of 3 failed: not every peer connected within 3s; \
-             missing: rank 2"
-        ),
-        "{stderr}"
-    );
+    let errors: Vec<String> = ranks[..2]
+        .iter_mut()
+        .map(|r| r.wait_fails(Duration::from_secs(30)))
+        .collect();
     // The 1 s backoff, the 3 s connect timeout, and slack for a loaded machine.
     assert!(
         killed.elapsed() < Duration::from_secs(20),
         "{:?}",
         killed.elapsed()
     );
-    let stderr = ranks[1].wait_fails(Duration::from_secs(30));
+    for (r, stderr) in errors.iter().enumerate() {
+        // Rank 1 may have noticed rank 0 leaving before rank 2's loss.
+        assert!(
+            stderr.contains("iterstore: error: restart 1 of 1 (after process ")
+                && stderr.contains(&format!(
+                    "parameter server: joining the cluster as process {r} of 3 failed: "
+                )),
+            "rank {r}:\n{stderr}"
+        );
+    }
+    // The first to time out names the missing rank; the other may see it leave first.
     assert!(
-        stderr.contains("iterstore: error: restart 1 of 1 (after process "),
-        "{stderr}"
+        errors
+            .iter()
+            .any(|e| e.contains("not every peer connected within 3s; missing: rank 2")),
+        "no survivor named the missing rank 2:\n{}",
+        errors.join("\n")
     );
 }
