@@ -170,6 +170,47 @@ impl Error {
         }
     }
 
+    /// The rank of the process whose loss this error reports, if it reports one: the
+    /// cluster failed because process `rank` was killed, crashed, shut down or stopped
+    /// answering (its connection reset, closed or silent past the heartbeat timeout), or
+    /// because it left the cluster in the middle of a collective the others were in (a
+    /// shard's `process R left the cluster during …`: it failed, or noticed a loss before
+    /// this process did). Such an error is a fault of the run, not of its configuration
+    /// or data: the CLI's `--restarts` starts the cluster again on it, and on nothing
+    /// else.
+    ///
+    /// ```
+    /// use iterstore::Error;
+    ///
+    /// let lost = Error::Failed {
+    ///     component: "cluster".into(),
+    ///     message: "process 2 at 127.0.0.1:7002 was lost: connection reset".into(),
+    /// };
+    /// assert_eq!(lost.lost_process(), Some(2));
+    /// let left = Error::Failed {
+    ///     component: "server shard 0".into(),
+    ///     message: "process 1 left the cluster during all-gather round 11".into(),
+    /// };
+    /// assert_eq!(left.lost_process(), Some(1));
+    /// assert_eq!(Error::ShutDown.lost_process(), None);
+    /// ```
+    pub fn lost_process(&self) -> Option<usize> {
+        let Error::Failed { component, message } = self else {
+            return None;
+        };
+        let rest = message.strip_prefix("process ")?;
+        // A shard's word for a process gone mid-collective (`server::shard`).
+        if let Some(rank) = rest.split_once(LEFT).and_then(|(r, _)| r.parse().ok()) {
+            return Some(rank);
+        }
+        if component != "cluster" {
+            return None;
+        }
+        let (rank, rest) = rest.split_once(" at ")?;
+        let (_addr, _reason) = rest.split_once(LOST)?;
+        rank.parse().ok()
+    }
+
     pub(crate) fn config(field: &'static str, reason: impl fmt::Display) -> Self {
         Error::InvalidConfig {
             field,
@@ -183,6 +224,18 @@ impl Error {
             message: message.to_string(),
         }
     }
+}
+
+/// What follows the rank when a shard reports that a process left mid-collective.
+const LEFT: &str = " left the cluster ";
+
+/// What separates the address from the reason in [`lost_message`].
+const LOST: &str = " was lost: ";
+
+/// How the loss of process `rank` at `addr` is described (the message of the
+/// [`Error::Failed`] of component `cluster` that [`Error::lost_process`] recognizes).
+pub(crate) fn lost_message(rank: u32, addr: impl fmt::Display, reason: &str) -> String {
+    format!("process {rank} at {addr}{LOST}{reason}")
 }
 
 /// Logs a warning the library's user must see: through `tracing` when the program has

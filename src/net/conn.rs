@@ -9,8 +9,9 @@
 //! clock: times are `now` arguments.
 
 use std::collections::VecDeque;
-use std::io::{self, IoSlice, Write};
+use std::io::{self, IoSlice};
 use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use mio::net::TcpStream;
@@ -22,6 +23,25 @@ use super::timers::{Activity, Deadline};
 
 /// Frames written per `write_vectored` call, at most.
 const MAX_IOVECS: usize = 64;
+
+/// Writes `iov` to `stream` as `writev` would, but with `MSG_NOSIGNAL`: a peer gone
+/// (killed, its connection reset) is an `EPIPE` error to report, not a `SIGPIPE` that
+/// would kill this process where the signal's default action is restored (the CLI does,
+/// for its own output). `write_vectored` is `writev`, which raises the signal.
+fn send_vectored(stream: &TcpStream, iov: &[IoSlice<'_>]) -> io::Result<usize> {
+    // SAFETY: an all-zero `msghdr` is valid (no address, no control data).
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    // `IoSlice` is ABI-compatible with `iovec` on Unix; sendmsg only reads through it.
+    msg.msg_iov = iov.as_ptr() as *mut libc::iovec;
+    msg.msg_iovlen = iov.len() as _;
+    // SAFETY: the socket is open for the call, and `msg` points at `iov`, which
+    // outlives it.
+    let n = unsafe { libc::sendmsg(stream.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(n as usize)
+}
 
 /// A frame waiting to be written.
 pub(crate) struct OutFrame {
@@ -211,7 +231,7 @@ impl Conn {
                 iov[i] = IoSlice::new(&f.bytes[start..]);
                 n_iov += 1;
             }
-            match self.stream.write_vectored(&iov[..n_iov]) {
+            match send_vectored(&self.stream, &iov[..n_iov]) {
                 Ok(0) => {
                     w.error = Some("write returned 0".to_string());
                     break;
@@ -243,5 +263,63 @@ impl Conn {
             }
         }
         w
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whether SIGPIPE is pending on this thread.
+    fn sigpipe_pending() -> bool {
+        // SAFETY: `set` is a valid, initialised signal set for sigpending to fill.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigpending(&mut set);
+            libc::sigismember(&set, libc::SIGPIPE) == 1
+        }
+    }
+
+    #[test]
+    fn writing_to_a_closed_peer_fails_without_raising_sigpipe() {
+        // SIGPIPE blocked on this thread: on Linux a blocked signal is never discarded,
+        // even if ignored, so one raised by a write stays pending where the test sees it.
+        // SAFETY: changes this thread's signal mask only; it ends with the test.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGPIPE);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        }
+        assert!(!sigpipe_pending(), "pending before the test");
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let ours = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        drop(listener.accept().unwrap().0);
+        let stream = TcpStream::from_std(ours);
+        let frame = [0u8; 1024];
+        let mut failed = None;
+        // The first writes may land before the peer's reset arrives.
+        for _ in 0..1000 {
+            match send_vectored(&stream, &[IoSlice::new(&frame)]) {
+                Ok(_) => std::thread::sleep(Duration::from_millis(1)),
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
+        }
+        let e = failed.expect("writes to a closed peer kept succeeding");
+        assert!(
+            matches!(
+                e.kind(),
+                io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset
+            ),
+            "{e}"
+        );
+        // Once more after the reset: the EPIPE case, where writev would raise SIGPIPE.
+        let again = send_vectored(&stream, &[IoSlice::new(&frame)]).unwrap_err();
+        assert_eq!(again.kind(), io::ErrorKind::BrokenPipe, "{again}");
+        assert!(!sigpipe_pending(), "a write raised SIGPIPE");
     }
 }

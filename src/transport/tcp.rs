@@ -79,7 +79,7 @@ impl TcpTransport {
                 }
             }
             NetEvent::PeerLost { rank, addr, reason } => {
-                let why = format!("process {rank} at {addr} was lost: {reason}");
+                let why = crate::error::lost_message(rank, addr, &reason);
                 let _ = inboxes.client.send(Inbound::Lost(why));
             }
             NetEvent::Failed { reason } => {
@@ -199,10 +199,10 @@ impl Transport for TcpTransport {
 fn describe(e: &NetError) -> String {
     match e {
         NetError::PeerLost { rank, addr, reason } => {
-            format!("process {rank} at {addr} was lost: {reason}")
+            crate::error::lost_message(*rank, addr, reason)
         }
         NetError::PeerClosed { rank, addr } => {
-            format!("process {rank} at {addr} was lost: it has shut down")
+            crate::error::lost_message(*rank, addr, "it has shut down")
         }
         other => other.to_string(),
     }

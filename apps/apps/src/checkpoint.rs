@@ -235,7 +235,9 @@ pub(crate) fn run_json(report: &super::RunReport) -> String {
 /// or it would mix two runs' checkpoints).
 pub(crate) fn check_dirs(cfg: &AppConfig) -> Result<(), AppError> {
     if let Some(dir) = &cfg.resume {
-        if !dir.is_dir() {
+        // An optional one not created yet is created by the first checkpoint.
+        let not_yet = cfg.resume_optional && !dir.exists();
+        if !dir.is_dir() && !not_yet {
             return Err(AppError::Invalid(format!(
                 "resume: {} is not a directory",
                 dir.display()
@@ -287,6 +289,9 @@ pub(crate) fn resume(
     let Some(root) = &cfg.resume else {
         return Ok(None);
     };
+    if cfg.resume_optional && !any_checkpoint(cluster, root)? {
+        return Ok(None);
+    }
     let resumed = cluster.resume(root, id.app, ClusterRule::Any)?;
     let dir = resumed.dir().to_path_buf();
     let mut workers = Vec::new();
@@ -350,6 +355,27 @@ pub(crate) fn resume(
         )));
     }
     Ok(Some(Restart { dir, done, workers }))
+}
+
+/// Whether `root` holds a complete checkpoint to resume from, as every process of the
+/// cluster finds it (a collective: the processes agree on the newest checkpoint's name,
+/// so that none resumes while another starts afresh).
+fn any_checkpoint(cluster: &mut Cluster, root: &std::path::Path) -> Result<bool, AppError> {
+    let newest = iterstore::checkpoints::newest_checkpoint(root)?;
+    let name = newest.as_ref().map_or_else(
+        || "none".to_string(),
+        |d| {
+            d.file_name()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into_owned()
+        },
+    );
+    cluster.agree(&[(
+        "the newest complete checkpoint in the checkpoint directory",
+        &name,
+    )])?;
+    Ok(newest.is_some())
 }
 
 /// Why a checkpoint's run JSON `found` differs from this run's `here`: the first

@@ -74,7 +74,7 @@ pub use mf::Mf;
 pub use pagerank::PageRank;
 pub use report::{
     CheckpointReport, IterRecord, MemoryReport, PatternSummary, Provenance, QuorumReport,
-    ResumeReport, RunReport, StoreReport,
+    RestartReport, ResumeReport, RunReport, StoreReport,
 };
 
 use iterstore::deploy::Membership;
@@ -117,6 +117,12 @@ pub struct AppConfig {
     /// initialising: the run continues with the iteration after the checkpoint's and
     /// ends where an uninterrupted run of `iterations` ends.
     pub resume: Option<PathBuf>,
+    /// With [`resume`](Self::resume): whether a directory that holds no complete
+    /// checkpoint (or does not exist yet) starts the run from the beginning instead of
+    /// failing. What the CLI's `--restarts` uses on its checkpoint directory. Every process
+    /// looks once the cluster has formed, when no process of an earlier attempt can still
+    /// be completing a checkpoint, and the processes check that they found the same one.
+    pub resume_optional: bool,
     /// How long a worker waits for another worker's message (the partitioned DNN's
     /// activations and error terms) before it fails naming the sender
     /// ([`iterstore::Config::message_timeout`]).
@@ -148,6 +154,7 @@ impl Default for AppConfig {
             membership: None,
             checkpoint: None,
             resume: None,
+            resume_optional: false,
             message_timeout: iterstore::MESSAGE_TIMEOUT,
             yield_waits: true,
             slab_stores: iterstore::SlabStores::Auto,

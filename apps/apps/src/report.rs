@@ -271,6 +271,9 @@ pub struct RunReport {
     pub checkpoints: Option<CheckpointReport>,
     /// The checkpoint the run resumed from (`null` if it started afresh).
     pub resumed: Option<ResumeReport>,
+    /// The automatic restarts this process went through before the run succeeded (the
+    /// CLI's `--restarts`), in order; empty when none was needed.
+    pub restarts: Vec<RestartReport>,
     /// The fraction of test samples classified right after the last iteration (the DNN
     /// with test images only; absent otherwise).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -369,6 +372,24 @@ pub struct ResumeReport {
     pub iteration: usize,
 }
 
+/// One automatic restart of a run (the CLI's `--restarts`): the process that was lost,
+/// the checkpoint the cluster went on from and what the loss cost.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RestartReport {
+    /// The rank of the process that was lost.
+    pub lost: usize,
+    /// The error that ended the attempt (it names the lost process).
+    pub error: String,
+    /// The clock of the newest complete checkpoint when this process rejoined: the
+    /// cluster continues from it (`null`: none yet, the run started again from the
+    /// beginning).
+    pub resumed_from_clock: Option<u64>,
+    /// Seconds the failed attempt had run when the loss ended it.
+    pub seconds: f64,
+    /// Seconds waited before rejoining (the backoff).
+    pub backoff_s: f64,
+}
+
 fn staleness_json<S: Serializer>(s: &Staleness, ser: S) -> Result<S::Ok, S::Error> {
     match s {
         Staleness::Bounded(n) => ser.serialize_u32(*n),
@@ -419,6 +440,7 @@ impl RunReport {
                 seconds: 0.0,
             }),
             resumed: None,
+            restarts: Vec::new(),
             test_accuracy: None,
             test_accuracy_per_iteration: Vec::new(),
             update_bytes: Vec::new(),

@@ -9,7 +9,9 @@
 //! and `--json`. The exit status is the worst child's (the first to fail; of children
 //! found failed at once, one killed by a signal before those that exited with an error):
 //! when one fails, the others notice the lost peer and fail within seconds; any still running after a grace period are
-//! killed. With `--cpu-quota F` each child runs in its own CPU group of F cores (a cgroup,
+//! killed. With `--restarts N` a child that dies of a signal (killed, crashed) is started
+//! again with the same rank, hosts file and secret after the backoff the others wait
+//! before they rejoin (at most N times per rank; see [`super::restarts`]). With `--cpu-quota F` each child runs in its own CPU group of F cores (a cgroup,
 //! removed afterwards). Children die with the launcher (`PR_SET_PDEATHSIG`), also when it is killed.
 //! An interrupt or termination request (SIGINT, SIGTERM) is passed on to the children as
 //! SIGTERM, and the launcher waits for them (a grace period, then SIGKILL) before it
@@ -97,8 +99,7 @@ pub(crate) fn launch(app: &dyn Runnable, processes: usize, argv: &[OsString]) ->
             .collect::<Vec<_>>()
             .join(", ")
     );
-    let mut children: Vec<Running> = Vec::with_capacity(processes);
-    for rank in 0..processes {
+    let start = |rank: usize| -> Result<Running> {
         let mut cmd = Command::new(&exe);
         cmd.args(&base)
             .arg("--hosts")
@@ -132,14 +133,22 @@ pub(crate) fn launch(app: &dyn Runnable, processes: usize, argv: &[OsString]) ->
             copy_lines(rank, child.stdout.take(), false),
             copy_lines(rank, child.stderr.take(), true),
         ];
-        children.push(Running {
+        Ok(Running {
             rank,
             child,
             copiers,
             status: None,
-        });
+            respawns: 0,
+            respawn_at: None,
+            dead: None,
+        })
+    };
+    let mut children: Vec<Running> = Vec::with_capacity(processes);
+    for rank in 0..processes {
+        children.push(start(rank)?);
     }
-    let worst = wait_all(&mut children);
+    let restarts = app.cluster().restarts;
+    let worst = wait_all(&mut children, restarts, &start);
     drop(groups);
     drop(dir);
     if INTERRUPTED.load(Ordering::SeqCst) {
@@ -157,18 +166,86 @@ struct Running {
     child: Child,
     copiers: [Option<std::thread::JoinHandle<()>>; 2],
     status: Option<std::process::ExitStatus>,
+    /// Times this rank was started again after it died (`--restarts`).
+    respawns: u32,
+    /// When it is to be started again, once it died and may be.
+    respawn_at: Option<Instant>,
+    /// How it died, while it waits to be started again.
+    dead: Option<std::process::ExitStatus>,
+}
+
+impl Running {
+    /// Whether it died of a signal the launcher did not send: killed or crashed, the loss
+    /// `--restarts` starts it again for (one that exited with an error is not: its error
+    /// is its own, and another try would end the same).
+    fn died(status: &std::process::ExitStatus) -> bool {
+        std::os::unix::process::ExitStatusExt::signal(status).is_some()
+            && !INTERRUPTED.load(Ordering::SeqCst)
+    }
+
+    /// Whether its process is still there to signal (not reaped, not waiting to be
+    /// started again).
+    fn alive(&self) -> bool {
+        self.status.is_none() && self.respawn_at.is_none()
+    }
+
+    /// Starts this dead child again with `start` once its backoff has passed. With
+    /// `stopping` (another child failed, or the launcher was interrupted) it stays dead:
+    /// `Err` with whether it died of a signal and how, as for any failed child; so too if
+    /// it cannot be started.
+    fn respawn(
+        &mut self,
+        stopping: bool,
+        start: &dyn Fn(usize) -> Result<Running>,
+    ) -> std::result::Result<(), (bool, String)> {
+        let dead = self
+            .dead
+            .map_or_else(|| "died".to_string(), |s| s.to_string());
+        if stopping {
+            self.status = self.dead;
+            self.respawn_at = None;
+            return Err((true, dead));
+        }
+        if self.respawn_at.is_some_and(|at| Instant::now() < at) {
+            return Ok(());
+        }
+        for t in self.copiers.iter_mut().filter_map(Option::take) {
+            let _ = t.join();
+        }
+        match start(self.rank) {
+            Ok(mut fresh) => {
+                fresh.respawns = self.respawns + 1;
+                *self = fresh;
+                Ok(())
+            }
+            Err(e) => {
+                self.status = self.dead;
+                self.respawn_at = None;
+                Err((true, format!("{dead}; starting it again failed: {e:#}")))
+            }
+        }
+    }
 }
 
 /// Waits for every child; once one fails, the rest get [`GRACE`] to exit, then are
 /// killed. Returns the first failure (rank and status), if any.
-fn wait_all(children: &mut [Running]) -> Option<(usize, String)> {
+///
+/// With `restarts` > 0, a child that dies of a signal (killed, crashed) is started again
+/// by `start` with the same rank, at most `restarts` times per rank, after the backoff
+/// the other processes wait before they rejoin; this is not a failure unless the others
+/// have failed meanwhile or the launcher was interrupted.
+fn wait_all(
+    children: &mut [Running],
+    restarts: u32,
+    start: &dyn Fn(usize) -> Result<Running>,
+) -> Option<(usize, String)> {
     let mut first_failure: Option<(usize, String)> = None;
     let mut deadline: Option<Instant> = None;
     let mut passed_on = false;
     loop {
         if !passed_on && INTERRUPTED.load(Ordering::SeqCst) {
             passed_on = true;
-            for c in children.iter().filter(|c| c.status.is_none()) {
+            for c in children.iter().filter(|c| c.alive()) {
                 // SAFETY: kill(2) on a child we started and have not reaped.
                 unsafe { libc::kill(c.child.id() as libc::pid_t, libc::SIGTERM) };
             }
@@ -178,8 +255,34 @@ fn wait_all(children: &mut [Running]) -> Option<(usize, String)> {
         // Failures seen in this pass: the cause first (a child killed by a signal, before
         // those that exited with an error, usually on losing it), then by rank.
         let mut failed: Option<(bool, usize, String)> = None;
+        let stopping = first_failure.is_some() || passed_on;
         for c in children.iter_mut().filter(|c| c.status.is_none()) {
+            if c.respawn_at.is_some() {
+                match c.respawn(stopping, start) {
+                    Ok(()) => running += 1,
+                    Err((signaled, why)) => {
+                        if failed.as_ref().is_none_or(|f| signaled && !f.0) {
+                            failed = Some((signaled, c.rank, why));
+                        }
+                    }
+                }
+                continue;
+            }
             match c.child.try_wait() {
+                Ok(Some(status))
+                    if Running::died(&status) && c.respawns < restarts && !stopping =>
+                {
+                    let k = c.respawns + 1;
+                    let wait = super::restarts::backoff(k);
+                    tracing::warn!(
+                        "process {} died ({status}); starting it again in {} s (restart {k} of {restarts} for it)",
+                        c.rank,
+                        wait.as_secs()
+                    );
+                    c.respawn_at = Some(Instant::now() + wait);
+                    c.dead = Some(status);
+                    running += 1;
+                }
                 Ok(Some(status)) => {
                     c.status = Some(status);
                     let signaled = std::os::unix::process::ExitStatusExt::signal(&status).is_some();
@@ -202,7 +305,7 @@ fn wait_all(children: &mut [Running]) -> Option<(usize, String)> {
             break;
         }
         if deadline.is_some_and(|d| Instant::now() > d) {
-            for c in children.iter_mut().filter(|c| c.status.is_none()) {
+            for c in children.iter_mut().filter(|c| c.alive()) {
                 tracing::warn!(
                     "process {} did not exit after process failure; killing it",
                     c.rank

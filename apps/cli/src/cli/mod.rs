@@ -17,6 +17,7 @@ mod demo;
 mod launch;
 mod log;
 mod plan;
+mod restarts;
 mod run;
 mod validate;
 
@@ -64,7 +65,9 @@ messages and bytes sent and received by kind of protocol message) and memory
 (peak_rss_bytes, steady_rss_bytes, special: the specialized state's bytes by part) and
 numa (topology, bound, each worker's planned core and CPUs, shard and comm zones, bytes
 per zone, arena bytes bound, remote_fraction and baseline_remote_fraction; null in
-generic mode or with --numa off); dnn adds test_accuracy (after the last epoch) and
+generic mode or with --numa off), checkpoints, resumed (the checkpoint and iteration the
+run continued from) and restarts (--restarts: per restart the lost rank, the error,
+resumed_from_clock, seconds the failed attempt ran and backoff_s); dnn adds test_accuracy (after the last epoch) and
 test_accuracy_per_iteration, its objective being the epoch's mean training cross-entropy,
 and with --epoch-quorum epoch_quorum (fraction, replicas_needed, and per epoch
 processed_samples, cut_replicas, carried_samples; cut_epochs, total_carried_samples).
@@ -515,6 +518,17 @@ pub struct ClusterOptions {
     /// mismatched checkpoint is refused, naming the file.
     #[arg(long, value_name = "DIR", help_heading = "Checkpoint options")]
     pub resume: Option<PathBuf>,
+    /// When a process of the cluster is lost (killed, crashed, its connection gone), start
+    /// the cluster again, at most N times: the other processes end their cluster, wait
+    /// (1 s, 2 s, 4 s... at most 30 s), rejoin with the same hosts and secret and go on
+    /// from the newest complete checkpoint in --checkpoint-dir (from the beginning
+    /// without one). With --processes the launcher starts the lost process again; with
+    /// --hosts or --join, start it again with the same command within --connect-timeout.
+    /// Errors of configuration or data are never restarted. With --checkpoint-dir, a run
+    /// whose directory already holds a checkpoint continues from it (as --resume DIR).
+    #[arg(long, value_name = "N", default_value_t = 0, help_heading = "Checkpoint options",
+          value_parser = clap::value_parser!(u32).range(0..=100))]
+    pub restarts: u32,
     /// With --processes: run each process in its own CPU group limited to F cores (a
     /// cgroup v1 CPU quota; needs root), so that the processes behave like machines of F
     /// cores each.

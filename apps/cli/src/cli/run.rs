@@ -18,6 +18,7 @@ use iterstore_apps::{AppConfig, CheckpointConfig, Input, IterRecord, RunReport};
 
 use super::apps::{AppRun, CliApp, Runnable};
 use super::log::{self, Iterations, Step};
+use super::restarts::Restarts;
 use super::{ClusterOptions, JoinFrom, RunOptions};
 
 /// Where the input of `run` comes from: `--data`, else `--synthetic` (by default small).
@@ -193,7 +194,7 @@ pub(crate) fn app_config(
             Some(Topology::synthetic(desc).with_context(|| format!("--topology {desc:?}"))?)
         }
     };
-    Ok(AppConfig {
+    let mut cfg = AppConfig {
         workers: run.workers,
         shards: super::shards_or_default(run.shards, run.workers, dedicated_servers),
         staleness: run.staleness,
@@ -206,11 +207,38 @@ pub(crate) fn app_config(
         membership: membership(cluster)?,
         checkpoint: checkpoint_config(cluster)?,
         resume: resume_dir(cluster)?,
+        resume_optional: false,
         message_timeout,
         yield_waits: run.yield_waits,
         slab_stores: run.slab_stores,
         metrics_addr: cluster.metrics_addr,
-    })
+    };
+    restartable(&mut cfg, cluster.restarts)?;
+    Ok(cfg)
+}
+
+/// With `--restarts N` (N > 0) and a checkpoint directory, makes every attempt continue
+/// from the newest complete checkpoint there, if any (see [`super::restarts`]); refuses
+/// `--resume` from another directory, which a restart would not continue from.
+fn restartable(cfg: &mut AppConfig, restarts: u32) -> Result<()> {
+    let Some(ck) = cfg.checkpoint.as_ref().filter(|_| restarts > 0) else {
+        return Ok(());
+    };
+    match &cfg.resume {
+        Some(dir) if dir != &ck.dir => bail!(
+            "--restarts continues from --checkpoint-dir {}: give --resume the same \
+             directory, or start the run from {} without --restarts",
+            ck.dir.display(),
+            dir.display()
+        ),
+        // Given explicitly, it must hold a checkpoint (as without --restarts).
+        Some(_) => {}
+        None => {
+            cfg.resume = Some(ck.dir.clone());
+            cfg.resume_optional = true;
+        }
+    }
+    Ok(())
 }
 
 /// `--checkpoint-dir D --checkpoint-every N` (clap makes each require the other).
@@ -286,13 +314,27 @@ pub(crate) fn execute<A: CliApp>(
     let loading_step = step(progress, || loading(&input, A::INPUT));
     let data = A::load(&input, &params)?;
     step_done(loading_step, || loaded(&input, A::counts(&data)));
-    let mut watch = Watch::start(A::NAME, cfg.iterations, progress);
-    let outcome = A::run(&cfg, &params, &data, &mut watch.observer())?;
-    watch.finish();
+    let mut restarts = Restarts::new(run.cluster.restarts, &cfg);
+    let outcome = loop {
+        let began = std::time::Instant::now();
+        let mut watch = Watch::start(A::NAME, cfg.iterations, progress);
+        let attempt = A::run(&cfg, &params, &data, &mut watch.observer());
+        match attempt {
+            Ok(outcome) => {
+                watch.finish();
+                break outcome;
+            }
+            Err(e) => {
+                drop(watch);
+                restarts.after_failure(e, began.elapsed())?;
+            }
+        }
+    };
     if let Some(out) = model {
         out.write(|w| A::write_output(&outcome, &data, w))?;
     }
-    let report = A::into_report(outcome);
+    let mut report = A::into_report(outcome);
+    report.restarts = restarts.into_reports();
     tracing::debug!(
         "{}: setup {}, preprocess {}, init {}",
         report.app,

@@ -21,4 +21,5 @@ mod metrics;
 mod peers;
 mod plan_cli;
 mod procs;
+mod restarts;
 mod util;
