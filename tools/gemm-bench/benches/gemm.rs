@@ -11,7 +11,7 @@
 //! inputs (bits); the check is printed. Run:
 //!
 //! ```text
-//! OPENBLAS_NUM_THREADS=1 cargo bench -p iterstore-algo --bench gemm
+//! OPENBLAS_NUM_THREADS=1 cargo bench --manifest-path tools/gemm-bench/Cargo.toml
 //! ```
 //!
 //! Results are in `BENCHMARKS.md` ("Issue 44: GEMM kernels for the DNN's shapes").
