@@ -153,9 +153,6 @@ struct Machine {
     numa_on: bool,
     /// Where each worker thread is planned to run.
     places: Vec<WorkerPlace>,
-    /// Per worker: the CPUs its thread is bound to when `bound` (its core's or its
-    /// zone's, as `pinning` says).
-    bound_cpus: Vec<Vec<u32>>,
     /// Each worker thread's CPU affinity, read back after pinning.
     worker_cpus: Vec<Vec<u32>>,
     /// Whether the threads were bound.

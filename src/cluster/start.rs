@@ -381,7 +381,6 @@ impl Cluster {
                 topology,
                 numa_on,
                 places,
-                bound_cpus,
                 worker_cpus,
                 bound,
                 pinning: config.pinning,

@@ -10,7 +10,7 @@
 
 use super::Cluster;
 use crate::gather::AccessPattern;
-use crate::pinning::Pinning;
+use crate::pinning::{self, Pinning};
 use crate::sync::lock;
 use crate::topology::TopologySource;
 use crate::transport::KindTraffic;
@@ -368,7 +368,11 @@ impl Cluster {
             pinning: self.machine.pinning,
             worker_cores: self.machine.places.iter().map(|p| p.core).collect(),
             worker_zones: self.machine.places.iter().map(|p| p.zone).collect(),
-            planned_cpus: self.machine.bound_cpus.clone(),
+            planned_cpus: pinning::bound_cpus(
+                &self.machine.topology,
+                &self.machine.places,
+                self.machine.pinning,
+            ),
             worker_cpus: self.machine.worker_cpus.clone(),
             bytes_per_zone: plan.map_or_else(Vec::new, |p| p.bytes_per_zone.clone()),
             shard_zones: self.machine.thread_zones.shards.clone(),
