@@ -705,6 +705,10 @@ impl<N: Network, S: Saved> Training<'_, N, S> {
                 messages_sent: cost.messages_sent,
                 objective: loss,
                 test_rmse: None,
+                test_accuracy: accuracies
+                    .last()
+                    .copied()
+                    .filter(|_| !self.data.test.is_empty()),
                 rss_bytes: None,
             };
             report.push_iteration(record, observer);

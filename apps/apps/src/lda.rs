@@ -411,6 +411,7 @@ pub fn run_in(
             messages_sent: cost.messages_sent,
             objective,
             test_rmse: None,
+            test_accuracy: None,
             rss_bytes: None,
         };
         report.push_iteration(record, observer);

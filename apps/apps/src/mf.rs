@@ -376,6 +376,7 @@ pub fn run_in(
             messages_sent: cost.messages_sent,
             objective: model.rmse(&train.ratings),
             test_rmse: (!test.is_empty()).then(|| model.rmse(test)),
+            test_accuracy: None,
             rss_bytes: None,
         };
         check_finite(

@@ -104,6 +104,10 @@ pub struct IterRecord {
     /// RMSE on the held-out ratings (MF with a test set only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub test_rmse: Option<f64>,
+    /// The fraction of test samples classified right after the iteration (the DNN and
+    /// logreg with test data, on iterations that evaluate; absent otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub test_accuracy: Option<f64>,
     /// The process's resident memory after the iteration (set by
     /// [`RunReport::push_iteration`]; `None` where it cannot be read).
     pub rss_bytes: Option<u64>,
@@ -761,6 +765,7 @@ mod tests {
             seconds: 0.5,
             objective: 1.0,
             test_rmse: Some(1.5),
+            test_accuracy: None,
             rss_bytes: None,
             bytes_sent: 0,
             messages_sent: 0,
@@ -770,6 +775,7 @@ mod tests {
             seconds: 1.5,
             objective: 0.5,
             test_rmse: Some(0.7),
+            test_accuracy: None,
             rss_bytes: None,
             bytes_sent: 0,
             messages_sent: 0,
@@ -834,6 +840,7 @@ mod tests {
             seconds: 0.015763634800000002,
             objective: 1.0,
             test_rmse: None,
+            test_accuracy: None,
             rss_bytes: None,
             bytes_sent: 0,
             messages_sent: 0,

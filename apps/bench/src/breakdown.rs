@@ -100,6 +100,7 @@ mod tests {
                 seconds,
                 objective: 0.0,
                 test_rmse: None,
+                test_accuracy: None,
                 rss_bytes: None,
                 bytes_sent: 0,
                 messages_sent: 0,

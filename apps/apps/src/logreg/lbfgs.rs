@@ -359,6 +359,7 @@ pub(super) fn train(
             messages_sent: all.iter().map(|p| p[1] as u64).sum(),
             objective: history.fx,
             test_rmse: None,
+            test_accuracy: data.test().and(accuracies.last().copied()),
             rss_bytes: None,
         };
         report.push_iteration(record, observer);

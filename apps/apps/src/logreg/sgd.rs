@@ -156,6 +156,7 @@ pub(super) fn train(
             messages_sent: cost.messages_sent,
             objective: f,
             test_rmse: None,
+            test_accuracy: measured.get(1).copied(),
             rss_bytes: None,
         };
         report.push_iteration(record, observer);

@@ -191,9 +191,14 @@ impl Iterations {
         // counts as long as its run took (setup before it is not an iteration).
         let elapsed = first_s + now.duration_since(first_at).as_secs_f64();
         let eta = elapsed / done as f64 * self.total.saturating_sub(done) as f64;
-        let objective = match r.test_rmse {
-            Some(t) => format!("objective {} (test {})", number(r.objective), number(t)),
-            None => format!("objective {}", number(r.objective)),
+        let objective = match (r.test_rmse, r.test_accuracy) {
+            (Some(t), _) => format!("objective {} (test {})", number(r.objective), number(t)),
+            (None, Some(a)) => format!(
+                "objective {} (test accuracy {:.2} %)",
+                number(r.objective),
+                100.0 * a
+            ),
+            (None, None) => format!("objective {}", number(r.objective)),
         };
         if self.bar.is_hidden() {
             info!(

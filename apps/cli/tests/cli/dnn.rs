@@ -27,6 +27,26 @@ fn the_cli_writes_the_report_and_the_model() {
     assert!((0.0..=1.0).contains(&acc), "{report}");
     assert_eq!(report["app"], "dnn");
     assert_eq!(report["iterations"].as_array().unwrap().len(), 2);
+    // Each epoch's test accuracy, in the report and on its progress line (what a tuner
+    // driving the CLI reads while it runs).
+    let last = report["iterations"][1]["test_accuracy"].as_f64().unwrap();
+    assert_eq!(last, acc);
+    let verbose = crate::util::iterstore(&[
+        "run",
+        "dnn",
+        "--synthetic",
+        "tiny",
+        "--iters",
+        "2",
+        "--hidden",
+        "16",
+    ]);
+    let log = stderr(&verbose);
+    let line = log
+        .lines()
+        .find(|l| l.contains("dnn: iteration 1/2 took"))
+        .unwrap_or_else(|| panic!("no progress line: {log}"));
+    assert!(line.contains("(test accuracy "), "{line}");
     let text = std::fs::read_to_string(&model).unwrap();
     assert!(
         text.starts_with("# iterstore dnn model: mlp sizes=144-16-10 activation=relu\n"),
