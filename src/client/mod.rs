@@ -256,13 +256,16 @@ impl ClientShared {
     /// that failed the cluster and shut down is then reported by its reason (say, a
     /// shard's refusal) rather than by its leaving, whichever thread noticed first.
     fn sent(&self, to: Endpoint, sent: std::result::Result<(), TransportError>) -> Result<()> {
-        if let Err(TransportError::Network(..)) = &sent {
-            if !ON_COMM_THREAD.with(Cell::get) {
-                let reported = self.wait_for("report of a lost peer", LOSS_REPORT, || None::<()>);
-                if let Err(e) = reported {
-                    if self.has_failed() {
-                        return Err(e);
-                    }
+        // A closed shard of this process stopped because the cluster is failing (its
+        // refusal, say, is on its way to the communication thread): wait for that reason
+        // the same way, so the error names it rather than the closed endpoint.
+        let closed_shard = matches!(&sent, Err(TransportError::Closed(Endpoint::Shard(_))));
+        let lost = closed_shard || matches!(&sent, Err(TransportError::Network(..)));
+        if lost && !ON_COMM_THREAD.with(Cell::get) {
+            let reported = self.wait_for("report of a lost peer", LOSS_REPORT, || None::<()>);
+            if let Err(e) = reported {
+                if self.has_failed() {
+                    return Err(e);
                 }
             }
         }
