@@ -181,6 +181,12 @@ pub struct Config {
     /// [`Cluster::metrics_addr`]: crate::Cluster::metrics_addr
     /// [`Cluster::run_local_processes`]: crate::Cluster::run_local_processes
     pub metrics_addr: Option<SocketAddr>,
+    /// Copies of every server shard, on as many processes (default 1: the shard alone).
+    /// More than one — backups on the next processes of a ring, kept in step each clock
+    /// so that a lost process's shards survive it (`docs/replication.md`) — is designed
+    /// but not built yet: [`validate`](Config::validate) refuses it, as it refuses 0 and
+    /// more copies than the cluster has processes.
+    pub shard_replicas: usize,
 }
 
 /// How a specialized worker writes the update slabs its CLOCKs send to the shards
@@ -245,6 +251,7 @@ impl Default for Config {
             yield_waits: true,
             slab_stores: SlabStores::Auto,
             metrics_addr: None,
+            shard_replicas: 1,
         }
     }
 }
@@ -297,6 +304,13 @@ impl Config {
     #[must_use = "a builder returns the changed settings"]
     pub fn with_tape_budget(mut self, bytes: usize) -> Self {
         self.tape_budget = Some(bytes);
+        self
+    }
+
+    /// Keeps `replicas` copies of every shard (see [`Config::shard_replicas`]).
+    #[must_use = "a builder returns the changed settings"]
+    pub fn with_shard_replicas(mut self, replicas: usize) -> Self {
+        self.shard_replicas = replicas;
         self
     }
 
@@ -393,6 +407,38 @@ impl Config {
         if self.message_timeout.is_zero() {
             return Err(Error::config("message_timeout", "must be longer than zero"));
         }
+        let processes = self.membership.as_ref().map(|m| m.hosts.len());
+        self.check_shard_replicas(processes)
+    }
+
+    /// Checks [`Config::shard_replicas`] for a cluster of `processes` processes (`None`:
+    /// not known yet; the caller that knows checks again).
+    pub(crate) fn check_shard_replicas(&self, processes: Option<usize>) -> Result<()> {
+        let r = self.shard_replicas;
+        if r == 0 {
+            return Err(Error::config(
+                "shard_replicas",
+                "0 would keep no copy of a shard; 1 (the default) is the shard alone",
+            ));
+        }
+        if let Some(n) = processes.filter(|&n| r > n) {
+            return Err(Error::config(
+                "shard_replicas",
+                format!(
+                    "{r} copies of each shard need {r} processes (each on its own), but the \
+                     cluster has {n}"
+                ),
+            ));
+        }
+        if r > 1 {
+            return Err(Error::config(
+                "shard_replicas",
+                format!(
+                    "{r}: backups of shards are designed (docs/replication.md) but not built \
+                     yet; only 1 (no backups) is supported"
+                ),
+            ));
+        }
         Ok(())
     }
 }
@@ -417,6 +463,29 @@ mod tests {
             .unwrap_err();
         assert!(e.to_string().contains("cache_capacity"));
         assert!(Config::new(2).with_cache_capacity(10).validate().is_ok());
+    }
+
+    #[test]
+    fn refuses_shard_replicas_it_cannot_keep_naming_the_field() {
+        let e = Config::new(2)
+            .with_shard_replicas(0)
+            .validate()
+            .unwrap_err();
+        assert!(e.to_string().contains("shard_replicas"), "{e}");
+        let too_many = Config::new(2).with_shard_replicas(3);
+        let e = too_many
+            .check_shard_replicas(Some(2))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("shard_replicas") && e.contains("has 2"), "{e}");
+        // Not built yet: refused, not silently kept as one copy.
+        let e = Config::new(2)
+            .with_shard_replicas(2)
+            .validate()
+            .unwrap_err();
+        assert!(e.to_string().contains("not built yet"), "{e}");
+        assert!(Config::new(2).check_shard_replicas(Some(1)).is_ok());
+        assert_eq!(Config::new(2).shard_replicas, 1);
     }
 
     #[test]

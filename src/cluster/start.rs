@@ -40,6 +40,9 @@ impl Cluster {
     /// threads, a communication thread and `config.workers` worker threads, which live
     /// as long as the cluster: every [`run`](Self::run) uses the same threads.
     pub fn start(config: Config) -> Result<Cluster> {
+        if config.membership.is_none() {
+            config.check_shard_replicas(Some(1))?;
+        }
         config.validate()?;
         // First: an address that cannot be bound fails the start before any work.
         let metrics = metrics::bind(&config, 0)?;
@@ -170,10 +173,11 @@ impl Cluster {
         R: Send,
         F: Fn(&mut Cluster) -> Result<R> + Sync,
     {
-        config.validate()?;
         if processes == 0 {
             return Err(Error::config("processes", "must be at least 1"));
         }
+        config.check_shard_replicas(Some(processes))?;
+        config.validate()?;
         if config.membership.is_some() {
             return Err(Error::config(
                 "membership",

@@ -20,6 +20,26 @@ fn rejects_invalid_configuration_before_starting() {
 }
 
 #[test]
+fn shard_replicas_are_refused_before_starting_while_backups_are_not_built() {
+    let refused = |e: Error| match e {
+        Error::InvalidConfig { field, reason } => {
+            assert_eq!(field, "shard_replicas");
+            reason
+        }
+        e => panic!("not a configuration error: {e}"),
+    };
+    // One process cannot hold two copies of a shard.
+    let one = Cluster::start(Config::new(1).with_shard_replicas(2)).unwrap_err();
+    assert!(refused(one).contains("has 1"));
+    let none = Cluster::start(Config::new(1).with_shard_replicas(0)).unwrap_err();
+    refused(none);
+    // Enough processes, but backups are not kept yet: refused, never silently dropped.
+    let two = Cluster::run_local_processes(Config::new(1).with_shard_replicas(2), 2, |_| Ok(()));
+    assert!(refused(two.unwrap_err()).contains("not built yet"));
+    assert!(Cluster::run_local_processes(Config::new(1), 2, |_| Ok(())).is_ok());
+}
+
+#[test]
 fn bad_tables_widths_and_columns_are_clear_errors() {
     within(20, || {
         let mut cluster = Cluster::start(Config::new(1)).unwrap();
