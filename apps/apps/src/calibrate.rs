@@ -16,9 +16,13 @@
 //! - `C_ncost(H)`, `C_nbw(H)`, `H = 1..threads` ([`network`]): H pairs of store processes
 //!   on 127.0.0.1 exchanging values at once; `C_nbw(H)` goes to
 //!   `c_nbw_per_thread_bits_per_s` (version 2), `C_nbw(1)` to `c_nbw_bits_per_s`.
+//! - `C_muladd` against the working set ([`cache`]): the fully connected GEMMs timed at
+//!   working sets below and above each of this machine's cache sizes, over `C_muladd`,
+//!   written to `c_muladd_by_working_set` (version 3).
 //!
 //! Every figure is the median of several repetitions.
 
+pub mod cache;
 pub mod conv;
 pub mod network;
 
@@ -26,6 +30,7 @@ use iterstore_algo::dnn::kernels;
 use iterstore_perf::{spec::PROFILE_VERSION, Network, Profile};
 use std::time::{Duration, Instant};
 
+pub use cache::{CacheCurve, CacheLevel};
 pub use conv::{KindTimings, LayerCost};
 pub use network::NetworkCosts;
 
@@ -42,6 +47,8 @@ pub struct Settings {
     pub threads: usize,
     /// Bytes of the bandwidth ping-pong.
     pub bandwidth_bytes: usize,
+    /// The largest working set the cache curve is timed at ([`cache`]).
+    pub cache_cap_bytes: u64,
 }
 
 impl Settings {
@@ -53,6 +60,7 @@ impl Settings {
             repeats: 9,
             threads,
             bandwidth_bytes: 8 << 20,
+            cache_cap_bytes: 1 << 30,
         }
     }
 
@@ -64,6 +72,7 @@ impl Settings {
             repeats: 3,
             threads,
             bandwidth_bytes: 1 << 20,
+            cache_cap_bytes: 4 << 20,
         }
     }
 }
@@ -116,6 +125,17 @@ impl Layer {
         kernels::update(&mut self.w, &self.y, &self.x, 1e-6, b, n, n);
         let update = started.elapsed();
         (forward + backward + update).saturating_sub(act + err)
+    }
+
+    /// The three GEMMs of [`Layer::step`] alone, without the element-wise passes (so no
+    /// separately timed pass is subtracted, which a preempted timing can drive to 0).
+    fn gemms(&mut self, size: usize, batch: usize) -> Duration {
+        let started = Instant::now();
+        let (b, n) = (batch, size);
+        kernels::linear(&self.w, &self.x, &mut self.y, b, n, n);
+        kernels::linear_backward(&self.w, &self.y, &mut self.delta_in, b, n, n);
+        kernels::update(&mut self.w, &self.y, &self.x, 1e-6, b, n, n);
+        started.elapsed()
     }
 }
 
@@ -194,6 +214,8 @@ pub struct Calibration {
     pub profile: Profile,
     /// Each timed convolution and pooling layer of the network.
     pub kinds: KindTimings,
+    /// The cache curve and the cache sizes it was timed around.
+    pub cache: CacheCurve,
 }
 
 /// The profile of this machine, named `name`, with its convolution and pooling costs
@@ -207,6 +229,7 @@ pub fn calibrate(
 ) -> iterstore::Result<Calibration> {
     let (c_muladd_s, c_act_s, c_err_s) = compute_costs(s);
     let kinds = conv::kind_costs(s, network);
+    let cache = cache::cache_curve(s);
     let c_interf = interference(s);
     let net = network::network_costs(s)?;
     let profile = Profile {
@@ -223,9 +246,79 @@ pub fn calibrate(
         c_ncost_s: net.latency_s,
         c_nbw_bits_per_s: net.bandwidth_bits_per_s[0],
         c_nbw_per_thread_bits_per_s: Some(net.bandwidth_bits_per_s),
-        c_muladd_by_working_set: None,
+        c_muladd_by_working_set: Some(cache.points.clone()),
         ps_read_alpha,
         sources: Default::default(),
     };
-    Ok(Calibration { profile, kinds })
+    Ok(Calibration {
+        profile,
+        kinds,
+        cache,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use iterstore_perf::{Model, Training};
+
+    /// A calibrated profile carries the cache curve (version 3), it survives the file, and
+    /// the model charges a segment past the curve's last point that point's factor.
+    #[test]
+    fn a_calibrated_profile_carries_the_cache_curve_and_the_model_uses_it() {
+        let s = Settings {
+            repeats: 1,
+            ..Settings::quick(1)
+        };
+        let measured = calibrate("t", &s, &iterstore_perf::builtin::mlp(), 0.5).unwrap();
+        let profile = measured.profile;
+        assert_eq!(profile.version, PROFILE_VERSION);
+        let curve = profile
+            .c_muladd_by_working_set
+            .clone()
+            .expect("a cache curve");
+        assert!(curve.len() >= 2, "{curve:?}");
+        assert!(curve.last().unwrap().bytes <= s.cache_cap_bytes as f64);
+        profile.validate("the measured profile").unwrap();
+        let text = serde_json::to_string(&profile).unwrap();
+        let back: Profile = serde_json::from_str(&text).unwrap();
+        // The same points, to the last digits a JSON float keeps.
+        let read = back
+            .c_muladd_by_working_set
+            .clone()
+            .expect("the curve in the file");
+        let near = |a: f64, b: f64| (a - b).abs() <= 1e-12 * a.abs().max(b.abs());
+        assert_eq!(read.len(), curve.len());
+        for (r, c) in read.iter().zip(&curve) {
+            assert!(
+                near(r.bytes, c.bytes) && near(r.factor, c.factor),
+                "{r:?} {c:?}"
+            );
+        }
+
+        // One fully connected layer of 1100 x 1100: 4.8 MB, past the quick curve's end.
+        let network: Network = serde_json::from_str(
+            r#"{"version": 1, "name": "fc", "input": {"channels": 1100, "size": 1},
+                "layers": [{"kind": "fully_connected", "name": "fc", "neurons": 1100, "bits": 32}]}"#,
+        )
+        .unwrap();
+        let training: Training =
+            serde_json::from_str(r#"{"version": 1, "n_sample": 1, "n_read": 1, "n_write": 1}"#)
+                .unwrap();
+        let last = read.last().unwrap();
+        let model = Model::new(&network, &back, &training);
+        assert!(model.working_set(0, 1, 1, 1100.0 * 1100.0) > last.bytes);
+        let uf = model.compute(0, 1, 1).uf;
+        let muladds = 1100.0 * 1100.0;
+        let expected = back.c_muladd_s * last.factor * muladds + back.c_act_s * 1100.0;
+        assert!(
+            (uf - expected).abs() <= 1e-9 * expected,
+            "{uf} vs {expected}"
+        );
+        let mut flat = back.clone();
+        flat.c_muladd_by_working_set = None;
+        let plain = Model::new(&network, &flat, &training).compute(0, 1, 1).uf;
+        let expected = back.c_muladd_s * muladds + back.c_act_s * 1100.0;
+        assert!((plain - expected).abs() <= 1e-9 * expected);
+    }
 }

@@ -122,6 +122,28 @@ pub fn run(args: &CalibrateArgs) -> Result<()> {
             .collect();
         v.join(", ")
     };
+    let caches: Vec<String> = measured
+        .cache
+        .levels
+        .iter()
+        .map(|c| format!("L{} {} KiB", c.level, c.bytes >> 10))
+        .collect();
+    println!(
+        "  C_muladd by working set, x C_muladd (fully connected GEMMs; sizes around {}{}):",
+        measured.cache.sizes_from,
+        if caches.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", caches.join(", "))
+        }
+    );
+    for p in profile
+        .c_muladd_by_working_set
+        .as_deref()
+        .unwrap_or_default()
+    {
+        println!("    {:>10.0} KiB  {:.2}", p.bytes / 1024.0, p.factor);
+    }
     let h = profile.c_interf.len();
     println!(
         "  C_interf  [{}] (H = 1..{h})",
