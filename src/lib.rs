@@ -133,14 +133,14 @@ mod worker;
 mod world;
 
 // The core: what every embedding writes.
-pub use cluster::Cluster;
+pub use cluster::{BranchCounts, BranchInfo, BranchStates, Cluster};
 pub use config::{
     Config, Mode, SlabStores, Specializations, MAX_SHARDS, MAX_WORKERS, MESSAGE_TIMEOUT,
 };
 pub use consistency::Staleness;
 pub use element::{ElemType, Element};
 pub use error::{Error, Result};
-pub use ids::{Clock, RowKey, TableId};
+pub use ids::{BranchId, Clock, RowKey, TableId};
 pub use rule::{Real, Rule};
 pub use table::Table;
 pub use worker::Worker;

@@ -24,7 +24,7 @@ use crate::buf::AlignedBuf;
 use crate::config::Config;
 use crate::error::{panic_message, Error, Result};
 use crate::ids::{Clock, ProcessId, RowKey, ShardId, TableId};
-use crate::msg::{Called, Endpoint, Envelope, ShardPart, ToClient, ToShard};
+use crate::msg::{BranchOutcome, Called, Endpoint, Envelope, ShardPart, ToClient, ToShard};
 use crate::placement::Placement;
 use crate::server::{LocalArena, RefreshRows};
 use crate::sync::lock;
@@ -401,6 +401,17 @@ impl ClientShared {
         })
     }
 
+    /// Waits for this process's `shards` shards' answers to the branch op under way
+    /// ([`ToClient::Branched`]), in shard order. Its own shards copy rows while it waits,
+    /// so there is no fixed bound; a failed cluster ends the wait.
+    pub(crate) fn await_branched(&self, shards: usize) -> Result<Vec<(ShardId, BranchOutcome)>> {
+        let mut answers = self.wait_for("branch op", Duration::MAX, || {
+            self.replies.take_branched(shards)
+        })?;
+        answers.sort_by_key(|(shard, _)| *shard);
+        Ok(answers)
+    }
+
     /// Waits until every shard of the cluster has every process's rows of the resume
     /// under way ([`ToClient::Restored`]). Like a run barrier it waits for the slowest process;
     /// a failed cluster (a process that left, a rejected row) ends the wait.
@@ -537,6 +548,7 @@ impl ClientShared {
             ToClient::RowsSet { shard } => self.file(|r| r.rows_set(shard)),
             ToClient::DumpRows { rows, .. } => self.file(|r| r.dump(rows)),
             ToClient::Called { called } => self.file(|r| r.called(called)),
+            ToClient::Branched { shard, outcome } => self.file(|r| r.branched(shard, outcome)),
         }
     }
 }

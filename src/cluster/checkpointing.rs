@@ -201,7 +201,7 @@ impl Cluster {
     }
 
     /// The checkpoint's description of this run: `app`, the tables, the cluster's shape.
-    fn checkpoint_meta(&self, app: &str) -> Meta {
+    pub(super) fn checkpoint_meta(&self, app: &str) -> Meta {
         Meta {
             app: app.to_string(),
             tables: self
@@ -297,7 +297,7 @@ impl Cluster {
 
     /// Every process's `report`, in rank order, when every process succeeded; else the
     /// lowest rank's error, as a [`CheckpointError::OnProcess`].
-    fn gather_reports<T: Serialize + for<'de> Deserialize<'de>>(
+    pub(super) fn gather_reports<T: Serialize + for<'de> Deserialize<'de>>(
         &mut self,
         report: std::result::Result<T, (PathBuf, String)>,
     ) -> Result<Vec<T>> {
@@ -327,7 +327,7 @@ impl Cluster {
     /// This process's share of a failed step: tells every process (an all-gather, like
     /// [`gather_reports`](Self::gather_reports)) and returns its own error, typed. `T` is
     /// the step's report type, the same on every process.
-    fn gather_failure<T: Serialize + for<'de> Deserialize<'de>>(
+    pub(super) fn gather_failure<T: Serialize + for<'de> Deserialize<'de>>(
         &mut self,
         error: CheckpointError,
     ) -> Error {

@@ -402,6 +402,7 @@ impl Cluster {
             down: false,
             diagnostics: Default::default(),
             functions,
+            branches: Default::default(),
         })
     }
 }
