@@ -5,11 +5,13 @@
 //!
 //! A **branch** is a copy of every table's rows and their update-rule states (kept on the
 //! shards that hold the rows: each process's shards copy their own, so forking moves no
-//! row over the network) and of the tables' rule parameters ([`Cluster::set_rule`]: a
-//! learning rate on the servers is a branch's setting). The store serves one branch, the
-//! **live** one; the others sit in per-shard slots or, parked, on disk. The plan, the op
-//! tapes and the arena layout are built once and shared by every branch: only values are
-//! copied (eagerly: a fork copies the rows it holds, a switch moves them).
+//! row over the network) and of its settings: the tables' rule parameters
+//! ([`Cluster::set_rule`]: a learning rate on the servers) and the staleness
+//! ([`Cluster::set_staleness`]), so consistency models switch per branch. The store
+//! serves one branch, the **live** one; the others sit in per-shard slots or, parked, on
+//! disk. The plan, the op tapes and the arena layout are built once and shared by every
+//! branch: only values are copied (eagerly: a fork copies the rows it holds, a switch
+//! moves them).
 //!
 //! Every op is a **collective between runs**: every process calls it alike. The processes
 //! first agree on the op ([`Cluster::agree`]: a different op or branch on some process
@@ -20,22 +22,22 @@
 //! A switch then drops every copy of a row this process holds, as
 //! [`set_rows`](Cluster::set_rows) does (the generic cache, the arena's chunks, the
 //! workers' built state turned back into tapes), and installs the new branch's rule
-//! parameters; the shards' next refreshes are whole.
+//! parameters and staleness; the shards' next refreshes are whole.
 //!
 //! Parking writes a branch through the checkpoint layer: a complete checkpoint in
 //! `<dir>/branch-<id>/` whose parts are the shards' slots (`rows_part`'s format), so an
 //! unpark verifies every byte before a row goes back. If a part cannot be written, every
 //! process puts its slots back from memory and the park fails everywhere.
 //!
-//! **Clocks and staleness.** The cluster's clock only moves forward: a branch trained `k`
-//! clocks after a switch runs at the cluster's clocks, and [`BranchInfo::trained`] counts
-//! the clocks its values have seen. Staleness is a setting of the whole cluster
-//! ([`Config::staleness`](crate::Config::staleness), agreed when processes join and built
-//! into the shards), so branches share it. Per-worker state of [`Cluster::run_with`] is
-//! the caller's: [`BranchStates`] keeps one copy per branch.
+//! **Clocks.** The cluster's clock only moves forward: a branch trained `k` clocks after a
+//! switch runs at the cluster's clocks, and [`BranchInfo::trained`] counts the clocks its
+//! values have seen (a rule's per-row step counts are in its rule states, so they are
+//! the branch's own). Per-worker state of [`Cluster::run_with`] is the caller's:
+//! [`BranchStates`] keeps one copy per branch.
 
 use super::Cluster;
 use crate::checkpoint::{Checkpoint, CheckpointWriter, ClusterRule, PartEntry, PartWriter};
+use crate::consistency::Staleness;
 use crate::error::checkpoint::CheckpointError;
 use crate::error::{Error, Result};
 use crate::ids::{BranchId, Clock, ShardId};
@@ -92,6 +94,8 @@ struct Entry {
     trained: Clock,
     /// The tables' rule parameters while not live (the live branch's are the registry's).
     rules: Vec<(u32, Rule)>,
+    /// Its staleness while not live (the live branch's is the configuration's).
+    staleness: Staleness,
     parked: Option<PathBuf>,
 }
 
@@ -113,6 +117,7 @@ impl Default for BranchBook {
             forked_at: 0,
             trained: 0,
             rules: Vec::new(),
+            staleness: Staleness::BSP,
             parked: None,
         };
         BranchBook {
@@ -223,7 +228,7 @@ impl Cluster {
     }
 
     /// Forks branch `source` (the live one or one in memory) into a new branch with a copy
-    /// of its rows, rule states and rule parameters, and returns its id (the same on every
+    /// of its rows, rule states, rule parameters and staleness, and returns its id (the same on every
     /// process). The live branch stays live. A collective between runs (see the module
     /// docs); refused for an unknown or parked `source`.
     ///
@@ -252,7 +257,7 @@ impl Cluster {
     pub fn fork(&mut self, source: BranchId) -> Result<BranchId> {
         let id = BranchId(self.branches.next);
         self.agree_on("fork", &format!("{source} into {id}"))?;
-        let rules = self.rules_of(source)?;
+        let (rules, staleness) = self.settings_of(source)?;
         self.on_own_shards(BranchOp::Fork { source, id }, id)?;
         let trained = self
             .branches()
@@ -264,6 +269,7 @@ impl Cluster {
             forked_at: self.runs.start_clock,
             trained,
             rules,
+            staleness,
             parked: None,
         };
         let book = &mut self.branches;
@@ -273,24 +279,24 @@ impl Cluster {
         Ok(id)
     }
 
-    /// Makes branch `to` (one in memory) the live one: the live branch's rows, rule states
-    /// and rule parameters are kept in its slot, and `to`'s take their place; the next
-    /// run trains `to`. A collective between runs (see the module docs); a switch to the
+    /// Makes branch `to` (one in memory) the live one: the live branch's rows, rule states,
+    /// rule parameters and staleness are kept in its slot, and `to`'s take their place;
+    /// the next run trains `to`. A collective between runs (see the module docs); a switch to the
     /// live branch does nothing; refused for an unknown or parked branch.
     pub fn switch(&mut self, to: BranchId) -> Result<()> {
         self.agree_on("switch", &format!("to {to}"))?;
-        let rules = self.rules_of(to)?;
+        let (rules, staleness) = self.settings_of(to)?;
         let live = self.branches.live;
         if to == live {
             return Ok(());
         }
         self.on_own_shards(BranchOp::Switch { to }, to)?;
         let now = self.runs.start_clock;
-        let saved = self.current_rules();
+        let saved = (self.current_rules(), self.config.staleness);
         let book = &mut self.branches;
         if let Some(e) = book.entries.get_mut(&live) {
             e.trained += now.saturating_sub(book.live_since);
-            e.rules = saved;
+            (e.rules, e.staleness) = saved;
         }
         book.live = to;
         book.live_since = now;
@@ -301,6 +307,7 @@ impl Cluster {
                 self.install_rule(table, rule)?;
             }
         }
+        self.install_staleness(staleness)?;
         self.drop_row_copies();
         Ok(())
     }
@@ -329,7 +336,7 @@ impl Cluster {
     /// and every process returns the error.
     pub fn park(&mut self, id: BranchId, dir: &Path) -> Result<PathBuf> {
         self.agree_on("park", &format!("{id} in {}", dir.display()))?;
-        self.rules_of(id)?;
+        self.settings_of(id)?;
         if id == self.branches.live {
             return Err(misuse(id, "is the live branch (switch to another first)"));
         }
@@ -430,16 +437,17 @@ impl Cluster {
             .ok_or_else(|| misuse(id, "is not a branch (never forked, or freed)"))
     }
 
-    /// Branch `id`'s rule parameters; refused if it is unknown or parked.
-    fn rules_of(&self, id: BranchId) -> Result<Vec<(u32, Rule)>> {
+    /// Branch `id`'s settings: its rule parameters and staleness; refused if it is
+    /// unknown or parked.
+    fn settings_of(&self, id: BranchId) -> Result<(Vec<(u32, Rule)>, Staleness)> {
         let entry = self.entry(id)?;
         if entry.parked.is_some() {
             return Err(misuse(id, "is parked (unpark it first)"));
         }
         if id == self.branches.live {
-            return Ok(self.current_rules());
+            return Ok((self.current_rules(), self.config.staleness));
         }
-        Ok(entry.rules.clone())
+        Ok((entry.rules.clone(), entry.staleness))
     }
 
     /// The tables' rules now, by table id.

@@ -36,6 +36,7 @@ mod runs;
 mod set_rows;
 mod shutdown;
 mod specialize;
+mod staleness;
 mod start;
 mod stats;
 mod tables;

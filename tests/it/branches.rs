@@ -6,7 +6,9 @@
 
 use crate::util::{over_tcp, over_tcp_results, within, TempDir};
 use iterstore::checkpoints::ClusterRule;
-use iterstore::{BranchId, BranchStates, Cluster, Config, Error, Mode, Rule, Table, Worker};
+use iterstore::{
+    BranchId, BranchStates, Cluster, Config, Error, Mode, Rule, Staleness, Table, Worker,
+};
 use std::path::Path;
 
 const ROWS: u64 = 5;
@@ -313,6 +315,58 @@ fn processes_that_name_different_branches_all_fail_naming_it() {
                 }
                 other => panic!("process {rank}: {other:?}"),
             }
+        }
+    });
+}
+
+/// Worker 1 adds late; worker 0 adds at once, then reads after its CLOCK: under BSP it
+/// waits for worker 1's update, under staleness 1 it does not.
+fn late_body(w: &mut Worker<'_>, t: &Table<i64>) -> iterstore::Result<i64> {
+    if w.id() == 1 {
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    }
+    w.update(t, 0, &[1])?;
+    w.clock()?;
+    let mut v = [0];
+    w.read(t, 0, &mut v)?;
+    w.clock()?;
+    Ok(v[0])
+}
+
+#[test]
+fn a_branch_keeps_its_staleness_and_runs_read_with_it() {
+    within(60, || {
+        for mode in [Mode::Generic, Mode::Virtual] {
+            let mut c = Cluster::start(Config::new(2).with_mode(mode)).unwrap();
+            let t = c.create_table_sized::<i64>("t", 1, 1).unwrap();
+            if mode == Mode::Virtual {
+                c.virtual_iteration(|w| late_body(w, &t)).unwrap();
+            }
+            // What worker 0 read, and the row after the run.
+            let probe = |c: &mut Cluster| {
+                let seen = c.run(|w| late_body(w, &t)).unwrap();
+                (seen[0], c.snapshot(&t).unwrap()[0].1[0])
+            };
+            let main = c.live_branch();
+            let b = c.fork(main).unwrap();
+            c.switch(b).unwrap();
+            c.set_staleness(Staleness::Bounded(1)).unwrap();
+            assert_eq!(probe(&mut c), (1, 2), "{mode:?}: staleness 1, no wait");
+            c.switch(main).unwrap();
+            assert_eq!(c.config().staleness, Staleness::BSP);
+            assert_eq!(probe(&mut c), (2, 2), "{mode:?}: BSP waited");
+            c.switch(b).unwrap();
+            assert_eq!(c.config().staleness, Staleness::Bounded(1));
+            assert_eq!(probe(&mut c), (3, 4), "{mode:?}: staleness 1 again");
+            if mode == Mode::Virtual {
+                assert!(c.stats().tape_accesses > 0, "not specialized");
+            }
+            let e = c
+                .set_staleness(Staleness::Unbounded)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("cannot become Unbounded"), "{e}");
+            c.shutdown().unwrap();
         }
     });
 }
