@@ -389,8 +389,8 @@ impl Cluster {
 
     /// Brings parked branch `id` back into memory from the checkpoint
     /// [`park`](Self::park) wrote, verified whole first (a missing or corrupt file is
-    /// refused on every process, naming it, and the branch stays parked). A collective
-    /// between runs.
+    /// refused on every process, naming it, and the branch stays parked); then the
+    /// parked files are removed. A collective between runs.
     pub fn unpark(&mut self, id: BranchId) -> Result<()> {
         self.agree_on("unpark", &id.to_string())?;
         let entry = self.entry(id)?;
@@ -416,6 +416,13 @@ impl Cluster {
             self.send_op(shard, BranchOp::Unpark { id, part })?;
         }
         self.finish_op(id, shards.len())?;
+        // Every process has its rows back (the outcome was all-gathered): the files are
+        // stale, and a later park of the branch at this clock writes them anew.
+        if self.shared.process == 0 {
+            if let Err(e) = std::fs::remove_dir_all(&root) {
+                tracing::warn!("{id} is unparked, but {} stays: {e}", root.display());
+            }
+        }
         if let Some(e) = self.branches.entries.get_mut(&id) {
             e.parked = None;
         }

@@ -154,6 +154,12 @@ fn branched(c: &mut Cluster, dir: &Path) -> iterstore::Result<(Held, Held)> {
     c.park(main, &dir.join("parked"))?;
     run(c, &mut states, b)?;
     c.unpark(main)?;
+    if c.rank() == 0 {
+        assert!(
+            !dir.join("parked/branch-0").exists(),
+            "the parked files stay"
+        );
+    }
     c.switch(main)?;
     run(c, &mut states, main)?;
     let held_main = (rows(c, &t)?, states.of_mut(main)?.clone());
@@ -282,13 +288,19 @@ fn misuse_is_refused_alike_and_the_cluster_goes_on() {
         assert!(c.branches()[1].parked.is_some());
         c.free(b).unwrap();
         refused(c.switch(b).unwrap_err(), b, "not a branch");
+        // Parked again at the same clock once back.
+        let b2 = c.fork(main).unwrap();
+        for _ in 0..2 {
+            c.park(b2, dir.path()).unwrap();
+            c.unpark(b2).unwrap();
+        }
         // Nothing changed the live rows.
         c.run(add(1)).unwrap();
         assert_eq!(c.snapshot(&t).unwrap(), vec![(0, vec![4])]);
         let counts = c.branch_counts();
         assert_eq!(
             (counts.forks, counts.parks, counts.frees, counts.unparks),
-            (1, 1, 1, 0)
+            (2, 3, 1, 2)
         );
         c.shutdown().unwrap();
     });
