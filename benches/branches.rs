@@ -66,8 +66,15 @@ fn branches(c: &mut Criterion) {
             cluster.unpark(other).unwrap();
         })
     });
+    // A checkpoint is refused where one at its clock exists: a fresh directory each time.
+    let mut n = 0;
     group.bench_function("checkpoint", |b| {
-        b.iter(|| cluster.checkpoint(&dir.join("ckpt"), "bench").unwrap())
+        b.iter(|| {
+            n += 1;
+            cluster
+                .checkpoint(&dir.join(format!("ckpt-{n}")), "bench")
+                .unwrap()
+        })
     });
     group.finish();
     cluster.shutdown().unwrap();

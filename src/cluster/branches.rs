@@ -29,6 +29,10 @@
 //! unpark verifies every byte before a row goes back. If a part cannot be written, every
 //! process puts its slots back from memory and the park fails everywhere.
 //!
+//! Everything else acts on the live branch alone: runs, [`set_rows`](Cluster::set_rows),
+//! [`snapshot`](Cluster::snapshot), server functions and checkpoints (a checkpoint holds
+//! the live branch; a resume is refused once a branch was forked).
+//!
 //! **Clocks.** The cluster's clock only moves forward: a branch trained `k` clocks after a
 //! switch runs at the cluster's clocks, and [`BranchInfo::trained`] counts the clocks its
 //! values have seen (a rule's per-row step counts are in its rule states, so they are
@@ -108,6 +112,13 @@ pub(super) struct BranchBook {
     next: u32,
     entries: BTreeMap<BranchId, Entry>,
     counts: BranchCounts,
+}
+
+impl BranchBook {
+    /// Whether a branch was ever forked (a resume is then too late).
+    pub(super) fn forked(&self) -> bool {
+        self.next > 1
+    }
 }
 
 impl Default for BranchBook {

@@ -128,11 +128,11 @@ impl Cluster {
     /// A collective, like [`checkpoint_with`](Self::checkpoint_with): every process calls
     /// it alike, after creating the same tables (names, types, widths and kinds of
     /// update rule, in the same order) as the run that wrote the checkpoint and before any
-    /// run, virtual iteration of a specialized mode, or other resume. `rule` says whether
-    /// the checkpoint may come from a cluster of another shape; rows are redistributed to
-    /// this cluster's shards by key either way, each with its rule state. A table's rule
-    /// takes back the parameters it had at the checkpoint (a [`set_rule`](Self::set_rule)
-    /// before the checkpoint holds after the resume).
+    /// run, virtual iteration of a specialized mode, fork of a branch, or other resume.
+    /// `rule` says whether the checkpoint may come from a cluster of another shape; rows
+    /// are redistributed to this cluster's shards by key either way, each with its rule
+    /// state. A table's rule takes back the parameters it had at the checkpoint (a
+    /// [`set_rule`](Self::set_rule) before the checkpoint holds after the resume).
     ///
     /// The whole checkpoint is verified (manifest, the writing run's app, tables and
     /// cluster, every part's size and SHA-256 and the rows' encoding) before any row is
@@ -141,7 +141,10 @@ impl Cluster {
     /// never silently left empty.
     pub fn resume(&mut self, dir: &Path, app: &str, rule: ClusterRule) -> Result<Resumed> {
         self.check()?;
-        let used = self.runs.ended > 0 || self.spec.plans > 0 || self.runs.sets > 0;
+        let used = self.runs.ended > 0
+            || self.spec.plans > 0
+            || self.runs.sets > 0
+            || self.branches.forked();
         let opened = if used || self.runs.resumed {
             Err(CheckpointError::TooLate {
                 dir: dir.to_path_buf(),

@@ -5,7 +5,7 @@
 //! one parked and brought back in between); misuse is refused on every process alike.
 
 use crate::util::{over_tcp, over_tcp_results, within, TempDir};
-use iterstore::checkpoints::ClusterRule;
+use iterstore::checkpoints::{CheckpointError, ClusterRule};
 use iterstore::{
     BranchId, BranchStates, Cluster, Config, Error, Mode, Rule, Staleness, Table, Worker,
 };
@@ -268,6 +268,21 @@ fn misuse_is_refused_alike_and_the_cluster_goes_on() {
             other => panic!("{other}"),
         };
         refused(c.fork(unknown).unwrap_err(), unknown, "not a branch");
+        // A resume after a fork would leave the forked branch without the rows resumed.
+        let fresh = TempDir::new("branches-resume");
+        let mut d = Cluster::start(Config::new(1)).unwrap();
+        d.create_table::<i64>("t", 1).unwrap();
+        d.checkpoint(fresh.path(), APP).unwrap();
+        let mut e = Cluster::start(Config::new(1)).unwrap();
+        e.create_table::<i64>("t", 1).unwrap();
+        e.fork(e.live_branch()).unwrap();
+        let late = e.resume(fresh.path(), APP, ClusterRule::Same).unwrap_err();
+        assert!(
+            matches!(late, Error::Checkpoint(CheckpointError::TooLate { .. })),
+            "{late}"
+        );
+        d.shutdown().unwrap();
+        e.shutdown().unwrap();
         refused(c.switch(unknown).unwrap_err(), unknown, "not a branch");
         refused(c.free(main).unwrap_err(), main, "live branch");
         let dir = TempDir::new("branches-misuse");
