@@ -239,9 +239,9 @@ impl Cluster {
     }
 
     /// Forks branch `source` (the live one or one in memory) into a new branch with a copy
-    /// of its rows, rule states, rule parameters and staleness, and returns its id (the same on every
-    /// process). The live branch stays live. A collective between runs (see the module
-    /// docs); refused for an unknown or parked `source`.
+    /// of its rows, rule states, rule parameters and staleness, and returns its id (the
+    /// same on every process). The live branch stays live. A collective between runs (see
+    /// the module docs); refused for an unknown or parked `source`.
     ///
     /// ```
     /// use iterstore::{Cluster, Config};
@@ -292,8 +292,8 @@ impl Cluster {
 
     /// Makes branch `to` (one in memory) the live one: the live branch's rows, rule states,
     /// rule parameters and staleness are kept in its slot, and `to`'s take their place;
-    /// the next run trains `to`. A collective between runs (see the module docs); a switch to the
-    /// live branch does nothing; refused for an unknown or parked branch.
+    /// the next run trains `to`. A collective between runs (see the module docs); a
+    /// switch to the live branch does nothing; refused for an unknown or parked branch.
     pub fn switch(&mut self, to: BranchId) -> Result<()> {
         self.agree_on("switch", &format!("to {to}"))?;
         let (rules, staleness) = self.settings_of(to)?;
