@@ -199,6 +199,34 @@ fn envelope(inp: &mut Input<'_>) -> Envelope {
                 .map(|_| f64::from_bits(inp.u64()))
                 .collect(),
         }),
+        32 => shard(ToShard::Branch {
+            from: inp.u32(),
+            clock: inp.u64(),
+            op: {
+                let id = crate::ids::BranchId(inp.u32());
+                match inp.u8() % 5 {
+                    0 => crate::msg::BranchOp::Fork {
+                        source: crate::ids::BranchId(inp.u32()),
+                        id,
+                    },
+                    1 => crate::msg::BranchOp::Switch { to: id },
+                    2 => crate::msg::BranchOp::Free { id },
+                    3 => crate::msg::BranchOp::Park { id },
+                    _ => crate::msg::BranchOp::Unpark {
+                        id,
+                        part: inp.buf().as_bytes().to_vec(),
+                    },
+                }
+            },
+        }),
+        33 => client(ToClient::Branched {
+            shard: inp.u32(),
+            outcome: if inp.u8() & 1 == 0 {
+                Ok(inp.buf().as_bytes().to_vec())
+            } else {
+                Err(inp.string())
+            },
+        }),
         _ => client(ToClient::Called {
             called: crate::msg::Called {
                 shard: inp.u32(),

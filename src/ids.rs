@@ -19,6 +19,20 @@ pub type WorkerId = u32;
 /// Dense id of a table within a cluster (creation order).
 pub type TableId = u32;
 
+/// A branch of the training state (`Cluster::fork`): branch 0 is the one every cluster
+/// starts with (the default); each fork names the next unused number, the same on every
+/// process.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
+pub struct BranchId(pub u32);
+
+impl std::fmt::Display for BranchId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "branch {}", self.0)
+    }
+}
+
 /// Identifies one row of one table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct RowKey {

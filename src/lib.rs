@@ -82,6 +82,17 @@
 //! # }
 //! ```
 //!
+//! ## Branches of the training state
+//!
+//! Between runs, every process alike, the store can keep several **branches** of the
+//! model (MLtuner's mechanics, for tuning): [`Cluster::fork`] copies every table's rows,
+//! rule states, rule parameters and staleness into a new [`BranchId`] (each shard copies
+//! its own rows: nothing crosses the network), [`Cluster::switch`] chooses which one the
+//! next runs train, [`Cluster::free`] drops one, and [`Cluster::park`] /
+//! [`Cluster::unpark`] move one to disk and back through the checkpoint layer. Every
+//! branch shares the plan and its specialized structures; only values are copied.
+//! [`BranchStates`] keeps the workers' own states per branch.
+//!
 //! ## Logs, diagnostics and statistics
 //!
 //! The store logs through [`tracing`](https://docs.rs/tracing): install a subscriber
@@ -133,14 +144,14 @@ mod worker;
 mod world;
 
 // The core: what every embedding writes.
-pub use cluster::Cluster;
+pub use cluster::{BranchCounts, BranchInfo, BranchStates, Cluster};
 pub use config::{
     Config, Mode, SlabStores, Specializations, MAX_SHARDS, MAX_WORKERS, MESSAGE_TIMEOUT,
 };
 pub use consistency::Staleness;
 pub use element::{ElemType, Element};
 pub use error::{Error, Result};
-pub use ids::{Clock, RowKey, TableId};
+pub use ids::{BranchId, Clock, RowKey, TableId};
 pub use rule::{Real, Rule};
 pub use table::Table;
 pub use worker::Worker;

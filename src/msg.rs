@@ -13,7 +13,7 @@
 //! little-endian bytes with no per-element marshalling.
 
 use crate::buf::AlignedBuf;
-use crate::ids::{Clock, ProcessId, RowKey, ShardId, WorkerId};
+use crate::ids::{BranchId, Clock, ProcessId, RowKey, ShardId, WorkerId};
 use crate::table::TableMeta;
 use serde::{Deserialize, Serialize};
 
@@ -68,6 +68,46 @@ pub struct Called {
     /// Whether the function wrote a row.
     pub wrote: bool,
 }
+
+/// What a [`ToShard::Branch`] asks of a shard's branches of the training state (its rows,
+/// their update-rule states): see `Cluster::fork` and the shard's `branches` module.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum BranchOp {
+    /// Copy branch `source` (the live one or one in a slot) into a new slot `id`.
+    Fork {
+        /// The branch copied.
+        source: BranchId,
+        /// The new branch.
+        id: BranchId,
+    },
+    /// Keep the live rows in the live branch's slot and make branch `to`'s the live ones.
+    Switch {
+        /// The branch to serve from now on.
+        to: BranchId,
+    },
+    /// Drop branch `id`'s slot.
+    Free {
+        /// The branch dropped.
+        id: BranchId,
+    },
+    /// Hand branch `id`'s slot to the shard's process as a rows part
+    /// ([`ToClient::Branched`]) and drop it.
+    Park {
+        /// The branch parked.
+        id: BranchId,
+    },
+    /// Take branch `id` back into a slot from its rows part `part`, as `Park` gave it.
+    Unpark {
+        /// The branch brought back.
+        id: BranchId,
+        /// Its rows part's bytes (`rows_part`'s format).
+        part: Vec<u8>,
+    },
+}
+
+/// A shard's answer to a [`ToShard::Branch`]: a parked slot's rows part (empty for
+/// another op), or why the op could not be done.
+pub type BranchOutcome = Result<Vec<u8>, String>;
 
 /// Where a message goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -287,6 +327,18 @@ pub enum ToShard {
         /// Its new rule.
         rule: crate::rule::Rule,
     },
+    /// Between runs, when every update is applied and every process agreed on it
+    /// (`Cluster::fork` and the other branch collectives): `op` on the shard's branches,
+    /// at the cluster's clock `clock`; answered with [`ToClient::Branched`]. Sent by the
+    /// shard's own process only.
+    Branch {
+        /// The shard's process.
+        from: ProcessId,
+        /// Every worker's clock at the shard.
+        clock: Clock,
+        /// What to do.
+        op: BranchOp,
+    },
     /// Between runs, when every update is applied ([`Cluster::call`]): run server
     /// function `function` of the sending process's registry on this shard's rows with
     /// `args`, and answer [`ToClient::Called`]. Sent by the shard's own process only.
@@ -415,6 +467,13 @@ pub enum ToClient {
         /// The sending shard.
         shard: ShardId,
     },
+    /// Answer to [`ToShard::Branch`]: done (with a parked slot's rows part), or why not.
+    Branched {
+        /// The sending shard.
+        shard: ShardId,
+        /// The outcome.
+        outcome: BranchOutcome,
+    },
     /// Answer to [`ToShard::Dump`].
     DumpRows {
         /// The sending shard.
@@ -473,7 +532,7 @@ pub enum Envelope {
 
 impl ToShard {
     /// The names of the kinds of message a shard receives, indexed by [`ToShard::kind`].
-    pub(crate) const KINDS: [&'static str; 18] = [
+    pub(crate) const KINDS: [&'static str; 19] = [
         "DeclareTable",
         "Gather",
         "CreateTable",
@@ -492,6 +551,7 @@ impl ToShard {
         "Leave",
         "Adopt",
         "Call",
+        "Branch",
     ];
 
     /// This message's kind, an index into [`ToShard::KINDS`].
@@ -515,6 +575,7 @@ impl ToShard {
             ToShard::Leave { .. } => 15,
             ToShard::Adopt { .. } => 16,
             ToShard::Call { .. } => 17,
+            ToShard::Branch { .. } => 18,
         }
     }
 
@@ -534,6 +595,7 @@ impl ToShard {
             | ToShard::SetRows { from, .. }
             | ToShard::SetRule { from, .. }
             | ToShard::Call { from, .. }
+            | ToShard::Branch { from, .. }
             | ToShard::Leave { from } => Some(*from),
             ToShard::CreateTable { .. }
             | ToShard::Clock { .. }
@@ -546,7 +608,7 @@ impl ToShard {
 impl ToClient {
     /// The names of the kinds of message a communication thread receives, indexed by
     /// [`ToClient::kind`].
-    pub(crate) const KINDS: [&'static str; 15] = [
+    pub(crate) const KINDS: [&'static str; 16] = [
         "TableDeclared",
         "Gathered",
         "Rows",
@@ -562,6 +624,7 @@ impl ToClient {
         "Pass",
         "WorkerStopped",
         "Called",
+        "Branched",
     ];
 
     /// This message's kind, an index into [`ToClient::KINDS`].
@@ -582,6 +645,7 @@ impl ToClient {
             ToClient::Pass { .. } => 12,
             ToClient::WorkerStopped { .. } => 13,
             ToClient::Called { .. } => 14,
+            ToClient::Branched { .. } => 15,
         }
     }
 }

@@ -22,9 +22,10 @@ use replies::Replies;
 
 use crate::buf::AlignedBuf;
 use crate::config::Config;
+use crate::consistency::Staleness;
 use crate::error::{panic_message, Error, Result};
 use crate::ids::{Clock, ProcessId, RowKey, ShardId, TableId};
-use crate::msg::{Called, Endpoint, Envelope, ShardPart, ToClient, ToShard};
+use crate::msg::{BranchOutcome, Called, Endpoint, Envelope, ShardPart, ToClient, ToShard};
 use crate::placement::Placement;
 use crate::server::{LocalArena, RefreshRows};
 use crate::sync::lock;
@@ -85,6 +86,9 @@ pub(crate) struct ClientShared {
     /// Bytes of UPDATEs this process's workers sent the generic way or as factors, by
     /// table (`Cluster::update_bytes`).
     pub(crate) update_bytes: Mutex<FxHashMap<TableId, u64>>,
+    /// The staleness runs read with ([`ClientShared::staleness`]): the configured one,
+    /// until a branch with another is switched to (`Cluster::set_staleness`).
+    staleness: AtomicU64,
 }
 
 impl ClientShared {
@@ -95,7 +99,9 @@ impl ClientShared {
         transport: Arc<dyn Transport>,
     ) -> Self {
         let yield_waits = config.yield_waits;
+        let staleness = AtomicU64::new(encode_staleness(config.staleness));
         ClientShared {
+            staleness,
             process,
             world,
             cache: ProcessCache::new(config.cache_capacity),
@@ -404,6 +410,32 @@ impl ClientShared {
         })
     }
 
+    /// The staleness the next run reads with (the same on every process).
+    pub(crate) fn staleness(&self) -> Staleness {
+        match self.staleness.load(Ordering::Relaxed) {
+            u64::MAX => Staleness::Unbounded,
+            s => Staleness::Bounded(s as u32),
+        }
+    }
+
+    /// Runs from now on read with `staleness`. Between runs only (workers read it when a
+    /// run starts and at each CLOCK).
+    pub(crate) fn set_staleness(&self, staleness: Staleness) {
+        self.staleness
+            .store(encode_staleness(staleness), Ordering::Relaxed);
+    }
+
+    /// Waits for this process's `shards` shards' answers to the branch op under way
+    /// ([`ToClient::Branched`]), in shard order. Its own shards copy rows while it waits,
+    /// so there is no fixed bound; a failed cluster ends the wait.
+    pub(crate) fn await_branched(&self, shards: usize) -> Result<Vec<(ShardId, BranchOutcome)>> {
+        let mut answers = self.wait_for("branch op", Duration::MAX, || {
+            self.replies.take_branched(shards)
+        })?;
+        answers.sort_by_key(|(shard, _)| *shard);
+        Ok(answers)
+    }
+
     /// Waits until every shard of the cluster has every process's rows of the resume
     /// under way ([`ToClient::Restored`]). Like a run barrier it waits for the slowest process;
     /// a failed cluster (a process that left, a rejected row) ends the wait.
@@ -540,6 +572,7 @@ impl ClientShared {
             ToClient::RowsSet { shard } => self.file(|r| r.rows_set(shard)),
             ToClient::DumpRows { rows, .. } => self.file(|r| r.dump(rows)),
             ToClient::Called { called } => self.file(|r| r.called(called)),
+            ToClient::Branched { shard, outcome } => self.file(|r| r.branched(shard, outcome)),
         }
     }
 }
@@ -550,6 +583,14 @@ impl DirectClient for ClientShared {
             let why = panic_message(payload.as_ref());
             self.fail(Error::failed("client message handler", why));
         }
+    }
+}
+
+/// `staleness` as [`ClientShared`] keeps it: the bound, or `u64::MAX` for unbounded.
+fn encode_staleness(staleness: Staleness) -> u64 {
+    match staleness {
+        Staleness::Bounded(s) => u64::from(s),
+        Staleness::Unbounded => u64::MAX,
     }
 }
 

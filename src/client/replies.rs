@@ -11,7 +11,7 @@ use crate::buf::AlignedBuf;
 use crate::ids::{Clock, RowKey, ShardId};
 #[cfg(doc)]
 use crate::msg::ToClient;
-use crate::msg::{Called, ShardPart};
+use crate::msg::{BranchOutcome, Called, ShardPart};
 use crate::sync::lock;
 use crate::table::TableMeta;
 use std::collections::BTreeMap;
@@ -44,6 +44,8 @@ struct Boxes {
     /// This process's shards' answers to the server function's call under way
     /// ([`ToClient::Called`]).
     called: Vec<Called>,
+    /// This process's shards' answers to the branch op under way ([`ToClient::Branched`]).
+    branched: Vec<(ShardId, BranchOutcome)>,
 }
 
 impl Replies {
@@ -95,6 +97,17 @@ impl Replies {
     /// Files a shard's answer to the call under way ([`ToClient::Called`]).
     pub(crate) fn called(&self, called: Called) {
         lock(&self.boxes).called.push(called);
+    }
+
+    /// Files `shard`'s answer to the branch op under way ([`ToClient::Branched`]).
+    pub(crate) fn branched(&self, shard: ShardId, outcome: BranchOutcome) {
+        lock(&self.boxes).branched.push((shard, outcome));
+    }
+
+    /// This process's shards' answers to the branch op under way, once `shards` arrived.
+    pub(crate) fn take_branched(&self, shards: usize) -> Option<Vec<(ShardId, BranchOutcome)>> {
+        let mut b = lock(&self.boxes);
+        (b.branched.len() >= shards).then(|| std::mem::take(&mut b.branched))
     }
 
     /// Every shard's answer to the barrier at the end of `run`, once `shards` arrived.

@@ -128,11 +128,11 @@ impl Cluster {
     /// A collective, like [`checkpoint_with`](Self::checkpoint_with): every process calls
     /// it alike, after creating the same tables (names, types, widths and kinds of
     /// update rule, in the same order) as the run that wrote the checkpoint and before any
-    /// run, virtual iteration of a specialized mode, or other resume. `rule` says whether
-    /// the checkpoint may come from a cluster of another shape; rows are redistributed to
-    /// this cluster's shards by key either way, each with its rule state. A table's rule
-    /// takes back the parameters it had at the checkpoint (a [`set_rule`](Self::set_rule)
-    /// before the checkpoint holds after the resume).
+    /// run, virtual iteration of a specialized mode, fork of a branch, or other resume.
+    /// `rule` says whether the checkpoint may come from a cluster of another shape; rows
+    /// are redistributed to this cluster's shards by key either way, each with its rule
+    /// state. A table's rule takes back the parameters it had at the checkpoint (a
+    /// [`set_rule`](Self::set_rule) before the checkpoint holds after the resume).
     ///
     /// The whole checkpoint is verified (manifest, the writing run's app, tables and
     /// cluster, every part's size and SHA-256 and the rows' encoding) before any row is
@@ -141,7 +141,10 @@ impl Cluster {
     /// never silently left empty.
     pub fn resume(&mut self, dir: &Path, app: &str, rule: ClusterRule) -> Result<Resumed> {
         self.check()?;
-        let used = self.runs.ended > 0 || self.spec.plans > 0 || self.runs.sets > 0;
+        let used = self.runs.ended > 0
+            || self.spec.plans > 0
+            || self.runs.sets > 0
+            || self.branches.forked();
         let opened = if used || self.runs.resumed {
             Err(CheckpointError::TooLate {
                 dir: dir.to_path_buf(),
@@ -201,7 +204,7 @@ impl Cluster {
     }
 
     /// The checkpoint's description of this run: `app`, the tables, the cluster's shape.
-    fn checkpoint_meta(&self, app: &str) -> Meta {
+    pub(super) fn checkpoint_meta(&self, app: &str) -> Meta {
         Meta {
             app: app.to_string(),
             tables: self
@@ -297,7 +300,7 @@ impl Cluster {
 
     /// Every process's `report`, in rank order, when every process succeeded; else the
     /// lowest rank's error, as a [`CheckpointError::OnProcess`].
-    fn gather_reports<T: Serialize + for<'de> Deserialize<'de>>(
+    pub(super) fn gather_reports<T: Serialize + for<'de> Deserialize<'de>>(
         &mut self,
         report: std::result::Result<T, (PathBuf, String)>,
     ) -> Result<Vec<T>> {
@@ -327,7 +330,7 @@ impl Cluster {
     /// This process's share of a failed step: tells every process (an all-gather, like
     /// [`gather_reports`](Self::gather_reports)) and returns its own error, typed. `T` is
     /// the step's report type, the same on every process.
-    fn gather_failure<T: Serialize + for<'de> Deserialize<'de>>(
+    pub(super) fn gather_failure<T: Serialize + for<'de> Deserialize<'de>>(
         &mut self,
         error: CheckpointError,
     ) -> Error {

@@ -179,6 +179,13 @@ impl Cluster {
     /// workers' held rows) after rows changed between runs: the next reads fetch them.
     pub(super) fn drop_row_copies(&mut self) {
         self.shared.forget_rows();
+        self.unbuild_workers();
+        self.runs.sets += 1;
+    }
+
+    /// Turns the workers' built specialized state back into their tapes: the next run
+    /// builds it anew (from the arena's current rows, under the current staleness).
+    pub(super) fn unbuild_workers(&mut self) {
         for kept in &self.spec.kept {
             let mut kept = lock(kept);
             *kept = match std::mem::take(&mut *kept) {
@@ -189,6 +196,5 @@ impl Cluster {
                 other => other,
             };
         }
-        self.runs.sets += 1;
     }
 }

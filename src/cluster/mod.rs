@@ -27,6 +27,7 @@
 
 mod agree;
 mod batches;
+mod branches;
 mod checkpointing;
 mod diagnostics;
 mod functions;
@@ -35,10 +36,12 @@ mod runs;
 mod set_rows;
 mod shutdown;
 mod specialize;
+mod staleness;
 mod start;
 mod stats;
 mod tables;
 
+pub use branches::{BranchCounts, BranchInfo, BranchStates};
 pub use checkpointing::Resumed;
 pub use functions::ServerFn;
 pub use stats::{NumaReport, SpecialMemory, Stats, TableUpdates};
@@ -93,6 +96,8 @@ pub struct Cluster {
     diagnostics: diagnostics::Diagnostics,
     /// The server functions registered, shared with this process's shards.
     functions: Arc<crate::server::functions::Functions>,
+    /// The branches of the training state: which is live, and the others.
+    branches: branches::BranchBook,
 }
 
 /// Where a cluster's runs are. Every process counts the same runs, gathers and rounds.

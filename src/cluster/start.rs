@@ -406,6 +406,7 @@ impl Cluster {
             down: false,
             diagnostics: Default::default(),
             functions,
+            branches: Default::default(),
         })
     }
 }

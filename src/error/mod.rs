@@ -112,6 +112,16 @@ pub enum Error {
         /// Why.
         message: String,
     },
+    /// A branch collective ([`Cluster::fork`](crate::cluster::Cluster::fork) and the
+    /// others) was refused — an unknown, live or parked branch where another is needed —
+    /// or failed on some process; the same on every process.
+    #[error("{branch}: {reason}")]
+    Branch {
+        /// The branch the op named.
+        branch: crate::ids::BranchId,
+        /// Why.
+        reason: String,
+    },
     /// A checkpoint could not be written, or a resume was refused: a missing, incomplete,
     /// corrupt or mismatched checkpoint, a full disk, a call at the wrong time. The
     /// error names the file ([`CheckpointError::path`]) and says why.

@@ -590,11 +590,38 @@ impl ArenaShard {
 
     /// Every row in the arena with its value.
     pub(crate) fn rows(&self) -> impl Iterator<Item = (RowKey, &[u8])> + '_ {
-        let bytes = self.bytes();
+        self.rows_of(&self.arena)
+    }
+
+    /// The arena's rows in place order and all its words: what a copy of its values
+    /// needs (a branch of the training state, `shard/branches.rs`). Rows keep their
+    /// place and the arena only grows, so such a copy stays a prefix of its layout.
+    pub(crate) fn values(&self) -> (&[RowKey], &[u64]) {
+        (&self.keys, &self.arena)
+    }
+
+    /// The rows a copy `words` of this arena's values ([`values`](Self::values), taken
+    /// when it held fewer rows perhaps) holds, with their values in it.
+    pub(crate) fn rows_of<'a>(
+        &'a self,
+        words: &'a [u64],
+    ) -> impl Iterator<Item = (RowKey, &'a [u8])> + 'a {
+        let bytes: &[u8] = bytemuck::cast_slice(words);
         self.keys
             .iter()
             .zip(&self.rows)
+            .take_while(move |(_, r)| r.offset + r.len <= bytes.len())
             .map(move |(k, r)| (*k, &bytes[r.offset..r.offset + r.len]))
+    }
+
+    /// Every row takes its value from `words`, a copy of this arena's values
+    /// ([`values`](Self::values)); rows past its end become zeros. Each counts as changed
+    /// at data clock `now`.
+    pub(crate) fn set_values(&mut self, words: &[u64], now: Clock) {
+        let n = words.len().min(self.arena.len());
+        self.arena[..n].copy_from_slice(&words[..n]);
+        self.arena[n..].fill(0);
+        self.changed.fill(now);
     }
 }
 

@@ -54,8 +54,7 @@ impl Worker<'_> {
         self.shared.live.set_clock(self.local, self.clock);
         self.floor = self
             .shared
-            .config
-            .staleness
+            .staleness()
             .required_in_run(self.clock, self.run_start);
         // The CLOCKs to this process's other shards are only queued, the one to this
         // worker's own shard is sent (and driven here), then the others are driven. So
@@ -140,6 +139,6 @@ impl Worker<'_> {
     }
 
     pub(super) fn keeps_recent(&self) -> bool {
-        self.shared.config.staleness != Staleness::BSP
+        self.shared.staleness() != Staleness::BSP
     }
 }

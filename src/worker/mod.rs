@@ -131,8 +131,8 @@ impl<'a> Worker<'a> {
             workers: shared.world.total_workers(),
             clock,
             run_start: clock,
-            floor: shared.config.staleness.required_in_run(clock, clock),
-            unbounded: shared.config.staleness == Staleness::Unbounded,
+            floor: shared.staleness().required_in_run(clock, clock),
+            unbounded: shared.staleness() == Staleness::Unbounded,
             oplog: Oplog::default(),
             recent: SentUpdates::default(),
             scratch: Vec::new(),
@@ -145,8 +145,10 @@ impl<'a> Worker<'a> {
             special: match role {
                 Role::Virtual => None,
                 _ => shared.arena().map(|arena| {
-                    let build =
-                        |tape| SpecialWorker::new(arena.clone(), tables, id, &shared.config, tape);
+                    let build = |tape| {
+                        SpecialWorker::new(arena.clone(), tables, id, &shared.config, tape)
+                            .with_ssp(shared.staleness() != Staleness::BSP)
+                    };
                     match kept {
                         // The same plan as last run: reuse the structures built for it.
                         KeptState::Built(mut sp) if Arc::ptr_eq(&sp.arena, &arena) => {

@@ -2,6 +2,7 @@
 
 mod api_errors;
 mod async_reads;
+mod branches;
 mod checkpoint;
 mod cluster;
 mod functions;

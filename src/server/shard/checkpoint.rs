@@ -97,7 +97,7 @@ impl Shard {
     /// `Ok` if every update up to `clock` is applied and none after: no update pending,
     /// every worker at `clock`, no run ending, no migration or restore under way, every
     /// rule gradient stepped.
-    fn between_runs_at(&self, clock: Clock) -> Result<(), String> {
+    pub(super) fn between_runs_at(&self, clock: Clock) -> Result<(), String> {
         let (min, max) = (self.clocks.min_clock(), self.clocks.max_clock());
         if !self.pending.is_empty() {
             Err("while updates are pending".into())

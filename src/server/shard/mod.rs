@@ -47,11 +47,14 @@
 //! - `outer`: rank-k updates sent as factors, multiplied out into row deltas;
 //! - `functions`: server functions its own process calls on its rows;
 //! - `restore`: rows and their rule states coming back from a checkpoint;
-//! - `set`: rows given new values between runs.
+//! - `set`: rows given new values between runs;
+//! - `branches`: copies of the rows and rule states, one per branch of the training
+//!   state, the live one served.
 //!
 //! This module holds the state and dispatches messages to those files; it knows nothing
 //! of threads, transports, files or the cluster that drives it.
 
+mod branches;
 mod checkpoint;
 mod clocks;
 mod functions;
@@ -69,6 +72,7 @@ pub(super) mod tests;
 
 pub(crate) use checkpoint::PartWrite;
 
+use self::branches::Branches;
 use self::migration::Migration;
 use self::restore::Restoring;
 use self::rows::Resolved;
@@ -155,6 +159,8 @@ pub(crate) struct Shard {
     setting: Option<Setting>,
     /// Gradients and rule states of the rows of tables with an update rule.
     rules: RuleRows,
+    /// Which branch of the training state is live, and the others' values.
+    branches: Branches,
     /// Asynchronous cluster (`Staleness::Unbounded`): a push to a table with an update
     /// rule is stepped as it arrives, not once its clock is complete (Downpour SGD).
     step_on_arrival: bool,
@@ -188,6 +194,7 @@ impl Shard {
             restored: false,
             setting: None,
             rules: RuleRows::default(),
+            branches: Branches::default(),
             step_on_arrival: false,
             local: None,
             functions: None,
@@ -313,6 +320,7 @@ impl Shard {
             ToShard::SetRows { from, rows, last } => self.set_rows(from, rows, last, out),
             ToShard::SetRule { table, rule, .. } => self.set_rule(table, rule, out),
             ToShard::Migrate { from, .. } if self.refuse_during_set(from, "a migration", out) => {}
+            ToShard::Migrate { from, .. } if self.refuse_migration_with_branches(from, out) => {}
             ToShard::Migrate { from, overrides } => self.migrate(from, overrides, out),
             ToShard::Adopt {
                 shard,
@@ -325,6 +333,8 @@ impl Shard {
                 function,
                 args,
             } => self.call(from, function, &args, out),
+            ToShard::Branch { from, .. } if self.refuse_during_set(from, "a branch op", out) => {}
+            ToShard::Branch { from, clock, op } => self.branch(from, clock, op, out),
         }
         None
     }

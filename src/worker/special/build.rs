@@ -185,6 +185,15 @@ impl SpecialWorker {
     }
 }
 
+impl SpecialWorker {
+    /// This state, for runs under SSP (`true`) or BSP: the staleness of the run it is
+    /// built for, which a branch may change from the configured one.
+    pub(crate) fn with_ssp(mut self, ssp: bool) -> Self {
+        self.ssp = ssp;
+        self
+    }
+}
+
 /// Whether a row of `len` bytes goes in a run: it takes one word.
 fn is_narrow(len: usize) -> bool {
     padded_words(len) == 1

@@ -4,6 +4,7 @@
 //! checkpoint part is tested in `server`'s tests, with these helpers.) The helpers here
 //! build shards, tables and the scripts of a two-process cluster.
 
+mod branches;
 mod checkpoint;
 mod clocks;
 mod functions;
