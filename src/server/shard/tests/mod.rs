@@ -9,6 +9,7 @@ mod clocks;
 mod functions;
 mod migration;
 mod outer;
+mod planned_rules;
 mod restore;
 mod rows;
 mod rule_state;
