@@ -173,12 +173,9 @@ pub(crate) fn build(
     // Rows grouped by shard; within a shard, first-use order (the pattern's order).
     let mut by_shard: Vec<Vec<usize>> = vec![Vec::new(); shards];
     for (i, row) in pattern.rows().iter().enumerate() {
-        // Rows of a table with an update rule stay generic: the shards step them per
-        // clock in their generic map.
-        if tables
-            .get(row.key.table as usize)
-            .is_some_and(|t| t.rule.is_sum())
-        {
+        // Rows of tables with an update rule too: the shards fold their slabs' deltas
+        // into gradients and step them per clock.
+        if tables.get(row.key.table as usize).is_some() {
             by_shard[placement.shard_of(row.key) as usize].push(i);
         }
     }

@@ -16,8 +16,15 @@
 //!
 //! **Asynchronous runs** (`Staleness::Unbounded`) step each worker's push on its own as
 //! it arrives at the shard instead, and a READ of such a row fetches the shard's current
-//! value (no cached copy): DistBelief's Downpour SGD, where replicas see each other's
-//! progress without waiting for the slowest. (Under SSP the per-clock step stays.)
+//! value (no cached copy, planned row or not): DistBelief's Downpour SGD, where replicas
+//! see each other's progress without waiting for the slowest. (Under SSP the per-clock
+//! step stays.)
+//!
+//! **The specializations keep working**: a plan holds a rule table's rows like any
+//! other's, a worker's updates of them travel in its slabs, and the shard folds a slab's
+//! deltas of them into the rows' gradients where it adds a sum row's (in the same
+//! `(clock, worker)` order as rows sent the generic way), so every mode computes the same
+//! bits. `Stats::planned_rule_rows` counts them.
 //!
 //! **READ of a table with a rule** returns the servers' value only: a worker's own
 //! gradients are not values and are not added to what it reads (under a rule that is not

@@ -18,8 +18,6 @@ pub(super) enum Diagnostic {
     VirtualModeWithoutPattern,
     /// A recorded iteration (virtual or first real) with accesses and no CLOCK.
     NoClock,
-    /// A plan left out rows of tables with a server-side update rule (generic path).
-    RuleRowsGeneric,
 }
 
 /// The diagnostics said so far.

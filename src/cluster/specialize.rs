@@ -227,30 +227,6 @@ impl Cluster {
         let Some(pattern) = &self.spec.pattern else {
             return Ok(());
         };
-        let tables = self.registry.tables();
-        let ruled = |t: u32| tables.get(t as usize).filter(|m| !m.rule.is_sum());
-        let unplanned = pattern
-            .rows()
-            .iter()
-            .filter(|r| ruled(r.key.table).is_some());
-        let (rows, accesses) = unplanned.fold((0, 0), |(n, a), r| (n + 1, a + r.accesses()));
-        if rows > 0 {
-            let names: Vec<String> = tables
-                .iter()
-                .filter(|m| !m.rule.is_sum())
-                .map(|m| format!("'{}' ({})", m.name, m.rule))
-                .collect();
-            let message = format!(
-                "{rows} rows of tables with a server-side update rule ({}) take the generic \
-                 path, not the plan ({accesses} accesses an iteration): their shards step \
-                 them per clock in their generic store",
-                names.join(", ")
-            );
-            self.diagnose(Diagnostic::RuleRowsGeneric, || message);
-        }
-        let Some(pattern) = &self.spec.pattern else {
-            return Ok(());
-        };
         let started = Instant::now();
         let specs = self.config.specializations;
         let workers = self.config.workers;

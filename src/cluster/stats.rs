@@ -79,6 +79,10 @@ pub struct Stats {
     pub helped_drains: u64,
     /// Rows in the current plan's static arena.
     pub planned_rows: usize,
+    /// Of those, the rows of tables with a server-side update rule
+    /// ([`Rule`](crate::Rule)): their shards fold the slabs' deltas into gradients and
+    /// step them per clock, as they step the rows sent the generic way.
+    pub planned_rule_rows: usize,
     /// Per-thread row copies in the current plan, summed over workers.
     pub thread_cached_rows: usize,
     /// Plans made so far.
@@ -304,6 +308,11 @@ impl Cluster {
                 .as_ref()
                 .map_or(0, |a| a.local_refreshes.load(Ordering::Relaxed)),
             planned_rows: arena.as_ref().map_or(0, |a| a.plan.slots.len()),
+            planned_rule_rows: arena.as_ref().map_or(0, |a| {
+                let tables = self.registry.tables();
+                let ruled = |t: u32| tables.get(t as usize).is_some_and(|m| !m.rule.is_sum());
+                a.plan.slots.iter().filter(|s| ruled(s.key.table)).count()
+            }),
             thread_cached_rows: arena
                 .as_ref()
                 .map_or(0, |a| a.plan.thread_cached.iter().map(Vec::len).sum()),

@@ -48,6 +48,38 @@ struct Row {
     offset: usize,
     len: usize,
     elem: ElemType,
+    /// Whether its table has an update rule: its deltas are gradients, folded by
+    /// [`Fold`] instead of added.
+    ruled: bool,
+}
+
+/// Where the deltas of a slab's rows of tables with an update rule go (gradients, to be
+/// stepped through the rule: `shard::rules`), and which rows of the slab are applied.
+pub(crate) enum Fold<'a> {
+    /// Every row: sum rows' deltas added, rule rows' handed to the sink.
+    All(&'a mut dyn FnMut(RowKey, &[u8])),
+    /// Only the rule rows, handed to the sink (an asynchronous push, stepped as it
+    /// arrives).
+    Rules(&'a mut dyn FnMut(RowKey, &[u8])),
+    /// Only the sum rows (the rest of such a push, added when its clock is complete).
+    Sums,
+}
+
+impl Fold<'_> {
+    /// Hands rule row `key`'s `delta` to the sink, if this fold takes rule rows.
+    #[inline]
+    fn gradient(&mut self, key: RowKey, delta: &[u8]) {
+        match self {
+            Fold::All(sink) | Fold::Rules(sink) => sink(key, delta),
+            Fold::Sums => {}
+        }
+    }
+
+    /// Whether sum rows are added.
+    #[inline]
+    fn sums(&self) -> bool {
+        !matches!(self, Fold::Rules(_))
+    }
 }
 
 /// The rows of one worker's update slab ([`SlabLayout`]), shared by the slabs laid out
@@ -267,10 +299,13 @@ impl ArenaShard {
                 let rows: Box<[u32]> = slots.iter().map(|&s| rows[s as usize]).collect();
                 let shape = |r: &u32| {
                     let row = self.rows[*r as usize];
-                    (padded(row.len) / 8, row.elem)
+                    (padded(row.len) / 8, row.elem, row.ruled)
                 };
+                // Rule rows are folded one by one (`Fold`): never a uniform layout.
                 let first = rows.first().map(shape);
-                let uniform = first.filter(|&f| f.0 > 0 && rows.iter().all(|r| shape(r) == f));
+                let uniform = first
+                    .filter(|&f| f.0 > 0 && !f.2 && rows.iter().all(|r| shape(r) == f))
+                    .map(|(words, elem, _)| (words, elem));
                 (w, Arc::new(SlabLayout { rows, uniform }))
             })
             .collect();
@@ -313,6 +348,7 @@ impl ArenaShard {
             offset,
             len,
             elem: meta.elem,
+            ruled: !meta.rule.is_sum(),
         });
         self.keys.push(key);
         self.changed.push(0);
@@ -383,16 +419,22 @@ impl ArenaShard {
     /// rows at those positions. A slab of the wrong size is refused whole. A whole slab's
     /// all-zero deltas (rows its worker did not touch) change nothing and are skipped; a
     /// sparse slab holds only touched rows, so its deltas are added without that check.
+    /// Rows of tables with an update rule are not added: their deltas go to `fold`'s
+    /// sink, and `fold` says which of the two kinds are applied.
     pub(crate) fn apply_slab(
         &mut self,
         layout: &SlabLayout,
         positions: Option<&[u32]>,
         slab: &AlignedBuf,
         now: Clock,
+        fold: Fold<'_>,
     ) -> Result<(), String> {
         if let Some((words, elem)) = layout.uniform {
             let count = positions.map_or(layout.rows.len(), <[u32]>::len);
             check_slab_size(slab, count * words * 8)?;
+            if !fold.sums() {
+                return Ok(()); // a uniform layout holds no rule rows
+            }
             let rows = &layout.rows;
             match positions {
                 None => self.add_uniform(elem, rows.iter().copied(), words, slab, now, true),
@@ -405,13 +447,13 @@ impl ArenaShard {
         }
         let layout = &layout.rows;
         match positions {
-            None => self.apply_rows(layout.iter().copied(), slab, now, true),
+            None => self.apply_rows(layout.iter().copied(), slab, (now, true), fold),
             // A sparse slab holds only touched rows: checking them for zeros is wasted.
             Some(positions) => self.apply_rows(
                 positions.iter().map(|&p| layout[p as usize]),
                 slab,
-                now,
-                false,
+                (now, false),
+                fold,
             ),
         }
     }
@@ -422,8 +464,8 @@ impl ArenaShard {
         &mut self,
         rows: impl Iterator<Item = u32> + Clone,
         slab: &AlignedBuf,
-        now: Clock,
-        skip_zeros: bool,
+        (now, skip_zeros): (Clock, bool),
+        mut fold: Fold<'_>,
     ) -> Result<(), String> {
         let expected: usize = rows
             .clone()
@@ -440,6 +482,16 @@ impl ArenaShard {
             let delta = &src[at..at + words];
             at += words;
             if skip_zeros && is_zero(delta) {
+                continue;
+            }
+            if row.ruled {
+                fold.gradient(
+                    self.keys[r as usize],
+                    &bytemuck::cast_slice(delta)[..row.len],
+                );
+                continue;
+            }
+            if !fold.sums() {
                 continue;
             }
             let start = row.offset / 8;
@@ -693,11 +745,23 @@ mod tests {
         })
         .unwrap();
         let l0 = a.layout(0, 1, 0).unwrap();
-        a.apply_slab(&l0, None, &AlignedBuf::from_slice(&[5i32, 0, 7, 0]), 1)
-            .unwrap();
+        a.apply_slab(
+            &l0,
+            None,
+            &AlignedBuf::from_slice(&[5i32, 0, 7, 0]),
+            1,
+            Fold::Sums,
+        )
+        .unwrap();
         let l1 = a.layout(1, 1, 1).unwrap();
-        a.apply_slab(&l1, None, &AlignedBuf::from_slice(&[1i32, 0]), 1)
-            .unwrap();
+        a.apply_slab(
+            &l1,
+            None,
+            &AlignedBuf::from_slice(&[1i32, 0]),
+            1,
+            Fold::Sums,
+        )
+        .unwrap();
         // A first refresh is the whole chunk, copied out or as slices of the arena alike.
         let mut whole = |p: ProcessId, chunk: usize| {
             let rows = a.refresh_rows(p, chunk, 1).unwrap();
@@ -737,12 +801,24 @@ mod tests {
         assert_eq!(one.uniform, Some((2, ElemType::F32)));
         assert_eq!(mixed.uniform, None);
         let slab = |v: &[f32]| AlignedBuf::from_slice(v);
-        a.apply_slab(&one, None, &slab(&[1., 2., 3., 0., 4., 5., 6., 0.]), 1)
+        a.apply_slab(
+            &one,
+            None,
+            &slab(&[1., 2., 3., 0., 4., 5., 6., 0.]),
+            1,
+            Fold::Sums,
+        )
+        .unwrap();
+        a.apply_slab(&one, Some(&[1]), &slab(&[0.5, 0.5, 0.5, 0.]), 2, Fold::Sums)
             .unwrap();
-        a.apply_slab(&one, Some(&[1]), &slab(&[0.5, 0.5, 0.5, 0.]), 2)
-            .unwrap();
-        a.apply_slab(&mixed, None, &slab(&[1., 1., 1., 0., 7., 8.]), 3)
-            .unwrap();
+        a.apply_slab(
+            &mixed,
+            None,
+            &slab(&[1., 1., 1., 0., 7., 8.]),
+            3,
+            Fold::Sums,
+        )
+        .unwrap();
         let row =
             |a: &ArenaShard, key| bytemuck::cast_slice::<u8, f32>(a.row(key).unwrap()).to_vec();
         assert_eq!(row(&a, k[0]), [2., 3., 4.]);
@@ -751,7 +827,7 @@ mod tests {
         assert_eq!(a.changed[..3], [3, 2, 3]);
         // A slab of the wrong size is refused whole, uniform or not.
         for layout in [&one, &mixed] {
-            let err = a.apply_slab(layout, None, &slab(&[1.; 10]), 4);
+            let err = a.apply_slab(layout, None, &slab(&[1.; 10]), 4, Fold::Sums);
             assert!(err.unwrap_err().contains("update slab has"));
         }
         assert_eq!(row(&a, k[0]), [2., 3., 4.]);
@@ -779,7 +855,8 @@ mod tests {
                 &a.layout(0, 2, 0).unwrap(),
                 None,
                 &AlignedBuf::from_slice(&[1i32]),
-                1
+                1,
+                Fold::Sums
             )
             .is_err());
         // A re-plan keeps rows where they are: old layouts stay valid.
@@ -790,8 +867,14 @@ mod tests {
             |_| None,
         )
         .unwrap();
-        a.apply_slab(&old, None, &AlignedBuf::from_slice(&[3i32, 0]), 1)
-            .unwrap();
+        a.apply_slab(
+            &old,
+            None,
+            &AlignedBuf::from_slice(&[3i32, 0]),
+            1,
+            Fold::Sums,
+        )
+        .unwrap();
         assert_eq!(a.row(RowKey::new(0, 1)), Some(&3i32.to_le_bytes()[..]));
         assert!(a
             .subscribe(&t, req(0, 4, &keys(&[1]), &[2], vec![]), |_| None)
@@ -810,8 +893,14 @@ mod tests {
         let first = a.refresh(0, 0, 0).unwrap();
         assert_eq!((first.rows, first.bytes.len()), (None, 64));
         // Row 6 changes at data clock 1; row 1's delta is zero (untouched): not a change.
-        a.apply_slab(&layout, None, &AlignedBuf::from_slice(&[0i32, 0, 9, 0]), 1)
-            .unwrap();
+        a.apply_slab(
+            &layout,
+            None,
+            &AlignedBuf::from_slice(&[0i32, 0, 9, 0]),
+            1,
+            Fold::Sums,
+        )
+        .unwrap();
         let second = a.refresh(0, 0, 1).unwrap();
         assert_eq!(second.rows, Some(vec![6]));
         assert_eq!(second.bytes.cast::<i32>(), &[9, 0]);

@@ -74,7 +74,7 @@ impl<'a> Worker<'a> {
     /// read-locks part of the process cache: drop it promptly.
     pub(super) fn fresh_entry(&self, key: RowKey) -> Result<CacheRef<'a>> {
         let required = self.required();
-        if self.unbounded && !self.additive(key.table) {
+        if self.current(key.table) {
             // Asynchronous, and the servers step this table as pushes arrive (Downpour
             // SGD): a READ fetches their current value, not a cached one.
             self.shared.cache.forget(key);

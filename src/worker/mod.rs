@@ -238,7 +238,7 @@ impl<'a> Worker<'a> {
         // No row bound here: the fast path serves only planned rows, which were checked
         // when the pattern was recorded (an out-of-range row never reaches a plan).
         let checked = table.cluster == self.cluster && out.len() == table.width;
-        if checked && self.log.is_none() && self.special.is_some() {
+        if checked && self.log.is_none() && self.special.is_some() && !self.current(table.id) {
             let required = self.required();
             // Asked only for a row without a block: whether the generic op log holds no
             // updates (of this clock or recent ones) such a read would have to add, and
@@ -282,6 +282,8 @@ impl<'a> Worker<'a> {
             return Ok(());
         }
         match place {
+            // The tape's cursor moved past it all the same.
+            Some(_) if self.current(key.table) => self.read_generic(key, out),
             Some(place) => {
                 let data_clock = self.read_special(place, out)?;
                 self.add_own(key, data_clock, out);
@@ -304,7 +306,11 @@ impl<'a> Worker<'a> {
         // As in `read`: the fast path needs only the handle's cluster checked (the row's
         // block names its table), and builds a scratch row only when it needs one.
         let mut f = f;
-        if table.cluster == self.cluster && self.log.is_none() && self.special.is_some() {
+        if table.cluster == self.cluster
+            && self.log.is_none()
+            && self.special.is_some()
+            && !self.current(table.id)
+        {
             let required = self.required();
             let (oplog, recent, held) = (&self.oplog, &self.recent, &self.held);
             let generic = || oplog.is_empty() && recent.is_empty() && held.is_empty();
@@ -352,7 +358,7 @@ impl<'a> Worker<'a> {
         if let Some(row) = self.held_row(key) {
             return Ok(f(row.cast()));
         }
-        let Some(place) = place else {
+        let Some(place) = place.filter(|_| !self.current(key.table)) else {
             return self.read_with_generic(key, meta, f);
         };
         let required = self.required();
@@ -560,6 +566,14 @@ impl<'a> Worker<'a> {
             });
         }
         Ok(meta)
+    }
+
+    /// Whether a READ of `table` fetches the servers' current value, planned or not: in an
+    /// asynchronous cluster, a table with an update rule, which the servers step as
+    /// pushes arrive (Downpour SGD), not once a clock is complete.
+    #[inline(always)]
+    fn current(&self, table: crate::ids::TableId) -> bool {
+        self.unbounded && !self.additive(table)
     }
 
     /// Where `key` lives in the specialized store, if the store is specialized and `key`

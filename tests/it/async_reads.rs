@@ -82,6 +82,12 @@ fn read_while_the_other_pushes(rule: Rule, staleness: Staleness) -> f64 {
     };
     c.virtual_iteration(body).unwrap();
     let seen = c.run(body).unwrap();
+    // The row is planned, rule or not: its pushes travel in slabs, and the shard steps
+    // a rule row's as they arrive.
+    let stats = c.stats();
+    assert_eq!(stats.planned_rows, 1);
+    assert_eq!(stats.planned_rule_rows, usize::from(!rule.is_sum()));
+    assert!(stats.whole_slabs + stats.partial_slabs > 0);
     c.shutdown().unwrap();
     seen[0]
 }

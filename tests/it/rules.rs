@@ -1,12 +1,14 @@
-//! Server-side update rules (issue 41): under BSP a run equals the sequential reference —
+//! Server-side update rules (issue 41): under BSP runs equal the sequential reference —
 //! per clock, each worker's updates of a row summed in its order, the workers' sums added
 //! to zeros in worker order, then one `Rule::step` — bit for bit, for every rule, in
-//! every mode and over TCP; a READ returns the servers' value without the worker's own
-//! gradients; misuse is refused. (Checkpoints and migrations of rule state:
+//! every mode (the specialized ones with the rule rows planned: their slabs folded into
+//! gradients on the shards) and over TCP; a READ returns the servers' value without the
+//! worker's own gradients; misuse is refused. (Checkpoints and migrations of rule state:
 //! `rule_state.rs`.)
 
 use crate::util::{over_tcp, within};
-use iterstore::{Cluster, Config, Mode, Rule};
+use iterstore::stats::Stats;
+use iterstore::{Cluster, Config, Mode, Rule, Specializations};
 use std::collections::BTreeMap;
 
 pub(crate) const ROWS: u64 = 5;
@@ -89,11 +91,6 @@ pub(crate) fn body(
     Ok(seen)
 }
 
-/// The sequential reference: what every worker reads at each clock, and the final rows.
-fn reference(rule: Rule, workers: usize) -> (Vec<Vec<Vec<f32>>>, Vec<Vec<f32>>) {
-    reference_runs(&[rule], workers)
-}
-
 /// The sequential reference of one run of [`body`] per rule of `runs` (the table's rule
 /// changed between runs, its state kept): what every worker reads at each clock, and the
 /// final rows.
@@ -138,12 +135,16 @@ pub(crate) fn reference_runs(runs: &[Rule], workers: usize) -> (Vec<Vec<Vec<f32>
     (seen, values)
 }
 
-/// What [`program`] returns: what each worker read per clock, the final rows, the
-/// diagnostics.
-type Outcome = (Vec<Vec<Vec<f32>>>, Vec<Vec<f32>>, Vec<String>);
+/// What [`program`] returns: what each worker read per clock (over both runs), the final
+/// rows, the stats.
+type Outcome = (Vec<Vec<Vec<f32>>>, Vec<Vec<f32>>, Stats);
 
-/// `rule`'s table set to the initial rows, then one run: what each worker read, the final
-/// rows and the diagnostics.
+/// Runs of [`program`]: the first is first-iter mode's recorded one, the second runs
+/// specialized in every specialized mode.
+const RUNS: usize = 2;
+
+/// `rule`'s table set to the initial rows, then [`RUNS`] runs: what each worker read, the
+/// final rows and the stats.
 fn program(cluster: &mut Cluster, rule: Rule) -> iterstore::Result<Outcome> {
     let t = cluster.create_table_with_rule::<f32>("w", WIDTH, Some(ROWS), rule)?;
     if cluster.config().mode == Mode::Virtual {
@@ -154,29 +155,64 @@ fn program(cluster: &mut Cluster, rule: Rule) -> iterstore::Result<Outcome> {
         .map(|r| (r, initial(r)))
         .collect();
     cluster.set_rows(&t, &mine)?;
-    let seen = cluster.run(|w| body(w, &t))?;
+    let mut seen: Vec<Vec<Vec<f32>>> = Vec::new();
+    for _ in 0..RUNS {
+        let run = cluster.run(|w| body(w, &t))?;
+        seen.resize(run.len(), Vec::new());
+        seen.iter_mut().zip(run).for_each(|(s, r)| s.extend(r));
+    }
     let rows = cluster.snapshot(&t)?.into_iter().map(|(_, v)| v).collect();
-    Ok((seen, rows, cluster.diagnostics()))
+    Ok((seen, rows, cluster.stats()))
+}
+
+/// The specialized stores `program` runs in besides the generic one: first-iter and
+/// virtual mode, and virtual mode without views (reads from the process arena) or without
+/// the contiguous index (updates through the generic log, reads from the plan).
+fn modes() -> Vec<(&'static str, Config)> {
+    let without = |f: fn(&mut Specializations)| {
+        let mut s = Specializations::ALL;
+        f(&mut s);
+        s
+    };
+    let config = |mode| Config::new(WORKERS).with_mode(mode);
+    vec![
+        ("generic", config(Mode::Generic)),
+        ("first-iter", config(Mode::FirstIter)),
+        ("virtual", config(Mode::Virtual)),
+        (
+            "virtual, no views",
+            config(Mode::Virtual).with_specializations(without(|s| s.thread_caches = false)),
+        ),
+        (
+            "virtual, no index",
+            config(Mode::Virtual).with_specializations(without(|s| s.contiguous_index = false)),
+        ),
+    ]
+}
+
+/// That a specialized store planned the rule table's rows and its workers found them on
+/// the plan: the rows were not left to the generic path.
+pub(crate) fn assert_planned(stats: &Stats, what: &str) {
+    assert!(stats.planned_rule_rows > 0, "{what}: no rule row planned");
+    assert_eq!(stats.planned_rule_rows, stats.planned_rows, "{what}");
+    assert_eq!(stats.unplanned_accesses, 0, "{what}: accesses off the plan");
+    assert!(stats.tape_accesses > 0, "{what}: no access on the tape");
 }
 
 #[test]
 fn every_rule_equals_the_sequential_reference_bit_for_bit_in_every_mode() {
-    within(180, || {
+    within(240, || {
         for rule in rules() {
-            let (want_seen, want_rows) = reference(rule, WORKERS);
-            for mode in [Mode::Generic, Mode::FirstIter, Mode::Virtual] {
-                let mut c = Cluster::start(Config::new(WORKERS).with_mode(mode)).unwrap();
-                let (seen, rows, diagnostics) = program(&mut c, rule).unwrap();
+            let (want_seen, want_rows) = reference_runs(&[rule; RUNS], WORKERS);
+            for (what, config) in modes() {
+                let mut c = Cluster::start(config).unwrap();
+                let (seen, rows, stats) = program(&mut c, rule).unwrap();
                 c.shutdown().unwrap();
-                assert_eq!(seen, want_seen, "{rule} {mode:?}: reads");
-                assert_eq!(rows, want_rows, "{rule} {mode:?}: rows");
-                if mode == Mode::Virtual {
-                    assert!(
-                        diagnostics
-                            .iter()
-                            .any(|d| d.contains("server-side update rule")),
-                        "{diagnostics:?}"
-                    );
+                assert_eq!(seen, want_seen, "{rule} {what}: reads");
+                assert_eq!(rows, want_rows, "{rule} {what}: rows");
+                match what {
+                    "generic" => assert_eq!(stats.planned_rows, 0),
+                    _ => assert_planned(&stats, &format!("{rule} {what}")),
                 }
             }
         }
@@ -185,15 +221,18 @@ fn every_rule_equals_the_sequential_reference_bit_for_bit_in_every_mode() {
 
 #[test]
 fn two_processes_over_tcp_equal_the_reference() {
-    within(120, || {
-        for rule in [rules()[2], rules()[4]] {
-            let (want_seen, want_rows) = reference(rule, 4);
+    within(180, || {
+        for rule in rules() {
+            let (want_seen, want_rows) = reference_runs(&[rule; RUNS], 4);
             for mode in [Mode::Generic, Mode::Virtual] {
                 let parts = over_tcp(Config::new(2).with_mode(mode), 2, |c| program(c, rule));
                 let seen: Vec<_> = parts.iter().flat_map(|(s, _, _)| s.clone()).collect();
                 assert_eq!(seen, want_seen, "{rule} {mode:?}");
-                for (_, rows, _) in &parts {
+                for (_, rows, stats) in &parts {
                     assert_eq!(rows, &want_rows, "{rule} {mode:?}");
+                    if mode == Mode::Virtual {
+                        assert_planned(stats, &format!("{rule} over TCP"));
+                    }
                 }
             }
         }

@@ -130,6 +130,8 @@ pub struct StoreReport {
     pub clock_refreshes: u64,
     /// Rows in the specialized plan's arena.
     pub planned_rows: usize,
+    /// Of those, rows of tables with a server-side update rule.
+    pub planned_rule_rows: usize,
     /// Per-thread copies of contended rows, summed over workers.
     pub thread_cached_rows: usize,
     /// Accesses found as the next step of a worker's op tape (the fast path).
@@ -486,6 +488,7 @@ impl RunReport {
             arena_refreshes: stats.arena_refreshes,
             clock_refreshes: stats.clock_refreshes,
             planned_rows: stats.planned_rows,
+            planned_rule_rows: stats.planned_rule_rows,
             thread_cached_rows: stats.thread_cached_rows,
             tape_accesses: stats.tape_accesses,
             indexed_accesses: stats.indexed_accesses,

@@ -57,6 +57,9 @@ impl Shard {
                 _ => rows,
             };
             let slab = self.resolve_slab(process, epoch, worker, (slab, slab_rows));
+            if let (true, Ok(()), Ok(Some(slab))) = (self.step_on_arrival, &valid, &slab) {
+                self.step_slab_now(slab, out);
+            }
             match (valid, slab) {
                 (Ok(()), Ok(slab)) if !rows.is_empty() || slab.is_some() => self
                     .pending
@@ -139,7 +142,7 @@ impl Shard {
             for (_worker, batch, slab) in batches {
                 self.apply(batch, slab, min, out);
             }
-            self.step_rules();
+            self.step_rules(min);
         }
         for p in self.staying() {
             out.push(Envelope::Client(

@@ -15,7 +15,7 @@ use crate::buf::AlignedBuf;
 use crate::gather::phase_bit;
 use crate::ids::{Clock, ProcessId, RowKey, WorkerId};
 use crate::msg::{Envelope, RowBatch, ToClient, WantedChunks};
-use crate::server::arena::{Layout, Request};
+use crate::server::arena::{Fold, Layout, Request};
 
 /// A slab resolved to its worker's layout when it arrived (and, for a sparse slab, the
 /// positions in that layout of its rows).
@@ -55,9 +55,14 @@ impl Shard {
     ) {
         self.apply_rows(batch, now);
         if let Some((layout, positions, slab)) = slab {
-            let applied = self
-                .arena
-                .apply_slab(&layout, positions.as_deref(), &slab, now);
+            let (tables, rules) = (&self.tables, &mut self.rules);
+            let mut sink = |key: RowKey, delta: &[u8]| rules.add_planned(tables, key, delta);
+            // Asynchronous: the slab's rule rows were stepped when it arrived.
+            let fold = match self.step_on_arrival {
+                true => Fold::Sums,
+                false => Fold::All(&mut sink),
+            };
+            let applied = (self.arena).apply_slab(&layout, positions.as_deref(), &slab, now, fold);
             if let Err(reason) = applied {
                 self.reject_all(reason, out);
             }
@@ -132,16 +137,6 @@ impl Shard {
             return self.reject(
                 from,
                 format!("plan of process {from} lays out worker {w}"),
-                out,
-            );
-        }
-        if let Some(key) = keys
-            .iter()
-            .find(|k| self.table(k.table).is_some_and(|m| !m.rule.is_sum()))
-        {
-            return self.reject(
-                from,
-                format!("plan of process {from} names {key:?}, of a table with an update rule"),
                 out,
             );
         }

@@ -8,21 +8,30 @@
 //! arrives, alone (DistBelief's Downpour SGD: a parameter shard applies each replica's
 //! gradients when they come), and a READ of such a row fetches the current value.
 //!
-//! Rows of such tables live in the generic map: no plan subscribes them (`plan` leaves
-//! them out, and a shard refuses a plan naming one), so a slab never carries them.
+//! Rows of such tables are planned like any other: a slab's deltas of them are folded
+//! into the same per-row gradients ([`Fold`], in the same `(clock, worker)` order as rows
+//! sent the generic way), and a step writes the row where it lives, in the arena (marked
+//! changed for the next refresh) or in the generic map. So a run computes the same bits
+//! whichever way its updates travel. In an asynchronous cluster a slab's rule rows are
+//! stepped as it arrives too, and the rest of it waits for its clock ([`Fold::Sums`]).
 //!
 //! A row's state travels with it ([`RuleState`]): a checkpoint part holds it (`checkpoint`),
 //! a resume brings it back (`restore`), a migration hands it over (`migration`); between
 //! runs every gradient has been stepped, so the state and step count are all there is.
 //!
 //! [`Rule`]: crate::rule::Rule
+//! [`Fold`]: crate::server::arena::Fold
+//! [`Fold::Sums`]: crate::server::arena::Fold::Sums
 
+use super::rows::Resolved;
 use super::Shard;
 use crate::buf::AlignedBuf;
 use crate::element::ElemType;
-use crate::ids::RowKey;
+use crate::ids::{Clock, RowKey};
 use crate::msg::{Envelope, RowBatch, RuleState, RuleStates};
 use crate::rule::Rule;
+use crate::server::arena::Fold;
+use crate::table::TableMeta;
 use rustc_hash::FxHashMap;
 
 /// One row's gradient of the clock being applied and its rule's state.
@@ -92,6 +101,34 @@ impl RuleRows {
         self.rows.insert(key, row);
         true
     }
+
+    /// Adds `delta` (bytes) to the gradient of `key` (a row of a table with rule `rule`,
+    /// `elem`s) for the clock being applied. All-zero deltas (bit for bit) are no update.
+    fn add(&mut self, key: RowKey, rule: Rule, elem: ElemType, delta: &[u8]) {
+        if delta.iter().all(|&b| b == 0) {
+            return;
+        }
+        let len = delta.len();
+        let r = self.rows.entry(key).or_insert_with(|| RuleRow {
+            grad: AlignedBuf::zeroed(len),
+            state: AlignedBuf::zeroed(len * rule.state_per_element()),
+            steps: 0,
+            touched: false,
+        });
+        if !std::mem::replace(&mut r.touched, true) {
+            self.touched.push(key);
+        }
+        elem.add(r.grad.as_bytes_mut(), delta);
+    }
+
+    /// [`add`](Self::add) of a planned row's delta from a slab (`tables`: the shard's,
+    /// for its rule; a row of an unknown table or of a sum is passed over).
+    pub(super) fn add_planned(&mut self, tables: &[Option<TableMeta>], key: RowKey, delta: &[u8]) {
+        let meta = tables.get(key.table as usize).and_then(Option::as_ref);
+        if let Some(m) = meta.filter(|m| !m.rule.is_sum()) {
+            self.add(key, m.rule, m.elem, delta);
+        }
+    }
 }
 
 impl Shard {
@@ -141,20 +178,7 @@ impl Shard {
         elem: ElemType,
         delta: &AlignedBuf,
     ) {
-        if delta.as_bytes().iter().all(|&b| b == 0) {
-            return;
-        }
-        let len = delta.len();
-        let r = self.rules.rows.entry(key).or_insert_with(|| RuleRow {
-            grad: AlignedBuf::zeroed(len),
-            state: AlignedBuf::zeroed(len * rule.state_per_element()),
-            steps: 0,
-            touched: false,
-        });
-        if !std::mem::replace(&mut r.touched, true) {
-            self.rules.touched.push(key);
-        }
-        elem.add(r.grad.as_bytes_mut(), delta.as_bytes());
+        self.rules.add(key, rule, elem, delta.as_bytes());
     }
 
     /// In an asynchronous cluster: steps the rows of `batch` whose table has an update
@@ -173,9 +197,32 @@ impl Shard {
             }
         }
         if stepped {
-            self.step_rules();
+            self.step_rules(self.arrival_clock());
         }
         rest
+    }
+
+    /// In an asynchronous cluster: steps the rule rows of a push's `slab` with it alone,
+    /// now; its sum rows are added when its clock is complete ([`Fold::Sums`]). A slab
+    /// that does not fit fails the cluster.
+    pub(super) fn step_slab_now(&mut self, slab: &Resolved, out: &mut Vec<Envelope>) {
+        let (layout, positions, bytes) = slab;
+        let now = self.arrival_clock();
+        let (tables, rules) = (&self.tables, &mut self.rules);
+        let mut sink = |key: RowKey, delta: &[u8]| rules.add_planned(tables, key, delta);
+        let fold = Fold::Rules(&mut sink);
+        let applied = (self.arena).apply_slab(layout, positions.as_deref(), bytes, now, fold);
+        match applied {
+            Ok(()) => self.step_rules(now),
+            Err(reason) => self.reject_all(reason, out),
+        }
+    }
+
+    /// The data clock an asynchronous step is marked with in the arena: one past the
+    /// current minimum clock, so that the next refresh of its chunk ships it whatever
+    /// clock that refresh is at (one at the current clock may have gone already).
+    fn arrival_clock(&self) -> Clock {
+        self.clocks.min_clock() + 1
     }
 
     /// Table `table`'s rule becomes `rule`, which must be valid and of the same kind
@@ -199,8 +246,9 @@ impl Shard {
     }
 
     /// Steps every row that got a gradient in the clock just applied (in the order they
-    /// got their first) and clears their gradients.
-    pub(super) fn step_rules(&mut self) {
+    /// got their first) and clears their gradients. A planned row is stepped in the
+    /// arena, changed as of data clock `now`; any other in the generic map.
+    pub(super) fn step_rules(&mut self, now: Clock) {
         let touched = std::mem::take(&mut self.rules.touched);
         for key in touched {
             let Some(meta) = self.table(key.table) else {
@@ -211,17 +259,31 @@ impl Shard {
                 continue;
             };
             r.steps += 1;
-            let mut value = self
-                .rows
-                .entry(key)
-                .or_insert_with(|| AlignedBuf::zeroed(bytes));
+            let mut generic;
+            let value: &mut [u8] = match self.arena.row_mut(key, now) {
+                Some((row, _)) => row,
+                None => {
+                    generic = self
+                        .rows
+                        .entry(key)
+                        .or_insert_with(|| AlignedBuf::zeroed(bytes));
+                    generic.as_bytes_mut()
+                }
+            };
+            let (grad, state, steps) = (&r.grad, &mut r.state, r.steps);
             match elem {
-                ElemType::F32 => {
-                    rule.step::<f32>(value.cast_mut(), r.grad.cast(), r.state.cast_mut(), r.steps)
-                }
-                ElemType::F64 => {
-                    rule.step::<f64>(value.cast_mut(), r.grad.cast(), r.state.cast_mut(), r.steps)
-                }
+                ElemType::F32 => rule.step::<f32>(
+                    bytemuck::cast_slice_mut(value),
+                    grad.cast(),
+                    state.cast_mut(),
+                    steps,
+                ),
+                ElemType::F64 => rule.step::<f64>(
+                    bytemuck::cast_slice_mut(value),
+                    grad.cast(),
+                    state.cast_mut(),
+                    steps,
+                ),
                 // `Rule::check` refuses a rule on integers when the table is created.
                 ElemType::I32 | ElemType::I64 => {}
             }

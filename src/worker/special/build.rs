@@ -150,6 +150,7 @@ impl SpecialWorker {
         }
         check_steps(&steps, &words, 1 + usize::from(views), tables);
         let touched_words = blocks.len().div_ceil(64);
+        let gradient = gradient_bits(plan, updates, tables, touched_words);
         SpecialWorker {
             worker,
             zone: arena.worker_zone(worker),
@@ -175,6 +176,7 @@ impl SpecialWorker {
             touched: vec![0; touched_words],
             dirty: vec![0; touched_words],
             holds: false,
+            gradient,
             writes: SlabWrites::new(config.slab_stores),
             ssp: config.staleness != crate::consistency::Staleness::BSP,
             counters: AccessCounters::default(),
@@ -192,6 +194,30 @@ impl SpecialWorker {
         self.ssp = ssp;
         self
     }
+}
+
+/// A bit per updated row (`updates`, plan slots in arena order) set for the rows of
+/// tables with an update rule, in `words` words; empty if there are none.
+fn gradient_bits(
+    plan: &crate::plan::Plan,
+    updates: &[u32],
+    tables: &[TableMeta],
+    words: usize,
+) -> Vec<u64> {
+    let ruled = |s: u32| {
+        let table = plan.slots[s as usize].key.table as usize;
+        tables.get(table).is_some_and(|t| !t.rule.is_sum())
+    };
+    if !updates.iter().any(|&s| ruled(s)) {
+        return Vec::new();
+    }
+    let mut bits = vec![0u64; words.max(updates.len().div_ceil(64))];
+    for (i, &s) in updates.iter().enumerate() {
+        if ruled(s) {
+            bits[i / 64] |= 1 << (i % 64);
+        }
+    }
+    bits
 }
 
 /// Whether a row of `len` bytes goes in a run: it takes one word.

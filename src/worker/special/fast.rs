@@ -46,6 +46,8 @@ struct FreshBlock<'a, T> {
     add_delta: bool,
     /// Whether the row is a held float row: its view is the row as this worker sees it.
     held: bool,
+    /// Whether the row is of a table with an update rule: a READ is its view alone.
+    gradient: bool,
 }
 
 impl SpecialWorker {
@@ -78,8 +80,9 @@ impl SpecialWorker {
             return false;
         };
         self.prefetch_for_read(fresh.row_words);
-        if T::TYPE.exact() || fresh.held {
-            // Integer views hold this worker's updates, and so does a held row's.
+        if T::TYPE.exact() || fresh.held || fresh.gradient {
+            // Integer views hold this worker's updates, and so does a held row's; a rule
+            // row's updates are gradients, which a READ does not add.
             T::copy_row(dst, fresh.view);
         } else {
             // Floats: the snapshot plus this clock's delta, in one pass, whether or not
@@ -229,7 +232,9 @@ impl SpecialWorker {
             if !header.is_key(key)
                 || !header.view_fresh(required)
                 || header.len_bytes() != n * size_of::<T>()
+                || self.is_gradient(header.index())
             {
+                // (A rule row is never held: its updates are gradients, not its value.)
                 return Err(f);
             }
             let row_words = padded_words(n * size_of::<T>());
@@ -300,12 +305,14 @@ impl SpecialWorker {
         let (view, delta) = rows.split_at(row_words);
         let index = header.index();
         let held = !T::TYPE.exact() && self.holds && held_in(&self.touched, &self.dirty, index);
+        let gradient = self.is_gradient(index);
         Some(FreshBlock {
             view: &bytemuck::cast_slice(view)[..n],
             delta: &bytemuck::cast_slice(delta)[..n],
             row_words,
-            add_delta: !T::TYPE.exact() && !held && bit(&self.touched, index),
+            add_delta: !T::TYPE.exact() && !held && !gradient && bit(&self.touched, index),
             held,
+            gradient,
         })
     }
 
@@ -487,7 +494,8 @@ impl SpecialWorker {
             return None;
         }
         let word = |w: usize| &bytemuck::cast_slice::<u64, T>(&self.words[w..=w])[..n];
-        let own_apart = !exact && !self.is_held(at) && self.run_row_touched(at);
+        let own_apart =
+            !exact && !self.is_held(at) && !self.is_gradient(at.index) && self.run_row_touched(at);
         let delta = own_apart.then(|| word(at.delta));
         Some((word(at.view), delta))
     }

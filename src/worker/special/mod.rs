@@ -172,6 +172,10 @@ pub(crate) struct SpecialWorker {
     /// Whether this worker has held a row (called `read_update`): until then `dirty` is
     /// not kept and no row is held, so the other paths pay nothing for it.
     holds: bool,
+    /// The rows of tables with a server-side update rule, a bit per row as in `touched`
+    /// (empty when there are none): their updates are gradients, which a READ does not
+    /// add to the servers' value, and they are never held.
+    gradient: Vec<u64>,
     /// Whether staleness is above zero: then a view may be refilled after its row was
     /// held in the clock (its chunk went stale as a whole, or some of its views were
     /// marked stale at a CLOCK), and a refill adds the held rows' updates back. Under
@@ -248,6 +252,13 @@ impl SpecialWorker {
     #[inline(always)]
     fn row_touched(&self, at: RowAt) -> bool {
         bit(&self.touched, at.index)
+    }
+
+    /// Whether row `index` (as in `touched`) is of a table with an update rule: a READ
+    /// returns its view alone, without this worker's own updates (gradients).
+    #[inline(always)]
+    fn is_gradient(&self, index: usize) -> bool {
+        !self.gradient.is_empty() && bit(&self.gradient, index)
     }
 
     /// [`row_touched`](Self::row_touched) in `sent`, blocks as

@@ -97,8 +97,10 @@ impl SpecialWorker {
         let view = &self.words[at.view..at.view + row_words];
         let view_row = &bytemuck::cast_slice::<u64, T>(view)[..n];
         let touched = self.row_touched(at);
-        if !T::TYPE.exact() && self.is_held(at) {
-            T::copy_row(dst, view_row); // this worker's copy
+        if !T::TYPE.exact() && (self.is_held(at) || self.is_gradient(at.index)) {
+            // This worker's copy, or a rule row's servers' value (its updates are
+            // gradients, not added).
+            T::copy_row(dst, view_row);
         } else if !T::TYPE.exact() && touched && self.recent.is_empty() {
             // The common float case in one pass: the snapshot plus this clock's delta (the
             // same additions as copying, then adding the delta).
@@ -257,13 +259,16 @@ impl SpecialWorker {
     }
 
     /// Adds this worker's updates to the row at `place` that a snapshot at `data_clock`
-    /// lacks.
+    /// lacks (none to a row of a table with an update rule).
     #[inline(always)]
     pub(crate) fn add_own<T: Element>(&self, place: Place, data_clock: Clock, dst: &mut [T]) {
         if place.block == NONE {
             return;
         }
         let at = self.row_of(place);
+        if self.is_gradient(at.index) {
+            return; // a rule row: its updates are gradients, not added to its value
+        }
         let n = dst.len();
         let delta = at.delta..at.delta + padded_words(size_of_val(dst));
         for words in self.recent.missing_from(data_clock) {

@@ -10,6 +10,7 @@ mod clocks;
 mod functions;
 mod migration;
 mod outer;
+mod planned_rules;
 mod restore;
 mod rows;
 mod rule_state;
