@@ -39,6 +39,7 @@
 //! the branch's own). Per-worker state of [`Cluster::run_with`] is the caller's:
 //! [`BranchStates`] keeps one copy per branch.
 
+use super::checkpointing::commit;
 use super::Cluster;
 use crate::checkpoint::{Checkpoint, CheckpointWriter, ClusterRule, PartEntry, PartWriter};
 use crate::consistency::Staleness;
@@ -540,15 +541,4 @@ fn write_parts(
                 .write_all_with(|out| out.write_all(bytes))
         })
         .collect()
-}
-
-/// Rank 0's part of a park: records every process's parts and commits the checkpoint.
-fn commit(
-    writer: CheckpointWriter,
-    reports: &[Vec<PartEntry>],
-) -> std::result::Result<PathBuf, CheckpointError> {
-    for entry in reports.iter().flatten() {
-        writer.record(entry.clone())?;
-    }
-    Ok(writer.commit()?.dir)
 }

@@ -413,9 +413,10 @@ impl Cluster {
     }
 }
 
-/// Rank 0's part of a checkpoint: records every process's parts and commits. Returns the
-/// complete checkpoint's directory, or the file at fault and why.
-fn commit(
+/// Rank 0's part of a checkpoint (or of a park, `branches.rs`): records every process's
+/// parts and commits. Returns the complete checkpoint's directory, or the file at fault
+/// and why.
+pub(super) fn commit(
     writer: CheckpointWriter,
     reports: &[Vec<PartEntry>],
 ) -> std::result::Result<PathBuf, CheckpointError> {

@@ -31,16 +31,7 @@ fn the_cli_writes_the_report_and_the_model() {
     // driving the CLI reads while it runs).
     let last = report["iterations"][1]["test_accuracy"].as_f64().unwrap();
     assert_eq!(last, acc);
-    let verbose = crate::util::iterstore(&[
-        "run",
-        "dnn",
-        "--synthetic",
-        "tiny",
-        "--iters",
-        "2",
-        "--hidden",
-        "16",
-    ]);
+    let verbose = crate::util::dnn_tiny_logged("16", &[]);
     let log = stderr(&verbose);
     let line = log
         .lines()

@@ -32,6 +32,13 @@ pub fn stderr(out: &Output) -> String {
 /// `iterstore run dnn` on the tiny synthetic images (2 epochs, quiet) with hidden layers
 /// `hidden` (e.g. `16,12`), plus `extra`.
 pub fn dnn_tiny(hidden: &str, extra: &[&str]) -> Output {
+    let mut args = vec!["-q"];
+    args.extend(extra);
+    dnn_tiny_logged(hidden, &args)
+}
+
+/// [`dnn_tiny`] with its progress lines logged (not quiet).
+pub fn dnn_tiny_logged(hidden: &str, extra: &[&str]) -> Output {
     let mut args = vec![
         "run",
         "dnn",
@@ -41,7 +48,6 @@ pub fn dnn_tiny(hidden: &str, extra: &[&str]) -> Output {
         "2",
         "--hidden",
         hidden,
-        "-q",
     ];
     args.extend(extra);
     iterstore(&args)
