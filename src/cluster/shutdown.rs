@@ -10,7 +10,7 @@ use super::metrics::MetricsServer;
 use super::Cluster;
 use crate::error::{panic_message, Error, Result};
 use crate::ids::ProcessId;
-use crate::msg::{Endpoint, Envelope, ToShard};
+use crate::msg::{Endpoint, Envelope, ToClient, ToShard};
 use crate::server;
 use crate::transport::Transport;
 use std::thread::JoinHandle;
@@ -35,6 +35,7 @@ impl Cluster {
         }
         self.down = true;
         let rank = self.shared.process;
+        self.tell_the_others_it_failed();
         for shard in 0..self.shared.world.total_shards() {
             // Best effort: a failed cluster still tells the others it is gone.
             let _ = self
@@ -62,6 +63,31 @@ impl Cluster {
         match result {
             Err(Error::ShutDown) => Ok(()),
             other => other,
+        }
+    }
+}
+
+impl Cluster {
+    /// If this process failed of its own accord (not because a peer was lost, which the
+    /// others detect themselves), tells every other process's client so, as a rejection
+    /// by this process's first shard: whatever they wait for from this process (a table's
+    /// id from its coordinator, an all-gather part, a run barrier) fails at once with the
+    /// cause instead of waiting out its bound. Best effort: a process already gone needs no
+    /// telling.
+    fn tell_the_others_it_failed(&self) {
+        let Err(cause) = self.shared.check() else {
+            return;
+        };
+        if matches!(cause, Error::ShutDown) || cause.lost_process().is_some() {
+            return;
+        }
+        let world = &self.shared.world;
+        let rank = self.shared.process;
+        let shard = world.shards_of(rank).start;
+        for other in (0..world.processes as ProcessId).filter(|&p| p != rank) {
+            let reason = format!("process {rank} failed: {cause}");
+            let msg = ToClient::Rejected { shard, reason };
+            let _ = self.transport.send(Envelope::Client(other, msg));
         }
     }
 }

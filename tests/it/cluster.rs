@@ -54,6 +54,27 @@ fn tables_created_in_another_order_are_refused_by_name() {
 }
 
 #[test]
+fn a_process_that_fails_wakes_the_others_waiting_on_its_coordinator() {
+    // Rank 0 hosts the coordinator and fails at once; rank 1 asks for an all-gather after
+    // the coordinator has stopped with the failed process, and must fail with the cause
+    // at once rather than wait for an answer that cannot come. (Without being told, it
+    // learned only after a send's 10 s loss-report bound, or a wait's 60 s.)
+    for _ in 0..5 {
+        let err = within(5, || {
+            Cluster::run_local_processes(Config::new(1), 2, |c| {
+                if c.rank() == 0 {
+                    return Err(Error::app(0, std::io::Error::other("rank 0 gave up")));
+                }
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                c.agree(&[("x", "1")])
+            })
+            .unwrap_err()
+        });
+        assert!(err.to_string().contains("rank 0 gave up"), "{err}");
+    }
+}
+
+#[test]
 fn a_process_that_fails_makes_the_others_fail_instead_of_waiting() {
     let err = within(30, || {
         Cluster::run_local_processes(Config::new(1), 2, |c| {
