@@ -65,6 +65,7 @@ mod init;
 mod partitioned;
 mod quorum;
 mod server;
+pub mod tune;
 
 use data_parallel::{iteration, warm_up, State, Step};
 
@@ -107,25 +108,29 @@ pub struct DnnOutcome<N = Mlp> {
 impl<N: Network> DnnOutcome<N> {
     /// Writes the model in the text format described in the module docs.
     pub fn write_model(&self, out: &mut dyn Write) -> io::Result<()> {
-        let m = &self.model;
-        writeln!(
-            out,
-            "# iterstore dnn model: {} sizes={} activation={}",
-            m.kind(),
-            m.sizes_text(),
-            m.activation().name()
-        )?;
-        for (l, layer) in m.weights().iter().enumerate() {
-            for (r, row) in layer.chunks_exact(m.width(l)).enumerate() {
-                write!(out, "{l}\t{r}")?;
-                for v in row {
-                    write!(out, "\t{v}")?;
-                }
-                writeln!(out)?;
-            }
-        }
-        Ok(())
+        write_model_of(&self.model, out)
     }
+}
+
+/// Writes `m` in the model file's text format (module docs).
+fn write_model_of<N: Network>(m: &N, out: &mut dyn Write) -> io::Result<()> {
+    writeln!(
+        out,
+        "# iterstore dnn model: {} sizes={} activation={}",
+        m.kind(),
+        m.sizes_text(),
+        m.activation().name()
+    )?;
+    for (l, layer) in m.weights().iter().enumerate() {
+        for (r, row) in layer.chunks_exact(m.width(l)).enumerate() {
+            write!(out, "{l}\t{r}")?;
+            for v in row {
+                write!(out, "\t{v}")?;
+            }
+            writeln!(out)?;
+        }
+    }
+    Ok(())
 }
 
 /// What [`Training::run`] needs of a worker's state: its progress through the epoch, and

@@ -56,6 +56,9 @@ pub(super) struct State<N: Network> {
     cut: bool,
     /// Epochs this worker has run (keys its sample order).
     epoch: u64,
+    /// The next mini-batch of its epoch when it trains in slices ([`slice()`]; 0: a new
+    /// epoch's order is due). Whole epochs ([`iteration`]) leave it 0.
+    next: usize,
     /// Summed cross-entropy of this epoch's samples so far.
     loss: f64,
     /// Samples of this epoch so far.
@@ -76,9 +79,17 @@ impl<N: Network> State<N> {
             carried: Vec::new(),
             cut: false,
             epoch: 0,
+            next: 0,
             loss: 0.0,
             samples: 0,
         }
+    }
+}
+
+impl<N: Network> State<N> {
+    /// Epochs this worker has finished.
+    pub(super) fn epoch(&self) -> u64 {
+        self.epoch
     }
 }
 
@@ -256,6 +267,68 @@ pub(super) fn iteration<N: Network>(
         q.finish(w, s.samples)?;
     }
     s.epoch += 1;
+    Ok(())
+}
+
+/// How a branch trains when `iterstore tune` runs it ([`super::tune`]): at which
+/// learning rate and momentum (the branch's setting), the step decaying by
+/// [`DnnConfig::lr_decay`](iterstore_algo::dnn::DnnConfig::lr_decay) over the epochs
+/// since `from_epoch` (when the setting was chosen).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Slice {
+    pub(super) learning_rate: f32,
+    pub(super) momentum: f32,
+    pub(super) from_epoch: u64,
+}
+
+/// `mini_batches` mini-batches of one worker, one CLOCK each, continuing its epoch
+/// where its last slice stopped (a new epoch's order when one ends): the data-parallel
+/// step of [`iteration`] (READ every row, step with momentum, UPDATE every row by the
+/// velocity), without quorum, layer updates, server rule or reads/writes every few
+/// mini-batches (refused before tuning starts). Pushes each mini-batch's summed
+/// cross-entropy and sample count onto `losses`. Every mini-batch touches every row in
+/// the same order, so a virtual iteration of one mini-batch is the tape of any slice.
+pub(super) fn slice<N: Network>(
+    w: &mut Worker<'_>,
+    st: Step<'_>,
+    s: &mut State<N>,
+    sl: Slice,
+    mini_batches: usize,
+    losses: &mut Vec<(f64, u64)>,
+) -> iterstore::Result<()> {
+    let train = &st.data.train;
+    for _ in 0..mini_batches {
+        if s.next == 0 {
+            epoch_order(
+                train.len(),
+                st.replicas,
+                w.id(),
+                st.params.seed,
+                s.epoch,
+                &mut s.order,
+            );
+        }
+        read(w, st, &mut s.weights)?;
+        if !w.is_virtual() {
+            let since = s.epoch.saturating_sub(sl.from_epoch) as f64;
+            let decayed =
+                f64::from(sl.learning_rate) / (1.0 + f64::from(st.params.lr_decay) * since);
+            let rate = (decayed / st.params.batch as f64) as f32;
+            let which = mini_batch(&s.order, st.clocks, s.next);
+            let loss = s
+                .weights
+                .gradient_step(train, which, rate, &mut s.scratch, &mut s.step);
+            losses.push((loss, which.len() as u64));
+        }
+        add_momentum(&mut s.velocity, &s.step, sl.momentum);
+        write(w, st, &s.velocity, &s.weights)?;
+        w.clock()?;
+        s.next += 1;
+        if s.next == st.clocks {
+            s.next = 0;
+            s.epoch += 1;
+        }
+    }
     Ok(())
 }
 

@@ -12,6 +12,7 @@ mod dnn_checks;
 mod dnn_partitioned;
 mod dnn_quorum;
 mod dnn_server;
+mod dnn_tune;
 mod lda;
 mod local_processes;
 mod logreg;

@@ -19,6 +19,7 @@ mod log;
 mod plan;
 mod restarts;
 mod run;
+mod tune;
 mod validate;
 
 use std::path::PathBuf;
@@ -109,6 +110,10 @@ pub enum Command {
     /// kernels' costs, their slow-down on H threads, and the latency and bandwidth of the
     /// store's TCP transport on 127.0.0.1) and write it for `iterstore plan --profile`.
     Calibrate(CalibrateArgs),
+    /// Train an app without choosing its learning rate (MLtuner): branches of the training
+    /// state, each trained briefly with a setting a searcher proposes, the fastest kept,
+    /// searched again when validation stalls.
+    Tune(Box<tune::TuneCommand>),
 }
 
 /// Options of `iterstore calibrate`.
@@ -147,7 +152,7 @@ pub struct CalibrateArgs {
 }
 
 /// Parses a number in [0, 1].
-fn parse_unit(s: &str) -> Result<f64, String> {
+pub(crate) fn parse_unit(s: &str) -> Result<f64, String> {
     let v: f64 = s.parse().map_err(|_| format!("'{s}' is not a number"))?;
     if (0.0..=1.0).contains(&v) {
         Ok(v)
@@ -578,6 +583,10 @@ pub fn main(cli: Cli, args: &[std::ffi::OsString]) -> Result<()> {
         Command::Plan(args) if args.validate => validate::validate(&args),
         Command::Plan(args) => plan::plan(&args),
         Command::Calibrate(args) => calibrate::run(&args),
+        Command::Tune(t) => match t.app().cluster().processes {
+            Some(p) if p > 1 => launch::launch(t.app(), p, args),
+            _ => tune::tune(&t, command_line),
+        },
     }
 }
 

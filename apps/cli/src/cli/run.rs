@@ -358,7 +358,7 @@ fn step_done(step: Option<Step>, what: impl FnOnce() -> String) {
 }
 
 /// What reading or generating `input` is called in the log.
-fn loading(input: &Input, kind: &str) -> String {
+pub(crate) fn loading(input: &Input, kind: &str) -> String {
     match input {
         Input::File(path) => log::reading(path),
         Input::Synthetic(size) => format!("generating synthetic {size} {kind}"),
@@ -366,7 +366,7 @@ fn loading(input: &Input, kind: &str) -> String {
 }
 
 /// What was read or generated, for the log line that ends the step.
-fn loaded(input: &Input, counts: String) -> String {
+pub(crate) fn loaded(input: &Input, counts: String) -> String {
     match input {
         Input::File(path) => format!("read {}: {counts}", path.display()),
         Input::Synthetic(size) => format!("generated synthetic {size}: {counts}"),

@@ -22,4 +22,5 @@ mod peers;
 mod plan_cli;
 mod procs;
 mod restarts;
+mod tune;
 mod util;

@@ -8,7 +8,7 @@
 //! Registering an app is its module here (its options, [`CliApp`]) and one line in
 //! [`APPS`].
 
-mod dnn;
+pub(crate) mod dnn;
 mod lda;
 mod logreg;
 mod mf;
@@ -183,20 +183,11 @@ impl<A: CliApp> Entry for Registered<A> {
     }
 
     fn command(&self) -> Command {
-        let cmd = Command::new(A::NAME)
-            .after_long_help(OUTPUT_FORMATS)
-            .allow_negative_numbers(true);
-        let cmd = RunOptions::augment_args(cmd);
-        let cmd = A::Args::augment_args(cmd);
-        ClusterOptions::augment_args(cmd).about(A::ABOUT)
+        command_of::<A>()
     }
 
     fn parse(&self, matches: &mut ArgMatches) -> Result<Box<dyn Runnable>, clap::Error> {
-        Ok(Box::new(AppRun::<A> {
-            run: RunOptions::from_arg_matches_mut(matches)?,
-            args: A::Args::from_arg_matches_mut(matches)?,
-            cluster: ClusterOptions::from_arg_matches_mut(matches)?,
-        }))
+        Ok(Box::new(parse_of::<A>(matches)?))
     }
 
     fn benched_by_default(&self) -> bool {
@@ -227,6 +218,25 @@ impl<A: CliApp> Entry for Registered<A> {
     fn demo_columns(&self, report: &RunReport) -> (String, String) {
         A::demo_columns(report)
     }
+}
+
+/// App `A`'s subcommand: the options every app takes, its own, the cluster's.
+pub(crate) fn command_of<A: CliApp>() -> Command {
+    let cmd = Command::new(A::NAME)
+        .after_long_help(OUTPUT_FORMATS)
+        .allow_negative_numbers(true);
+    let cmd = RunOptions::augment_args(cmd);
+    let cmd = A::Args::augment_args(cmd);
+    ClusterOptions::augment_args(cmd).about(A::ABOUT)
+}
+
+/// App `A`'s subcommand ([`command_of`]) as parsed.
+pub(crate) fn parse_of<A: CliApp>(matches: &mut ArgMatches) -> Result<AppRun<A>, clap::Error> {
+    Ok(AppRun::<A> {
+        run: RunOptions::from_arg_matches_mut(matches)?,
+        args: A::Args::from_arg_matches_mut(matches)?,
+        cluster: ClusterOptions::from_arg_matches_mut(matches)?,
+    })
 }
 
 /// Every app `iterstore` runs, in the order `run --help` and `bench` list them: the one
