@@ -63,6 +63,7 @@ pub mod mf;
 pub mod pagerank;
 mod report;
 pub mod rss;
+mod tuning;
 pub mod validate;
 
 pub use app::{App, Input};

@@ -32,6 +32,8 @@
 //! ids being the dense ids the loader assigned (order of first appearance in the ratings
 //! file). The AdaGrad accumulators are not written.
 
+pub mod tune;
+
 use iterstore::{Cluster, Table, Worker};
 use std::io::{self, Write};
 
@@ -61,29 +63,33 @@ pub struct MfOutcome {
 impl MfOutcome {
     /// Writes the model in the text format described in the module docs.
     pub fn write_model(&self, out: &mut dyn Write) -> io::Result<()> {
-        let m = &self.model;
-        let (k, n) = (m.rank, m.width());
-        let (users, items) = (m.users.len() / n, m.items.len() / n);
-        writeln!(
-            out,
-            "# iterstore mf model: rank={k} users={users} items={items}"
-        )?;
-        writeln!(
-            out,
-            "# mean={}; prediction = mean + bias_u + bias_i + f_u·f_i",
-            m.mean
-        )?;
-        for (tag, table) in [("u", &m.users), ("i", &m.items)] {
-            for (id, row) in table.chunks_exact(n).enumerate() {
-                write!(out, "{tag}\t{id}")?;
-                for x in &row[..=k] {
-                    write!(out, "\t{x}")?;
-                }
-                writeln!(out)?;
-            }
-        }
-        Ok(())
+        write_model_of(&self.model, out)
     }
+}
+
+/// Writes `m` in the model file's text format (module docs).
+pub fn write_model_of(m: &MfModel, out: &mut dyn Write) -> io::Result<()> {
+    let (k, n) = (m.rank, m.width());
+    let (users, items) = (m.users.len() / n, m.items.len() / n);
+    writeln!(
+        out,
+        "# iterstore mf model: rank={k} users={users} items={items}"
+    )?;
+    writeln!(
+        out,
+        "# mean={}; prediction = mean + bias_u + bias_i + f_u·f_i",
+        m.mean
+    )?;
+    for (tag, table) in [("u", &m.users), ("i", &m.items)] {
+        for (id, row) in table.chunks_exact(n).enumerate() {
+            write!(out, "{tag}\t{id}")?;
+            for x in &row[..=k] {
+                write!(out, "\t{x}")?;
+            }
+            writeln!(out)?;
+        }
+    }
+    Ok(())
 }
 
 /// The two factor tables.

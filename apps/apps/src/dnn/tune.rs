@@ -24,7 +24,6 @@
 //! accuracy of the same snapshot), so every process's searcher proposes the same settings
 //! and every branch op is the same collective.
 
-use std::collections::BTreeSet;
 use std::time::Instant;
 
 use iterstore::{BranchId as StoreBranch, BranchStates, Cluster, Table};
@@ -36,6 +35,7 @@ use iterstore_tune::{
 
 use super::data_parallel::{slice, Slice, State, Step};
 use super::{create_tables, init, prepare, snapshot};
+use crate::tuning::{agreed, live, Alive};
 use crate::{preprocess, AppConfig, AppError};
 use iterstore_algo::dnn::mlp::clocks;
 
@@ -86,41 +86,16 @@ struct DnnTrainer<'a, N: Network> {
     step: Step<'a>,
     zeros: &'a N,
     states: BranchStates<Tuned<N>>,
-    alive: BTreeSet<u32>,
+    alive: Alive,
     clock_batches: usize,
     tune_momentum: bool,
     probe: Vec<u32>,
 }
 
 impl<N: Network> DnnTrainer<'_, N> {
-    /// Makes `b` the live branch.
-    fn live(&mut self, b: BranchId) -> Result<(), AppError> {
-        if self.cluster.live_branch() != StoreBranch(b) {
-            self.cluster.switch(StoreBranch(b))?;
-        }
-        Ok(())
-    }
-
-    /// `local` seconds and `values` agreed over the cluster: the slowest process's
-    /// seconds and the values summed, the same on every process.
-    fn agreed(&mut self, local: f64, values: &[f64]) -> Result<(f64, Vec<f64>), AppError> {
-        let mut mine = Vec::with_capacity(values.len() + 1);
-        mine.push(local);
-        mine.extend_from_slice(values);
-        let all = self.cluster.all_gather(&mine)?;
-        let seconds = all.iter().map(|p| p[0]).fold(0.0, f64::max);
-        let mut sums = vec![0.0; values.len()];
-        for part in &all {
-            for (s, v) in sums.iter_mut().zip(&part[1..]) {
-                *s += v;
-            }
-        }
-        Ok((seconds, sums))
-    }
-
     /// `b`'s weights as the servers hold them.
     fn model(&mut self, b: BranchId) -> Result<N, AppError> {
-        self.live(b)?;
+        live(self.cluster, b)?;
         snapshot(self.cluster, self.step.tables, self.zeros)
     }
 }
@@ -147,13 +122,13 @@ impl<N: Network> Trainer for DnnTrainer<'_, N> {
                 from_epoch: t.s.epoch(),
             };
         }
-        self.alive.insert(id.0);
+        self.alive.forked(id.0);
         Ok(id.0)
     }
 
     fn train(&mut self, b: BranchId, clocks: u64) -> Result<Vec<Measured>, AppError> {
         let started = Instant::now();
-        self.live(b)?;
+        live(self.cluster, b)?;
         let (cb, step) = (self.clock_batches, self.step);
         let n = clocks as usize * cb;
         let states = self.states.of_mut(StoreBranch(b))?;
@@ -170,7 +145,7 @@ impl<N: Network> Trainer for DnnTrainer<'_, N> {
                 mine[2 * (i / cb) + 1] += samples as f64;
             }
         }
-        let (seconds, sums) = self.agreed(started.elapsed().as_secs_f64(), &mine)?;
+        let (seconds, sums) = agreed(self.cluster, started.elapsed().as_secs_f64(), &mine)?;
         Ok(sums
             .chunks_exact(2)
             .map(|c| Measured {
@@ -183,43 +158,26 @@ impl<N: Network> Trainer for DnnTrainer<'_, N> {
     fn loss(&mut self, b: BranchId) -> Result<Measured, AppError> {
         let started = Instant::now();
         let model = self.model(b)?;
-        // Every process measures the same snapshot on the same samples: one does the work
-        // here would need a broadcast, so each computes it (and the time is the slowest's).
+        // Every process measures the same snapshot on the same samples (the time is the
+        // slowest's).
         let mut scratch = model.scratch(self.probe.len());
         let mut deltas: Vec<Vec<f32>> = model.weights().to_vec();
         let train = &self.step.data.train;
         let loss = model.gradient_step(train, &self.probe, 0.0, &mut scratch, &mut deltas);
-        let mean = loss / self.probe.len().max(1) as f64;
-        let (seconds, _) = self.agreed(started.elapsed().as_secs_f64(), &[])?;
-        Ok(Measured {
-            seconds,
-            value: mean,
-        })
+        let value = loss / self.probe.len().max(1) as f64;
+        let (seconds, _) = agreed(self.cluster, started.elapsed().as_secs_f64(), &[])?;
+        Ok(Measured { seconds, value })
     }
 
     fn evaluate(&mut self, b: BranchId) -> Result<Measured, AppError> {
         let started = Instant::now();
-        let model = self.model(b)?;
-        let accuracy = model.accuracy(&self.step.data.test);
-        let (seconds, _) = self.agreed(started.elapsed().as_secs_f64(), &[])?;
-        Ok(Measured {
-            seconds,
-            value: accuracy,
-        })
+        let value = self.model(b)?.accuracy(&self.step.data.test);
+        let (seconds, _) = agreed(self.cluster, started.elapsed().as_secs_f64(), &[])?;
+        Ok(Measured { seconds, value })
     }
 
     fn free(&mut self, b: BranchId) -> Result<(), AppError> {
-        self.alive.remove(&b);
-        if self.cluster.live_branch() == StoreBranch(b) {
-            // The store keeps one branch live: another takes its place first.
-            let Some(&other) = self.alive.iter().next_back() else {
-                return Ok(());
-            };
-            self.live(other)?;
-        }
-        self.cluster.free(StoreBranch(b))?;
-        self.states.free(StoreBranch(b));
-        Ok(())
+        self.alive.free(self.cluster, &mut self.states, b)
     }
 }
 
@@ -339,7 +297,7 @@ pub fn tune_in<N: Network>(
         step,
         zeros: &zeros,
         states: BranchStates::new(states),
-        alive: BTreeSet::from([0]),
+        alive: Alive::new(),
         clock_batches: config.clock_batches,
         tune_momentum: config.tune_momentum,
         probe,

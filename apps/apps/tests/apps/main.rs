@@ -17,5 +17,6 @@ mod lda;
 mod local_processes;
 mod logreg;
 mod mf;
+mod mf_tune;
 mod pagerank;
 mod util;

@@ -1,8 +1,8 @@
-//! `iterstore tune dnn`: the DNN trained by the tuning loop (`iterstore_tune`, MLtuner)
-//! over the store's branches ([`iterstore_apps::dnn::tune`]), with `run dnn`'s options
-//! (the learning rate and, with `--tune lr,momentum`, the momentum left out) and the
-//! tuning's own: the target, the time budget, the searcher, the search space, and where
-//! the timeline goes (JSON, SVG). Runs on several processes like `run`.
+//! `iterstore tune dnn|mf`: an app trained by the tuning loop (`iterstore_tune`, MLtuner)
+//! over the store's branches ([`iterstore_apps::dnn::tune`], [`iterstore_apps::mf::tune`]),
+//! with `run`'s options of the app (what is tuned left out: `--lr`, and `--momentum` when
+//! tuned) and the tuning's own: the target, the time budget, the searcher, the search
+//! space, and where the timeline goes (JSON, SVG). Runs on several processes like `run`.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -11,7 +11,8 @@ use anyhow::{bail, Result};
 use clap::error::ErrorKind;
 use clap::{ArgMatches, Args, Command, FromArgMatches};
 use iterstore_apps::dnn::tune::{self, TuneConfig};
-use iterstore_apps::{App, Dnn};
+use iterstore_apps::mf::tune::MfTuneConfig;
+use iterstore_apps::{App, Dnn, Mf};
 use iterstore_tune::{Event, Options, SearchOptions, SearcherKind, Setting};
 use tracing::{debug, info};
 
@@ -23,19 +24,29 @@ use super::run::{self, Output};
 #[derive(Debug, Args)]
 #[command(next_help_heading = "Tuning options")]
 pub struct TuneOptions {
-    /// Stop once the test accuracy reaches A (a fraction, e.g. 0.88).
-    #[arg(long, value_name = "A", value_parser = super::parse_unit)]
+    /// Stop once the test accuracy reaches A (dnn: a fraction, e.g. 0.88) or the test
+    /// RMSE falls to A (mf).
+    #[arg(long, value_name = "A", value_parser = super::parse_cores)]
     pub target: Option<f64>,
     /// Stop once S seconds of training, measuring and validation are spent.
     #[arg(long, value_name = "S")]
     pub time_budget: Option<f64>,
-    /// What is tuned: lr, or lr,momentum (a tuned value must not be given: --lr,
-    /// --momentum).
+    /// What is tuned: lr, and for dnn momentum, for mf staleness (a tuned value must not
+    /// be given: --lr, --momentum).
     #[arg(long, value_name = "P,..", value_delimiter = ',', default_value = "lr")]
     pub tune: Vec<String>,
-    /// The learning rates searched, log-uniformly: LOW:HIGH.
-    #[arg(long, value_name = "LOW:HIGH", default_value = "0.001:1")]
-    pub lr_range: String,
+    /// The learning rates searched, log-uniformly: LOW:HIGH [default: dnn 0.001:1, mf
+    /// 0.003:1].
+    #[arg(long, value_name = "LOW:HIGH")]
+    pub lr_range: Option<String>,
+    /// With --tune ...,staleness (mf): the staleness values to choose from.
+    #[arg(
+        long,
+        value_name = "S,..",
+        value_delimiter = ',',
+        default_value = "0,1,2,3"
+    )]
+    pub staleness_values: Vec<u32>,
     /// Who proposes settings: tpe, grid or random.
     #[arg(long, default_value = "tpe")]
     pub searcher: SearcherKind,
@@ -65,29 +76,44 @@ pub struct TuneOptions {
     pub svg: Option<PathBuf>,
 }
 
+/// The app a tuning trains, with its `run` options.
+#[derive(Debug)]
+enum TunedApp {
+    Dnn(Box<AppRun<Dnn>>),
+    Mf(Box<AppRun<Mf>>),
+}
+
 /// `iterstore tune <app> ...`: the app's `run` options plus [`TuneOptions`].
 #[derive(Debug)]
 pub struct TuneCommand {
-    app: AppRun<Dnn>,
+    app: TunedApp,
     tune: TuneOptions,
 }
 
 impl TuneCommand {
     /// The app's run as parsed (its store and cluster options).
     pub(crate) fn app(&self) -> &dyn Runnable {
-        &self.app
+        match &self.app {
+            TunedApp::Dnn(run) => &**run,
+            TunedApp::Mf(run) => &**run,
+        }
     }
 }
 
 impl Args for TuneCommand {
     fn augment_args(cmd: Command) -> Command {
         let dnn = TuneOptions::augment_args(command_of::<Dnn>()).about(
-            "Train the DNN without choosing its learning rate: branches of the training \
-             state, each trained briefly with a searched setting, the fastest kept",
+            "Train the DNN without choosing its learning rate (or momentum): branches of the \
+             training state, each trained briefly with a searched setting, the fastest kept",
+        );
+        let mf = TuneOptions::augment_args(command_of::<Mf>()).about(
+            "Train MF without choosing its step size (or staleness): branches of the \
+             factors, each trained briefly with a searched setting, the fastest kept",
         );
         cmd.subcommand_required(true)
             .subcommand_value_name("APP")
             .subcommand(dnn)
+            .subcommand(mf)
     }
 
     fn augment_args_for_update(cmd: Command) -> Command {
@@ -101,20 +127,26 @@ impl FromArgMatches for TuneCommand {
     }
 
     fn from_arg_matches_mut(matches: &mut ArgMatches) -> Result<Self, clap::Error> {
-        match matches.remove_subcommand() {
-            Some((name, mut sub)) if name == Dnn::NAME => Ok(TuneCommand {
-                app: parse_of::<Dnn>(&mut sub)?,
-                tune: TuneOptions::from_arg_matches_mut(&mut sub)?,
-            }),
-            Some((name, _)) => Err(clap::Error::raw(
-                ErrorKind::InvalidSubcommand,
-                format!("`tune` does not tune `{name}` yet (dnn)\n"),
-            )),
-            None => Err(clap::Error::raw(
+        let Some((name, mut sub)) = matches.remove_subcommand() else {
+            return Err(clap::Error::raw(
                 ErrorKind::MissingSubcommand,
-                "`tune` needs an app (dnn)\n",
-            )),
-        }
+                "`tune` needs an app (dnn or mf)\n",
+            ));
+        };
+        let app = match name.as_str() {
+            "dnn" => TunedApp::Dnn(Box::new(parse_of::<Dnn>(&mut sub)?)),
+            "mf" => TunedApp::Mf(Box::new(parse_of::<Mf>(&mut sub)?)),
+            other => {
+                return Err(clap::Error::raw(
+                    ErrorKind::InvalidSubcommand,
+                    format!("`tune` does not tune `{other}` yet (dnn or mf)\n"),
+                ))
+            }
+        };
+        Ok(TuneCommand {
+            app,
+            tune: TuneOptions::from_arg_matches_mut(&mut sub)?,
+        })
     }
 
     fn update_from_arg_matches(&mut self, matches: &ArgMatches) -> Result<(), clap::Error> {
@@ -123,45 +155,49 @@ impl FromArgMatches for TuneCommand {
     }
 }
 
-/// The tuning configuration the options ask for, checked against the app's options.
-fn tune_config(cmd: &TuneCommand, seed: u64) -> Result<TuneConfig> {
-    let t = &cmd.tune;
-    let mut tune_momentum = false;
+/// The tunables `--tune` names, checked against what `app` tunes (`lr` always).
+fn tunables(t: &TuneOptions, app: &str, others: &[&str]) -> Result<Vec<String>> {
     for p in &t.tune {
         match p.as_str() {
             "lr" => {}
-            "momentum" => tune_momentum = true,
             "batch" => bail!(
                 "--tune batch: tuning the batch size is not built yet (it changes the clocks \
                  of an epoch)"
             ),
-            other => bail!("--tune {other}: tunable are lr and momentum"),
+            other if others.contains(&other) => {}
+            other => bail!(
+                "--tune {other}: {app} tunes lr{}",
+                others.iter().map(|o| format!(", {o}")).collect::<String>()
+            ),
         }
     }
     if !t.tune.iter().any(|p| p == "lr") {
-        bail!("--tune: lr is always tuned (give --tune lr or --tune lr,momentum)");
+        bail!("--tune: lr is always tuned (give --tune lr or --tune lr,...)");
     }
-    if cmd.app.args.lr.is_some() {
-        bail!("--lr: tune searches the learning rate; leave --lr out (--lr-range bounds it)");
-    }
-    if tune_momentum && cmd.app.args.momentum.is_some() {
-        bail!("--momentum: --tune momentum searches it; leave --momentum out");
-    }
-    let (lo, hi) = t
-        .lr_range
-        .split_once(':')
+    Ok(t.tune.clone())
+}
+
+/// `--lr-range`, or `default`.
+fn lr_range(t: &TuneOptions, default: (f64, f64)) -> Result<(f64, f64)> {
+    let Some(text) = &t.lr_range else {
+        return Ok(default);
+    };
+    text.split_once(':')
         .and_then(|(a, b)| Some((a.parse::<f64>().ok()?, b.parse::<f64>().ok()?)))
         .filter(|&(a, b)| a > 0.0 && a < b && b.is_finite())
-        .ok_or_else(|| {
-            anyhow::anyhow!(
-                "--lr-range {}: expected LOW:HIGH with 0 < LOW < HIGH",
-                t.lr_range
-            )
-        })?;
+        .ok_or_else(|| anyhow::anyhow!("--lr-range {text}: expected LOW:HIGH with 0 < LOW < HIGH"))
+}
+
+/// The tuning loop's options from `t`; `target` is what the tuner's validations must
+/// reach (a test RMSE negated: they rise).
+fn options(t: &TuneOptions, seed: u64, target: Option<f64>) -> Result<Options> {
     if t.time_budget.is_some_and(|b| !(b > 0.0 && b.is_finite())) {
         bail!("--time-budget: a positive number of seconds");
     }
-    let options = Options {
+    if target.is_none() && t.time_budget.is_none() && t.plateau == 0 {
+        bail!("nothing ends the tuning: give --target, --time-budget or a --plateau above 0");
+    }
+    Ok(Options {
         searcher: t.searcher,
         search: SearchOptions {
             seed,
@@ -171,18 +207,118 @@ fn tune_config(cmd: &TuneCommand, seed: u64) -> Result<TuneConfig> {
         first_trial_clocks: t.first_trial_clocks,
         plateau: t.plateau,
         max_retunes: t.max_retunes,
-        target: t.target,
+        target,
         time_budget: t.time_budget,
         ..Options::default()
-    };
-    if options.target.is_none() && options.time_budget.is_none() && options.plateau == 0 {
-        bail!("nothing ends the tuning: give --target, --time-budget or a --plateau above 0");
+    })
+}
+
+/// What a tuning of either app leaves for the summary and the files.
+struct Tuned {
+    outcome: iterstore_tune::Outcome,
+    /// The final branch's validation, as the summary says it.
+    result: String,
+    /// The final branch's model file.
+    model_file: Vec<u8>,
+    setup_s: f64,
+    /// The final validation for the JSON report: its name and value.
+    metric: (&'static str, f64),
+}
+
+/// `tune dnn`: checks, loads, tunes.
+fn tune_dnn(run: &AppRun<Dnn>, t: &TuneOptions) -> Result<Tuned> {
+    let cfg = run.app_config()?;
+    cfg.validate()?;
+    let input = run::input(&run.run);
+    let params = Dnn::params(&run.args, &run.run, &cfg, &input)?;
+    if params.partitioning.is_some() {
+        bail!(
+            "tune dnn trains data-parallel replicas: --plan, --replicas, --partitions and the \
+             like are not tuned yet"
+        );
     }
-    Ok(TuneConfig {
-        lr_range: (lo, hi),
+    let tuned = tunables(t, "dnn", &["momentum"])?;
+    let tune_momentum = tuned.iter().any(|p| p == "momentum");
+    if run.args.lr.is_some() {
+        bail!("--lr: tune searches the learning rate; leave --lr out (--lr-range bounds it)");
+    }
+    if tune_momentum && run.args.momentum.is_some() {
+        bail!("--momentum: --tune momentum searches it; leave --momentum out");
+    }
+    if t.target.is_some_and(|a| a > 1.0) {
+        bail!("--target: dnn's is a test accuracy, a fraction up to 1");
+    }
+    let config = TuneConfig {
+        lr_range: lr_range(t, (0.001, 1.0))?,
         tune_momentum,
         clock_batches: t.clock_batches,
-        options,
+        options: options(t, run.run.seed, t.target)?,
+    };
+    let loading = Step::start(&run::loading(&input, Dnn::INPUT));
+    let data = Dnn::load(&input, &params)?;
+    loading.done(&run::loaded(&input, Dnn::counts(&data)));
+    info!("tune: setting up (tables, virtual iteration, initial weights)");
+    let r = tune::tune(
+        &cfg,
+        &params.config,
+        params.cnn,
+        &data,
+        &config,
+        &mut progress,
+    )?;
+    Ok(Tuned {
+        outcome: r.outcome,
+        result: format!("test accuracy {:.2} %", 100.0 * r.accuracy),
+        model_file: r.model_file,
+        setup_s: r.setup_s,
+        metric: ("test_accuracy", r.accuracy),
+    })
+}
+
+/// `tune mf`: checks, loads, tunes.
+fn tune_mf(run: &AppRun<Mf>, t: &TuneOptions) -> Result<Tuned> {
+    let cfg = run.app_config()?;
+    cfg.validate()?;
+    let input = run::input(&run.run);
+    let params = Mf::params(&run.args, &run.run, &cfg, &input)?;
+    let tuned = tunables(t, "mf", &["staleness"])?;
+    if run.args.lr.is_some() {
+        bail!("--lr: tune searches the step size; leave --lr out (--lr-range bounds it)");
+    }
+    let staleness = if tuned.iter().any(|p| p == "staleness") {
+        if t.staleness_values.is_empty() {
+            bail!("--staleness-values: give at least one value");
+        }
+        t.staleness_values.clone()
+    } else {
+        Vec::new()
+    };
+    let config = MfTuneConfig {
+        lr_range: lr_range(t, (0.003, 1.0))?,
+        staleness,
+        clock_batches: t.clock_batches,
+        options: options(t, run.run.seed, t.target.map(|r| -r))?,
+    };
+    let loading = Step::start(&run::loading(&input, Mf::INPUT));
+    let data = Mf::load(&input, &params)?;
+    loading.done(&run::loaded(&input, Mf::counts(&data)));
+    info!("tune: setting up (tables, virtual iteration, initial factors)");
+    let (r, start_s) = iterstore_apps::mf::tune::tune(
+        &cfg,
+        &params.config,
+        &data.train,
+        &data.test.ratings,
+        &config,
+        &mut progress,
+    )?;
+    let mut model_file = Vec::new();
+    iterstore_apps::mf::write_model_of(&r.model, &mut model_file)?;
+    Ok(Tuned {
+        outcome: r.outcome,
+        result: format!("test RMSE {:.4}", r.rmse),
+        model_file,
+        setup_s: r.setup_s + start_s,
+        metric: ("test_rmse", r.rmse),
     })
 }
 
@@ -259,39 +395,23 @@ fn progress(event: &Event) {
     }
 }
 
-/// Runs `iterstore tune <app>` as parsed; `command_line` goes into the JSON report.
+/// Runs `iterstore tune <app> ...` as parsed; `command_line` goes into the JSON report.
 pub fn tune(cmd: &TuneCommand, command_line: String) -> Result<()> {
     let began = Instant::now();
     let started_at = super::now_rfc3339();
-    let run = &cmd.app;
-    let cfg = run.app_config()?;
-    cfg.validate()?;
-    let input = run::input(&run.run);
-    let params = Dnn::params(&run.args, &run.run, &cfg, &input)?;
-    if params.partitioning.is_some() {
-        bail!(
-            "tune dnn trains data-parallel replicas: --plan, --replicas, --partitions and the \
-             like are not tuned yet"
-        );
-    }
-    let config = tune_config(cmd, run.run.seed)?;
-    let writes = cfg.rank() == 0;
-    let model = Output::create(run.run.output.as_deref().filter(|_| writes))?;
-    let json = Output::create(run.run.json.as_deref().filter(|_| writes))?;
+    let (run, name) = match &cmd.app {
+        TunedApp::Dnn(r) => (&r.run, Dnn::NAME),
+        TunedApp::Mf(r) => (&r.run, Mf::NAME),
+    };
+    let writes = cmd.app().app_config()?.rank() == 0;
+    let model = Output::create(run.output.as_deref().filter(|_| writes))?;
+    let json = Output::create(run.json.as_deref().filter(|_| writes))?;
     let timeline = Output::create(cmd.tune.timeline.as_deref().filter(|_| writes))?;
     let svg = Output::create(cmd.tune.svg.as_deref().filter(|_| writes))?;
-    let loading = Step::start(&run::loading(&input, Dnn::INPUT));
-    let data = Dnn::load(&input, &params)?;
-    loading.done(&run::loaded(&input, Dnn::counts(&data)));
-    info!("tune: setting up (tables, virtual iteration, initial weights)");
-    let tuned = tune::tune(
-        &cfg,
-        &params.config,
-        params.cnn,
-        &data,
-        &config,
-        &mut progress,
-    )?;
+    let tuned = match &cmd.app {
+        TunedApp::Dnn(r) => tune_dnn(r, &cmd.tune)?,
+        TunedApp::Mf(r) => tune_mf(r, &cmd.tune)?,
+    };
     let wall = began.elapsed().as_secs_f64();
     let o = &tuned.outcome;
     let chosen = o
@@ -299,13 +419,13 @@ pub fn tune(cmd: &TuneCommand, command_line: String) -> Result<()> {
         .as_ref()
         .map_or("no setting chosen".into(), setting_text);
     println!(
-        "tune dnn: {} after {} (tuning {}, setup {}): {chosen}, test accuracy {:.2} %, {} \
-         branches forked, {} re-tunes",
+        "tune {name}: {} after {} (tuning {}, setup {}): {chosen}, {}, {} branches forked, {} \
+         re-tunes",
         o.stop,
         duration(wall),
         duration(o.seconds),
         duration(tuned.setup_s),
-        100.0 * tuned.accuracy,
+        tuned.result,
         o.timeline.count("fork"),
         o.timeline.count("retune"),
     );
@@ -320,17 +440,16 @@ pub fn tune(cmd: &TuneCommand, command_line: String) -> Result<()> {
     }
     if let Some(out) = json {
         let report = serde_json::json!({
-            "app": Dnn::NAME,
+            "app": name,
             "command": "tune",
             "version": super::VERSION,
             "command_line": command_line,
-            "input": input.describe(),
+            "input": run::input(run).describe(),
             "started_at": started_at,
-            "workers": cfg.workers,
             "stop": o.stop,
             "setting": o.setting,
-            "best_test_accuracy": o.best,
-            "test_accuracy": tuned.accuracy,
+            "best_validation": o.best,
+            tuned.metric.0: tuned.metric.1,
             "tuning_seconds": o.seconds,
             "setup_s": tuned.setup_s,
             "wall_seconds": wall,

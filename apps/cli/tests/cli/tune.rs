@@ -1,4 +1,4 @@
-//! `iterstore tune dnn`: it trains without a learning rate given, prints a line per
+//! `iterstore tune dnn|mf`: it trains without a learning rate given, prints a line per
 //! trial, fork and evaluation and a summary, writes the timeline (JSON), the SVG of every
 //! branch's loss, the report and the model; on two processes too; and it refuses what it
 //! does not tune before any work.
@@ -111,6 +111,52 @@ fn what_tune_does_not_tune_is_refused_before_any_work() {
         assert!(err.contains(says), "{extra:?}: {err}");
         assert!(!err.contains("forked"), "{extra:?}: {err}");
     }
-    let out = iterstore(&["tune", "mf", "--synthetic", "tiny"]);
+    let out = iterstore(&["tune", "lda", "--synthetic", "tiny"]);
     assert!(!out.status.success());
+}
+
+#[test]
+fn tune_mf_searches_the_step_and_the_staleness() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("r.json");
+    let model = dir.path().join("m.tsv");
+    let out = iterstore(&[
+        "tune",
+        "mf",
+        "--synthetic",
+        "tiny",
+        "--tune",
+        "lr,staleness",
+        "--staleness-values",
+        "0,2",
+        "--clock-batches",
+        "1",
+        "--first-trial-clocks",
+        "2",
+        "--time-budget",
+        "2",
+        "--json",
+        json.to_str().unwrap(),
+        "--output",
+        model.to_str().unwrap(),
+    ]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("staleness"), "{err}");
+    let r = json_file(&json);
+    assert_eq!(r["app"], "mf");
+    assert!(r["setting"]["staleness"].as_f64().is_some(), "{r}");
+    assert!(r["test_rmse"].as_f64().unwrap() > 0.0, "{r}");
+    let text = std::fs::read_to_string(&model).unwrap();
+    assert!(
+        text.starts_with("# iterstore mf model: rank=16"),
+        "{text:.80}"
+    );
+    // What mf does not tune is refused, naming it.
+    let out = iterstore(&["tune", "mf", "--synthetic", "tiny", "--tune", "lr,momentum"]);
+    assert!(
+        stderr(&out).contains("mf tunes lr, staleness"),
+        "{}",
+        stderr(&out)
+    );
 }
