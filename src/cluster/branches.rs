@@ -234,6 +234,13 @@ impl Cluster {
             .collect()
     }
 
+    /// Shows the book's counts, size and live branch on the metrics endpoint.
+    fn note_branches(&self) {
+        let book = &self.branches;
+        self.metrics
+            .branches_changed(&book.counts, book.entries.len(), book.live.0);
+    }
+
     /// The branch ops this process took part in.
     pub fn branch_counts(&self) -> BranchCounts {
         self.branches.counts
@@ -288,6 +295,7 @@ impl Cluster {
         book.entries.insert(id, entry);
         book.next += 1;
         book.counts.forks += 1;
+        self.note_branches();
         Ok(id)
     }
 
@@ -321,6 +329,7 @@ impl Cluster {
         }
         self.install_staleness(staleness)?;
         self.drop_row_copies();
+        self.note_branches();
         Ok(())
     }
 
@@ -337,6 +346,7 @@ impl Cluster {
         }
         self.branches.entries.remove(&id);
         self.branches.counts.frees += 1;
+        self.note_branches();
         Ok(())
     }
 
@@ -384,6 +394,7 @@ impl Cluster {
                     e.parked = Some(root);
                 }
                 self.branches.counts.parks += 1;
+                self.note_branches();
                 Ok(done)
             }
             Err(e) => {
@@ -439,6 +450,7 @@ impl Cluster {
             e.parked = None;
         }
         self.branches.counts.unparks += 1;
+        self.note_branches();
         Ok(())
     }
 

@@ -135,6 +135,13 @@ fn a_running_cluster_of_two_processes_serves_metrics_that_parse() {
                 cluster.run(iteration)?;
             }
             cluster.checkpoint(&path, "metrics test")?;
+            // Branches: fork two, switch to one, free the other.
+            let (a, b) = (
+                cluster.fork(cluster.live_branch())?,
+                cluster.fork(cluster.live_branch())?,
+            );
+            cluster.switch(a)?;
+            cluster.free(b)?;
             // During a run: scraped from a worker, between its CLOCKs.
             let during = cluster.run(|w| {
                 iteration(w)?;
@@ -210,6 +217,18 @@ fn a_running_cluster_of_two_processes_serves_metrics_that_parse() {
                 0.0
             );
             assert!(get(samples, "iterstore_data_clock{}") >= 3.0);
+            let ops = |op: &str| {
+                get(
+                    samples,
+                    &format!("iterstore_branch_ops_total{{op=\"{op}\"}}"),
+                )
+            };
+            assert_eq!(
+                [ops("fork"), ops("switch"), ops("free"), ops("park")],
+                [2.0, 1.0, 1.0, 0.0]
+            );
+            assert_eq!(get(samples, "iterstore_branches{}"), 2.0);
+            assert_eq!(get(samples, "iterstore_live_branch{}"), 1.0);
         }
         assert_eq!(get(&om, "iterstore_run_duration_seconds_count{}"), 4.0);
         assert_eq!(

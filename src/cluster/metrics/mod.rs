@@ -19,6 +19,9 @@
 //! | `iterstore_run_barrier_wait_seconds_total` | counter | | time at the run barrier |
 //! | `iterstore_checkpoint_duration_seconds` | histogram | | a checkpoint, until every process knows its outcome |
 //! | `iterstore_accesses_total` | counter | `path` | specialized accesses by `tape`, `indexed`, `unplanned` (at each run's end) |
+//! | `iterstore_branch_ops_total` | counter | `op` | branch ops this process took part in: `fork`, `switch`, `free`, `park`, `unpark` |
+//! | `iterstore_branches` | gauge | | branches alive (in memory or parked) |
+//! | `iterstore_live_branch` | gauge | | the branch runs train |
 //! | `iterstore_peer_{sent,received}_bytes_total` | counter | `peer` | bytes written to and read from each other process |
 //! | `iterstore_peer_{sent,received}_frames_total` | counter | `peer` | frames written and read |
 //! | `iterstore_peer_queued_bytes` | gauge | `peer` | bytes queued for a peer now |
@@ -33,6 +36,7 @@ mod http;
 
 pub(super) use http::MetricsServer;
 
+use super::branches::BranchCounts;
 use crate::client::{ClientShared, LiveWorkers};
 use crate::config::Config;
 use crate::error::{Error, Result};
@@ -64,7 +68,15 @@ pub(super) struct ProcessMetrics {
     checkpoint_seconds: Histogram,
     /// Specialized accesses by path (tape, indexed, unplanned), as of the last run's end.
     accesses: [AtomicU64; 3],
+    /// Branch ops by kind ([`BRANCH_OPS`]), branches alive and the live one, as of the
+    /// last op.
+    branch_ops: [AtomicU64; 5],
+    branches: AtomicU64,
+    live_branch: AtomicU64,
 }
+
+/// The `op` labels of `iterstore_branch_ops_total`, in [`BranchCounts`]' order.
+const BRANCH_OPS: [&str; 5] = ["fork", "switch", "free", "park", "unpark"];
 
 impl Default for ProcessMetrics {
     fn default() -> Self {
@@ -76,6 +88,10 @@ impl Default for ProcessMetrics {
             // 10 ms to about 11 min.
             checkpoint_seconds: Histogram::new(exponential_buckets(0.01, 4.0, 9)),
             accesses: Default::default(),
+            branch_ops: Default::default(),
+            // Branch 0, live: every cluster starts with it.
+            branches: AtomicU64::new(1),
+            live_branch: AtomicU64::new(0),
         }
     }
 }
@@ -94,6 +110,23 @@ impl ProcessMetrics {
         {
             total.store(n, Ordering::Relaxed);
         }
+    }
+
+    /// A branch op ended: `counts` of every op so far, `branches` alive, `live` the live
+    /// branch.
+    pub(super) fn branches_changed(&self, counts: &BranchCounts, branches: usize, live: u32) {
+        let ops = [
+            counts.forks,
+            counts.switches,
+            counts.frees,
+            counts.parks,
+            counts.unparks,
+        ];
+        for (total, n) in self.branch_ops.iter().zip(ops) {
+            total.store(n, Ordering::Relaxed);
+        }
+        self.branches.store(branches as u64, Ordering::Relaxed);
+        self.live_branch.store(u64::from(live), Ordering::Relaxed);
     }
 
     /// A checkpoint that began at `began` is complete.
@@ -248,6 +281,35 @@ impl Collector for Scrape {
             ),
             "path",
             accesses,
+        )?;
+        let ops = BRANCH_OPS
+            .iter()
+            .zip(&self.process.branch_ops)
+            .map(|(op, n)| (op.to_string(), ConstCounter::new(n.load(Ordering::Relaxed))));
+        family(
+            e,
+            (
+                "branch_ops",
+                "Branch ops (Cluster::fork, switch, free, park, unpark) this process took part in",
+                None,
+            ),
+            "op",
+            ops,
+        )?;
+        let load = |a: &AtomicU64| clamp(a.load(Ordering::Relaxed));
+        single(
+            e,
+            (
+                "branches",
+                "Branches of the training state alive, in memory or parked",
+                None,
+            ),
+            ConstGauge::new(load(&self.process.branches)),
+        )?;
+        single(
+            e,
+            ("live_branch", "The branch runs train", None),
+            ConstGauge::new(load(&self.process.live_branch)),
         )?;
         self.peers(e)
     }
