@@ -35,6 +35,8 @@
 //! one line per word `word<TAB>n_w0<TAB>…<TAB>n_w{K-1}` for words `0..V` (ids as in the corpus
 //! file).
 
+pub mod tune;
+
 use std::io::{self, Write};
 
 use iterstore::{Cluster, Table, Worker};

@@ -14,6 +14,7 @@ mod dnn_quorum;
 mod dnn_server;
 mod dnn_tune;
 mod lda;
+mod lda_tune;
 mod local_processes;
 mod logreg;
 mod mf;

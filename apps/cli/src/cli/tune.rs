@@ -1,5 +1,6 @@
-//! `iterstore tune dnn|mf`: an app trained by the tuning loop (`iterstore_tune`, MLtuner)
-//! over the store's branches ([`iterstore_apps::dnn::tune`], [`iterstore_apps::mf::tune`]),
+//! `iterstore tune dnn|mf|lda`: an app trained by the tuning loop (`iterstore_tune`, MLtuner)
+//! over the store's branches ([`iterstore_apps::dnn::tune`], [`iterstore_apps::mf::tune`],
+//! [`iterstore_apps::lda::tune`]),
 //! with `run`'s options of the app (what is tuned left out: `--lr`, and `--momentum` when
 //! tuned) and the tuning's own: the target, the time budget, the searcher, the search
 //! space, and where the timeline goes (JSON, SVG). Runs on several processes like `run`.
@@ -11,8 +12,9 @@ use anyhow::{bail, Result};
 use clap::error::ErrorKind;
 use clap::{ArgMatches, Args, Command, FromArgMatches};
 use iterstore_apps::dnn::tune::{self, TuneConfig};
+use iterstore_apps::lda::tune::LdaTuneConfig;
 use iterstore_apps::mf::tune::MfTuneConfig;
-use iterstore_apps::{App, Dnn, Mf};
+use iterstore_apps::{App, Dnn, Lda, Mf};
 use iterstore_tune::{Event, Options, SearchOptions, SearcherKind, Setting};
 use tracing::{debug, info};
 
@@ -24,22 +26,24 @@ use super::run::{self, Output};
 #[derive(Debug, Args)]
 #[command(next_help_heading = "Tuning options")]
 pub struct TuneOptions {
-    /// Stop once the test accuracy reaches A (dnn: a fraction, e.g. 0.88) or the test
-    /// RMSE falls to A (mf).
-    #[arg(long, value_name = "A", value_parser = super::parse_cores)]
+    /// Stop once the test accuracy reaches A (dnn: a fraction, e.g. 0.88), the test
+    /// RMSE falls to A (mf), or the log-likelihood reaches A (lda, as `run lda` reports
+    /// it).
+    #[arg(long, value_name = "A", value_parser = parse_finite, allow_negative_numbers = true)]
     pub target: Option<f64>,
     /// Stop once S seconds of training, measuring and validation are spent.
     #[arg(long, value_name = "S")]
     pub time_budget: Option<f64>,
-    /// What is tuned: lr, and for dnn momentum, for mf staleness (a tuned value must not
-    /// be given: --lr, --momentum).
-    #[arg(long, value_name = "P,..", value_delimiter = ',', default_value = "lr")]
-    pub tune: Vec<String>,
+    /// What is tuned: lr, and for dnn momentum, for mf staleness; lda tunes staleness
+    /// only (a tuned value must not be given: --lr, --momentum) [default: lr; lda:
+    /// staleness].
+    #[arg(long, value_name = "P,..", value_delimiter = ',')]
+    pub tune: Option<Vec<String>>,
     /// The learning rates searched, log-uniformly: LOW:HIGH [default: dnn 0.001:1, mf
     /// 0.003:1].
     #[arg(long, value_name = "LOW:HIGH")]
     pub lr_range: Option<String>,
-    /// With --tune ...,staleness (mf): the staleness values to choose from.
+    /// With --tune ...,staleness (mf) and for lda: the staleness values to choose from.
     #[arg(
         long,
         value_name = "S,..",
@@ -81,6 +85,7 @@ pub struct TuneOptions {
 enum TunedApp {
     Dnn(Box<AppRun<Dnn>>),
     Mf(Box<AppRun<Mf>>),
+    Lda(Box<AppRun<Lda>>),
 }
 
 /// `iterstore tune <app> ...`: the app's `run` options plus [`TuneOptions`].
@@ -96,6 +101,7 @@ impl TuneCommand {
         match &self.app {
             TunedApp::Dnn(run) => &**run,
             TunedApp::Mf(run) => &**run,
+            TunedApp::Lda(run) => &**run,
         }
     }
 }
@@ -110,10 +116,15 @@ impl Args for TuneCommand {
             "Train MF without choosing its step size (or staleness): branches of the \
              factors, each trained briefly with a searched setting, the fastest kept",
         );
+        let lda = TuneOptions::augment_args(command_of::<Lda>()).about(
+            "Train LDA without choosing its staleness: branches of the counts and topics, \
+             each trained a few sweeps with a staleness, the fastest kept",
+        );
         cmd.subcommand_required(true)
             .subcommand_value_name("APP")
             .subcommand(dnn)
             .subcommand(mf)
+            .subcommand(lda)
     }
 
     fn augment_args_for_update(cmd: Command) -> Command {
@@ -130,16 +141,17 @@ impl FromArgMatches for TuneCommand {
         let Some((name, mut sub)) = matches.remove_subcommand() else {
             return Err(clap::Error::raw(
                 ErrorKind::MissingSubcommand,
-                "`tune` needs an app (dnn or mf)\n",
+                "`tune` needs an app (dnn, mf or lda)\n",
             ));
         };
         let app = match name.as_str() {
             "dnn" => TunedApp::Dnn(Box::new(parse_of::<Dnn>(&mut sub)?)),
             "mf" => TunedApp::Mf(Box::new(parse_of::<Mf>(&mut sub)?)),
+            "lda" => TunedApp::Lda(Box::new(parse_of::<Lda>(&mut sub)?)),
             other => {
                 return Err(clap::Error::raw(
                     ErrorKind::InvalidSubcommand,
-                    format!("`tune` does not tune `{other}` yet (dnn or mf)\n"),
+                    format!("`tune` does not tune `{other}` yet (dnn, mf or lda)\n"),
                 ))
             }
         };
@@ -155,26 +167,33 @@ impl FromArgMatches for TuneCommand {
     }
 }
 
-/// The tunables `--tune` names, checked against what `app` tunes (`lr` always).
-fn tunables(t: &TuneOptions, app: &str, others: &[&str]) -> Result<Vec<String>> {
-    for p in &t.tune {
+/// Parses a finite number.
+fn parse_finite(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(f) if f.is_finite() => Ok(f),
+        Ok(f) => Err(format!("{f}: give a finite number")),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// The tunables `--tune` names (`default` if not given), checked against what `app`
+/// tunes (`allowed`; `lr` always when it is allowed).
+fn tunables(t: &TuneOptions, app: &str, default: &str, allowed: &[&str]) -> Result<Vec<String>> {
+    let tuned = t.tune.clone().unwrap_or_else(|| vec![default.to_string()]);
+    for p in &tuned {
         match p.as_str() {
-            "lr" => {}
             "batch" => bail!(
                 "--tune batch: tuning the batch size is not built yet (it changes the clocks \
                  of an epoch)"
             ),
-            other if others.contains(&other) => {}
-            other => bail!(
-                "--tune {other}: {app} tunes lr{}",
-                others.iter().map(|o| format!(", {o}")).collect::<String>()
-            ),
+            other if allowed.contains(&other) => {}
+            other => bail!("--tune {other}: {app} tunes {}", allowed.join(", ")),
         }
     }
-    if !t.tune.iter().any(|p| p == "lr") {
-        bail!("--tune: lr is always tuned (give --tune lr or --tune lr,...)");
+    if allowed.contains(&"lr") && !tuned.iter().any(|p| p == "lr") {
+        bail!("--tune: {app}'s lr is always tuned (give --tune lr or --tune lr,...)");
     }
-    Ok(t.tune.clone())
+    Ok(tuned)
 }
 
 /// `--lr-range`, or `default`.
@@ -237,7 +256,7 @@ fn tune_dnn(run: &AppRun<Dnn>, t: &TuneOptions) -> Result<Tuned> {
              like are not tuned yet"
         );
     }
-    let tuned = tunables(t, "dnn", &["momentum"])?;
+    let tuned = tunables(t, "dnn", "lr", &["lr", "momentum"])?;
     let tune_momentum = tuned.iter().any(|p| p == "momentum");
     if run.args.lr.is_some() {
         bail!("--lr: tune searches the learning rate; leave --lr out (--lr-range bounds it)");
@@ -245,8 +264,8 @@ fn tune_dnn(run: &AppRun<Dnn>, t: &TuneOptions) -> Result<Tuned> {
     if tune_momentum && run.args.momentum.is_some() {
         bail!("--momentum: --tune momentum searches it; leave --momentum out");
     }
-    if t.target.is_some_and(|a| a > 1.0) {
-        bail!("--target: dnn's is a test accuracy, a fraction up to 1");
+    if t.target.is_some_and(|a| !(0.0..=1.0).contains(&a)) {
+        bail!("--target: dnn's is a test accuracy, a fraction from 0 to 1");
     }
     let config = TuneConfig {
         lr_range: lr_range(t, (0.001, 1.0))?,
@@ -281,9 +300,12 @@ fn tune_mf(run: &AppRun<Mf>, t: &TuneOptions) -> Result<Tuned> {
     cfg.validate()?;
     let input = run::input(&run.run);
     let params = Mf::params(&run.args, &run.run, &cfg, &input)?;
-    let tuned = tunables(t, "mf", &["staleness"])?;
+    let tuned = tunables(t, "mf", "lr", &["lr", "staleness"])?;
     if run.args.lr.is_some() {
         bail!("--lr: tune searches the step size; leave --lr out (--lr-range bounds it)");
+    }
+    if t.target.is_some_and(|r| r <= 0.0) {
+        bail!("--target: mf's is a test RMSE, above 0");
     }
     let staleness = if tuned.iter().any(|p| p == "staleness") {
         if t.staleness_values.is_empty() {
@@ -395,6 +417,38 @@ fn progress(event: &Event) {
     }
 }
 
+/// `tune lda`: checks, loads, tunes.
+fn tune_lda(run: &AppRun<Lda>, t: &TuneOptions) -> Result<Tuned> {
+    let cfg = run.app_config()?;
+    cfg.validate()?;
+    let input = run::input(&run.run);
+    let params = Lda::params(&run.args, &run.run, &cfg, &input)?;
+    tunables(t, "lda", "staleness", &["staleness"])?;
+    if t.lr_range.is_some() {
+        bail!("--lr-range: lda has no learning rate to tune (it tunes the staleness)");
+    }
+    if t.staleness_values.is_empty() {
+        bail!("--staleness-values: give at least one value");
+    }
+    let config = LdaTuneConfig {
+        staleness: t.staleness_values.clone(),
+        options: options(t, run.run.seed, t.target)?,
+    };
+    let loading = Step::start(&run::loading(&input, Lda::INPUT));
+    let corpus = Lda::load(&input, &params)?;
+    loading.done(&run::loaded(&input, Lda::counts(&corpus)));
+    info!("tune: setting up (tables, virtual sweep, initial counts)");
+    let (r, start_s) =
+        iterstore_apps::lda::tune::tune(&cfg, &params, &corpus, &config, &mut progress)?;
+    Ok(Tuned {
+        outcome: r.outcome,
+        result: format!("log-likelihood {}", super::log::number(r.log_likelihood)),
+        model_file: Vec::new(),
+        setup_s: r.setup_s + start_s,
+        metric: ("log_likelihood", r.log_likelihood),
+    })
+}
+
 /// Runs `iterstore tune <app> ...` as parsed; `command_line` goes into the JSON report.
 pub fn tune(cmd: &TuneCommand, command_line: String) -> Result<()> {
     let began = Instant::now();
@@ -402,7 +456,11 @@ pub fn tune(cmd: &TuneCommand, command_line: String) -> Result<()> {
     let (run, name) = match &cmd.app {
         TunedApp::Dnn(r) => (&r.run, Dnn::NAME),
         TunedApp::Mf(r) => (&r.run, Mf::NAME),
+        TunedApp::Lda(r) => (&r.run, Lda::NAME),
     };
+    if matches!(cmd.app, TunedApp::Lda(_)) && run.output.is_some() {
+        bail!("--output: tune lda writes no model file yet (run lda with the chosen staleness)");
+    }
     let writes = cmd.app().app_config()?.rank() == 0;
     let model = Output::create(run.output.as_deref().filter(|_| writes))?;
     let json = Output::create(run.json.as_deref().filter(|_| writes))?;
@@ -411,6 +469,7 @@ pub fn tune(cmd: &TuneCommand, command_line: String) -> Result<()> {
     let tuned = match &cmd.app {
         TunedApp::Dnn(r) => tune_dnn(r, &cmd.tune)?,
         TunedApp::Mf(r) => tune_mf(r, &cmd.tune)?,
+        TunedApp::Lda(r) => tune_lda(r, &cmd.tune)?,
     };
     let wall = began.elapsed().as_secs_f64();
     let o = &tuned.outcome;

@@ -111,7 +111,7 @@ fn what_tune_does_not_tune_is_refused_before_any_work() {
         assert!(err.contains(says), "{extra:?}: {err}");
         assert!(!err.contains("forked"), "{extra:?}: {err}");
     }
-    let out = iterstore(&["tune", "lda", "--synthetic", "tiny"]);
+    let out = iterstore(&["tune", "pagerank", "--synthetic", "tiny"]);
     assert!(!out.status.success());
 }
 
@@ -156,6 +156,44 @@ fn tune_mf_searches_the_step_and_the_staleness() {
     let out = iterstore(&["tune", "mf", "--synthetic", "tiny", "--tune", "lr,momentum"]);
     assert!(
         stderr(&out).contains("mf tunes lr, staleness"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn tune_lda_searches_the_staleness() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("r.json");
+    let out = iterstore(&[
+        "tune",
+        "lda",
+        "--synthetic",
+        "tiny",
+        "--topics",
+        "5",
+        "--staleness-values",
+        "0,2",
+        "--first-trial-clocks",
+        "2",
+        "--time-budget",
+        "2",
+        "--target",
+        "-1e12",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    let r = json_file(&json);
+    assert_eq!(r["app"], "lda");
+    // Any log-likelihood is above -1e12: the first validation ends the tuning.
+    assert_eq!(r["stop"], "target", "{r}");
+    assert!(r["setting"]["staleness"].as_f64().is_some(), "{r}");
+    assert!(r["log_likelihood"].as_f64().unwrap() < 0.0, "{r}");
+    let out = iterstore(&["tune", "lda", "--synthetic", "tiny", "--tune", "lr"]);
+    assert!(
+        stderr(&out).contains("lda tunes staleness"),
         "{}",
         stderr(&out)
     );
