@@ -91,6 +91,12 @@ impl<N: Network> State<N> {
     pub(super) fn epoch(&self) -> u64 {
         self.epoch
     }
+
+    /// Re-cuts the epoch under way from `from` mini-batches to `to` (a branch forked
+    /// with another batch): the next mini-batch is the one at the same fraction of it.
+    pub(super) fn rebatch(&mut self, from: usize, to: usize) {
+        self.next = self.next * to / from.max(1);
+    }
 }
 
 impl<N: Network> Saved for State<N> {
@@ -271,11 +277,12 @@ pub(super) fn iteration<N: Network>(
 }
 
 /// How a branch trains when `iterstore tune` runs it ([`super::tune`]): at which
-/// learning rate and momentum (the branch's setting), the step decaying by
+/// learning rate, momentum and batch (the branch's setting), the step decaying by
 /// [`DnnConfig::lr_decay`](iterstore_algo::dnn::DnnConfig::lr_decay) over the epochs
 /// since `from_epoch` (when the setting was chosen).
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Slice {
+    pub(super) batch: usize,
     pub(super) learning_rate: f32,
     pub(super) momentum: f32,
     pub(super) from_epoch: u64,
@@ -297,6 +304,8 @@ pub(super) fn slice<N: Network>(
     losses: &mut Vec<(f64, u64)>,
 ) -> iterstore::Result<()> {
     let train = &st.data.train;
+    // The branch's batch makes its epoch's mini-batches (every one touches every row).
+    let clocks = iterstore_algo::dnn::mlp::clocks(train.len(), sl.batch);
     for _ in 0..mini_batches {
         if s.next == 0 {
             epoch_order(
@@ -313,8 +322,8 @@ pub(super) fn slice<N: Network>(
             let since = s.epoch.saturating_sub(sl.from_epoch) as f64;
             let decayed =
                 f64::from(sl.learning_rate) / (1.0 + f64::from(st.params.lr_decay) * since);
-            let rate = (decayed / st.params.batch as f64) as f32;
-            let which = mini_batch(&s.order, st.clocks, s.next);
+            let rate = (decayed / sl.batch as f64) as f32;
+            let which = mini_batch(&s.order, clocks, s.next);
             let loss = s
                 .weights
                 .gradient_step(train, which, rate, &mut s.scratch, &mut s.step);
@@ -324,7 +333,7 @@ pub(super) fn slice<N: Network>(
         write(w, st, &s.velocity, &s.weights)?;
         w.clock()?;
         s.next += 1;
-        if s.next == st.clocks {
+        if s.next == clocks {
             s.next = 0;
             s.epoch += 1;
         }

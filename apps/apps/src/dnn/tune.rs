@@ -8,12 +8,14 @@
 //! mini-batches over the cluster, its seconds the run's wall time (the slowest process's)
 //! shared evenly by its clocks. The tuner validates once an epoch's worth of clocks
 //! (test accuracy, on the main thread like `run`'s, and timed), and its trials last at
-//! most an epoch.
+//! most an epoch (of [`DnnConfig::batch`]'s mini-batches: a tuner clock of a larger
+//! batch covers more samples).
 //!
 //! **A branch** is the store's branch of the weights plus every worker's state
 //! (velocity, sample order, epoch position) forked with it, and its setting: the learning
 //! rate (log-uniform over [`TuneConfig::lr_range`]) and, if tuned, the momentum (uniform
-//! over [0, 0.99]); the step decays by `lr_decay` over the epochs since the branch's
+//! over [0, 0.99]) and the batch size (one of [`TuneConfig::batches`]; a branch forked
+//! with another batch continues its epoch at the same fraction); the step decays by `lr_decay` over the epochs since the branch's
 //! setting was chosen, as `run`'s does over the run's. The store's specialization is
 //! built once, from a virtual iteration of one mini-batch: every mini-batch touches every
 //! row in the same order, so any slice follows that tape (the tests check no access
@@ -51,6 +53,9 @@ pub struct TuneConfig {
     /// Whether the momentum is tuned too (uniform over [0, 0.99]); else it is
     /// [`DnnConfig::momentum`].
     pub tune_momentum: bool,
+    /// The batch sizes to choose from (samples per mini-batch over all workers); empty:
+    /// [`DnnConfig::batch`], not tuned.
+    pub batches: Vec<usize>,
     /// Mini-batches per tuner clock (at least 1).
     pub clock_batches: usize,
     /// The tuning loop's options. Its `epoch_clocks` and `max_trial_clocks` are set to
@@ -115,8 +120,12 @@ impl<N: Network> Trainer for DnnTrainer<'_, N> {
             Some(m) if self.tune_momentum => m as f32,
             _ => self.step.params.momentum,
         };
+        let n = self.step.data.train.len();
         for t in self.states.of_mut(id)? {
+            let batch = setting.get("batch").map_or(t.sl.batch, |b| b as usize);
+            t.s.rebatch(clocks(n, t.sl.batch), clocks(n, batch));
             t.sl = Slice {
+                batch,
                 learning_rate: lr,
                 momentum,
                 from_epoch: t.s.epoch(),
@@ -188,6 +197,10 @@ pub fn space(config: &TuneConfig) -> Result<Space, AppError> {
     if config.tune_momentum {
         tunables.push(Tunable::uniform("momentum", 0.0, 0.99));
     }
+    if !config.batches.is_empty() {
+        let values: Vec<f64> = config.batches.iter().map(|&b| b as f64).collect();
+        tunables.push(Tunable::choice("batch", values));
+    }
     Space::new(tunables).map_err(|e| AppError::Invalid(format!("dnn tune: {e}")))
 }
 
@@ -215,6 +228,11 @@ fn check_tunable(params: &DnnConfig, config: &TuneConfig) -> Result<(), AppError
     if config.clock_batches == 0 {
         return Err(AppError::Invalid(
             "dnn tune: a tuner clock needs at least one mini-batch".into(),
+        ));
+    }
+    if config.batches.contains(&0) {
+        return Err(AppError::Invalid(
+            "dnn tune: a batch size must be at least 1".into(),
         ));
     }
     let (lo, hi) = config.lr_range;
@@ -257,8 +275,15 @@ pub fn tune_in<N: Network>(
     let setup = Instant::now();
     let tables: Vec<Table<f32>> = create_tables(cluster, &zeros, None, None)?;
     let workers = cluster.total_workers();
-    let capacity = n.div_ceil(workers).div_ceil(per_epoch);
+    // Buffers for the largest mini-batch any branch may train.
+    let largest = config
+        .batches
+        .iter()
+        .copied()
+        .fold(params.batch, usize::max);
+    let capacity = n.div_ceil(workers).div_ceil(clocks(n, largest)) + 1;
     let sl = Slice {
+        batch: params.batch,
         learning_rate: 0.0,
         momentum: params.momentum,
         from_epoch: 0,

@@ -40,6 +40,7 @@ fn config(target: Option<f64>, budget: f64) -> TuneConfig {
     TuneConfig {
         lr_range: (0.001, 1.0),
         tune_momentum: false,
+        batches: Vec::new(),
         clock_batches: 2,
         options: Options {
             first_trial_clocks: 4,
@@ -83,6 +84,43 @@ fn tuning_learns_the_tiny_images_and_every_slice_follows_the_tape() {
     assert_eq!(stats.unplanned_accesses, 0);
     assert_eq!(stats.indexed_accesses, 0);
     assert!(stats.tape_accesses > 0);
+    cluster.shutdown().unwrap();
+}
+
+#[test]
+fn tuning_the_batch_size_trains_each_branch_with_its_own() {
+    let data = tiny();
+    let cfg = bsp(Mode::Virtual, 2, 1);
+    let mut cluster = Cluster::start(cfg.store_config()).unwrap();
+    let mut c = config(Some(0.85), 120.0);
+    c.batches = vec![10, 40];
+    let mut batches = Vec::new();
+    let tuned = tune_in(
+        &mut cluster,
+        &cfg,
+        &params(),
+        &data,
+        zeros(&data, &params()),
+        &c,
+        &mut |e| {
+            if let Event::Fork { setting, .. } = e {
+                batches.push(setting.get("batch").unwrap());
+            }
+        },
+    )
+    .unwrap();
+    assert_eq!(tuned.outcome.stop, Stop::Target);
+    assert!(
+        batches.iter().all(|b| [10.0, 40.0].contains(b)),
+        "{batches:?}"
+    );
+    assert!(
+        batches.contains(&10.0) && batches.contains(&40.0),
+        "{batches:?}"
+    );
+    // Every batch size followed the one mini-batch's tape.
+    let stats = cluster.stats();
+    assert_eq!((stats.unplanned_accesses, stats.indexed_accesses), (0, 0));
     cluster.shutdown().unwrap();
 }
 

@@ -34,8 +34,8 @@ pub struct TuneOptions {
     /// Stop once S seconds of training, measuring and validation are spent.
     #[arg(long, value_name = "S")]
     pub time_budget: Option<f64>,
-    /// What is tuned: lr, and for dnn momentum, for mf staleness; lda tunes staleness
-    /// only (a tuned value must not be given: --lr, --momentum) [default: lr; lda:
+    /// What is tuned: lr, and for dnn momentum and batch, for mf staleness; lda tunes
+    /// staleness only (a tuned value must not be given: --lr, --momentum) [default: lr; lda:
     /// staleness].
     #[arg(long, value_name = "P,..", value_delimiter = ',')]
     pub tune: Option<Vec<String>>,
@@ -43,6 +43,10 @@ pub struct TuneOptions {
     /// 0.003:1].
     #[arg(long, value_name = "LOW:HIGH")]
     pub lr_range: Option<String>,
+    /// With --tune ...,batch (dnn): the batch sizes to choose from.
+    #[arg(long, value_name = "B,..", value_delimiter = ',', default_value = "16,32,64,128,256",
+          value_parser = super::at_least_one)]
+    pub batch_values: Vec<usize>,
     /// With --tune ...,staleness (mf) and for lda: the staleness values to choose from.
     #[arg(
         long,
@@ -182,10 +186,6 @@ fn tunables(t: &TuneOptions, app: &str, default: &str, allowed: &[&str]) -> Resu
     let tuned = t.tune.clone().unwrap_or_else(|| vec![default.to_string()]);
     for p in &tuned {
         match p.as_str() {
-            "batch" => bail!(
-                "--tune batch: tuning the batch size is not built yet (it changes the clocks \
-                 of an epoch)"
-            ),
             other if allowed.contains(&other) => {}
             other => bail!("--tune {other}: {app} tunes {}", allowed.join(", ")),
         }
@@ -256,8 +256,16 @@ fn tune_dnn(run: &AppRun<Dnn>, t: &TuneOptions) -> Result<Tuned> {
              like are not tuned yet"
         );
     }
-    let tuned = tunables(t, "dnn", "lr", &["lr", "momentum"])?;
+    let tuned = tunables(t, "dnn", "lr", &["lr", "momentum", "batch"])?;
     let tune_momentum = tuned.iter().any(|p| p == "momentum");
+    let batches = if tuned.iter().any(|p| p == "batch") {
+        if run.args.batch.is_some() {
+            bail!("--batch: --tune batch searches it; leave --batch out (--batch-values)");
+        }
+        t.batch_values.clone()
+    } else {
+        Vec::new()
+    };
     if run.args.lr.is_some() {
         bail!("--lr: tune searches the learning rate; leave --lr out (--lr-range bounds it)");
     }
@@ -270,6 +278,7 @@ fn tune_dnn(run: &AppRun<Dnn>, t: &TuneOptions) -> Result<Tuned> {
     let config = TuneConfig {
         lr_range: lr_range(t, (0.001, 1.0))?,
         tune_momentum,
+        batches,
         clock_batches: t.clock_batches,
         options: options(t, run.run.seed, t.target)?,
     };

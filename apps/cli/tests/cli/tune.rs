@@ -81,8 +81,12 @@ fn what_tune_does_not_tune_is_refused_before_any_work() {
     for (extra, says) in [
         (&["--lr", "0.1", "--time-budget", "1"][..], "--lr"),
         (
-            &["--tune", "batch", "--time-budget", "1"][..],
-            "not built yet",
+            &["--tune", "lr,batch", "--batch", "32", "--time-budget", "1"][..],
+            "--batch",
+        ),
+        (
+            &["--tune", "lr,staleness", "--time-budget", "1"][..],
+            "dnn tunes lr, momentum, batch",
         ),
         (
             &[
