@@ -1,6 +1,7 @@
 //! Every branch's loss against the tuner's time as an SVG picture (the thesis proposal's
 //! Figure 14): one line per branch, the branches a search chose drawn bold, a log-scaled
-//! loss axis when the losses span more than a decade.
+//! loss axis when the losses span more than a decade, up to 10x the largest starting
+//! loss (a diverged branch leaves at the top).
 
 use crate::timeline::Timeline;
 use std::fmt::Write as _;
@@ -35,6 +36,17 @@ pub(crate) fn draw(timeline: &Timeline) -> String {
         .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), p| {
             (a.min(p.1), b.max(p.1))
         });
+    // A diverged branch's losses would stretch the axis over many decades and flatten
+    // every other curve: the axis stops at 10x the largest loss a branch started from
+    // (the tuner's divergence threshold); higher points are drawn at the top.
+    let starts = timeline.curves.iter().filter_map(|c| {
+        c.points
+            .iter()
+            .map(|p| p.1)
+            .find(|l| l.is_finite() && *l > 0.0)
+    });
+    let cap = starts.fold(0.0f64, f64::max) * 10.0;
+    let hi = if cap > lo { hi.min(cap) } else { hi };
     let log = lo > 0.0 && hi / lo > 10.0;
     let f = |v: f64| if log { v.ln() } else { v };
     let (y0, y1) = if finite.is_empty() {

@@ -213,3 +213,25 @@ fn options_that_cannot_run_are_refused() {
     assert!(bad(endless).contains("nothing ends"));
     assert_eq!(Sim::new(0.0).root(), 0);
 }
+
+#[test]
+fn a_diverged_branch_does_not_stretch_the_pictures_loss_axis() {
+    use iterstore_tune::{Curve, Setting, Timeline};
+    let curve = |branch, points: Vec<(f64, f64)>| Curve {
+        branch,
+        setting: Setting::new(vec![("lr".into(), 0.1)]),
+        chosen: false,
+        points,
+    };
+    let timeline = Timeline {
+        events: Vec::new(),
+        curves: vec![
+            curve(1, vec![(0.0, 2.0), (1.0, 1.0), (2.0, 0.5)]),
+            curve(2, vec![(2.0, 2.0), (3.0, 1e9), (4.0, f64::NAN)]),
+        ],
+    };
+    let svg = timeline.to_svg();
+    // The axis ends at 10x the largest starting loss (2.0), not at the diverged 1e9.
+    assert!(svg.contains("0.5000 to 20.0000"), "{svg}");
+    assert_eq!(svg.matches("<polyline").count(), 2);
+}
