@@ -5,8 +5,8 @@
 
 use std::collections::BTreeSet;
 
-use iterstore::{BranchId as StoreBranch, BranchStates, Cluster};
-use iterstore_tune::BranchId;
+use iterstore::{BranchId as StoreBranch, BranchStates, Cluster, Staleness};
+use iterstore_tune::{BranchId, Measured, Setting};
 
 use crate::AppError;
 
@@ -19,9 +19,24 @@ impl Alive {
         Self(BTreeSet::from([0]))
     }
 
-    /// Branch `b` was forked.
-    pub(crate) fn forked(&mut self, b: BranchId) {
-        self.0.insert(b);
+    /// Forks `parent` on `cluster` and its per-worker states, gives the new branch the
+    /// staleness `setting` names (if any), and returns its id.
+    pub(crate) fn fork<S: Clone>(
+        &mut self,
+        cluster: &mut Cluster,
+        states: &mut BranchStates<S>,
+        parent: BranchId,
+        setting: &Setting,
+    ) -> Result<BranchId, AppError> {
+        let id = cluster.fork(StoreBranch(parent))?;
+        states.fork(StoreBranch(parent), id)?;
+        self.0.insert(id.0);
+        if let Some(s) = setting.get("staleness") {
+            // A branch's staleness is set while it is live, and kept with it.
+            live(cluster, id.0)?;
+            cluster.set_staleness(Staleness::Bounded(s as u32))?;
+        }
+        Ok(id.0)
     }
 
     /// Frees `b` on `cluster` and its per-worker states; if it is live, the newest other
@@ -72,4 +87,33 @@ pub(crate) fn agreed(
         }
     }
     Ok((seconds, sums))
+}
+
+/// A slice's per-mini-batch `(sum, count)` pairs of every worker (`per_worker`), summed
+/// per tuner clock of `per_clock` mini-batches, agreed over `cluster`, as one
+/// [`Measured`] per clock: `value((sum, count))`, the slice's seconds (`started` until
+/// now, the slowest process's) shared evenly.
+pub(crate) fn per_clock<'a>(
+    cluster: &mut Cluster,
+    started: std::time::Instant,
+    per_worker: impl Iterator<Item = &'a [(f64, u64)]>,
+    clocks: u64,
+    per_clock: usize,
+    value: impl Fn(f64, f64) -> f64,
+) -> Result<Vec<Measured>, AppError> {
+    let mut mine = vec![0.0; 2 * clocks as usize];
+    for pairs in per_worker {
+        for (i, &(sum, count)) in pairs.iter().enumerate() {
+            mine[2 * (i / per_clock)] += sum;
+            mine[2 * (i / per_clock) + 1] += count as f64;
+        }
+    }
+    let (seconds, sums) = agreed(cluster, started.elapsed().as_secs_f64(), &mine)?;
+    Ok(sums
+        .chunks_exact(2)
+        .map(|c| Measured {
+            seconds: seconds / clocks as f64,
+            value: value(c[0], c[1].max(1.0)),
+        })
+        .collect())
 }

@@ -37,7 +37,7 @@ use iterstore_tune::{
 
 use super::data_parallel::{slice, Slice, State, Step};
 use super::{create_tables, init, prepare, snapshot};
-use crate::tuning::{agreed, live, Alive};
+use crate::tuning::{agreed, live, per_clock, Alive};
 use crate::{preprocess, AppConfig, AppError};
 use iterstore_algo::dnn::mlp::clocks;
 
@@ -113,15 +113,16 @@ impl<N: Network> Trainer for DnnTrainer<'_, N> {
     }
 
     fn fork(&mut self, parent: BranchId, setting: &Setting) -> Result<BranchId, AppError> {
-        let id = self.cluster.fork(StoreBranch(parent))?;
-        self.states.fork(StoreBranch(parent), id)?;
+        let id = self
+            .alive
+            .fork(self.cluster, &mut self.states, parent, setting)?;
         let lr = setting.get("lr").unwrap_or(0.0) as f32;
         let momentum = match setting.get("momentum") {
             Some(m) if self.tune_momentum => m as f32,
             _ => self.step.params.momentum,
         };
         let n = self.step.data.train.len();
-        for t in self.states.of_mut(id)? {
+        for t in self.states.of_mut(StoreBranch(id))? {
             let batch = setting.get("batch").map_or(t.sl.batch, |b| b as usize);
             t.s.rebatch(clocks(n, t.sl.batch), clocks(n, batch));
             t.sl = Slice {
@@ -131,8 +132,7 @@ impl<N: Network> Trainer for DnnTrainer<'_, N> {
                 from_epoch: t.s.epoch(),
             };
         }
-        self.alive.forked(id.0);
-        Ok(id.0)
+        Ok(id)
     }
 
     fn train(&mut self, b: BranchId, clocks: u64) -> Result<Vec<Measured>, AppError> {
@@ -147,21 +147,8 @@ impl<N: Network> Trainer for DnnTrainer<'_, N> {
         self.cluster.run_with(states, |w, t| {
             slice(w, step, &mut t.s, t.sl, n, &mut t.losses)
         })?;
-        let mut mine = vec![0.0; 2 * clocks as usize];
-        for t in states.iter() {
-            for (i, &(loss, samples)) in t.losses.iter().enumerate() {
-                mine[2 * (i / cb)] += loss;
-                mine[2 * (i / cb) + 1] += samples as f64;
-            }
-        }
-        let (seconds, sums) = agreed(self.cluster, started.elapsed().as_secs_f64(), &mine)?;
-        Ok(sums
-            .chunks_exact(2)
-            .map(|c| Measured {
-                seconds: seconds / clocks as f64,
-                value: c[0] / c[1].max(1.0),
-            })
-            .collect())
+        let losses = states.iter().map(|t| t.losses.as_slice());
+        per_clock(self.cluster, started, losses, clocks, cb, |sum, n| sum / n)
     }
 
     fn loss(&mut self, b: BranchId) -> Result<Measured, AppError> {

@@ -103,14 +103,8 @@ impl Trainer for LdaTrainer<'_> {
     }
 
     fn fork(&mut self, parent: BranchId, setting: &Setting) -> Result<BranchId, AppError> {
-        let id = self.cluster.fork(StoreBranch(parent))?;
-        self.states.fork(StoreBranch(parent), id)?;
-        self.alive.forked(id.0);
-        if let Some(s) = setting.get("staleness") {
-            live(self.cluster, id.0)?;
-            self.cluster.set_staleness(Staleness::Bounded(s as u32))?;
-        }
-        Ok(id.0)
+        self.alive
+            .fork(self.cluster, &mut self.states, parent, setting)
     }
 
     fn train(&mut self, b: BranchId, clocks: u64) -> Result<Vec<Measured>, AppError> {

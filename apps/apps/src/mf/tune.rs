@@ -28,7 +28,7 @@ use iterstore_tune::{
 };
 
 use super::{init, init_owners, snapshot, step, Scratch, Step, Tables};
-use crate::tuning::{agreed, live, Alive};
+use crate::tuning::{agreed, live, per_clock, Alive};
 use crate::{preprocess, AppConfig, AppError};
 
 /// What `iterstore tune mf` tunes, and how.
@@ -136,18 +136,14 @@ impl Trainer for MfTrainer<'_> {
     }
 
     fn fork(&mut self, parent: BranchId, setting: &Setting) -> Result<BranchId, AppError> {
-        let id = self.cluster.fork(StoreBranch(parent))?;
-        self.states.fork(StoreBranch(parent), id)?;
+        let id = self
+            .alive
+            .fork(self.cluster, &mut self.states, parent, setting)?;
         let lr = setting.get("lr").unwrap_or(0.0) as f32;
-        for t in self.states.of_mut(id)? {
+        for t in self.states.of_mut(StoreBranch(id))? {
             t.params.learning_rate = lr;
         }
-        self.alive.forked(id.0);
-        if let Some(s) = setting.get("staleness") {
-            live(self.cluster, id.0)?;
-            self.cluster.set_staleness(Staleness::Bounded(s as u32))?;
-        }
-        Ok(id.0)
+        Ok(id)
     }
 
     fn train(&mut self, b: BranchId, clocks: u64) -> Result<Vec<Measured>, AppError> {
@@ -161,21 +157,10 @@ impl Trainer for MfTrainer<'_> {
         }
         self.cluster
             .run_with(states, |w, t| slice(w, st, layout, t, n))?;
-        let mut mine = vec![0.0; 2 * clocks as usize];
-        for t in states.iter() {
-            for (i, &(sq, count)) in t.errors.iter().enumerate() {
-                mine[2 * (i / cb)] += sq;
-                mine[2 * (i / cb) + 1] += count as f64;
-            }
-        }
-        let (seconds, sums) = agreed(self.cluster, started.elapsed().as_secs_f64(), &mine)?;
-        Ok(sums
-            .chunks_exact(2)
-            .map(|c| Measured {
-                seconds: seconds / clocks as f64,
-                value: (c[0] / c[1].max(1.0)).sqrt(),
-            })
-            .collect())
+        let errors = states.iter().map(|t| t.errors.as_slice());
+        per_clock(self.cluster, started, errors, clocks, cb, |sq, n| {
+            (sq / n).sqrt()
+        })
     }
 
     fn loss(&mut self, b: BranchId) -> Result<Measured, AppError> {
