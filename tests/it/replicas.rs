@@ -48,16 +48,24 @@ fn bits(rows: Vec<(u64, Vec<f64>)>) -> Vec<(u64, Vec<u64>)> {
         .collect()
 }
 
-/// Two runs of [`iteration`]; then each copy's snapshot of both tables.
+/// Two runs of [`iteration`], the rule's step size changed between them; then each
+/// copy's snapshot of both tables.
 fn train(cluster: &mut Cluster) -> iterstore::Result<Copies> {
     let x = cluster.create_table_sized::<f64>("x", 3, ROWS)?;
     let g = cluster.create_table_with_rule::<f64>("g", 2, Some(ROWS), ADAM)?;
     if cluster.config().mode == Mode::Virtual {
         cluster.virtual_iteration(|w| iteration(w, &x, &g))?;
     }
-    for _ in 0..2 {
-        cluster.run(|w| iteration(w, &x, &g))?;
-    }
+    cluster.run(|w| iteration(w, &x, &g))?;
+    // A rule changed between runs reaches the backups before the clocks that use it.
+    let slower = Rule::Adam {
+        lr: 0.02,
+        beta1: 0.9,
+        beta2: 0.99,
+        eps: 1e-8,
+    };
+    cluster.set_rule(&g, slower)?;
+    cluster.run(|w| iteration(w, &x, &g))?;
     (0..cluster.config().shard_replicas)
         .map(|copy| {
             let xs = bits(cluster.snapshot_of_copy(&x, copy)?);
@@ -81,6 +89,19 @@ fn three_processes_with_two_copies_compute_what_one_copy_does_and_backups_match(
                 assert_eq!(&copies[0], want, "{mode:?}: process {rank}'s primaries");
                 assert_eq!(&copies[1], want, "{mode:?}: process {rank}'s backups");
             }
+        }
+    });
+}
+
+#[test]
+fn processes_in_one_os_process_keep_backups_alike() {
+    within(120, || {
+        let config = Config::new(2).with_mode(Mode::Virtual);
+        let alone = Cluster::run_local_processes(config.clone(), 3, train).unwrap();
+        let copied = Cluster::run_local_processes(config.with_shard_replicas(3), 3, train).unwrap();
+        for copies in &copied {
+            assert_eq!(copies.len(), 3);
+            assert!(copies.iter().all(|c| c == &alone[0][0]));
         }
     });
 }
