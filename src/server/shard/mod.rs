@@ -51,7 +51,8 @@
 //! - `branches`: copies of the rows and rule states, one per branch of the training
 //!   state, the live one served;
 //! - `replicas`: a primary's backups on other processes, kept in step clock by clock,
-//!   and the backups it keeps of others' shards (`docs/replication.md`).
+//!   and the backups it keeps of others' shards (`docs/replication.md`);
+//! - `promotion`: a kept backup turned into a primary (not wired to the cluster yet).
 //!
 //! This module holds the state and dispatches messages to those files; it knows nothing
 //! of threads, transports, files or the cluster that drives it.
@@ -62,6 +63,7 @@ mod clocks;
 mod functions;
 mod migration;
 mod outer;
+mod promotion;
 mod replicas;
 mod restore;
 mod rows;

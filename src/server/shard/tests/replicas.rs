@@ -13,13 +13,13 @@ use std::collections::VecDeque;
 /// A shard's state as its backup must hold it: rows (generic and arena alike, all-zero
 /// rows left out: a read makes a zero row, which is no update), rule states and clock.
 #[derive(Debug, Clone, PartialEq)]
-struct State {
+pub(super) struct State {
     rows: BTreeMap<RowKey, Vec<u8>>,
     rules: Vec<(RowKey, u64, Vec<u8>)>,
     clock: Clock,
 }
 
-fn state(s: &Shard, clock: Clock) -> State {
+pub(super) fn state(s: &Shard, clock: Clock) -> State {
     let mut rows: BTreeMap<RowKey, Vec<u8>> = (s.rows.iter())
         .map(|e| (*e.key(), e.value().as_bytes().to_vec()))
         .collect();
@@ -160,7 +160,7 @@ fn run(scripts: [Vec<ToShard>; 2], order: &[u32], lag: usize) -> Pair {
 
 /// Each process creates table "w" (Adam) and sends two clocks of gradients, whole and
 /// sparse slabs and rows sent the generic way, and a sum table's rows beside them.
-fn rule_script(p: u32) -> Vec<ToShard> {
+pub(super) fn rule_script(p: u32) -> Vec<ToShard> {
     let mut msgs = vec![ToShard::CreateTable { meta: table_w() }];
     for mut m in script(p, true) {
         if let ToShard::Clock { rows, clock, .. } = &mut m {
