@@ -118,13 +118,20 @@ impl Shard {
         if min <= self.replicas.sent {
             return;
         }
-        for &(backup, _) in &self.replicas.backups {
+        let (mut tables, mut clocks) = (tables, clocks);
+        let n = self.replicas.backups.len();
+        for (k, &(backup, _)) in self.replicas.backups.iter().enumerate() {
+            // The last backup takes them; the others get copies.
+            let (tables, clocks) = match k + 1 == n {
+                true => (std::mem::take(&mut tables), std::mem::take(&mut clocks)),
+                false => (tables.clone(), clocks.clone()),
+            };
             let msg = ToShard::Replicate {
                 primary: self.id,
                 since: self.replicas.sent,
                 clock: min,
-                tables: tables.clone(),
-                clocks: clocks.clone(),
+                tables,
+                clocks,
             };
             out.push(Envelope::Shard(backup, msg));
         }
