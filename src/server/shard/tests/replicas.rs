@@ -341,3 +341,75 @@ fn a_replicated_shard_refuses_what_its_backups_would_not_see() {
     assert!(!dumps[0].is_empty());
     assert_eq!(dumps[0], dumps[1]);
 }
+
+/// All orders of `items`.
+fn permutations(items: &[u32]) -> Vec<Vec<u32>> {
+    if items.len() <= 1 {
+        return vec![items.to_vec()];
+    }
+    let mut out = Vec::new();
+    for (i, &first) in items.iter().enumerate() {
+        let mut rest = items.to_vec();
+        rest.remove(i);
+        for mut p in permutations(&rest) {
+            p.insert(0, first);
+            out.push(p);
+        }
+    }
+    out
+}
+
+#[test]
+fn the_backup_adds_a_clock_in_worker_order_whatever_order_it_arrived_in() {
+    // Two workers per process; float sums whose result depends on their order.
+    let world = World {
+        processes: 2,
+        workers: 2,
+        shards: 1,
+    };
+    let meta = TableMeta {
+        id: 0,
+        name: "f".into(),
+        width: 1,
+        elem: ElemType::F64,
+        rows: None,
+        rule: crate::rule::Rule::Sum,
+    };
+    let deltas = [1e16, 1.0, -1e16, 1.0];
+    for arrival in permutations(&[0, 1, 2, 3]) {
+        let [mut primary, mut host] = [0, 1].map(|id| {
+            let mut s = Shard::new(id, world).with_replicas(2);
+            s.step(ToShard::CreateTable { meta: meta.clone() }, &mut Vec::new());
+            s
+        });
+        let mut out = Vec::new();
+        for &w in &arrival {
+            let rows = vec![(
+                RowKey::new(0, 0),
+                AlignedBuf::from_slice(&[deltas[w as usize]]),
+            )];
+            let clock = ToShard::Clock {
+                worker: w,
+                clock: 1,
+                epoch: 0,
+                rows,
+                outer: Vec::new(),
+                slab: AlignedBuf::default(),
+                slab_rows: None,
+            };
+            primary.step(clock, &mut out);
+        }
+        let mut acks = Vec::new();
+        for e in out.drain(..) {
+            if let Envelope::Shard(1, m) = e {
+                host.step(m, &mut acks);
+            }
+        }
+        assert!(rejected(&acks).is_empty(), "{acks:?}");
+        let (want, got) = (primary_state(&primary), backup_state(&host));
+        assert_eq!(got, want, "arrival {arrival:?}");
+        // ((1e16 + 1) - 1e16) + 1 in worker order: 1e16 + 1 rounds to 1e16.
+        let one = 1.0f64.to_le_bytes().to_vec();
+        assert_eq!(want.rows.get(&RowKey::new(0, 0)), Some(&one), "{arrival:?}");
+    }
+}
