@@ -105,20 +105,17 @@ impl Shard {
     /// Sends every backup what was applied since the last `Replicate`, the minimum clock
     /// having advanced to `min`. Nothing without backups.
     pub(super) fn replicate(&mut self, min: Clock, out: &mut Vec<Envelope>) {
-        if !self.replicas.has_backups() {
+        // Nothing new for the backups (the minimum clock only ever advances past `sent`).
+        if !self.replicas.has_backups() || min <= self.replicas.sent {
             return;
         }
         let changed = std::mem::take(&mut self.replicas.tables_changed);
-        let tables: Vec<TableMeta> = changed
+        let mut tables: Vec<TableMeta> = changed
             .iter()
             .filter_map(|&t| self.table(t))
             .cloned()
             .collect();
-        let clocks = std::mem::take(&mut self.replicas.capture);
-        if min <= self.replicas.sent {
-            return;
-        }
-        let (mut tables, mut clocks) = (tables, clocks);
+        let mut clocks = std::mem::take(&mut self.replicas.capture);
         let n = self.replicas.backups.len();
         for (k, &(backup, _)) in self.replicas.backups.iter().enumerate() {
             // The last backup takes them; the others get copies.
