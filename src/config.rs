@@ -182,10 +182,13 @@ pub struct Config {
     /// [`Cluster::run_local_processes`]: crate::Cluster::run_local_processes
     pub metrics_addr: Option<SocketAddr>,
     /// Copies of every server shard, on as many processes (default 1: the shard alone).
-    /// More than one — backups on the next processes of a ring, kept in step each clock
-    /// so that a lost process's shards survive it (`docs/replication.md`) — is designed
-    /// but not built yet: [`validate`](Config::validate) refuses it, as it refuses 0 and
-    /// more copies than the cluster has processes.
+    /// More than one keeps backups of each shard on the next processes of a ring, each
+    /// clock reaching every backup before it becomes visible (`docs/replication.md`).
+    /// **A lost process is not survived yet**: promotion of a backup is not built, so
+    /// backups cost time and memory and buy nothing until it is. Refused: 0, more copies
+    /// than the cluster has processes, and with [`Staleness::Unbounded`]; `set_rows`,
+    /// resumes, branch ops, server function calls and migrations under a new placement
+    /// fail naming this field while it is more than 1.
     pub shard_replicas: usize,
 }
 
@@ -430,12 +433,13 @@ impl Config {
                 ),
             ));
         }
-        if r > 1 {
+        if r > 1 && self.staleness == Staleness::Unbounded {
             return Err(Error::config(
                 "shard_replicas",
                 format!(
-                    "{r}: backups of shards are designed (docs/replication.md) but not built \
-                     yet; only 1 (no backups) is supported"
+                    "{r} copies of each shard with staleness Unbounded: an asynchronous \
+                     cluster steps rules in arrival order, which backups do not replay yet \
+                     (docs/replication.md)"
                 ),
             ));
         }
@@ -478,12 +482,18 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("shard_replicas") && e.contains("has 2"), "{e}");
-        // Not built yet: refused, not silently kept as one copy.
+        // Backups are kept under SSP; an asynchronous cluster is refused, naming both.
+        assert!(Config::new(2).with_shard_replicas(2).validate().is_ok());
         let e = Config::new(2)
             .with_shard_replicas(2)
+            .with_staleness(Staleness::Unbounded)
             .validate()
-            .unwrap_err();
-        assert!(e.to_string().contains("not built yet"), "{e}");
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("shard_replicas") && e.contains("Unbounded"),
+            "{e}"
+        );
         assert!(Config::new(2).check_shard_replicas(Some(1)).is_ok());
         assert_eq!(Config::new(2).shard_replicas, 1);
     }

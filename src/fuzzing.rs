@@ -83,6 +83,7 @@ fn envelope(inp: &mut Input<'_>) -> Envelope {
         7 => shard(ToShard::Dump {
             from: inp.u32(),
             table: inp.u32(),
+            backup: (inp.u8() & 1 == 1).then(|| inp.u32()),
         }),
         8 => shard(ToShard::Specialize {
             from: inp.u32(),
@@ -226,6 +227,26 @@ fn envelope(inp: &mut Input<'_>) -> Envelope {
             } else {
                 Err(inp.string())
             },
+        }),
+        34 => shard(ToShard::Replicate {
+            primary: inp.u32(),
+            since: inp.u64(),
+            clock: inp.u64(),
+            tables: (0..inp.count()).map(|_| inp.meta()).collect(),
+            clocks: (0..inp.count())
+                .map(|_| {
+                    let clock = inp.u64();
+                    (
+                        clock,
+                        (0..inp.count()).map(|_| (inp.u32(), inp.rows())).collect(),
+                    )
+                })
+                .collect(),
+        }),
+        35 => shard(ToShard::ReplicaAck {
+            backup: inp.u32(),
+            primary: inp.u32(),
+            clock: inp.u64(),
         }),
         _ => client(ToClient::Called {
             called: crate::msg::Called {

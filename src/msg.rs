@@ -130,7 +130,8 @@ pub enum WantedChunks {
 }
 
 /// A message for a server shard: from a process (shard 0, the coordinator, also takes
-/// table declarations and all-gathers), or from another shard ([`ToShard::Adopt`]).
+/// table declarations and all-gathers), or from another shard ([`ToShard::Adopt`],
+/// [`ToShard::Replicate`], [`ToShard::ReplicaAck`]).
 /// [`Shard::handle`](crate::server::Shard::handle) takes only these, so a message a shard
 /// cannot receive cannot be sent to one.
 ///
@@ -219,12 +220,15 @@ pub enum ToShard {
         /// The run.
         run: u64,
     },
-    /// Asks for every row of a table this shard holds (for snapshots between runs).
+    /// Asks for every row of a table this shard holds (for snapshots between runs), or
+    /// with `backup` those of the backup it keeps of that shard (`--shard-replicas`).
     Dump {
         /// The asking process.
         from: ProcessId,
         /// The table.
         table: u32,
+        /// `None`: the shard's own rows; `Some(p)`: its backup of primary shard `p`.
+        backup: Option<ShardId>,
     },
     /// Subscribes the process to a specialized layout: the shard's rows of `keys`, in
     /// this order (each padded to 8 bytes), refreshed in chunks ending at the slot indices
@@ -369,6 +373,36 @@ pub enum ToShard {
         rows: Vec<(RowKey, AlignedBuf)>,
         /// The update-rule states of the rows of tables with a rule that move.
         states: RuleStates,
+    },
+    /// From a primary shard to a shard of another process that keeps a backup of it
+    /// (`Config::shard_replicas`): what the primary applied when its minimum clock
+    /// advanced to `clock`, for the backup to apply alike. Answered with
+    /// [`ToShard::ReplicaAck`] once applied.
+    Replicate {
+        /// The primary shard.
+        primary: ShardId,
+        /// The primary's minimum clock at its previous `Replicate` (0 before its first):
+        /// the backup must be there, or one was lost or reordered.
+        since: Clock,
+        /// The primary's new minimum clock: every update of clocks below it is applied.
+        clock: Clock,
+        /// Tables the primary took (created, or given a new rule) since its last
+        /// `Replicate`, before it applied `clocks`.
+        tables: Vec<TableMeta>,
+        /// The clocks applied, ascending: each clock's updates in the order the primary
+        /// added them (by worker; a worker's rows sent the generic way, then its slab's),
+        /// slabs' rows given their keys.
+        clocks: Vec<(Clock, Vec<(WorkerId, RowBatch)>)>,
+    },
+    /// From a backup's shard to its primary: the backup has applied everything up to
+    /// the primary's minimum clock `clock` ([`ToShard::Replicate`]).
+    ReplicaAck {
+        /// The shard keeping the backup.
+        backup: ShardId,
+        /// The primary shard.
+        primary: ShardId,
+        /// The clock applied.
+        clock: Clock,
     },
 }
 
@@ -532,7 +566,7 @@ pub enum Envelope {
 
 impl ToShard {
     /// The names of the kinds of message a shard receives, indexed by [`ToShard::kind`].
-    pub(crate) const KINDS: [&'static str; 19] = [
+    pub(crate) const KINDS: [&'static str; 21] = [
         "DeclareTable",
         "Gather",
         "CreateTable",
@@ -552,6 +586,8 @@ impl ToShard {
         "Adopt",
         "Call",
         "Branch",
+        "Replicate",
+        "ReplicaAck",
     ];
 
     /// This message's kind, an index into [`ToShard::KINDS`].
@@ -576,6 +612,8 @@ impl ToShard {
             ToShard::Adopt { .. } => 16,
             ToShard::Call { .. } => 17,
             ToShard::Branch { .. } => 18,
+            ToShard::Replicate { .. } => 19,
+            ToShard::ReplicaAck { .. } => 20,
         }
     }
 
@@ -600,7 +638,9 @@ impl ToShard {
             ToShard::CreateTable { .. }
             | ToShard::Clock { .. }
             | ToShard::Finish { .. }
-            | ToShard::Adopt { .. } => None,
+            | ToShard::Adopt { .. }
+            | ToShard::Replicate { .. }
+            | ToShard::ReplicaAck { .. } => None,
         }
     }
 }

@@ -62,6 +62,25 @@ impl World {
         let first = (p as usize * self.shards) as ShardId;
         first..first + self.shards as ShardId
     }
+
+    /// The shards keeping backups of shard `s` when every shard has `replicas` copies
+    /// (`docs/replication.md`): the shards of `s`'s local index on the `replicas - 1`
+    /// processes after its own, around the ring of processes, nearest first.
+    pub(crate) fn backups_of(&self, s: ShardId, replicas: usize) -> Vec<ShardId> {
+        let (p, i) = (s as usize / self.shards, s as usize % self.shards);
+        (1..replicas.min(self.processes))
+            .map(|k| (((p + k) % self.processes) * self.shards + i) as ShardId)
+            .collect()
+    }
+
+    /// The shards whose backups shard `s` keeps when every shard has `replicas` copies:
+    /// those that name `s` in [`backups_of`](Self::backups_of).
+    pub(crate) fn backed_up_by(&self, s: ShardId, replicas: usize) -> Vec<ShardId> {
+        let (p, i) = (s as usize / self.shards, s as usize % self.shards);
+        (1..replicas.min(self.processes))
+            .map(|k| (((p + self.processes - k) % self.processes) * self.shards + i) as ShardId)
+            .collect()
+    }
 }
 
 #[cfg(test)]
@@ -80,5 +99,25 @@ mod tests {
         assert_eq!(w.process_of_worker(5), Some(2));
         assert_eq!(w.process_of_worker(6), None);
         assert_eq!(w.shards_of(2), 2..3);
+    }
+
+    #[test]
+    fn backups_go_round_the_ring_of_processes_at_the_same_local_index() {
+        let w = World {
+            processes: 3,
+            workers: 1,
+            shards: 2,
+        };
+        // Shard 5 is process 2's local shard 1: backed up on processes 0 and 1.
+        assert_eq!(w.backups_of(5, 3), vec![1, 3]);
+        assert_eq!(w.backups_of(5, 2), vec![1]);
+        assert_eq!(w.backups_of(5, 1), Vec::<ShardId>::new());
+        for s in 0..6 {
+            for b in w.backups_of(s, 3) {
+                assert!(w.backed_up_by(b, 3).contains(&s), "{b} keeps {s}");
+                assert_ne!(w.process_of_shard(b), w.process_of_shard(s));
+            }
+            assert_eq!(w.backed_up_by(s, 3).len(), 2);
+        }
     }
 }

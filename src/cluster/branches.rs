@@ -457,6 +457,7 @@ impl Cluster {
     /// Agrees with every process on branch op `what` with `detail`.
     fn agree_on(&mut self, what: &str, detail: &str) -> Result<()> {
         self.check()?;
+        self.refuse_with_backups("a branch op")?;
         self.agree(&[("branch op", what), ("branch op's branches", detail)])
     }
 

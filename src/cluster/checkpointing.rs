@@ -141,6 +141,7 @@ impl Cluster {
     /// never silently left empty.
     pub fn resume(&mut self, dir: &Path, app: &str, rule: ClusterRule) -> Result<Resumed> {
         self.check()?;
+        self.refuse_with_backups("a resume")?;
         let used = self.runs.ended > 0
             || self.spec.plans > 0
             || self.runs.sets > 0

@@ -123,6 +123,7 @@ impl Cluster {
     /// cluster goes on (rows a failed call wrote before it failed stay written).
     pub fn call(&mut self, f: &ServerFn, args: &[f64]) -> Result<Vec<f64>> {
         self.check()?;
+        self.refuse_with_backups("a server function's call")?;
         let registered = match self.functions.get(f.id) {
             Some(r) if f.cluster == self.id => r,
             _ => {

@@ -220,6 +220,22 @@ impl Cluster {
         self.shared.check()
     }
 
+    /// `Err` naming [`Config::shard_replicas`] if the shards have backups: `what` changes
+    /// rows outside a clock, which no backup would see (`docs/replication.md`, "Refused
+    /// until handled").
+    fn refuse_with_backups(&self, what: &str) -> Result<()> {
+        match self.config.shard_replicas {
+            1 => Ok(()),
+            r => Err(Error::config(
+                "shard_replicas",
+                format!(
+                    "{r} copies of each shard: {what} is not kept on the backups yet (only \
+                     runs are; docs/replication.md)"
+                ),
+            )),
+        }
+    }
+
     /// Sends `msg` to the server shard `shard` (a global shard id).
     fn send(&self, shard: usize, msg: ToShard) -> Result<()> {
         self.shared.send_shard(shard as u32, msg)

@@ -55,6 +55,7 @@ impl Cluster {
     /// ```
     pub fn set_rows<T: Element>(&mut self, table: &Table<T>, rows: &[(u64, Vec<T>)]) -> Result<()> {
         self.check()?;
+        self.refuse_with_backups("set_rows")?;
         let meta = resolve(self.registry.tables(), self.id, table)?;
         let mut seen = std::collections::HashSet::with_capacity(rows.len());
         for (row, values) in rows {

@@ -175,6 +175,7 @@ impl Cluster {
             uses.len()
         );
         if self.runs.ended > 0 || self.runs.resumed {
+            self.refuse_with_backups("a migration under a new placement")?;
             let overrides = placed.overrides();
             let rank = self.shared.process;
             for shard in self.shared.world.shards_of(rank) {

@@ -131,7 +131,7 @@ impl Cluster {
                     Error::Disagreement { field, detail } => Error::config(
                         "processes",
                         format!(
-                            "the processes of the cluster run with different settings: {field} differs ({detail}); every process must run with the same workers, shards, staleness, mode and specializations"
+                            "the processes of the cluster run with different settings: {field} differs ({detail}); every process must run with the same workers, shards, staleness, mode, specializations and shard replicas"
                         ),
                     ),
                     other => other,
@@ -345,6 +345,7 @@ impl Cluster {
         let functions = Arc::new(server::functions::Functions::default());
         for (local, (id, inbox)) in world.shards_of(rank).zip(shard_inboxes).enumerate() {
             let shard = server::Shard::new(id, world)
+                .with_replicas(config.shard_replicas)
                 .with_local_arena(rank, local_arena.clone())
                 .with_functions(functions.clone())
                 .stepping_on_arrival(config.staleness == Staleness::Unbounded);
@@ -446,6 +447,7 @@ fn agreed_settings(config: &Config) -> Vec<(&'static str, String)> {
             "placement imbalance",
             config.placement_imbalance.to_string(),
         ),
+        ("shard replicas", config.shard_replicas.to_string()),
     ]
 }
 

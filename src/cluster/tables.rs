@@ -10,6 +10,7 @@
 use super::Cluster;
 use crate::element::Element;
 use crate::error::{Error, Result};
+use crate::ids::ShardId;
 use crate::msg::ToShard;
 use crate::rule::Rule;
 use crate::table::{resolve, Table};
@@ -264,16 +265,39 @@ impl Cluster {
     /// The current server-side contents of `table`: every row that exists, sorted by row.
     /// Meant for use between runs (values of a run in progress may be partial).
     pub fn snapshot<T: Element>(&self, table: &Table<T>) -> Result<Vec<(u64, Vec<T>)>> {
+        self.snapshot_of_copy(table, 0)
+    }
+
+    /// [`snapshot`](Self::snapshot) of `table` as the shards' backups number `copy` hold
+    /// it (`Config::shard_replicas`; copy 0 is the shards themselves): every shard's
+    /// backup on the `copy`-th process after its own. For tests that check backups equal
+    /// their primaries; not a stable API.
+    #[doc(hidden)]
+    pub fn snapshot_of_copy<T: Element>(
+        &self,
+        table: &Table<T>,
+        copy: usize,
+    ) -> Result<Vec<(u64, Vec<T>)>> {
         self.check()?;
         resolve(self.registry.tables(), self.id, table)?;
-        for shard in 0..self.shared.world.total_shards() {
-            self.send(
-                shard,
-                ToShard::Dump {
-                    from: self.shared.process,
-                    table: table.id,
-                },
-            )?;
+        let (world, replicas) = (self.shared.world, self.config.shard_replicas);
+        if copy >= replicas {
+            return Err(Error::config(
+                "copy",
+                format!("{copy}: the shards have {replicas} copies (shard_replicas)"),
+            ));
+        }
+        for shard in 0..world.total_shards() as ShardId {
+            let (to, backup) = match copy {
+                0 => (shard, None),
+                k => (world.backups_of(shard, replicas)[k - 1], Some(shard)),
+            };
+            let dump = ToShard::Dump {
+                from: self.shared.process,
+                table: table.id,
+                backup,
+            };
+            self.send(to as usize, dump)?;
         }
         let mut rows: Vec<(u64, Vec<T>)> = self
             .shared

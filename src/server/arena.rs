@@ -27,6 +27,7 @@
 use crate::buf::AlignedBuf;
 use crate::element::{ElemType, Element};
 use crate::ids::{Clock, ProcessId, RowKey, WorkerId};
+use crate::msg::RowBatch;
 use crate::slot::padded;
 use crate::table::TableMeta;
 use rustc_hash::FxHashMap;
@@ -456,6 +457,41 @@ impl ArenaShard {
                 fold,
             ),
         }
+    }
+
+    /// The deltas [`apply_slab`](Self::apply_slab) of the same slab adds (or hands to its
+    /// fold), with their rows' keys, in the order it takes them: what a backup of this
+    /// shard, which holds no layouts, applies as rows sent the generic way. A slab of the
+    /// wrong size is refused whole, as `apply_slab` refuses it.
+    pub(crate) fn slab_deltas(
+        &self,
+        layout: &SlabLayout,
+        positions: Option<&[u32]>,
+        slab: &AlignedBuf,
+    ) -> Result<RowBatch, String> {
+        let rows: Vec<u32> = match positions {
+            None => layout.rows.to_vec(),
+            Some(p) => p.iter().map(|&p| layout.rows[p as usize]).collect(),
+        };
+        let expected = rows
+            .iter()
+            .map(|&r| padded(self.rows[r as usize].len))
+            .sum();
+        check_slab_size(slab, expected)?;
+        let (src, mut at, mut out) = (slab.words(), 0, Vec::new());
+        for r in rows {
+            let row = self.rows[r as usize];
+            let words = padded(row.len) / 8;
+            let delta = &src[at..at + words];
+            at += words;
+            // A whole slab's all-zero deltas are skipped, a sparse slab's are not.
+            if positions.is_none() && is_zero(delta) {
+                continue;
+            }
+            let bytes = &bytemuck::cast_slice::<u64, u8>(delta)[..row.len];
+            out.push((self.keys[r as usize], AlignedBuf::from_bytes(bytes)));
+        }
+        Ok(out)
     }
 
     /// [`apply_slab`](Self::apply_slab) of the arena rows `rows`, in slab order;

@@ -28,7 +28,7 @@ use shard::PartWrite;
 use crate::checkpoint::{PartEntry, PartWriter};
 use crate::error::checkpoint::CheckpointError;
 use crate::ids::ProcessId;
-use crate::msg::{Envelope, ToClient, ToShard};
+use crate::msg::{Endpoint, Envelope, ToClient, ToShard};
 use crate::sync::{lock, Signal};
 use crate::transport::{DirectShard, Inbound, ShardInbox, Transport};
 use crossbeam::channel::{Select, TryRecvError};
@@ -129,9 +129,23 @@ impl ShardCell {
             return false;
         }
         for reply in out.drain(..) {
+            let to = reply.to();
             // A process that has gone away needs no answer; its loss is detected and
-            // reported by the transport.
-            let _ = self.transport.reply(reply);
+            // reported by the transport. Another shard (a migration's rows, a backup's
+            // clocks or acks) would be waited for: a failed send fails the cluster.
+            if let (Err(e), Endpoint::Shard(s)) = (self.transport.reply(reply), to) {
+                let reason = format!(
+                    "server shard {} could not send to shard {s}: {e}",
+                    shard.id()
+                );
+                for p in shard.staying() {
+                    let msg = ToClient::Rejected {
+                        shard: shard.id(),
+                        reason: reason.clone(),
+                    };
+                    let _ = self.transport.reply(Envelope::Client(p, msg));
+                }
+            }
         }
         if leave {
             self.staying.set(shard.staying());

@@ -305,7 +305,12 @@ fn check(
             _,
             ToClient::Pass { from: worker, .. } | ToClient::WorkerStopped { worker, .. },
         ) => world.process_of_worker(*worker),
-        Envelope::Shard(_, ToShard::Adopt { shard, .. }) => world.process_of_shard(*shard),
+        Envelope::Shard(
+            _,
+            ToShard::Adopt { shard, .. }
+            | ToShard::Replicate { primary: shard, .. }
+            | ToShard::ReplicaAck { backup: shard, .. },
+        ) => world.process_of_shard(*shard),
         Envelope::Shard(_, other) => other.sender(),
         // The shard a shard's answer names is not checked.
         Envelope::Client(_, _) => None,

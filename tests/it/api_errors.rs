@@ -20,7 +20,7 @@ fn rejects_invalid_configuration_before_starting() {
 }
 
 #[test]
-fn shard_replicas_are_refused_before_starting_while_backups_are_not_built() {
+fn shard_replicas_the_cluster_cannot_hold_are_refused_before_starting() {
     let refused = |e: Error| match e {
         Error::InvalidConfig { field, reason } => {
             assert_eq!(field, "shard_replicas");
@@ -33,10 +33,11 @@ fn shard_replicas_are_refused_before_starting_while_backups_are_not_built() {
     assert!(refused(one).contains("has 1"));
     let none = Cluster::start(Config::new(1).with_shard_replicas(0)).unwrap_err();
     refused(none);
-    // Enough processes, but backups are not kept yet: refused, never silently dropped.
-    let two = Cluster::run_local_processes(Config::new(1).with_shard_replicas(2), 2, |_| Ok(()));
-    assert!(refused(two.unwrap_err()).contains("not built yet"));
-    assert!(Cluster::run_local_processes(Config::new(1), 2, |_| Ok(())).is_ok());
+    let three = Cluster::run_local_processes(Config::new(1).with_shard_replicas(3), 2, |_| Ok(()));
+    assert!(refused(three.unwrap_err()).contains("has 2"));
+    assert!(
+        Cluster::run_local_processes(Config::new(1).with_shard_replicas(2), 2, |_| Ok(())).is_ok()
+    );
 }
 
 #[test]

@@ -13,6 +13,7 @@ mod metrics;
 mod modes;
 mod numa;
 mod outer;
+mod replicas;
 mod rule_state;
 mod rules;
 mod runs_differ;

@@ -10,11 +10,11 @@
 //! [`ClockTable`]: crate::consistency::ClockTable
 //! [`DeferredReads`]: crate::consistency::DeferredReads
 
+use super::rows::Resolved;
 use super::Shard;
 use crate::buf::AlignedBuf;
 use crate::ids::{Clock, ProcessId, RowKey, WorkerId};
-use crate::msg::{Envelope, Outer, RowBatch, ToClient, WantedChunks};
-use rustc_hash::FxHashMap;
+use crate::msg::{Envelope, Outer, RowBatch, WantedChunks};
 
 impl Shard {
     /// Worker `worker` has finished clock `clock - 1`, with its updates of that clock:
@@ -95,7 +95,7 @@ impl Shard {
         rows: Vec<(RowKey, Clock)>,
         out: &mut Vec<Envelope>,
     ) {
-        let min = self.clocks.min_clock();
+        let min = self.visible_clock();
         let mut ready = Vec::new();
         for (key, required) in rows {
             if self.table(key.table).is_none() {
@@ -124,44 +124,48 @@ impl Shard {
         want: WantedChunks,
         out: &mut Vec<Envelope>,
     ) {
-        if required <= self.clocks.min_clock() {
+        if required <= self.visible_clock() {
             self.reply_slab(from, epoch, want, out);
         } else if !self.working(from, out) {
             self.slab_deferred.defer(required, (from, epoch, want));
         }
     }
 
-    /// Applies the pending updates the new minimum clock makes visible, then answers the
-    /// reads that were waiting for it.
+    /// Applies the pending updates the new minimum clock makes visible, hands them to the
+    /// backups, if any, then answers the reads that were waiting for it — once every
+    /// backup has acked it (`replicas`).
     pub(super) fn advance(&mut self, advanced: Option<Clock>, out: &mut Vec<Envelope>) {
         let Some(min) = advanced else { return };
         let later = self.pending.split_off(&min);
         let ready = std::mem::replace(&mut self.pending, later);
-        for (_clock, mut batches) in ready {
+        let capturing = self.replicas.has_backups();
+        for (clock, mut batches) in ready {
             batches.sort_by_key(|(worker, _, _)| *worker);
-            for (_worker, batch, slab) in batches {
+            let mut applied = Vec::new();
+            for (worker, batch, slab) in batches {
+                if capturing {
+                    applied.push((worker, self.applied_rows(&batch, slab.as_ref())));
+                }
                 self.apply(batch, slab, min, out);
             }
             self.step_rules(min);
+            if capturing {
+                self.capture((clock, applied));
+            }
         }
-        for p in self.staying() {
-            out.push(Envelope::Client(
-                p,
-                ToClient::MinClock {
-                    shard: self.id,
-                    clock: min,
-                },
-            ));
+        self.replicate(min, out);
+        self.release_visible(out);
+    }
+
+    /// What [`apply`](Shard::apply) of `batch` and `slab` adds, as rows in the order it
+    /// adds them (for a backup, which holds no layouts).
+    fn applied_rows(&self, batch: &RowBatch, slab: Option<&Resolved>) -> RowBatch {
+        let mut rows = batch.clone();
+        if let Some((layout, positions, bytes)) = slab {
+            // A slab that does not fit is refused by `apply`, failing the cluster.
+            let deltas = self.arena.slab_deltas(layout, positions.as_deref(), bytes);
+            rows.extend(deltas.unwrap_or_default());
         }
-        for (from, epoch, want) in self.slab_deferred.release(min) {
-            self.reply_slab(from, epoch, want, out);
-        }
-        let mut by_process: FxHashMap<ProcessId, Vec<RowKey>> = FxHashMap::default();
-        for (from, key) in self.deferred.release(min) {
-            by_process.entry(from).or_default().push(key);
-        }
-        for (from, keys) in by_process {
-            self.reply(from, keys, out);
-        }
+        rows
     }
 }

@@ -49,7 +49,10 @@
 //! - `restore`: rows and their rule states coming back from a checkpoint;
 //! - `set`: rows given new values between runs;
 //! - `branches`: copies of the rows and rule states, one per branch of the training
-//!   state, the live one served.
+//!   state, the live one served;
+//! - `replicas`: a primary's backups on other processes, kept in step clock by clock,
+//!   and the backups it keeps of others' shards (`docs/replication.md`);
+//! - `promotion`: a kept backup turned into a primary (not wired to the cluster yet).
 //!
 //! This module holds the state and dispatches messages to those files; it knows nothing
 //! of threads, transports, files or the cluster that drives it.
@@ -60,6 +63,8 @@ mod clocks;
 mod functions;
 mod migration;
 mod outer;
+mod promotion;
+mod replicas;
 mod restore;
 mod rows;
 mod rules;
@@ -74,6 +79,7 @@ pub(crate) use checkpoint::PartWrite;
 
 use self::branches::Branches;
 use self::migration::Migration;
+use self::replicas::Replicas;
 use self::restore::Restoring;
 use self::rows::Resolved;
 use self::rules::RuleRows;
@@ -169,6 +175,8 @@ pub(crate) struct Shard {
     local: Option<(ProcessId, Weak<dyn LocalArena>)>,
     /// The server functions of the process in this shard's OS process.
     functions: Option<std::sync::Arc<crate::server::functions::Functions>>,
+    /// Its backups on other processes, and the backups it keeps.
+    replicas: Replicas,
 }
 
 impl Shard {
@@ -198,6 +206,7 @@ impl Shard {
             step_on_arrival: false,
             local: None,
             functions: None,
+            replicas: Replicas::default(),
         }
     }
 
@@ -310,6 +319,7 @@ impl Shard {
             ToShard::Checkpoint { from, root, clock } => {
                 return self.checkpoint(from, root, clock, out)
             }
+            ToShard::Restore { from, .. } if self.refuse_replicated(from, "a resume", out) => {}
             ToShard::Restore {
                 from,
                 clock,
@@ -317,9 +327,11 @@ impl Shard {
                 states,
                 last,
             } => self.restore(from, clock, (rows, states), last, out),
+            ToShard::SetRows { from, .. } if self.refuse_replicated(from, "set_rows", out) => {}
             ToShard::SetRows { from, rows, last } => self.set_rows(from, rows, last, out),
             ToShard::SetRule { table, rule, .. } => self.set_rule(table, rule, out),
             ToShard::Migrate { from, .. } if self.refuse_during_set(from, "a migration", out) => {}
+            ToShard::Migrate { from, .. } if self.refuse_replicated(from, "a migration", out) => {}
             ToShard::Migrate { from, .. } if self.refuse_migration_with_branches(from, out) => {}
             ToShard::Migrate { from, overrides } => self.migrate(from, overrides, out),
             ToShard::Adopt {
@@ -327,14 +339,45 @@ impl Shard {
                 rows,
                 states,
             } => self.adopt(shard, (rows, states), out),
-            ToShard::Dump { from, table } => self.dump(from, table, out),
+            ToShard::Dump {
+                from,
+                table,
+                backup: None,
+            } => self.dump(from, table, out),
+            ToShard::Dump {
+                from,
+                table,
+                backup: Some(primary),
+            } => match self.held_backup(primary) {
+                Some(b) => b.dump(from, table, out),
+                None => self.reject(
+                    from,
+                    format!("shard {} keeps no backup of shard {primary}", self.id),
+                    out,
+                ),
+            },
+            ToShard::Call { from, .. }
+                if self.refuse_replicated(from, "a server function", out) => {}
             ToShard::Call {
                 from,
                 function,
                 args,
             } => self.call(from, function, &args, out),
             ToShard::Branch { from, .. } if self.refuse_during_set(from, "a branch op", out) => {}
+            ToShard::Branch { from, .. } if self.refuse_replicated(from, "a branch op", out) => {}
             ToShard::Branch { from, clock, op } => self.branch(from, clock, op, out),
+            ToShard::Replicate {
+                primary,
+                since,
+                clock,
+                tables,
+                clocks,
+            } => self.replicate_in((primary, since, clock), tables, clocks, out),
+            ToShard::ReplicaAck {
+                backup,
+                primary,
+                clock,
+            } => self.replica_ack((backup, primary), clock, out),
         }
         None
     }

@@ -243,6 +243,7 @@ impl Shard {
             return self.reject_all(reason, out);
         }
         meta.rule = rule;
+        self.table_changed(table);
     }
 
     /// Steps every row that got a gradient in the clock just applied (in the order they

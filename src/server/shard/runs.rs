@@ -92,9 +92,9 @@ impl Shard {
     }
 
     /// Answers the run barrier once every process has ended the next run (a process
-    /// that left has ended all it will), or fails it if a process left before ending a
+    /// that left has ended all it will) and every backup has acked every clock, or fails it if a process left before ending a
     /// run the others wait at.
-    fn check_barrier(&mut self, out: &mut Vec<Envelope>) {
+    pub(super) fn check_barrier(&mut self, out: &mut Vec<Envelope>) {
         let staying = self.staying();
         let Some(waited) = staying.iter().map(|&p| self.ended[p as usize]).max() else {
             return;
@@ -111,7 +111,8 @@ impl Shard {
             );
         }
         let all = self.ended.iter().copied().min().unwrap_or(0);
-        if all <= self.run {
+        // A run ends once every backup has every clock of it (`replicas`).
+        if all <= self.run || !self.backups_caught_up() {
             return;
         }
         self.run = all;

@@ -77,7 +77,11 @@ impl Shard {
                 ),
                 out,
             ),
-            _ => self.tables[id] = Some(meta),
+            Some(_) => {}
+            None => {
+                self.tables[id] = Some(meta);
+                self.table_changed(id as u32);
+            }
         }
     }
 

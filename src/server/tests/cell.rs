@@ -72,3 +72,38 @@ fn a_helper_takes_what_waits_unless_the_shard_is_held() {
     d.drive(0);
     assert_eq!(gathered(&clients[0]), Some(2), "driven by its sender");
 }
+
+/// A shard that cannot send to another shard (here a backup's, whose inbox is gone; over
+/// TCP, a frame past the cap) fails the cluster instead of waiting for its answer.
+#[test]
+fn a_failed_send_to_another_shard_fails_the_cluster() {
+    let world = World {
+        processes: 2,
+        workers: 1,
+        shards: 1,
+    };
+    let (t, mut shards, clients) = InProcTransport::new(2, 2);
+    let t: Arc<dyn Transport> = Arc::new(t);
+    drop(shards.pop()); // shard 1, keeping shard 0's backup
+    let shard = Shard::new(0, world).with_replicas(2);
+    let (_cell, attached) = attached_cell(shard, shards.remove(0), t.clone());
+    assert!(attached);
+    // Clock 1 completes: its (empty) updates go to the backup, which is not there.
+    for worker in 0..2 {
+        let clock = crate::server::shard::tests::clock(worker, 1, &[]);
+        t.send(Envelope::Shard(0, clock)).unwrap();
+    }
+    let reasons: Vec<String> = clients[0]
+        .try_iter()
+        .filter_map(|m| match m {
+            Inbound::Msg(ToClient::Rejected { reason, .. }) => Some(reason),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        reasons
+            .iter()
+            .any(|r| r.contains("could not send to shard 1")),
+        "{reasons:?}"
+    );
+}

@@ -162,7 +162,11 @@ fn a_checkpoint_writes_the_same_bytes_whatever_the_other_process_sends_around_it
             from: 1,
             rows: vec![(key(7), 1), (key(1), 1)],
         },
-        ToShard::Dump { from: 1, table: 0 },
+        ToShard::Dump {
+            from: 1,
+            table: 0,
+            backup: None,
+        },
         ToShard::Leave { from: 1 },
     ];
     let mut sums = Vec::new();

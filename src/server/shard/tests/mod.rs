@@ -11,6 +11,8 @@ mod functions;
 mod migration;
 mod outer;
 mod planned_rules;
+mod promotion;
+mod replicas;
 mod restore;
 mod rows;
 mod rule_state;

@@ -15,7 +15,7 @@ const ADAM: Rule = Rule::Adam {
 };
 
 /// Table 1, "w": two `f64` per row, [`ADAM`].
-fn table_w() -> TableMeta {
+pub(super) fn table_w() -> TableMeta {
     TableMeta {
         id: 1,
         name: "w".into(),
@@ -59,7 +59,7 @@ fn updates(p: u32, c: Clock) -> (Vec<Option<u64>>, Vec<u64>) {
 /// Process `p`'s messages: its plan (if `planned`), then per clock its updates — slabs
 /// (whole in clock 1, sparse in clock 2) if `planned`, else every row the generic way —
 /// and a refresh of its whole arena, then its finish.
-fn script(p: u32, planned: bool) -> Vec<ToShard> {
+pub(super) fn script(p: u32, planned: bool) -> Vec<ToShard> {
     let (keys, slots) = plan(p);
     let mut msgs = Vec::new();
     if planned {
@@ -137,7 +137,14 @@ fn after(order: &[u32], planned: bool, on_arrival: bool) -> (Shard, Vec<Envelope
 /// Every row of "w" the shard holds, by row, with its rule state's step count.
 fn rows_of_w(s: &mut Shard) -> Vec<(u64, Vec<f64>, u64)> {
     let mut out = Vec::new();
-    s.step(ToShard::Dump { from: 0, table: 1 }, &mut out);
+    s.step(
+        ToShard::Dump {
+            from: 0,
+            table: 1,
+            backup: None,
+        },
+        &mut out,
+    );
     let mut rows: Vec<(u64, Vec<f64>, u64)> = to_clients(&out)
         .flat_map(|(_, m)| match m {
             ToClient::DumpRows { rows, .. } => rows.clone(),

@@ -1,0 +1,314 @@
+//! Replicated shards (`Config::shard_replicas`, `docs/replication.md`): a primary's
+//! backups on other processes, kept in step clock by clock, and the backups a shard keeps
+//! of other processes' shards.
+//!
+//! **Primary.** When its minimum clock advances, a shard with backups sends each of them
+//! a [`ToShard::Replicate`] of exactly what it applied, in the order it applied it (clocks
+//! ascending, each clock's updates by worker; a slab's rows with their keys, so a backup
+//! needs no layouts), with the tables it took since its last one. It holds back what makes
+//! the new clock visible — the [`ToClient::MinClock`] news and the reads and arena
+//! refreshes waiting for it — until every backup has acked it ([`ToShard::ReplicaAck`]),
+//! and answers the run barrier only once every backup has acked every clock. So no worker
+//! reads a value some backup does not hold.
+//!
+//! **Backup.** A backup is a [`Shard`] in the backup role, held by the shard of the
+//! primary's local index on the keeping process and fed only `Replicate`s: it answers no
+//! read and sends no refresh (nothing else reaches it). It runs the primary's own fold —
+//! `rows`'s `apply` and `rules`'s `step_rules` — on the same updates in the same order, so
+//! its rows and rule states are bit for bit its primary's.
+//!
+//! It knows who backs up whom and what crosses between them; not how rows are added
+//! (`rows`, `rules`) nor when a clock is complete (`clocks`).
+
+use super::Shard;
+use crate::ids::{Clock, ProcessId, ShardId, WorkerId};
+use crate::msg::{Envelope, RowBatch, ToClient, ToShard};
+use crate::table::TableMeta;
+use rustc_hash::FxHashMap;
+use std::collections::BTreeMap;
+
+/// One clock's updates as a primary applied them, in order.
+pub(super) type ClockBatches = (Clock, Vec<(WorkerId, RowBatch)>);
+
+/// A shard's part in replication: its backups (as a primary) and the backups it keeps.
+#[derive(Default)]
+pub(super) struct Replicas {
+    /// As a primary: each backup's keeping shard and the last clock it acked.
+    backups: Vec<(ShardId, Clock)>,
+    /// Tables taken (created or given a new rule) since the last `Replicate`, by id.
+    tables_changed: Vec<u32>,
+    /// The clocks applied since the last `Replicate`, while the minimum clock advances.
+    capture: Vec<ClockBatches>,
+    /// The minimum clock of the last `Replicate` sent.
+    sent: Clock,
+    /// The last minimum clock announced (every backup had it).
+    announced: Clock,
+    /// The backups this shard keeps, by primary.
+    held: BTreeMap<ShardId, Shard>,
+    /// As a backup: the primary's minimum clock it has applied up to.
+    applied: Clock,
+}
+
+impl Replicas {
+    /// Whether this shard is a primary with backups.
+    pub(super) fn has_backups(&self) -> bool {
+        !self.backups.is_empty()
+    }
+}
+
+impl Shard {
+    /// This shard, one of `replicas` copies of itself: its backups and the backups it keeps
+    /// are on the ring [`World::backups_of`](crate::world::World::backups_of) describes.
+    pub(crate) fn with_replicas(mut self, replicas: usize) -> Self {
+        let world = self.world;
+        self.replicas.backups = (world.backups_of(self.id, replicas).into_iter())
+            .map(|b| (b, 0))
+            .collect();
+        self.replicas.held = (world.backed_up_by(self.id, replicas).into_iter())
+            .map(|p| (p, Shard::backup_of(p, world)))
+            .collect();
+        self
+    }
+
+    /// The backup of primary shard `primary`: a shard without a coordinator, fed only
+    /// [`ToShard::Replicate`]s.
+    fn backup_of(primary: ShardId, world: crate::world::World) -> Shard {
+        let mut b = Shard::new(primary, world);
+        b.coordinator = None;
+        b
+    }
+
+    /// The minimum clock reads may see: the minimum clock, or for a primary with backups
+    /// the last one every backup has acked.
+    pub(super) fn visible_clock(&self) -> Clock {
+        let min = self.clocks.min_clock();
+        (self.replicas.backups.iter().map(|(_, acked)| *acked)).fold(min, Clock::min)
+    }
+
+    /// Whether every backup has every clock applied (always, without backups).
+    pub(super) fn backups_caught_up(&self) -> bool {
+        self.visible_clock() == self.clocks.min_clock()
+    }
+
+    /// Notes that table `id` was taken, for the next `Replicate` (a primary with backups).
+    pub(super) fn table_changed(&mut self, id: u32) {
+        if self.replicas.has_backups() && !self.replicas.tables_changed.contains(&id) {
+            self.replicas.tables_changed.push(id);
+        }
+    }
+
+    /// Keeps clock `clock`'s updates as applied, for the next `Replicate`.
+    pub(super) fn capture(&mut self, batches: ClockBatches) {
+        self.replicas.capture.push(batches);
+    }
+
+    /// Sends every backup what was applied since the last `Replicate`, the minimum clock
+    /// having advanced to `min`. Nothing without backups.
+    pub(super) fn replicate(&mut self, min: Clock, out: &mut Vec<Envelope>) {
+        // Nothing new for the backups (the minimum clock only ever advances past `sent`).
+        if !self.replicas.has_backups() || min <= self.replicas.sent {
+            return;
+        }
+        let changed = std::mem::take(&mut self.replicas.tables_changed);
+        let mut tables: Vec<TableMeta> = changed
+            .iter()
+            .filter_map(|&t| self.table(t))
+            .cloned()
+            .collect();
+        let mut clocks = std::mem::take(&mut self.replicas.capture);
+        let n = self.replicas.backups.len();
+        for (k, &(backup, _)) in self.replicas.backups.iter().enumerate() {
+            // The last backup takes them; the others get copies.
+            let (tables, clocks) = match k + 1 == n {
+                true => (std::mem::take(&mut tables), std::mem::take(&mut clocks)),
+                false => (tables.clone(), clocks.clone()),
+            };
+            let msg = ToShard::Replicate {
+                primary: self.id,
+                since: self.replicas.sent,
+                clock: min,
+                tables,
+                clocks,
+            };
+            out.push(Envelope::Shard(backup, msg));
+        }
+        self.replicas.sent = min;
+    }
+
+    /// Announces the visible clock if it advanced, and answers what waited for it.
+    pub(super) fn release_visible(&mut self, out: &mut Vec<Envelope>) {
+        let visible = self.visible_clock();
+        if visible <= self.replicas.announced {
+            return;
+        }
+        self.replicas.announced = visible;
+        for p in self.staying() {
+            out.push(Envelope::Client(
+                p,
+                ToClient::MinClock {
+                    shard: self.id,
+                    clock: visible,
+                },
+            ));
+        }
+        for (from, epoch, want) in self.slab_deferred.release(visible) {
+            self.reply_slab(from, epoch, want, out);
+        }
+        let mut by_process: FxHashMap<ProcessId, Vec<_>> = FxHashMap::default();
+        for (from, key) in self.deferred.release(visible) {
+            by_process.entry(from).or_default().push(key);
+        }
+        for (from, keys) in by_process {
+            self.reply(from, keys, out);
+        }
+    }
+
+    /// Backup `backup` has applied this shard's updates up to minimum clock `clock`.
+    pub(super) fn replica_ack(
+        &mut self,
+        (backup, primary): (ShardId, ShardId),
+        clock: Clock,
+        out: &mut Vec<Envelope>,
+    ) {
+        let min = self.clocks.min_clock();
+        let id = self.id;
+        let entry = (self.replicas.backups.iter_mut()).find(|(b, _)| *b == backup);
+        let reason = match entry {
+            _ if primary != id => format!("shard {id} got shard {backup}'s ack of shard {primary}"),
+            None => {
+                format!("shard {id} got an ack from shard {backup}, which keeps no backup of it")
+            }
+            Some((_, acked)) if clock <= *acked || clock > min => format!(
+                "shard {backup} acked clock {clock} of shard {id}, which is at {min} and had \
+                 its ack of {acked}"
+            ),
+            Some((_, acked)) => {
+                *acked = clock;
+                self.release_visible(out);
+                return self.check_barrier(out);
+            }
+        };
+        self.reject_all(reason, out);
+    }
+
+    /// A `Replicate` from `primary`: its backup here applies it, and the primary is
+    /// acked. One from a shard this shard keeps no backup of, or out of order, fails the
+    /// cluster.
+    pub(super) fn replicate_in(
+        &mut self,
+        (primary, since, clock): (ShardId, Clock, Clock),
+        tables: Vec<TableMeta>,
+        clocks: Vec<ClockBatches>,
+        out: &mut Vec<Envelope>,
+    ) {
+        let id = self.id;
+        let Some(backup) = self.replicas.held.get_mut(&primary) else {
+            return self.reject_all(
+                format!("shard {id} got a replica of shard {primary}, which it does not back up"),
+                out,
+            );
+        };
+        match backup.apply_replica((since, clock), tables, clocks) {
+            Ok(()) => out.push(Envelope::Shard(
+                primary,
+                ToShard::ReplicaAck {
+                    backup: id,
+                    primary,
+                    clock,
+                },
+            )),
+            Err(reason) => {
+                let reason = format!("backup of shard {primary} on shard {id}: {reason}");
+                self.reject_all(reason, out);
+            }
+        }
+    }
+
+    /// As a backup: applies what the primary applied as its minimum clock advanced from
+    /// `since` (where this backup must be) to `clock` — its new tables first, then each clock's updates in order, each clock's
+    /// rule rows stepped — exactly as the primary's `advance` did.
+    fn apply_replica(
+        &mut self,
+        (since, clock): (Clock, Clock),
+        tables: Vec<TableMeta>,
+        clocks: Vec<ClockBatches>,
+    ) -> Result<(), String> {
+        let last = self.replicas.applied;
+        if since != last {
+            return Err(format!(
+                "the step from clock {since} to {clock} came after clock {last}"
+            ));
+        }
+        for meta in tables {
+            let id = meta.id as usize;
+            if self.tables.len() <= id {
+                self.tables.resize(id + 1, None);
+            }
+            self.tables[id] = Some(meta);
+        }
+        let mut after = last;
+        for (c, batches) in &clocks {
+            if *c < after || *c >= clock {
+                return Err(format!(
+                    "updates of clock {c} in the step from clock {last} to {clock}, after \
+                     those of clock {after}"
+                ));
+            }
+            after = c + 1;
+            for (_, rows) in batches {
+                self.validate(rows)?;
+            }
+        }
+        let mut out = Vec::new();
+        for (_, batches) in clocks {
+            for (_, rows) in batches {
+                self.apply(rows, None, clock, &mut out);
+            }
+            self.step_rules(clock);
+        }
+        self.replicas.applied = clock;
+        Ok(())
+    }
+
+    /// Whether `what`, asked by `from`, is refused because this shard has backups or keeps
+    /// some: it would change rows outside a clock, which no backup would see (refused by
+    /// the cluster first; this is the shard's own guard).
+    pub(super) fn refuse_replicated(
+        &self,
+        from: ProcessId,
+        what: &str,
+        out: &mut Vec<Envelope>,
+    ) -> bool {
+        if !self.replicas.has_backups() && self.replicas.held.is_empty() {
+            return false;
+        }
+        let reason = format!(
+            "{what} on shard {}, which is replicated (shard_replicas)",
+            self.id
+        );
+        self.reject(from, reason, out);
+        true
+    }
+
+    /// The backup this shard keeps of shard `primary`, if it keeps one.
+    pub(super) fn held_backup(&self, primary: ShardId) -> Option<&Shard> {
+        self.replicas.held.get(&primary)
+    }
+
+    /// As a backup: the primary's minimum clock it has applied up to.
+    pub(super) fn applied_clock(&self) -> Clock {
+        self.replicas.applied
+    }
+
+    /// Takes out the backup this shard keeps of shard `primary`, if it keeps one.
+    pub(super) fn take_backup(&mut self, primary: ShardId) -> Option<Shard> {
+        self.replicas.held.remove(&primary)
+    }
+
+    /// As a promoted backup: every clock below `clock` is applied, replicated and
+    /// announced, as its primary's were.
+    pub(super) fn replicated_up_to(&mut self, clock: Clock) {
+        self.replicas.sent = clock;
+        self.replicas.announced = clock;
+    }
+}
