@@ -5,6 +5,7 @@ mod async_reads;
 mod branches;
 mod checkpoint;
 mod cluster;
+mod custom_rules;
 mod functions;
 mod fuzz_corpus;
 mod many_rows;

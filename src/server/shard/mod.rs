@@ -169,6 +169,8 @@ pub(crate) struct Shard {
     local: Option<(ProcessId, Weak<dyn LocalArena>)>,
     /// The server functions of the process in this shard's OS process.
     functions: Option<std::sync::Arc<crate::server::functions::Functions>>,
+    /// The update rules of the application's own, registered on every process.
+    update_rules: std::sync::Arc<crate::rule::UpdateRules>,
 }
 
 impl Shard {
@@ -198,7 +200,18 @@ impl Shard {
             step_on_arrival: false,
             local: None,
             functions: None,
+            update_rules: Default::default(),
         }
+    }
+
+    /// This shard, stepping rows of tables with a custom rule through `rules` (the
+    /// process's registry, the same on every process).
+    pub(crate) fn with_update_rules(
+        mut self,
+        rules: std::sync::Arc<crate::rule::UpdateRules>,
+    ) -> Self {
+        self.update_rules = rules;
+        self
     }
 
     /// This shard, writing the arena refreshes of `process` (the process in its own OS
