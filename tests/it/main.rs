@@ -21,5 +21,6 @@ mod set_rows;
 mod ssp_props;
 mod tidy;
 mod units;
+mod update_bytes;
 mod util;
 mod worker_state;
