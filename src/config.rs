@@ -7,6 +7,7 @@ use crate::error::{Error, Result};
 use crate::membership::Membership;
 use crate::numa::WorkerPlacement;
 use crate::pinning::Pinning;
+use crate::rule::{Rule, UpdateRule, UpdateRules};
 use crate::topology::Topology;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -190,6 +191,9 @@ pub struct Config {
     /// resumes, branch ops, server function calls and migrations under a new placement
     /// fail naming this field while it is more than 1.
     pub shard_replicas: usize,
+    /// The update rules of the application's own, by name ([`with_rule`](Config::with_rule)):
+    /// every process must register the same (agreed right after joining).
+    pub rules: UpdateRules,
 }
 
 /// How a specialized worker writes the update slabs its CLOCKs send to the shards
@@ -255,6 +259,7 @@ impl Default for Config {
             slab_stores: SlabStores::Auto,
             metrics_addr: None,
             shard_replicas: 1,
+            rules: UpdateRules::default(),
         }
     }
 }
@@ -360,8 +365,33 @@ impl Config {
         self
     }
 
+    /// Registers `rule`, an update rule of the application's own, under `name` (see
+    /// [`UpdateRule`], whose docs show one): [`rule`](Config::rule) then makes a [`Rule`] of
+    /// it for a table. Every process of a cluster must register the same rules — names,
+    /// parameter names and state widths; a process that lacks one or declares it otherwise
+    /// is refused when it joins, naming the rule and the ranks. A name that is empty,
+    /// longer than [`MAX_RULE_NAME`](crate::MAX_RULE_NAME) bytes, a built-in rule's or
+    /// taken is refused by [`validate`](Config::validate).
+    pub fn with_rule(mut self, name: &str, rule: impl UpdateRule) -> Self {
+        self.rules.register(name, rule);
+        self
+    }
+
+    /// The rule registered as `name` ([`with_rule`](Config::with_rule)) with `params` (as
+    /// many as it names, checked by it), for
+    /// [`Cluster::create_table_with_rule`](crate::Cluster::create_table_with_rule) or
+    /// [`Cluster::set_rule`](crate::Cluster::set_rule).
+    pub fn rule(&self, name: &str, params: &[f64]) -> Result<Rule> {
+        self.rules
+            .rule(name, params)
+            .map_err(|e| Error::config("rule", e))
+    }
+
     /// Checks every setting; the error names the offending field.
     pub fn validate(&self) -> Result<()> {
+        if let Some(why) = self.rules.refused() {
+            return Err(Error::config("rules", why));
+        }
         if self.workers == 0 || self.workers > MAX_WORKERS {
             return Err(Error::config(
                 "workers",

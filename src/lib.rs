@@ -152,7 +152,9 @@ pub use consistency::Staleness;
 pub use element::{ElemType, Element};
 pub use error::{Error, Result};
 pub use ids::{BranchId, Clock, RowKey, TableId};
-pub use rule::{Real, Rule};
+pub use rule::{
+    CustomRule, Real, Rule, UpdateRule, UpdateRules, MAX_RULE_NAME, MAX_RULE_PARAMS, MAX_RULE_STATE,
+};
 pub use table::Table;
 pub use worker::Worker;
 

@@ -30,6 +30,16 @@
 //! gradients are not values and are not added to what it reads (under a rule that is not
 //! a sum they could not be). They show once their clock is complete and the staleness
 //! bound lets a read see it — under BSP, from the next clock on.
+//!
+//! **A rule of the application's own** ([`Rule::Custom`], `custom.rs`) is registered by
+//! name on every process ([`UpdateRule`], `Config::with_rule`) and is stepped like the
+//! built-in ones, with its state kept alike.
+
+mod custom;
+
+pub use self::custom::{
+    CustomRule, UpdateRule, UpdateRules, MAX_RULE_NAME, MAX_RULE_PARAMS, MAX_RULE_STATE,
+};
 
 use crate::element::ElemType;
 use serde::{Deserialize, Serialize};
@@ -85,16 +95,22 @@ pub enum Rule {
         /// Added to the denominator, `> 0`.
         eps: f64,
     },
+    /// A rule of the application's own, registered by name on every process
+    /// ([`UpdateRule`], [`Config::with_rule`](crate::Config::with_rule)); made, checked
+    /// against its registration, by [`Config::rule`](crate::Config::rule) or
+    /// [`Cluster::rule`](crate::Cluster::rule).
+    Custom(CustomRule),
 }
 
 impl PartialEq for Rule {
     /// Equal kinds with bit-identical parameters (what every process must agree on).
     fn eq(&self, other: &Rule) -> bool {
-        self.kind() == other.kind()
-            && self
-                .params()
+        let (mine, theirs) = (self.params(), other.params());
+        self.same_kind(other)
+            && mine.len() == theirs.len()
+            && mine
                 .iter()
-                .zip(other.params())
+                .zip(&theirs)
                 .all(|(a, b)| a.to_bits() == b.to_bits())
     }
 }
@@ -103,6 +119,10 @@ impl Eq for Rule {}
 
 impl std::fmt::Display for Rule {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Rule::Custom(c) = self {
+            let params: Vec<String> = c.params().iter().map(f64::to_string).collect();
+            return write!(f, "{}({})", c.name(), params.join(", "));
+        }
         write!(f, "{}", self.kind())?;
         let names = self.param_names();
         if !names.is_empty() {
@@ -118,7 +138,12 @@ impl std::fmt::Display for Rule {
 }
 
 impl Rule {
-    /// The rule's name: `sum`, `sgd`, `momentum`, `adagrad`, `rmsprop`, `adam`.
+    /// The built-in rules' [`kind`](Self::kind)s (names a custom rule cannot take).
+    pub const BUILT_IN: [&'static str; 6] =
+        ["sum", "sgd", "momentum", "adagrad", "rmsprop", "adam"];
+
+    /// The rule's kind: `sum`, `sgd`, `momentum`, `adagrad`, `rmsprop`, `adam`, or
+    /// `custom` (whose [`name`](Self::name) is its own).
     pub fn kind(&self) -> &'static str {
         match self {
             Rule::Sum => "sum",
@@ -127,7 +152,22 @@ impl Rule {
             Rule::AdaGrad { .. } => "adagrad",
             Rule::RmsProp { .. } => "rmsprop",
             Rule::Adam { .. } => "adam",
+            Rule::Custom(_) => "custom",
         }
+    }
+
+    /// The rule's name: its [`kind`](Self::kind), or a custom rule's registered name.
+    pub fn name(&self) -> &str {
+        match self {
+            Rule::Custom(c) => c.name(),
+            _ => self.kind(),
+        }
+    }
+
+    /// Whether `other` is the same rule with other parameters, or none: the same name and
+    /// state width, so a row's state under one fits the other.
+    pub fn same_kind(&self, other: &Rule) -> bool {
+        self.name() == other.name() && self.state_per_element() == other.state_per_element()
     }
 
     /// The rule's parameters, in the order [`Display`](std::fmt::Display) names them.
@@ -144,6 +184,7 @@ impl Rule {
                 beta2,
                 eps,
             } => vec![lr, beta1, beta2, eps],
+            Rule::Custom(c) => c.params().to_vec(),
         }
     }
 
@@ -176,6 +217,7 @@ impl Rule {
             Rule::AdaGrad { .. } => &["lr", "eps", "initial"],
             Rule::RmsProp { .. } => &["lr", "decay", "eps"],
             Rule::Adam { .. } => &["lr", "beta1", "beta2", "eps"],
+            Rule::Custom(_) => &[],
         }
     }
 
@@ -191,12 +233,14 @@ impl Rule {
             Rule::Sum | Rule::Sgd { .. } => 0,
             Rule::Momentum { .. } | Rule::AdaGrad { .. } | Rule::RmsProp { .. } => 1,
             Rule::Adam { .. } => 2,
+            Rule::Custom(c) => c.state_per_element(),
         }
     }
 
     /// Why this rule cannot apply to a table of `elem`s, if it cannot: a step needs
     /// floats, and each parameter has its range (a learning rate finite and positive, a
-    /// decay in `[0, 1)`, an epsilon positive).
+    /// decay in `[0, 1)`, an epsilon positive; a custom rule's are checked against its
+    /// registration, [`UpdateRules::rule`]).
     pub fn check(&self, elem: ElemType) -> Result<(), String> {
         if self.is_sum() {
             return Ok(());
@@ -229,6 +273,11 @@ impl Rule {
     /// ([`state_per_element`](Self::state_per_element) × the width, zeros at first) and
     /// `t`, the number of this step counted from 1. `Sum` adds `grad`. This is what the
     /// shards run; a sequential reference may call it too.
+    ///
+    /// # Panics
+    ///
+    /// On a [`Rule::Custom`], whose code a `Rule` does not hold: step it through the
+    /// registry, [`UpdateRules::step`] (`Config::rules`).
     pub fn step<F: Real>(&self, value: &mut [F], grad: &[F], state: &mut [F], t: u64) {
         let p = |x: f64| F::of(x);
         match *self {
@@ -278,14 +327,21 @@ impl Rule {
                     *w = *w - p(lr) * (*m / c1) / ((*v / c2).root() + p(eps));
                 }
             }
+            Rule::Custom(c) => panic!(
+                "Rule::step of custom rule {:?}: step it with UpdateRules::step",
+                c.name()
+            ),
         }
     }
 }
 
-/// The float types a [`Rule`] steps (`f32`, `f64`): their arithmetic, a square root and
-/// a parameter's conversion.
+/// The float types a [`Rule`] steps (`f32`, `f64`): their arithmetic, comparisons, a
+/// square root and a parameter's conversion.
 pub trait Real:
     Copy
+    + bytemuck::Pod
+    + PartialOrd
+    + std::ops::Neg<Output = Self>
     + std::ops::Add<Output = Self>
     + std::ops::Sub<Output = Self>
     + std::ops::Mul<Output = Self>

@@ -55,9 +55,11 @@ impl From<&TableMeta> for TableShape {
 /// How a manifest writes a table's [`Rule`]: `{"kind": "adagrad", "param_bits": [...],
 /// "text": "adagrad(lr=0.01, ...)"}`, each parameter as the bits of its `f64` (a JSON
 /// number would not bring every `f64` back exactly, and a resume must step with the very
-/// same parameters); `text` is for people and is not read back.
+/// same parameters); `text` is for people and is not read back. A custom rule's record
+/// is of kind `custom` and adds its `name` and `state` (elements per element of a row).
 mod rule_record {
     use super::Rule;
+    use crate::rule::CustomRule;
     use serde::de::Error as _;
     use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
@@ -65,14 +67,21 @@ mod rule_record {
     #[serde(deny_unknown_fields)]
     struct Record {
         kind: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        name: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        state: Option<usize>,
         param_bits: Vec<u64>,
         #[serde(default)]
         text: String,
     }
 
     pub(super) fn serialize<S: Serializer>(rule: &Rule, s: S) -> Result<S::Ok, S::Error> {
+        let custom = matches!(rule, Rule::Custom(_));
         Record {
             kind: rule.kind().to_string(),
+            name: custom.then(|| rule.name().to_string()),
+            state: custom.then(|| rule.state_per_element()),
             param_bits: rule.params().iter().map(|p| p.to_bits()).collect(),
             text: rule.to_string(),
         }
@@ -82,6 +91,10 @@ mod rule_record {
     pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Rule, D::Error> {
         let r = Record::deserialize(d)?;
         let params: Vec<f64> = r.param_bits.iter().map(|b| f64::from_bits(*b)).collect();
+        if let ("custom", Some(name), Some(state)) = (r.kind.as_str(), &r.name, r.state) {
+            let custom = CustomRule::new(name, &params, state).map_err(D::Error::custom)?;
+            return Ok(Rule::Custom(custom));
+        }
         Rule::from_params(&r.kind, &params).ok_or_else(|| {
             D::Error::custom(format!(
                 "no rule '{}' of {} parameters",
@@ -158,7 +171,7 @@ fn tables_mismatch(here: &[TableShape], there: &[TableShape]) -> Option<String> 
                 t.name, t.elem, c.elem
             ));
         }
-        if t.rule.kind() != c.rule.kind() {
+        if !t.rule.same_kind(&c.rule) {
             return Some(format!(
                 "table {} has update rule {} here and {} in the checkpoint (a row's rule \
                  state fits its rule's kind only)",

@@ -131,7 +131,7 @@ impl Cluster {
                     Error::Disagreement { field, detail } => Error::config(
                         "processes",
                         format!(
-                            "the processes of the cluster run with different settings: {field} differs ({detail}); every process must run with the same workers, shards, staleness, mode, specializations and shard replicas"
+                            "the processes of the cluster run with different settings: {field} differs ({detail}); every process must run with the same workers, shards, staleness, mode, specializations, shard replicas and update rules (Config::with_rule)"
                         ),
                     ),
                     other => other,
@@ -343,11 +343,13 @@ impl Cluster {
         // This process's shards write its arena refreshes straight into its arena.
         let local_arena: std::sync::Weak<dyn server::LocalArena> = Arc::downgrade(&shared) as _;
         let functions = Arc::new(server::functions::Functions::default());
+        let update_rules = Arc::new(config.rules.clone());
         for (local, (id, inbox)) in world.shards_of(rank).zip(shard_inboxes).enumerate() {
             let shard = server::Shard::new(id, world)
                 .with_replicas(config.shard_replicas)
                 .with_local_arena(rank, local_arena.clone())
                 .with_functions(functions.clone())
+                .with_update_rules(update_rules.clone())
                 .stepping_on_arrival(config.staleness == Staleness::Unbounded);
             let pus = zone_pus(thread_zones.shards[local]);
             match server::spawn(shard, inbox, transport.clone(), pus) {
@@ -448,6 +450,7 @@ fn agreed_settings(config: &Config) -> Vec<(&'static str, String)> {
             config.placement_imbalance.to_string(),
         ),
         ("shard replicas", config.shard_replicas.to_string()),
+        ("update rules", config.rules.declarations()),
     ]
 }
 

@@ -337,12 +337,14 @@ impl Cluster {
     }
 
     /// The bytes of UPDATEs this process's workers have sent so far, by table (in
-    /// creation order; tables never updated this way are left out): per row sent the
-    /// generic way its 12-byte key and its delta, per rank-k update
-    /// ([`Worker::update_outer`](crate::Worker::update_outer)) its factors and 8 bytes a
-    /// row for each shard it went to. Payloads as the protocol carries them, before
-    /// framing; to this process's shards too (no wire there). The slabs of planned rows
-    /// are not counted here (they are per shard, not per table: [`Cluster::traffic`]).
+    /// creation order; tables never updated are left out): per row sent the generic way
+    /// its 12-byte key and its delta, per planned row in a slab its padded delta (and its
+    /// 4-byte position when the slab holds only the touched rows; a whole slab holds
+    /// every row the worker updates on that shard, zeros where untouched), per rank-k
+    /// update ([`Worker::update_outer`](crate::Worker::update_outer)) its factors and 8
+    /// bytes a row for each shard it went to. Payloads as the protocol carries them,
+    /// before framing (per message: [`Cluster::traffic`]); to this process's shards too
+    /// (no wire there).
     pub fn update_bytes(&self) -> Vec<TableUpdates> {
         let counts = lock(&self.shared.update_bytes);
         let tables = self.shared.tables.read().unwrap_or_else(|e| e.into_inner());

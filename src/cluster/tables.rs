@@ -52,8 +52,7 @@ impl Cluster {
         rows: Option<u64>,
         rule: Rule,
     ) -> Result<Table<T>> {
-        rule.check(T::TYPE)
-            .map_err(|e| Error::config("rule", format!("table {name:?}: {e}")))?;
+        self.check_rule::<T>(name, &rule)?;
         if let Some(rows) = rows {
             check_rows(name, rows)?;
         }
@@ -338,7 +337,7 @@ impl Cluster {
         self.check()?;
         let meta = resolve(self.registry.tables(), self.id, table)?;
         let name = meta.name.clone();
-        if meta.rule.kind() != rule.kind() {
+        if !meta.rule.same_kind(&rule) {
             return Err(Error::config(
                 "rule",
                 format!(
@@ -348,10 +347,29 @@ impl Cluster {
                 ),
             ));
         }
-        rule.check(T::TYPE)
-            .map_err(|e| Error::config("rule", format!("table {name:?}: {e}")))?;
+        self.check_rule::<T>(&name, &rule)?;
         self.agree(&[(&format!("rule of table '{name}'"), &rule.to_string())])?;
         self.install_rule(table.id, rule)
+    }
+
+    /// The rule [`Config::with_rule`](crate::Config::with_rule) registered as `name`, with
+    /// `params` (as many as it names, checked by it): see [`UpdateRule`](crate::UpdateRule).
+    pub fn rule(&self, name: &str, params: &[f64]) -> Result<Rule> {
+        (self.config.rules.rule(name, params)).map_err(|e| {
+            let rank = self.shared.process;
+            Error::config("rule", format!("{e} on process {rank}"))
+        })
+    }
+
+    /// `Ok` if `rule` applies to table `name` of `T`s: its parameters in range, a custom
+    /// rule registered here with them.
+    fn check_rule<T: Element>(&self, name: &str, rule: &Rule) -> Result<()> {
+        (rule.check(T::TYPE))
+            .and_then(|()| self.config.rules.check(rule))
+            .map_err(|e| {
+                let rank = self.shared.process;
+                Error::config("rule", format!("table {name:?}: {e} on process {rank}"))
+            })
     }
 
     /// Table `table`'s rule becomes `rule` (checked, and the same on every process) on

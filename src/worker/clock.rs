@@ -41,14 +41,18 @@ impl Worker<'_> {
                 per_shard[placement.shard_of(key) as usize].push((key, delta));
             }
         }
+        let keep = self.keeps_recent();
+        let (epoch, mut slabs) = match &mut self.special {
+            Some(sp) => {
+                let slabs = sp.take_slabs(self.clock, keep);
+                sp.tally_slabs(&slabs, &mut sent);
+                (sp.arena.id, slabs)
+            }
+            None => (0, Vec::new()),
+        };
         if !sent.is_empty() {
             self.shared.count_update_bytes(&sent);
         }
-        let keep = self.keeps_recent();
-        let (epoch, mut slabs) = match &mut self.special {
-            Some(sp) => (sp.arena.id, sp.take_slabs(self.clock, keep)),
-            None => (0, Vec::new()),
-        };
         slabs.resize_with(shards, Slab::default);
         self.clock += 1;
         self.shared.live.set_clock(self.local, self.clock);

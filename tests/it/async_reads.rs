@@ -58,6 +58,7 @@ fn read_while_the_other_pushes(rule: Rule, staleness: Staleness) -> f64 {
     let config = Config::new(2)
         .with_mode(Mode::Virtual)
         .with_staleness(staleness);
+    let config = crate::custom_rules::registered(config);
     let mut c = Cluster::start(config).unwrap();
     let t = c.create_table_with_rule::<f64>("t", 1, None, rule).unwrap();
     let body = |w: &mut iterstore::Worker<'_>| {
@@ -99,6 +100,14 @@ fn asynchronous_servers_step_each_push_as_it_arrives_and_reads_see_it() {
         assert_eq!(
             read_while_the_other_pushes(Rule::Sgd { lr: 1.0 }, Staleness::Unbounded),
             -3.0
+        );
+        // A rule of the application's own alike: three steps of −1 · min(1.0, 0.5).
+        let clipped = crate::custom_rules::registered(Config::new(1))
+            .rule("clipped_sgd", &[1.0, 0.5])
+            .unwrap();
+        assert_eq!(
+            read_while_the_other_pushes(clipped, Staleness::Unbounded),
+            -1.5
         );
         // A summing table keeps exact snapshots: nothing of clocks worker 0 has not
         // finished.

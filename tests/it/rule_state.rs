@@ -6,6 +6,7 @@
 //! is still read, and refused for a table that now has a rule; a damaged rule state is
 //! refused naming the part.
 
+use crate::custom_rules::{registered, registry};
 use crate::rules::{body, gradient, initial, reference_runs, rules, CLOCKS, ROWS, WIDTH};
 use crate::util::{over_tcp, within, TempDir};
 use iterstore::checkpoints::ClusterRule;
@@ -50,6 +51,13 @@ fn halved(rule: Rule) -> Rule {
             beta2,
             eps,
         },
+        Rule::Custom(c) => {
+            let mut params = c.params().to_vec();
+            params[0] /= 2.0;
+            registered(Config::default())
+                .rule(c.name(), &params)
+                .unwrap()
+        }
     }
 }
 
@@ -60,7 +68,7 @@ fn on<R: Send>(
     mode: Mode,
     body: impl Fn(&mut Cluster) -> Result<R> + Sync,
 ) -> Vec<R> {
-    let config = Config::new(WORKERS / processes).with_mode(mode);
+    let config = registered(Config::new(WORKERS / processes).with_mode(mode));
     if processes == 1 {
         let mut c = Cluster::start(config).unwrap();
         let r = body(&mut c).unwrap();
@@ -169,7 +177,7 @@ fn every_rule_resumed_in_one_process_equals_the_reference_in_every_mode() {
 #[test]
 fn a_rule_resumed_over_tcp_and_onto_another_number_of_processes_equals_the_reference() {
     within(300, || {
-        for rule in [rules()[2], rules()[4]] {
+        for rule in [rules()[2], rules()[4], rules()[6]] {
             for mode in [Mode::Generic, Mode::FirstIter, Mode::Virtual] {
                 for shape in [(2, 2), (2, 1), (1, 2)] {
                     resumes_to_the_reference(rule, mode, shape);
@@ -200,18 +208,19 @@ fn rule_rows_migrated_by_locality_placement_step_on_as_the_reference() {
         let rows = 2 * WORKERS as u64;
         for rule in rules() {
             // The reference: every row stepped each clock with its worker's gradient.
+            let registry = registry();
             let mut values: Vec<Vec<f32>> = (0..rows).map(initial).collect();
             let mut state = vec![vec![0.0f32; WIDTH * rule.state_per_element()]; rows as usize];
             for step in 1..=3 * CLOCKS {
                 for r in 0..rows as usize {
                     let g = gradient(&values[r], r / 2, r);
-                    rule.step(&mut values[r], &g, &mut state[r], step);
+                    registry.step(&rule, &mut values[r], &g, &mut state[r], step);
                 }
             }
             // First-iteration mode: the first run is generic and its rows, which then
             // hold values and rule state, move to their workers' processes.
             let got = Cluster::run_local_processes(
-                Config::new(WORKERS / 2).with_mode(Mode::FirstIter),
+                registered(Config::new(WORKERS / 2).with_mode(Mode::FirstIter)),
                 2,
                 |c| {
                     let t = c.create_table_with_rule::<f32>("w", WIDTH, Some(rows), rule)?;
@@ -302,7 +311,7 @@ fn one_checkpoint(dir: &Path, rule: Rule) -> (PathBuf, Vec<(u64, Vec<f32>)>) {
 
 /// What resuming from `dir` with table "w" of `rule` gives: its rows, or the error.
 fn resume_rows(dir: &Path, rule: Rule) -> std::result::Result<Vec<(u64, Vec<f32>)>, String> {
-    let mut c = Cluster::start(Config::new(WORKERS)).unwrap();
+    let mut c = Cluster::start(registered(Config::new(WORKERS))).unwrap();
     let got = (|| {
         let t = c.create_table_with_rule::<f32>("w", WIDTH, Some(ROWS), rule)?;
         c.resume(dir, APP, ClusterRule::Any)?;

@@ -6,6 +6,7 @@
 //! worker's own gradients; misuse is refused. (Checkpoints and migrations of rule state:
 //! `rule_state.rs`.)
 
+use crate::custom_rules::{custom_rules, registered, registry};
 use crate::util::{over_tcp, within};
 use iterstore::stats::Stats;
 use iterstore::{Cluster, Config, Mode, Rule, Specializations};
@@ -16,8 +17,10 @@ pub(crate) const WIDTH: usize = 3;
 pub(crate) const CLOCKS: u64 = 4;
 const WORKERS: usize = 3;
 
+/// Every built-in rule but the sum, then the custom ones of `custom_rules.rs` (register
+/// them in the configs: [`registered`]).
 pub(crate) fn rules() -> Vec<Rule> {
-    vec![
+    let built_in = vec![
         Rule::Sgd { lr: 0.1 },
         Rule::Momentum {
             lr: 0.05,
@@ -39,7 +42,8 @@ pub(crate) fn rules() -> Vec<Rule> {
             beta2: 0.999,
             eps: 1e-8,
         },
-    ]
+    ];
+    [built_in, custom_rules()].concat()
 }
 
 /// The initial value of row `r`.
@@ -93,8 +97,10 @@ pub(crate) fn body(
 
 /// The sequential reference of one run of [`body`] per rule of `runs` (the table's rule
 /// changed between runs, its state kept): what every worker reads at each clock, and the
-/// final rows.
+/// final rows. Each step is the registry's (`UpdateRules::step`: `Rule::step` for a
+/// built-in rule).
 pub(crate) fn reference_runs(runs: &[Rule], workers: usize) -> (Vec<Vec<Vec<f32>>>, Vec<Vec<f32>>) {
+    let registry = registry();
     let per_element = runs.first().map_or(0, Rule::state_per_element);
     let mut values: Vec<Vec<f32>> = (0..ROWS).map(initial).collect();
     let mut state: Vec<Vec<f32>> = vec![vec![0.0; WIDTH * per_element]; ROWS as usize];
@@ -128,7 +134,7 @@ pub(crate) fn reference_runs(runs: &[Rule], workers: usize) -> (Vec<Vec<Vec<f32>
             if got {
                 let r = r as usize;
                 steps[r] += 1;
-                rule.step(&mut values[r], &g, &mut state[r], steps[r]);
+                registry.step(&rule, &mut values[r], &g, &mut state[r], steps[r]);
             }
         }
     }
@@ -174,7 +180,7 @@ fn modes() -> Vec<(&'static str, Config)> {
         f(&mut s);
         s
     };
-    let config = |mode| Config::new(WORKERS).with_mode(mode);
+    let config = |mode| registered(Config::new(WORKERS).with_mode(mode));
     vec![
         ("generic", config(Mode::Generic)),
         ("first-iter", config(Mode::FirstIter)),
@@ -225,7 +231,8 @@ fn two_processes_over_tcp_equal_the_reference() {
         for rule in rules() {
             let (want_seen, want_rows) = reference_runs(&[rule; RUNS], 4);
             for mode in [Mode::Generic, Mode::Virtual] {
-                let parts = over_tcp(Config::new(2).with_mode(mode), 2, |c| program(c, rule));
+                let config = registered(Config::new(2).with_mode(mode));
+                let parts = over_tcp(config, 2, |c| program(c, rule));
                 let seen: Vec<_> = parts.iter().flat_map(|(s, _, _)| s.clone()).collect();
                 assert_eq!(seen, want_seen, "{rule} {mode:?}");
                 for (_, rows, stats) in &parts {

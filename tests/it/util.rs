@@ -39,13 +39,22 @@ pub fn over_tcp_results<R: Send>(
     processes: usize,
     body: impl Fn(&mut iterstore::Cluster) -> iterstore::Result<R> + Sync,
 ) -> Vec<iterstore::Result<R>> {
+    over_tcp_each(|_| config.clone(), processes, body)
+}
+
+/// [`over_tcp_results`] with process `rank` started with `config(rank)`.
+pub fn over_tcp_each<R: Send>(
+    config: impl Fn(usize) -> iterstore::Config,
+    processes: usize,
+    body: impl Fn(&mut iterstore::Cluster) -> iterstore::Result<R> + Sync,
+) -> Vec<iterstore::Result<R>> {
     let hosts = free_addrs(processes);
     let secret = iterstore::deploy::Secret::new(b"a test secret of enough bytes".to_vec()).unwrap();
     std::thread::scope(|s| {
         let handles: Vec<_> = (0..processes)
             .map(|rank| {
                 let m = iterstore::deploy::Membership::new(rank, hosts.clone(), secret.clone());
-                let config = config.clone().with_membership(m);
+                let config = config(rank).with_membership(m);
                 let body = &body;
                 s.spawn(move || {
                     let mut cluster = iterstore::Cluster::start(config)?;

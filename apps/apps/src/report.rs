@@ -289,7 +289,7 @@ pub struct RunReport {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub test_accuracy_per_iteration: Vec<f64>,
     /// Bytes of UPDATEs sent, by table ([`iterstore::Cluster::update_bytes`]: rows sent
-    /// the generic way and rank-k updates as factors; planned rows' slabs are not in it):
+    /// the generic way, planned rows in slabs and rank-k updates as factors):
     /// this process's workers', the DNN's weight tables summed over the cluster; absent
     /// when none.
     #[serde(skip_serializing_if = "Vec::is_empty")]

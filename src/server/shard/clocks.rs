@@ -53,7 +53,7 @@ impl Shard {
             let valid = expanded.and_then(|()| self.validate(&rows));
             // Asynchronous: pushes to tables with an update rule are stepped now.
             let rows = match valid {
-                Ok(()) if self.step_on_arrival => self.step_now(rows),
+                Ok(()) if self.step_on_arrival => self.step_now(rows, out),
                 _ => rows,
             };
             let slab = self.resolve_slab(process, epoch, worker, (slab, slab_rows));
@@ -148,7 +148,7 @@ impl Shard {
                 }
                 self.apply(batch, slab, min, out);
             }
-            self.step_rules(min);
+            self.step_rules(min, out);
             if capturing {
                 self.capture((clock, applied));
             }

@@ -177,6 +177,8 @@ pub(crate) struct Shard {
     functions: Option<std::sync::Arc<crate::server::functions::Functions>>,
     /// Its backups on other processes, and the backups it keeps.
     replicas: Replicas,
+    /// The update rules of the application's own, registered on every process.
+    update_rules: std::sync::Arc<crate::rule::UpdateRules>,
 }
 
 impl Shard {
@@ -207,7 +209,18 @@ impl Shard {
             local: None,
             functions: None,
             replicas: Replicas::default(),
+            update_rules: Default::default(),
         }
+    }
+
+    /// This shard, stepping rows of tables with a custom rule through `rules` (the
+    /// process's registry, the same on every process).
+    pub(crate) fn with_update_rules(
+        mut self,
+        rules: std::sync::Arc<crate::rule::UpdateRules>,
+    ) -> Self {
+        self.update_rules = rules;
+        self
     }
 
     /// This shard, writing the arena refreshes of `process` (the process in its own OS

@@ -264,7 +264,7 @@ impl Shard {
             for (_, rows) in batches {
                 self.apply(rows, None, clock, &mut out);
             }
-            self.step_rules(clock);
+            self.step_rules(clock, &mut out);
         }
         self.replicas.applied = clock;
         Ok(())

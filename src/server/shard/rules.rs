@@ -27,12 +27,14 @@ use super::rows::Resolved;
 use super::Shard;
 use crate::buf::AlignedBuf;
 use crate::element::ElemType;
+use crate::error::panic_message;
 use crate::ids::{Clock, RowKey};
 use crate::msg::{Envelope, RowBatch, RuleState, RuleStates};
 use crate::rule::Rule;
 use crate::server::arena::Fold;
 use crate::table::TableMeta;
 use rustc_hash::FxHashMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 
 /// One row's gradient of the clock being applied and its rule's state.
 #[derive(Debug)]
@@ -184,7 +186,7 @@ impl Shard {
     /// In an asynchronous cluster: steps the rows of `batch` whose table has an update
     /// rule with this push alone, now, and returns the others (added when their clock is
     /// complete, as always).
-    pub(super) fn step_now(&mut self, batch: RowBatch) -> RowBatch {
+    pub(super) fn step_now(&mut self, batch: RowBatch, out: &mut Vec<Envelope>) -> RowBatch {
         let mut rest = Vec::with_capacity(batch.len());
         let mut stepped = false;
         for (key, delta) in batch {
@@ -197,7 +199,7 @@ impl Shard {
             }
         }
         if stepped {
-            self.step_rules(self.arrival_clock());
+            self.step_rules(self.arrival_clock(), out);
         }
         rest
     }
@@ -213,7 +215,7 @@ impl Shard {
         let fold = Fold::Rules(&mut sink);
         let applied = (self.arena).apply_slab(layout, positions.as_deref(), bytes, now, fold);
         match applied {
-            Ok(()) => self.step_rules(now),
+            Ok(()) => self.step_rules(now, out),
             Err(reason) => self.reject_all(reason, out),
         }
     }
@@ -231,14 +233,15 @@ impl Shard {
         let Some(Some(meta)) = self.tables.get_mut(table as usize) else {
             return self.reject_all(format!("a rule for unknown table #{table}"), out);
         };
-        if meta.rule.kind() != rule.kind() {
+        if !meta.rule.same_kind(&rule) {
             let reason = format!(
                 "table '{}': rule {} cannot become {rule} (another kind: its state would not fit)",
                 meta.name, meta.rule
             );
             return self.reject_all(reason, out);
         }
-        if let Err(reason) = rule.check(meta.elem) {
+        let checked = (rule.check(meta.elem)).and_then(|()| self.update_rules.check(&rule));
+        if let Err(reason) = checked {
             let reason = format!("table '{}': {reason}", meta.name);
             return self.reject_all(reason, out);
         }
@@ -248,9 +251,11 @@ impl Shard {
 
     /// Steps every row that got a gradient in the clock just applied (in the order they
     /// got their first) and clears their gradients. A planned row is stepped in the
-    /// arena, changed as of data clock `now`; any other in the generic map.
-    pub(super) fn step_rules(&mut self, now: Clock) {
+    /// arena, changed as of data clock `now`; any other in the generic map. A custom
+    /// rule's step that panics fails the cluster, naming the rule and the table.
+    pub(super) fn step_rules(&mut self, now: Clock, out: &mut Vec<Envelope>) {
         let touched = std::mem::take(&mut self.rules.touched);
+        let custom = self.update_rules.clone();
         for key in touched {
             let Some(meta) = self.table(key.table) else {
                 continue;
@@ -271,25 +276,31 @@ impl Shard {
                     generic.as_bytes_mut()
                 }
             };
-            let (grad, state, steps) = (&r.grad, &mut r.state, r.steps);
-            match elem {
-                ElemType::F32 => rule.step::<f32>(
-                    bytemuck::cast_slice_mut(value),
-                    grad.cast(),
-                    state.cast_mut(),
-                    steps,
-                ),
-                ElemType::F64 => rule.step::<f64>(
-                    bytemuck::cast_slice_mut(value),
-                    grad.cast(),
-                    state.cast_mut(),
-                    steps,
-                ),
-                // `Rule::check` refuses a rule on integers when the table is created.
-                ElemType::I32 | ElemType::I64 => {}
-            }
+            let (grad, state, steps) = (r.grad.as_bytes(), r.state.as_bytes_mut(), r.steps);
+            // `Rule::check` refuses a rule on integers when the table is created, and
+            // `UpdateRules::check` a custom rule not registered here.
+            let mut step = || custom.step_bytes(&rule, elem, value, grad, state, steps);
+            // Only the application's code may panic: the built-in steps are not guarded.
+            let stepped = match rule {
+                Rule::Custom(_) => catch_unwind(AssertUnwindSafe(step)),
+                _ => {
+                    step();
+                    Ok(())
+                }
+            };
             r.grad.as_bytes_mut().fill(0);
             r.touched = false;
+            if let Err(payload) = stepped {
+                let table = self.table(key.table).map_or("?", |m| m.name.as_str());
+                let reason = format!(
+                    "update rule {} panicked stepping row {} of table '{table}': {}",
+                    rule,
+                    key.row,
+                    panic_message(payload.as_ref())
+                );
+                // The rows after it are not stepped: the cluster fails.
+                return self.reject_all(reason, out);
+            }
         }
     }
 }

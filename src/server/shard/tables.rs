@@ -66,7 +66,9 @@ impl Shard {
         if self.tables.len() <= id {
             self.tables.resize(id + 1, None);
         }
-        if let Err(reason) = meta.rule.check(meta.elem) {
+        let checked =
+            (meta.rule.check(meta.elem)).and_then(|()| self.update_rules.check(&meta.rule));
+        if let Err(reason) = checked {
             return self.reject_all(format!("table '{}': {reason}", meta.name), out);
         }
         match &self.tables[id] {

@@ -8,6 +8,7 @@
 //! writes headers only through [`Header`]'s constructors.
 
 use super::block::{block_len, Header, NO_VIEW};
+use super::slab_tables::SlabTables;
 use super::slab_writes::SlabWrites;
 use super::tape::{check_steps, run_step_of, MAX_RUN, RUN_SHIFT, RUN_STEP, SLOT_STEP};
 use super::views::{ViewRow, RUN_VIEWS};
@@ -50,6 +51,7 @@ impl SpecialWorker {
         let mut shard_bytes = vec![0; plan.shards.len()];
         let mut shard_min_row = vec![usize::MAX; plan.shards.len()];
         let mut shard_max_row = vec![0; plan.shards.len()];
+        let mut slab_tables = SlabTables::new();
         let mut chunk_views = vec![Vec::new(); if views { plan.chunks.len() } else { 0 }];
         let groups = group_runs(plan, updates);
         let block_words = |&(first, count): &(usize, usize)| {
@@ -77,6 +79,7 @@ impl SpecialWorker {
                     let planned = &plan.slots[s as usize];
                     slots[s as usize].block = b as u32;
                     shard_bytes[slot.shard as usize] += padded(planned.len);
+                    slab_tables.push(blocks.len(), planned.key.table, padded(planned.len));
                     let min = &mut shard_min_row[slot.shard as usize];
                     *min = (*min).min(padded(planned.len));
                     let max = &mut shard_max_row[slot.shard as usize];
@@ -120,6 +123,7 @@ impl SpecialWorker {
                 *min = 0; // a shard this worker updates no row of
             }
         }
+        slab_tables.finish(&shard_blocks);
         words.shrink_to_fit();
         blocks.shrink_to_fit();
         runs.shrink_to_fit();
@@ -163,6 +167,7 @@ impl SpecialWorker {
             shard_max_row,
             shard_row_words,
             shard_blocks,
+            slab_tables,
             chunk_views,
             recent: SentUpdates::default(),
             copies: Copies {

@@ -27,6 +27,7 @@ impl SpecialWorker {
             blocks: self.words.capacity() * 8
                 + self.blocks.capacity() * 4
                 + self.runs.capacity() * 4
+                + self.slab_tables.memory()
                 + (self.touched.capacity() + self.dirty.capacity()) * 8
                 + self.chunk_views.iter().map(|v| v.capacity()).sum::<usize>()
                     * size_of::<ViewRow>(),

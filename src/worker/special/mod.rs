@@ -42,6 +42,7 @@ mod build;
 mod counters;
 mod fast;
 mod held;
+mod slab_tables;
 mod slab_writes;
 mod slabs;
 mod tape;
@@ -58,6 +59,7 @@ use crate::element::Element;
 use crate::ids::{Clock, RowKey};
 use bits::bit;
 use block::{row_at, Header, RowAt};
+use slab_tables::SlabTables;
 use slab_writes::SlabWrites;
 use std::ops::Range;
 use std::sync::Arc;
@@ -138,6 +140,8 @@ pub(crate) struct SpecialWorker {
     /// Per shard: the words of its rows when its blocks are each one row (no runs), all
     /// of one width: a CLOCK takes their deltas without reading the blocks' headers.
     shard_row_words: Vec<Option<usize>>,
+    /// Which table each row with a block is of, for the bytes of slabs by table.
+    slab_tables: SlabTables,
     /// Per refresh chunk of the arena: the rows in it this worker keeps a view of.
     chunk_views: Vec<Vec<ViewRow>>,
     /// Sent updates kept for read-my-writes under SSP: the blocks as they were sent.

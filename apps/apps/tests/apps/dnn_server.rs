@@ -224,9 +224,11 @@ fn layer_updates_train_the_model_gradients_do_with_a_fraction_of_the_bytes() {
         batch: 32,
         ..params(Some(ServerRule::AdaGrad))
     };
-    // Gradients the generic way, so that `update_bytes` counts them per table (planned
-    // rows' travel in slabs, counted per shard); the model is every mode's alike.
+    // Gradients the generic way (rows with their keys) and planned (in slabs): the same
+    // model, and about the same bytes per table (fewer in slabs, which carry no keys).
     let gradients = run(&bsp(Mode::Generic, 4, 2), &p, &data).unwrap();
+    let planned = run(&bsp(Mode::Virtual, 4, 2), &p, &data).unwrap();
+    assert_eq!(planned.model.layers, gradients.model.layers);
     let layers = DnnConfig {
         layer_updates: true,
         ..p.clone()
@@ -254,6 +256,13 @@ fn layer_updates_train_the_model_gradients_do_with_a_fraction_of_the_bytes() {
             .map_or(0, |u| u.bytes)
     };
     let (whole, factored) = (bytes(&gradients, "dnn.w0"), bytes(&factors, "dnn.w0"));
+    for t in ["dnn.w0", "dnn.w1"] {
+        let (rows, slabs) = (bytes(&gradients, t), bytes(&planned, t));
+        assert!(
+            slabs > 0 && slabs < rows && 2 * slabs >= rows,
+            "{t}: {slabs} in slabs against {rows} as rows"
+        );
+    }
     assert!(
         factored > 0 && factored * 3 < whole,
         "{factored} against {whole}"

@@ -7,6 +7,7 @@
 mod branches;
 mod checkpoint;
 mod clocks;
+mod custom_rules;
 mod functions;
 mod migration;
 mod outer;
