@@ -35,15 +35,19 @@ fn zeros(data: &ImageSet, params: &DnnConfig) -> Mlp {
     ))
 }
 
-/// Tuning to `target` test accuracy, or for `budget` tuner seconds.
+/// Tuning to `target` test accuracy, or for `budget` tuner seconds. The tiny images
+/// have 50 mini-batches an epoch; trials start at 10 of them, over rates that all learn
+/// without killing the small ReLU network (with momentum 0.9, rates above ~0.2 make
+/// the fastest short trials and then a dead network: the tuner's short-horizon bias),
+/// so that the outcome does not hang on the timing of trials on a loaded machine.
 fn config(target: Option<f64>, budget: f64) -> TuneConfig {
     TuneConfig {
-        lr_range: (0.001, 1.0),
+        lr_range: (0.005, 0.1),
         tune_momentum: false,
         batches: Vec::new(),
-        clock_batches: 2,
+        clock_batches: 5,
         options: Options {
-            first_trial_clocks: 4,
+            first_trial_clocks: 2,
             target,
             time_budget: Some(budget),
             ..Options::default()
@@ -72,7 +76,7 @@ fn tuning_learns_the_tiny_images_and_every_slice_follows_the_tape() {
     assert!(tuned.accuracy >= 0.85, "{}", tuned.accuracy);
     assert_eq!(tuned.accuracy, tuned.model.accuracy(&data.test));
     let lr = o.setting.as_ref().and_then(|s| s.get("lr")).unwrap();
-    assert!((0.001..=1.0).contains(&lr), "{lr}");
+    assert!((0.005..=0.1).contains(&lr), "{lr}");
     // Several trials, each a branch of the store; the observer saw what the timeline holds.
     let forks = o.timeline.count("fork");
     assert!(forks >= 2, "{:?}", o.timeline);

@@ -31,7 +31,11 @@ fn tune_reaches_its_target_and_writes_its_timeline() {
     let file = |n: &str| dir.path().join(n).to_str().unwrap().to_string();
     let (timeline, svg, json, model) =
         (file("t.json"), file("t.svg"), file("r.json"), file("m.tsv"));
+    // Rates that all learn the small network (above ~0.2 the fastest short trials kill
+    // it: see the apps crate's dnn_tune tests).
     let out = tune_tiny(&[
+        "--lr-range",
+        "0.005:0.1",
         "--target",
         "0.85",
         "--time-budget",
