@@ -117,3 +117,14 @@ pub(crate) fn per_clock<'a>(
         })
         .collect())
 }
+
+/// `value`, measured since `started`, as a [`Measured`] whose seconds are agreed over
+/// `cluster` (the slowest process's; every process computed the same value).
+pub(crate) fn measured(
+    cluster: &mut Cluster,
+    started: std::time::Instant,
+    value: f64,
+) -> Result<Measured, AppError> {
+    let (seconds, _) = agreed(cluster, started.elapsed().as_secs_f64(), &[])?;
+    Ok(Measured { seconds, value })
+}

@@ -92,6 +92,19 @@ impl<N: Network> State<N> {
         self.epoch
     }
 
+    /// Shuffles `worker`'s share of the training set into this epoch's order.
+    fn order_epoch(&mut self, st: Step<'_>, worker: usize) {
+        let n = st.data.train.len();
+        epoch_order(
+            n,
+            st.replicas,
+            worker,
+            st.params.seed,
+            self.epoch,
+            &mut self.order,
+        );
+    }
+
     /// Re-cuts the epoch under way from `from` mini-batches to `to` (a branch forked
     /// with another batch): the next mini-batch is the one at the same fraction of it.
     pub(super) fn rebatch(&mut self, from: usize, to: usize) {
@@ -166,14 +179,7 @@ pub(super) fn iteration<N: Network>(
         return Ok(());
     }
     let train = &st.data.train;
-    epoch_order(
-        train.len(),
-        st.replicas,
-        w.id(),
-        st.params.seed,
-        s.epoch,
-        &mut s.order,
-    );
+    s.order_epoch(st, w.id());
     carry_over(&mut s.order, &s.carried);
     s.carried.clear();
     s.cut = false;
@@ -308,14 +314,7 @@ pub(super) fn slice<N: Network>(
     let clocks = iterstore_algo::dnn::mlp::clocks(train.len(), sl.batch);
     for _ in 0..mini_batches {
         if s.next == 0 {
-            epoch_order(
-                train.len(),
-                st.replicas,
-                w.id(),
-                st.params.seed,
-                s.epoch,
-                &mut s.order,
-            );
+            s.order_epoch(st, w.id());
         }
         read(w, st, &mut s.weights)?;
         if !w.is_virtual() {

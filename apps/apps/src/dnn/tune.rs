@@ -37,7 +37,7 @@ use iterstore_tune::{
 
 use super::data_parallel::{slice, Slice, State, Step};
 use super::{create_tables, init, prepare, snapshot};
-use crate::tuning::{agreed, live, per_clock, Alive};
+use crate::tuning::{live, measured, per_clock, Alive};
 use crate::{preprocess, AppConfig, AppError};
 use iterstore_algo::dnn::mlp::clocks;
 
@@ -161,15 +161,13 @@ impl<N: Network> Trainer for DnnTrainer<'_, N> {
         let train = &self.step.data.train;
         let loss = model.gradient_step(train, &self.probe, 0.0, &mut scratch, &mut deltas);
         let value = loss / self.probe.len().max(1) as f64;
-        let (seconds, _) = agreed(self.cluster, started.elapsed().as_secs_f64(), &[])?;
-        Ok(Measured { seconds, value })
+        measured(self.cluster, started, value)
     }
 
     fn evaluate(&mut self, b: BranchId) -> Result<Measured, AppError> {
         let started = Instant::now();
         let value = self.model(b)?.accuracy(&self.step.data.test);
-        let (seconds, _) = agreed(self.cluster, started.elapsed().as_secs_f64(), &[])?;
-        Ok(Measured { seconds, value })
+        measured(self.cluster, started, value)
     }
 
     fn free(&mut self, b: BranchId) -> Result<(), AppError> {

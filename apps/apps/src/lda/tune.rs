@@ -26,7 +26,7 @@ use iterstore_tune::{
 };
 
 use super::{doc_terms, init, initial_topics, iteration, snapshot, Sweep, Tables};
-use crate::tuning::{agreed, live, Alive};
+use crate::tuning::{live, measured, Alive};
 use crate::{par_build, preprocess, AppConfig, AppError};
 
 /// What `iterstore tune lda` tunes, and how.
@@ -130,11 +130,7 @@ impl Trainer for LdaTrainer<'_> {
                 Ok(())
             })?;
             let ll = self.log_likelihood(b)?;
-            let (seconds, _) = agreed(self.cluster, started.elapsed().as_secs_f64(), &[])?;
-            out.push(Measured {
-                seconds,
-                value: -ll / self.tokens,
-            });
+            out.push(measured(self.cluster, started, -ll / self.tokens)?);
         }
         Ok(out)
     }
@@ -142,15 +138,13 @@ impl Trainer for LdaTrainer<'_> {
     fn loss(&mut self, b: BranchId) -> Result<Measured, AppError> {
         let started = Instant::now();
         let value = -self.log_likelihood(b)? / self.tokens;
-        let (seconds, _) = agreed(self.cluster, started.elapsed().as_secs_f64(), &[])?;
-        Ok(Measured { seconds, value })
+        measured(self.cluster, started, value)
     }
 
     fn evaluate(&mut self, b: BranchId) -> Result<Measured, AppError> {
         let started = Instant::now();
         let value = self.log_likelihood(b)?;
-        let (seconds, _) = agreed(self.cluster, started.elapsed().as_secs_f64(), &[])?;
-        Ok(Measured { seconds, value })
+        measured(self.cluster, started, value)
     }
 
     fn free(&mut self, b: BranchId) -> Result<(), AppError> {

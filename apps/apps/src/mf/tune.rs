@@ -28,7 +28,7 @@ use iterstore_tune::{
 };
 
 use super::{init, init_owners, snapshot, step, Scratch, Step, Tables};
-use crate::tuning::{agreed, live, per_clock, Alive};
+use crate::tuning::{live, measured, per_clock, Alive};
 use crate::{preprocess, AppConfig, AppError};
 
 /// What `iterstore tune mf` tunes, and how.
@@ -166,8 +166,7 @@ impl Trainer for MfTrainer<'_> {
     fn loss(&mut self, b: BranchId) -> Result<Measured, AppError> {
         let started = Instant::now();
         let value = self.model(b)?.rmse(&self.train.ratings);
-        let (seconds, _) = agreed(self.cluster, started.elapsed().as_secs_f64(), &[])?;
-        Ok(Measured { seconds, value })
+        measured(self.cluster, started, value)
     }
 
     fn evaluate(&mut self, b: BranchId) -> Result<Measured, AppError> {
@@ -178,11 +177,7 @@ impl Trainer for MfTrainer<'_> {
         } else {
             model.rmse(self.test)
         };
-        let (seconds, _) = agreed(self.cluster, started.elapsed().as_secs_f64(), &[])?;
-        Ok(Measured {
-            seconds,
-            value: -rmse,
-        })
+        measured(self.cluster, started, -rmse)
     }
 
     fn free(&mut self, b: BranchId) -> Result<(), AppError> {
