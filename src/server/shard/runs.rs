@@ -49,18 +49,8 @@ impl Shard {
         let Some(on) = (0..n).find(|&p| !self.left[p] && self.working[p]) else {
             return false;
         };
-        let after = match self.ended[gone] {
-            0 => "before its first run".to_string(),
-            r => format!("after run {r}"),
-        };
-        self.reject_everyone(
-            format!(
-                "process {gone} left the cluster {after} while process {on} went on to run {} \
-                 (the processes did different numbers of runs, or one stopped early)",
-                self.run + 1
-            ),
-            out,
-        );
+        let why = different_runs(gone, self.ended[gone], &on.to_string(), self.run + 1);
+        self.reject_everyone(why, out);
         true
     }
 
@@ -102,13 +92,15 @@ impl Shard {
         if let Some(gone) =
             (0..self.world.processes).find(|&p| self.left[p] && self.ended[p] < waited)
         {
-            return self.reject_all(
-                format!(
-                    "process {gone} left the cluster after run {} while others ended run {waited}",
-                    self.ended[gone]
-                ),
-                out,
-            );
+            // The same case as `check_moved_on`, seen from the barrier (the one that went
+            // on sent this shard nothing else of its run): the one that left is told too,
+            // or it would take its own clean leave for success.
+            let on = staying
+                .iter()
+                .find(|&&p| self.ended[p as usize] == waited)
+                .map_or_else(|| "another".to_string(), |p| p.to_string());
+            let why = different_runs(gone, self.ended[gone], &on, waited);
+            return self.reject_everyone(why, out);
         }
         let all = self.ended.iter().copied().min().unwrap_or(0);
         // A run ends once every backup has every clock of it (`replicas`).
@@ -132,4 +124,17 @@ impl Shard {
             ));
         }
     }
+}
+
+/// Why a run cannot end: process `gone` left after ending `ended` runs while process `on`
+/// went on to run `run`.
+fn different_runs(gone: usize, ended: u64, on: &str, run: u64) -> String {
+    let after = match ended {
+        0 => "before its first run".to_string(),
+        r => format!("after run {r}"),
+    };
+    format!(
+        "process {gone} left the cluster {after} while process {on} went on to run {run} \
+         (the processes did different numbers of runs, or one stopped early)"
+    )
 }

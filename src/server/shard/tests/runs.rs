@@ -81,7 +81,7 @@ fn rejections_to(p: ProcessId, out: &[Envelope]) -> Vec<String> {
 }
 
 /// Process 0 ends run 1 and leaves; process 1 ends run 1 and goes on to run 2 (its
-/// worker's work, once the barrier answered). In every order the transport allows, both
+/// worker's work, or only the end of that run, once the barrier answered). In every order the transport allows, both
 /// processes — the one that left too — are told, naming both and the runs; and when
 /// process 1 leaves instead of going on, nobody is.
 #[test]
@@ -102,6 +102,8 @@ fn a_process_that_went_on_after_another_left_fails_both_in_every_order() {
     ];
     for (went_on, p1_after) in [
         (true, vec![ToShard::Finish { worker: 1 }]),
+        // A shard that process 1's run 2 sent nothing but its end.
+        (true, vec![ToShard::RunEnd { from: 1, run: 2 }]),
         (false, vec![ToShard::Leave { from: 1 }]),
     ] {
         let mut orders = 0;
