@@ -89,6 +89,9 @@ pub(crate) struct ClientShared {
     /// The staleness runs read with ([`ClientShared::staleness`]): the configured one,
     /// until a branch with another is switched to (`Cluster::set_staleness`).
     staleness: AtomicU64,
+    /// Per worker, the seconds a work unit takes, learnt by the coordinator across
+    /// batches (`Worker::work_units`; unknown: `None`).
+    pub(crate) unit_times: Mutex<Vec<Option<f64>>>,
 }
 
 impl ClientShared {
@@ -120,6 +123,7 @@ impl ClientShared {
             helped: AtomicU64::new(0),
             live: LiveWorkers::new(world.worker_id(process, 0), world.workers),
             update_bytes: Mutex::new(FxHashMap::default()),
+            unit_times: Default::default(),
         }
     }
 

@@ -253,3 +253,91 @@ fn a_unit_given_back_unasked_is_handed_out_again() {
         }
     });
 }
+
+/// One batch of `units` on 4 computing workers (5 in all): units take `fast` ms on
+/// workers 1-3 and `slow` ms on worker 4, polling `stop` each ms; the outcome on worker 0.
+fn timed_batch(
+    c: &mut Cluster,
+    units: usize,
+    backups: bool,
+    (fast, slow): (u64, u64),
+) -> UnitsOutcome {
+    let got = c
+        .run(|w| {
+            let me = w.id();
+            let spec = WorkUnits {
+                units,
+                len: LEN,
+                backups,
+            };
+            w.work_units(&spec, |u, out, stop| {
+                for _ in 0..if me == 4 { slow } else { fast } {
+                    if stop() {
+                        return Ok(false);
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                result_of(u, out);
+                Ok(true)
+            })
+        })
+        .unwrap();
+    let o = got
+        .into_iter()
+        .next()
+        .flatten()
+        .expect("worker 0 coordinates");
+    assert_eq!(sum_bits(&o), reference(units));
+    o
+}
+
+#[test]
+fn a_straggler_known_from_earlier_batches_gets_no_fresh_unit_while_the_others_suffice() {
+    within(120, || {
+        for backups in [true, false] {
+            let mut c = Cluster::start(Config::new(5)).unwrap();
+            // The first batch (without backups, so that worker 4 ends its unit) teaches
+            // the coordinator that worker 4 is slow.
+            let first = timed_batch(&mut c, 6, false, (3, 300));
+            assert_eq!(first.report.passed_over, vec![0; 5], "{:?}", first.report);
+            let (mut passed, mut done) = (0, 0);
+            for batch in 2..=4 {
+                let r = timed_batch(&mut c, 6, backups, (3, 300)).report;
+                passed += r.passed_over[4];
+                done += r.done[4];
+                if backups {
+                    // The other three end 6 units before worker 4 would end one: it is
+                    // passed over (unless it asked only once they were all handed out).
+                    assert_eq!((r.done[4], r.abandoned[4]), (0, 0), "batch {batch}: {r:?}");
+                } else {
+                    // Without backups, units go to whoever asks, as DistBelief's plain
+                    // Sandblaster does.
+                    assert_eq!(r.passed_over, vec![0; 5], "batch {batch}: {r:?}");
+                }
+            }
+            match backups {
+                true => assert!(passed >= 1, "never passed over"),
+                false => assert!(done >= 1, "worker 4 never got a unit without backups"),
+            }
+            c.shutdown().unwrap();
+        }
+    });
+}
+
+#[test]
+fn backups_go_only_where_they_can_win() {
+    within(120, || {
+        let mut c = Cluster::start(Config::new(5)).unwrap();
+        // Equal workers, 8 units on 4: every batch ends with the second round, whose units
+        // a backup could not end sooner. Estimates come from the first batch; from then
+        // on backups are handed out only to units overdue by a quarter.
+        timed_batch(&mut c, 8, true, (40, 40));
+        let backups: u64 = (0..3)
+            .map(|_| timed_batch(&mut c, 8, true, (40, 40)).report.backups)
+            .sum();
+        // Handing a backup of the oldest running unit to every idle worker gave 3 a
+        // batch (9 here).
+        assert!(backups <= 2, "{backups} backups in 3 batches");
+        c.shutdown().unwrap();
+    });
+}

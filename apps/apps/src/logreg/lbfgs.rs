@@ -249,6 +249,7 @@ fn add_units(total: &mut UnitsReport, r: &UnitsReport) {
     add(&mut total.done, &r.done);
     add(&mut total.duplicated, &r.duplicated);
     add(&mut total.abandoned, &r.abandoned);
+    add(&mut total.passed_over, &r.passed_over);
     total.backups += r.backups;
 }
 

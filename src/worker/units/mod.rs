@@ -4,9 +4,11 @@
 //! workers. Worker 0 coordinates: it hands units out on demand, so a fast worker takes
 //! more of them and a slow one fewer; once every unit is handed out, a worker that asks
 //! for more gets a unit still running elsewhere (a **backup task**, as in MapReduce: one
-//! per unit, the oldest first, and on another process than the original's when the
-//! cluster has several, since a copy on the same machine competes with it for its cores),
-//! the first result for a unit wins, and whoever still runs it is told to stop. A unit
+//! per unit, on another process than the original's when the cluster has several, since
+//! a copy on the same machine competes with it for its cores; the unit expected to end
+//! last, and only if the backup is expected to end first, from what each worker's units
+//! took in earlier batches: [`speeds`]), the first result for a unit wins, and whoever
+//! still runs it is told to stop, with the end of the batch when it was the last. A unit
 //! given back unfinished without being told to stop is handed out again. Results are
 //! summed in unit order, so the batch's result counts each unit once and is the same bit
 //! for bit whatever the timing and whoever computed each unit.
@@ -17,9 +19,13 @@
 //! wait is bounded by [`Config::message_timeout`](crate::config::Config::message_timeout)
 //! without news, and a worker that stops with an error stops the batch.
 
+mod coordinator;
+mod speeds;
+
 use super::Worker;
-use crate::error::{Error, Result};
-use std::time::{Duration, Instant};
+use crate::error::Result;
+use coordinator::Coordinator;
+use speeds::Speeds;
 
 /// The tags work units use for their messages (`u32::MAX − 2 ..= u32::MAX`); an
 /// application's own messages must use others.
@@ -61,6 +67,9 @@ pub struct UnitsReport {
     pub duplicated: Vec<u64>,
     /// Units each worker stopped because another completed them first.
     pub abandoned: Vec<u64>,
+    /// Batches in which a worker got no fresh unit because, with backups on, it was
+    /// expected to end one only after the others had ended them all (a straggler).
+    pub passed_over: Vec<u64>,
     /// Backup tasks handed out (units given to a second or later worker).
     pub backups: u64,
 }
@@ -134,15 +143,18 @@ impl Worker<'_> {
                 done: vec![batch.units as u64],
                 duplicated: vec![0],
                 abandoned: vec![0],
+                passed_over: vec![0],
                 backups: 0,
             };
             return Ok(Some(UnitsOutcome { sum, report }));
         }
         if self.id() == 0 {
             let per_process = self.shared.world.workers;
-            return Coordinator::new(batch, workers, per_process)
-                .run(self)
-                .map(Some);
+            let speeds = Speeds::load(&self.shared.unit_times, workers);
+            let (outcome, speeds) =
+                Coordinator::new(batch, workers, per_process, speeds).run(self)?;
+            speeds.store(&self.shared.unit_times);
+            return Ok(Some(outcome));
         }
         self.compute_units(batch, &mut body)?;
         Ok(None)
@@ -202,193 +214,8 @@ impl Worker<'_> {
     }
 }
 
-/// The coordinator's state of a batch.
-struct Coordinator {
-    batch: WorkUnits,
-    workers: usize,
-    /// Workers per process, and processes (a backup goes to another process when there
-    /// are several).
-    per_process: usize,
-    processes: usize,
-    next: usize,
-    /// Units given back without a result and run by no one: handed out again first.
-    again: Vec<usize>,
-    results: Vec<Option<Vec<f64>>>,
-    missing: usize,
-    /// Per unit: the workers running it.
-    holders: Vec<Vec<usize>>,
-    /// Per worker: the unit it runs, if any; `None` also before its first request.
-    running: Vec<Option<usize>>,
-    /// Per worker: waiting for a unit (asked, none to give yet).
-    waiting: Vec<bool>,
-    /// Per worker: told there is no more.
-    finished: Vec<bool>,
-    stops_sent: Vec<u64>,
-    report: UnitsReport,
-}
-
-impl Coordinator {
-    fn new(batch: &WorkUnits, workers: usize, per_process: usize) -> Self {
-        Coordinator {
-            batch: *batch,
-            workers,
-            per_process: per_process.max(1),
-            processes: workers.div_ceil(per_process.max(1)),
-            next: 0,
-            again: Vec::new(),
-            results: vec![None; batch.units],
-            missing: batch.units,
-            holders: vec![Vec::new(); batch.units],
-            running: vec![None; workers],
-            waiting: vec![false; workers],
-            finished: vec![false; workers],
-            stops_sent: vec![0; workers],
-            report: UnitsReport {
-                done: vec![0; workers],
-                duplicated: vec![0; workers],
-                abandoned: vec![0; workers],
-                backups: 0,
-            },
-        }
-    }
-
-    /// Serves the computing workers until every unit has a result and every worker has
-    /// been told so and has answered for every unit it was given.
-    fn run(mut self, w: &mut Worker<'_>) -> Result<UnitsOutcome> {
-        let timeout = w.shared.config.message_timeout;
-        let mut message = vec![0.0; self.batch.len + 2];
-        let mut heard = Instant::now();
-        let mut idle_rounds = 0u32;
-        while (1..self.workers).any(|k| !self.finished[k]) {
-            let mut news = false;
-            for k in 1..self.workers {
-                while w.try_recv_from(k, RESULT, &mut message)? {
-                    news = true;
-                    self.on_result(w, k, &message)?;
-                }
-            }
-            if news {
-                heard = Instant::now();
-                idle_rounds = 0;
-                continue;
-            }
-            if heard.elapsed() > timeout {
-                let silent: Vec<usize> = (1..self.workers).filter(|&k| !self.finished[k]).collect();
-                return Err(Error::failed(
-                    "work units",
-                    format!(
-                        "no word from workers {silent:?} for {} s (Config::message_timeout); {} \
-                         of {} units have no result",
-                        timeout.as_secs_f64(),
-                        self.missing,
-                        self.batch.units
-                    ),
-                ));
-            }
-            // Back off from spinning while the workers compute.
-            idle_rounds = idle_rounds.saturating_add(1);
-            if idle_rounds < 64 {
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep(Duration::from_micros(200));
-            }
-        }
-        let mut sum = vec![0.0; self.batch.len];
-        for r in self.results.iter().flatten() {
-            add(&mut sum, r);
-        }
-        Ok(UnitsOutcome {
-            sum,
-            report: self.report,
-        })
-    }
-
-    /// Worker `k`'s message: a first request, or a unit done or abandoned.
-    fn on_result(&mut self, w: &mut Worker<'_>, k: usize, message: &[f64]) -> Result<()> {
-        let (unit, status) = (message[0], message[1]);
-        if status != HELLO {
-            let unit = unit as usize;
-            if self.running[k] != Some(unit) || unit >= self.batch.units {
-                return Err(Error::failed(
-                    "work units",
-                    format!("worker {k} answered for unit {unit}, which it was not running"),
-                ));
-            }
-            self.running[k] = None;
-            self.holders[unit].retain(|&h| h != k);
-            if status == DONE {
-                if self.results[unit].is_none() {
-                    self.results[unit] = Some(message[2..].to_vec());
-                    self.missing -= 1;
-                    self.report.done[k] += 1;
-                    for h in std::mem::take(&mut self.holders[unit]) {
-                        w.send_to(h, STOP, &[unit as f64])?;
-                        self.stops_sent[h] += 1;
-                    }
-                } else {
-                    self.report.duplicated[k] += 1;
-                }
-            } else {
-                self.report.abandoned[k] += 1;
-                if self.results[unit].is_none() && self.holders[unit].is_empty() {
-                    self.again.push(unit); // given up unasked: someone must run it
-                }
-            }
-        }
-        self.waiting[k] = true;
-        // Hand out what there is to every worker waiting (a result may have finished
-        // the batch for all of them).
-        for j in 1..self.workers {
-            if self.waiting[j] {
-                self.assign(w, j)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Gives waiting worker `k` a new unit, a backup, or the end, if there is one to give.
-    fn assign(&mut self, w: &mut Worker<'_>, k: usize) -> Result<()> {
-        let unit = if let Some(u) = self.again.pop() {
-            Some(u)
-        } else if self.next < self.batch.units {
-            self.next += 1;
-            Some(self.next - 1)
-        } else if self.batch.backups && self.missing > 0 {
-            // One backup per unit still running, the oldest first, on another process
-            // than the one running it when there are several (a copy on the same machine
-            // would compete with the original for its cores, and stall with it).
-            let process = |worker: usize| worker / self.per_process;
-            let backup = (0..self.batch.units).find(|&u| {
-                self.results[u].is_none()
-                    && self.holders[u].len() == 1
-                    && (self.processes == 1 || process(self.holders[u][0]) != process(k))
-            });
-            if backup.is_some() {
-                self.report.backups += 1;
-            }
-            backup
-        } else {
-            None
-        };
-        match unit {
-            Some(u) => {
-                self.holders[u].push(k);
-                self.running[k] = Some(u);
-                self.waiting[k] = false;
-                w.send_to(k, ASSIGN, &[u as f64, self.stops_sent[k] as f64])
-            }
-            None if self.missing == 0 => {
-                self.waiting[k] = false;
-                self.finished[k] = true;
-                w.send_to(k, ASSIGN, &[-1.0, self.stops_sent[k] as f64])
-            }
-            None => Ok(()), // waits for a result to come in
-        }
-    }
-}
-
 /// `sum += v`, element by element.
-fn add(sum: &mut [f64], v: &[f64]) {
+pub(super) fn add(sum: &mut [f64], v: &[f64]) {
     for (s, x) in sum.iter_mut().zip(v) {
         *s += x;
     }
