@@ -116,7 +116,8 @@ impl Shard {
         if std::mem::replace(&mut state.adopted_from[from as usize], true) {
             return self.reject_all(format!("rows adopted twice from shard {from}"), out);
         }
-        if let Err(reason) = self.validate_states(&states) {
+        let valid = self.validate_as("adoption", &rows);
+        if let Err(reason) = valid.and_then(|()| self.validate_states(&states)) {
             return self.reject_all(format!("adopted rows: {reason}"), out);
         }
         for (key, value) in rows {

@@ -93,13 +93,18 @@ impl Shard {
 
     /// `Ok` if every row of `rows` is of a known table and has its row size.
     pub(super) fn validate(&self, rows: &RowBatch) -> Result<(), String> {
+        self.validate_as("update", rows)
+    }
+
+    /// [`Shard::validate`] for rows that arrive as `what` (an update, an adoption).
+    pub(super) fn validate_as(&self, what: &str, rows: &RowBatch) -> Result<(), String> {
         for (key, delta) in rows {
             let meta = self
                 .table(key.table)
-                .ok_or_else(|| format!("update of unknown table #{}", key.table))?;
+                .ok_or_else(|| format!("{what} of unknown table #{}", key.table))?;
             if meta.row_bytes() != delta.len() {
                 return Err(format!(
-                    "update of table '{}' row {} has {} bytes, expected {}",
+                    "{what} of table '{}' row {} has {} bytes, expected {}",
                     meta.name,
                     key.row,
                     delta.len(),

@@ -140,3 +140,40 @@ fn a_bad_migration_is_a_protocol_error() {
     };
     assert!(rejected(vec![far]), "a shard that does not exist");
 }
+
+#[test]
+fn adopted_rows_of_the_wrong_width_or_an_unknown_table_are_refused_naming_them() {
+    for (rows, named) in [
+        (
+            vec![(RowKey::new(0, 100), AlignedBuf::from_slice(&[1i64]))],
+            "8 bytes, expected 16",
+        ),
+        (
+            vec![(RowKey::new(9, 100), AlignedBuf::from_slice(&[1i64, 2]))],
+            "unknown table #9",
+        ),
+    ] {
+        let mut s = seeded_middle_shard();
+        let mut out = Vec::new();
+        s.step(
+            ToShard::Adopt {
+                shard: 0,
+                rows,
+                states: vec![],
+            },
+            &mut out,
+        );
+        let why: Vec<&String> = out
+            .iter()
+            .filter_map(|m| match m {
+                Envelope::Client(_, ToClient::Rejected { reason, .. }) => Some(reason),
+                _ => None,
+            })
+            .collect();
+        assert!(!why.is_empty() && why[0].contains(named), "{why:?}");
+        assert!(
+            !s.rows.contains_key(&RowKey::new(0, 100)),
+            "nothing adopted"
+        );
+    }
+}
