@@ -439,9 +439,14 @@ pub(crate) fn after_iteration(
     };
     if let Err(source) = cluster.checkpoint_with(&ck.dir, id.app, &encode(&part)) {
         let dir = ck.dir.display();
+        // Room is what a failed write may need; a cluster that failed needs none.
+        let room = match source {
+            iterstore::Error::Checkpoint(_) => "make room and ",
+            _ => "",
+        };
         let kept = match iterstore::checkpoints::newest_checkpoint(&ck.dir) {
             Ok(Some(kept)) => format!(
-                "{} in {dir} is intact: make room and rerun with --resume {dir}",
+                "{} in {dir} is intact: {room}rerun with --resume {dir}",
                 kept.file_name().unwrap_or_default().to_string_lossy()
             ),
             Ok(None) => format!("{dir} holds no earlier checkpoint"),
