@@ -20,6 +20,7 @@ mod rule_state;
 mod rules;
 mod runs;
 mod set;
+mod undo;
 
 use super::*;
 pub(super) use crate::element::ElemType;
