@@ -54,7 +54,9 @@
 //!   and the backups it keeps of others' shards (`docs/replication.md`);
 //! - `promotion`: a kept backup turned into a primary (not wired to the cluster yet);
 //! - `undo`: a replicated shard's pre-images of its newest clock, and the rollback that
-//!   puts them back (not wired either).
+//!   puts them back (not wired either);
+//! - `rollback`: the clock the survivors of a loss roll back to, from every going-on
+//!   copy's minimum clock (a pure function, not wired either).
 //!
 //! This module holds the state and dispatches messages to those files; it knows nothing
 //! of threads, transports, files or the cluster that drives it.
@@ -68,6 +70,7 @@ mod outer;
 mod promotion;
 mod replicas;
 mod restore;
+mod rollback;
 mod rows;
 mod rules;
 mod runs;

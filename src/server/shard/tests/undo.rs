@@ -34,7 +34,7 @@ fn later_clock(p: u32, c: Clock) -> ToShard {
 
 /// Process `p`'s messages: table "w", its plan, then its clocks 1 to 4 (`full[k + 1]` is
 /// clock `k`).
-fn full(p: u32) -> Vec<ToShard> {
+pub(super) fn full(p: u32) -> Vec<ToShard> {
     let mut msgs: Vec<ToShard> = (rule_script(p).into_iter())
         .filter(|m| {
             matches!(
@@ -48,7 +48,7 @@ fn full(p: u32) -> Vec<ToShard> {
 }
 
 /// Messages of `full(p)` up to its clock `c`.
-fn through(c: Clock) -> usize {
+pub(super) fn through(c: Clock) -> usize {
     c as usize + 2
 }
 
@@ -102,7 +102,7 @@ impl Copies {
 }
 
 /// A shard without backups, with table "t", as [`Copies`]'s primary starts.
-fn alone() -> Shard {
+pub(super) fn alone() -> Shard {
     shard_in(0, two_process_world())
 }
 
@@ -110,7 +110,7 @@ fn alone() -> Shard {
 /// too) and arena rows apart, rule states, workers' clocks, the clocks of pending
 /// updates and the clock reads see.
 #[derive(Debug, PartialEq)]
-struct Exact {
+pub(super) struct Exact {
     generic: BTreeMap<RowKey, Vec<u8>>,
     arena: BTreeMap<RowKey, Vec<u8>>,
     rules: Vec<(RowKey, u64, Vec<u8>)>,
@@ -119,7 +119,7 @@ struct Exact {
     visible: Clock,
 }
 
-fn exact(s: &Shard) -> Exact {
+pub(super) fn exact(s: &Shard) -> Exact {
     Exact {
         generic: (s.rows.iter())
             .map(|e| (*e.key(), e.value().as_bytes().to_vec()))
