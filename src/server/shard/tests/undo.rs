@@ -3,8 +3,9 @@
 //! `c + 1` to `c` hold bit for bit what a shard that only ever applied up to `c` holds —
 //! generic rows, arena rows, rule states, workers' clocks, pending updates — in every
 //! interleaving of two processes' clocks (Adam rows planned and not, whole and sparse
-//! slabs, sums), and go on from there as if nothing had happened; anything further back
-//! is refused, and a shard without backups records nothing.
+//! slabs, sums), and go on from there as if nothing had happened; a minimum clock that
+//! jumps two clocks keeps the last one's; anything further back is refused, and a shard
+//! without backups records nothing.
 
 use super::replicas::{rule_script, state, State};
 use super::*;
@@ -262,4 +263,47 @@ fn a_shard_without_backups_records_nothing() {
     assert!(!copies.backup().undo.is_empty());
     // The keeper has a backup of its own but applied no clock: nothing to keep.
     assert!(copies.keeper.undo.is_empty());
+}
+
+#[test]
+fn a_minimum_clock_that_jumps_two_clocks_keeps_the_last_ones_pre_images() {
+    // Process 1 finishes after its clock 1 while process 0 is at 3: the minimum clock
+    // jumps from 1 to 3, applying clocks 1 and 2 at once.
+    let (mut copies, mut reference) = (Copies::new(), alone());
+    let finish = ToShard::Finish { worker: 1 };
+    let first: Vec<ToShard> = full(1).into_iter().take(through(1)).collect();
+    for msg in full(0)
+        .into_iter()
+        .take(through(3))
+        .chain(first)
+        .chain([finish])
+    {
+        // The reference lacks process 0's clock 3: it applied clock 1 alone.
+        if !matches!(
+            msg,
+            ToShard::Clock {
+                worker: 0,
+                clock: 3,
+                ..
+            }
+        ) {
+            reference.step(msg.clone(), &mut Vec::new());
+        }
+        copies.send(msg);
+    }
+    assert_eq!(copies.primary.clocks.min_clock(), 3);
+    assert_eq!(reference.clocks.min_clock(), 2);
+    let e = copies.primary.roll_back(1).unwrap_err();
+    assert!(e.contains("only its newest clock"), "{e}");
+    copies.primary.roll_back(2).expect("one clock back");
+    copies
+        .keeper
+        .roll_back_backup(0, 2)
+        .expect("one clock back");
+    let (got, want) = (exact(&copies.primary), exact(&reference));
+    assert_eq!(
+        (&got.generic, &got.arena, &got.rules),
+        (&want.generic, &want.arena, &want.rules)
+    );
+    assert_eq!(backup_state(copies.backup()), state(&reference, 2));
 }
