@@ -187,9 +187,10 @@ pub struct Config {
     /// clock reaching every backup before it becomes visible (`docs/replication.md`).
     /// **A lost process is not survived yet**: promotion of a backup is not built, so
     /// backups cost time and memory and buy nothing until it is. Refused: 0, more copies
-    /// than the cluster has processes, and with [`Staleness::Unbounded`]; `set_rows`,
-    /// resumes, branch ops, server function calls and migrations under a new placement
-    /// fail naming this field while it is more than 1.
+    /// than the cluster has processes, with [`Staleness::Unbounded`], and with
+    /// [`Mode::FirstIter`]'s locality placement (its rows migrate after the first run);
+    /// `set_rows`, resumes, branch ops, server function calls and migrations under a new
+    /// placement fail naming this field while it is more than 1.
     pub shard_replicas: usize,
     /// The update rules of the application's own, by name ([`with_rule`](Config::with_rule)):
     /// every process must register the same (agreed right after joining).
@@ -445,8 +446,10 @@ impl Config {
     }
 
     /// Checks [`Config::shard_replicas`] for a cluster of `processes` processes (`None`:
-    /// not known yet; the caller that knows checks again).
-    pub(crate) fn check_shard_replicas(&self, processes: Option<usize>) -> Result<()> {
+    /// not known yet; the caller that knows checks again): what [`validate`](Self::validate)
+    /// and [`Cluster::start`](crate::Cluster::start) refuse, for a launcher that knows the
+    /// count before any process exists.
+    pub fn check_shard_replicas(&self, processes: Option<usize>) -> Result<()> {
         let r = self.shard_replicas;
         if r == 0 {
             return Err(Error::config(
@@ -470,6 +473,16 @@ impl Config {
                     "{r} copies of each shard with staleness Unbounded: an asynchronous \
                      cluster steps rules in arrival order, which backups do not replay yet \
                      (docs/replication.md)"
+                ),
+            ));
+        }
+        if r > 1 && self.mode == Mode::FirstIter && self.specializations.placement {
+            return Err(Error::config(
+                "shard_replicas",
+                format!(
+                    "{r} copies of each shard with Mode::FirstIter's locality placement: its \
+                     rows migrate after the first run, which backups do not follow yet (turn \
+                     the placement off, or use Mode::Virtual; docs/replication.md)"
                 ),
             ));
         }
@@ -526,6 +539,18 @@ mod tests {
         );
         assert!(Config::new(2).check_shard_replicas(Some(1)).is_ok());
         assert_eq!(Config::new(2).shard_replicas, 1);
+        // FirstIter's placement migrates rows after the first run: refused at start.
+        let first_iter = Config::new(2)
+            .with_shard_replicas(2)
+            .with_mode(Mode::FirstIter);
+        let e = first_iter.validate().unwrap_err().to_string();
+        assert!(
+            e.contains("shard_replicas") && e.contains("FirstIter"),
+            "{e}"
+        );
+        let mut unplaced = first_iter.with_specializations(Specializations::ALL);
+        unplaced.specializations.placement = false;
+        assert!(unplaced.validate().is_ok());
     }
 
     #[test]

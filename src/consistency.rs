@@ -82,7 +82,7 @@ impl Staleness {
 }
 
 /// Per-worker clocks as a server sees them, and their minimum.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClockTable {
     clocks: Vec<Clock>,
     finished: Vec<bool>,
@@ -100,7 +100,8 @@ impl ClockTable {
     }
 
     /// The data clock of the server's state: the minimum clock over active workers, or
-    /// the maximum over all workers when none is active. Never decreases.
+    /// the maximum over all workers when none is active. Never decreases, but by
+    /// [`roll_back`](Self::roll_back).
     pub fn min_clock(&self) -> Clock {
         self.min
     }
@@ -152,6 +153,14 @@ impl ClockTable {
         self.finished.fill(false);
         self.min = self.min.max(start);
         Ok(())
+    }
+
+    /// After a loss: every worker active again at `to`, the minimum too, even where they
+    /// (and it) were further (their updates past `to` are discarded and sent again).
+    pub(crate) fn roll_back(&mut self, to: Clock) {
+        self.clocks.fill(to);
+        self.finished.fill(false);
+        self.min = to;
     }
 
     fn recompute(&mut self) -> Option<Clock> {

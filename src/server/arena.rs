@@ -385,6 +385,11 @@ impl ArenaShard {
         Some((&mut bytes[row.offset..row.offset + row.len], row.elem))
     }
 
+    /// The data clock at which row `key` last changed, if it is in the arena.
+    pub(crate) fn changed(&self, key: RowKey) -> Option<Clock> {
+        Some(self.changed[*self.index.get(&key)? as usize])
+    }
+
     /// Row `key` if it is in the arena.
     pub(crate) fn row(&self, key: RowKey) -> Option<&[u8]> {
         let row = self.rows[*self.index.get(&key)? as usize];

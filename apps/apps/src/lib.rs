@@ -137,6 +137,10 @@ pub struct AppConfig {
     /// Where this process serves its metrics for Prometheus
     /// ([`iterstore::Config::metrics_addr`]; `None`: nowhere).
     pub metrics_addr: Option<std::net::SocketAddr>,
+    /// Copies of every server shard ([`iterstore::Config::shard_replicas`]; 1: the shard
+    /// alone). More than one cannot [`resume`](Self::resume) yet: refused by
+    /// [`validate`](Self::validate).
+    pub shard_replicas: usize,
 }
 
 impl Default for AppConfig {
@@ -160,6 +164,7 @@ impl Default for AppConfig {
             yield_waits: true,
             slab_stores: iterstore::SlabStores::Auto,
             metrics_addr: None,
+            shard_replicas: 1,
         }
     }
 }
@@ -177,7 +182,24 @@ impl AppConfig {
         }
         self.store_config()
             .validate()
-            .map_err(|e| AppError::Invalid(e.to_string()))
+            .map_err(|e| AppError::Invalid(e.to_string()))?;
+        if let (r @ 2.., Some(dir)) = (self.shard_replicas, &self.resume) {
+            let how = match self.resume_optional {
+                true => "continue after a restart from the checkpoints in",
+                false => "resume from",
+            };
+            let reason = format!(
+                "{r} copies of each shard cannot {how} {} yet: the backups would start \
+                 empty (docs/replication.md)",
+                dir.display()
+            );
+            let e = iterstore::Error::InvalidConfig {
+                field: "shard_replicas",
+                reason,
+            };
+            return Err(AppError::Invalid(e.to_string()));
+        }
+        Ok(())
     }
 
     /// The store configuration this app configuration starts a cluster with.
@@ -195,6 +217,7 @@ impl AppConfig {
         config.yield_waits = self.yield_waits;
         config.slab_stores = self.slab_stores;
         config.metrics_addr = self.metrics_addr;
+        config.shard_replicas = self.shard_replicas;
         config
     }
 

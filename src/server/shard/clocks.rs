@@ -131,7 +131,8 @@ impl Shard {
         }
     }
 
-    /// Applies the pending updates the new minimum clock makes visible, hands them to the
+    /// Applies the pending updates the new minimum clock makes visible (with backups,
+    /// keeping the pre-images of the last clock's: `undo`), hands them to the
     /// backups, if any, then answers the reads that were waiting for it — once every
     /// backup has acked it (`replicas`).
     pub(super) fn advance(&mut self, advanced: Option<Clock>, out: &mut Vec<Envelope>) {
@@ -139,12 +140,18 @@ impl Shard {
         let later = self.pending.split_off(&min);
         let ready = std::mem::replace(&mut self.pending, later);
         let capturing = self.replicas.has_backups();
+        // The undo log keeps the last clock applied (with backups: `undo`).
+        self.start_undo(min - 1);
         for (clock, mut batches) in ready {
             batches.sort_by_key(|(worker, _, _)| *worker);
             let mut applied = Vec::new();
             for (worker, batch, slab) in batches {
                 if capturing {
-                    applied.push((worker, self.applied_rows(&batch, slab.as_ref())));
+                    let rows = self.applied_rows(&batch, slab.as_ref());
+                    if clock + 1 == min {
+                        self.record_pre_images(&rows);
+                    }
+                    applied.push((worker, rows));
                 }
                 self.apply(batch, slab, min, out);
             }

@@ -52,7 +52,11 @@
 //!   state, the live one served;
 //! - `replicas`: a primary's backups on other processes, kept in step clock by clock,
 //!   and the backups it keeps of others' shards (`docs/replication.md`);
-//! - `promotion`: a kept backup turned into a primary (not wired to the cluster yet).
+//! - `promotion`: a kept backup turned into a primary (not wired to the cluster yet);
+//! - `undo`: a replicated shard's pre-images of its newest clock, and the rollback that
+//!   puts them back (not wired either);
+//! - `rollback`: the clock the survivors of a loss roll back to, from every going-on
+//!   copy's minimum clock (a pure function, not wired either).
 //!
 //! This module holds the state and dispatches messages to those files; it knows nothing
 //! of threads, transports, files or the cluster that drives it.
@@ -66,11 +70,13 @@ mod outer;
 mod promotion;
 mod replicas;
 mod restore;
+mod rollback;
 mod rows;
 mod rules;
 mod runs;
 mod set;
 mod tables;
+mod undo;
 
 #[cfg(test)]
 pub(super) mod tests;
@@ -84,6 +90,7 @@ use self::restore::Restoring;
 use self::rows::Resolved;
 use self::rules::RuleRows;
 use self::set::Setting;
+use self::undo::UndoLog;
 use super::arena::ArenaShard;
 use super::coordinator::Coordinator;
 use super::LocalArena;
@@ -177,6 +184,8 @@ pub(crate) struct Shard {
     functions: Option<std::sync::Arc<crate::server::functions::Functions>>,
     /// Its backups on other processes, and the backups it keeps.
     replicas: Replicas,
+    /// With backups or as one: the pre-images of the newest applied clock.
+    undo: UndoLog,
     /// The update rules of the application's own, registered on every process.
     update_rules: std::sync::Arc<crate::rule::UpdateRules>,
 }
@@ -209,6 +218,7 @@ impl Shard {
             local: None,
             functions: None,
             replicas: Replicas::default(),
+            undo: UndoLog::default(),
             update_rules: Default::default(),
         }
     }

@@ -4,8 +4,8 @@
 //! clocks from there exactly as the primary would have.
 //!
 //! **Not wired yet**: nothing in the cluster calls it (no loss is survived), and the rest
-//! of a promotion is not built — agreeing the rollback clock over the survivors, the
-//! one-clock undo log that rolls a shard back to it, routing the promoted shard's messages
+//! of a promotion is not built — agreeing the rollback clock over the survivors (the
+//! rollback to it is `undo`'s, not called either), routing the promoted shard's messages
 //! to the keeping thread, picking its new backups. So a promotion here is right only when
 //! the backup is at the clock the survivors resume from. Shard 0's coordinator duties
 //! (table ids, all-gathers) are not carried over: its promotion is refused.
@@ -47,6 +47,8 @@ impl Shard {
         b.ended.fill(run);
         b.run = run;
         b.replicated_up_to(clock);
+        // A primary without backups: it records no undo log.
+        b.undo = super::undo::UndoLog::default();
         b.local.clone_from(&self.local);
         Ok(b)
     }

@@ -75,6 +75,7 @@ impl Shard {
     fn backup_of(primary: ShardId, world: crate::world::World) -> Shard {
         let mut b = Shard::new(primary, world);
         b.coordinator = None;
+        b.undo = super::undo::UndoLog::of_backup();
         b
     }
 
@@ -260,8 +261,14 @@ impl Shard {
             }
         }
         let mut out = Vec::new();
-        for (_, batches) in clocks {
+        if let Some(newest) = clock.checked_sub(1) {
+            self.start_undo(newest);
+        }
+        for (c, batches) in clocks {
             for (_, rows) in batches {
+                if c + 1 == clock {
+                    self.record_pre_images(&rows);
+                }
                 self.apply(rows, None, clock, &mut out);
             }
             self.step_rules(clock, &mut out);
@@ -293,6 +300,25 @@ impl Shard {
     /// The backup this shard keeps of shard `primary`, if it keeps one.
     pub(super) fn held_backup(&self, primary: ShardId) -> Option<&Shard> {
         self.replicas.held.get(&primary)
+    }
+
+    /// The backup this shard keeps of shard `primary`, to change, if it keeps one.
+    pub(super) fn held_backup_mut(&mut self, primary: ShardId) -> Option<&mut Shard> {
+        self.replicas.held.get_mut(&primary)
+    }
+
+    /// After a rollback to minimum clock `to`: as a backup, applied up to `to`; as a
+    /// primary, nothing past `to` captured, replicated, acked or announced (its backups
+    /// rolled back to `to` too).
+    pub(super) fn replicas_rolled_back(&mut self, to: Clock) {
+        let r = &mut self.replicas;
+        r.applied = r.applied.min(to);
+        r.capture.retain(|(c, _)| *c < to);
+        r.sent = r.sent.min(to);
+        r.announced = r.announced.min(to);
+        for (_, acked) in &mut r.backups {
+            *acked = (*acked).min(to);
+        }
     }
 
     /// As a backup: the primary's minimum clock it has applied up to.

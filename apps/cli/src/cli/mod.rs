@@ -534,6 +534,16 @@ pub struct ClusterOptions {
     #[arg(long, value_name = "N", default_value_t = 0, help_heading = "Checkpoint options",
           value_parser = clap::value_parser!(u32).range(0..=100))]
     pub restarts: u32,
+    /// Keep R copies of every server shard, each on its own process (at most the
+    /// cluster's processes): every clock's updates reach the R - 1 backups before they
+    /// become visible. A lost process still ends the run (promotion of a backup is not
+    /// built yet; --restarts with --checkpoint-dir is what survives a loss). Refused with
+    /// --staleness async, --resume (or --restarts with --checkpoint-dir), --mode
+    /// first-iter with --row-placement on, tune, and app options that change rows outside
+    /// a clock (dnn's --server-rule, logreg's lbfgs solver).
+    #[arg(long, value_name = "R", default_value_t = 1, help_heading = "Cluster options",
+          value_parser = at_least_one)]
+    pub shard_replicas: usize,
     /// With --processes: run each process in its own CPU group limited to F cores (a
     /// cgroup v1 CPU quota; needs root), so that the processes behave like machines of F
     /// cores each.
@@ -583,11 +593,25 @@ pub fn main(cli: Cli, args: &[std::ffi::OsString]) -> Result<()> {
         Command::Plan(args) if args.validate => validate::validate(&args),
         Command::Plan(args) => plan::plan(&args),
         Command::Calibrate(args) => calibrate::run(&args),
+        Command::Tune(t) if t.app().cluster().shard_replicas > 1 => Err(replicas_refused(
+            t.app().cluster().shard_replicas,
+            "tune's trials are branches of the training state, which backups do not follow",
+        )),
         Command::Tune(t) => match t.app().cluster().processes {
             Some(p) if p > 1 => launch::launch(t.app(), p, args),
             _ => tune::tune(&t, command_line),
         },
     }
+}
+
+/// The store's refusal of `--shard-replicas R` (R > 1) with something it does not keep on
+/// the backups yet (`why`), naming the field as the store does.
+pub(crate) fn replicas_refused(r: usize, why: &str) -> anyhow::Error {
+    iterstore::Error::InvalidConfig {
+        field: "shard_replicas",
+        reason: format!("{r} copies of each shard: {why} (docs/replication.md)"),
+    }
+    .into()
 }
 
 /// The current time as RFC 3339 UTC, to the second (`2026-01-31T12:00:00Z`).

@@ -212,8 +212,14 @@ pub(crate) fn app_config(
         yield_waits: run.yield_waits,
         slab_stores: run.slab_stores,
         metrics_addr: cluster.metrics_addr,
+        shard_replicas: cluster.shard_replicas,
     };
     restartable(&mut cfg, cluster.restarts)?;
+    if cfg.membership.is_none() {
+        // Before the launcher starts any process (with --hosts, the store checks it).
+        let processes = Some(cluster.processes.unwrap_or(1));
+        cfg.store_config().check_shard_replicas(processes)?;
+    }
     Ok(cfg)
 }
 

@@ -21,6 +21,7 @@ mod metrics;
 mod peers;
 mod plan_cli;
 mod procs;
+mod replicas;
 mod restarts;
 mod tune;
 mod util;

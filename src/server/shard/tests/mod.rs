@@ -15,11 +15,13 @@ mod planned_rules;
 mod promotion;
 mod replicas;
 mod restore;
+mod rollback;
 mod rows;
 mod rule_state;
 mod rules;
 mod runs;
 mod set;
+mod undo;
 
 use super::*;
 pub(super) use crate::element::ElemType;

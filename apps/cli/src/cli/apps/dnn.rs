@@ -143,6 +143,11 @@ impl CliApp for Dnn {
         })
     }
 
+    fn outside_clocks(args: &DnnArgs) -> Option<&'static str> {
+        (args.server_rule.is_some())
+            .then_some("--server-rule sets the initial weights with set_rows, not a clock")
+    }
+
     fn dedicated_servers(args: &DnnArgs) -> bool {
         args.parameter_servers.is_some() || args.plan.is_some()
     }

@@ -57,6 +57,15 @@ pub struct LogRegArgs {
 impl CliApp for LogReg {
     type Args = LogRegArgs;
 
+    fn outside_clocks(args: &LogRegArgs) -> Option<&'static str> {
+        let lbfgs = match args.solver.as_deref() {
+            None => LogRegParams::default().solver == Solver::Lbfgs,
+            Some(name) => Solver::parse(name).is_ok_and(|s| s == Solver::Lbfgs),
+        };
+        lbfgs
+            .then_some("the lbfgs solver runs server functions, not clocks (--solver sgd does not)")
+    }
+
     fn params(args: &LogRegArgs, _: &RunOptions, _: &AppConfig, _: &Input) -> Result<LogRegParams> {
         let d = LogRegParams::default();
         let solver = match args.solver.as_deref() {

@@ -52,6 +52,13 @@ pub(crate) trait CliApp: App + Debug + 'static {
         false
     }
 
+    /// What in `args` changes rows outside a clock (`set_rows`, server function calls,
+    /// branches), which `--shard-replicas` above 1 refuses before any work starts; `None`
+    /// if nothing does.
+    fn outside_clocks(_args: &Self::Args) -> Option<&'static str> {
+        None
+    }
+
     /// How long a worker waits for a message of another worker.
     fn message_timeout(_args: &Self::Args) -> Duration {
         iterstore::MESSAGE_TIMEOUT
@@ -127,12 +134,18 @@ impl<A: CliApp> Runnable for AppRun<A> {
     }
 
     fn app_config(&self) -> Result<AppConfig> {
-        run::app_config(
+        let cfg = run::app_config(
             &self.run,
             &self.cluster,
             A::dedicated_servers(&self.args),
             A::message_timeout(&self.args),
-        )
+        )?;
+        match A::outside_clocks(&self.args) {
+            Some(why) if cfg.shard_replicas > 1 => {
+                Err(super::replicas_refused(cfg.shard_replicas, why))
+            }
+            _ => Ok(cfg),
+        }
     }
 
     fn execute(&self, model: Option<Output>, progress: Progress) -> Result<RunReport> {

@@ -1,0 +1,309 @@
+//! The one-clock undo log (`docs/replication.md`, "Promotion on a loss", step 3): a
+//! primary with a backup, and the backup its keeper holds, rolled back from minimum clock
+//! `c + 1` to `c` hold bit for bit what a shard that only ever applied up to `c` holds —
+//! generic rows, arena rows, rule states, workers' clocks, pending updates — in every
+//! interleaving of two processes' clocks (Adam rows planned and not, whole and sparse
+//! slabs, sums), and go on from there as if nothing had happened; a minimum clock that
+//! jumps two clocks keeps the last one's; anything further back is refused, and a shard
+//! without backups records nothing.
+
+use super::replicas::{rule_script, state, State};
+use super::*;
+
+/// Process `p`'s clock `c` past [`rule_script`]'s two: gradients of Adam rows 0..5 (0..3
+/// planned by one process or both, 4 not), and a sum row new in that clock.
+fn later_clock(p: u32, c: Clock) -> ToShard {
+    let x = f64::from(p) * 0.3 + c as f64 * 0.11;
+    let mut rows: RowBatch = (0..5)
+        .map(|r| {
+            let g = [x - r as f64 * 0.07, 0.5 - x];
+            (RowKey::new(1, r), AlignedBuf::from_slice(&g))
+        })
+        .collect();
+    let sum = [i64::from(p) + 3, c as i64];
+    rows.push((RowKey::new(0, 20 + c), AlignedBuf::from_slice(&sum)));
+    ToShard::Clock {
+        worker: p,
+        clock: c,
+        epoch: 1,
+        rows,
+        outer: Vec::new(),
+        slab: AlignedBuf::default(),
+        slab_rows: None,
+    }
+}
+
+/// Process `p`'s messages: table "w", its plan, then its clocks 1 to 4 (`full[k + 1]` is
+/// clock `k`).
+pub(super) fn full(p: u32) -> Vec<ToShard> {
+    let mut msgs: Vec<ToShard> = (rule_script(p).into_iter())
+        .filter(|m| {
+            matches!(
+                m,
+                ToShard::CreateTable { .. } | ToShard::Specialize { .. } | ToShard::Clock { .. }
+            )
+        })
+        .collect();
+    msgs.extend((3..=4).map(|c| later_clock(p, c)));
+    msgs
+}
+
+/// Messages of `full(p)` up to its clock `c`.
+pub(super) fn through(c: Clock) -> usize {
+    c as usize + 2
+}
+
+/// Shard 0 with a backup on shard 1 (two processes, two copies of each shard), shard-to-
+/// shard messages delivered at once.
+struct Copies {
+    primary: Shard,
+    keeper: Shard,
+    out: Vec<Envelope>,
+}
+
+impl Copies {
+    fn new() -> Self {
+        let world = two_process_world();
+        let [primary, keeper] = [0, 1].map(|id| {
+            let mut s = Shard::new(id, world).with_replicas(2);
+            s.step(ToShard::CreateTable { meta: table_t() }, &mut Vec::new());
+            s
+        });
+        Copies {
+            primary,
+            keeper,
+            out: Vec::new(),
+        }
+    }
+
+    /// The primary takes `msg`; what it sends shard 1 and what comes back are delivered.
+    fn send(&mut self, msg: ToShard) {
+        let mut in_flight = vec![(0, msg)];
+        while let Some((to, m)) = in_flight.pop() {
+            let mut sent = Vec::new();
+            match to {
+                0 => self.primary.step(m, &mut sent),
+                _ => self.keeper.step(m, &mut sent),
+            }
+            for e in sent {
+                match e {
+                    Envelope::Shard(to, m) => in_flight.push((to, m)),
+                    client => self.out.push(client),
+                }
+            }
+        }
+        assert!(rejected(&self.out).is_empty(), "{:?}", self.out);
+    }
+
+    fn backup(&self) -> &Shard {
+        self.keeper
+            .held_backup(0)
+            .expect("shard 1 keeps shard 0's backup")
+    }
+}
+
+/// A shard without backups, with table "t", as [`Copies`]'s primary starts.
+pub(super) fn alone() -> Shard {
+    shard_in(0, two_process_world())
+}
+
+/// Everything of a primary's state a rollback must restore, exactly: generic rows (zeros
+/// too) and arena rows apart, rule states, workers' clocks, the clocks of pending
+/// updates and the clock reads see.
+#[derive(Debug, PartialEq)]
+pub(super) struct Exact {
+    generic: BTreeMap<RowKey, Vec<u8>>,
+    arena: BTreeMap<RowKey, Vec<u8>>,
+    rules: Vec<(RowKey, u64, Vec<u8>)>,
+    clocks: ClockTable,
+    pending: Vec<Clock>,
+    visible: Clock,
+}
+
+pub(super) fn exact(s: &Shard) -> Exact {
+    Exact {
+        generic: (s.rows.iter())
+            .map(|e| (*e.key(), e.value().as_bytes().to_vec()))
+            .collect(),
+        arena: s.arena.rows().map(|(k, b)| (k, b.to_vec())).collect(),
+        rules: (s.rules.keys().into_iter())
+            .filter_map(|k| s.rules.get(k).map(|(n, b)| (k, n, b.to_vec())))
+            .collect(),
+        clocks: s.clocks.clone(),
+        pending: s.pending.keys().copied().collect(),
+        visible: s.visible_clock(),
+    }
+}
+
+/// The backup's state (rows merged, zeros left out: it holds no arena) at its clock.
+fn backup_state(b: &Shard) -> State {
+    state(b, b.applied_clock())
+}
+
+/// Every order of process 0's messages through clock `c + 2` (its next clock pending)
+/// and process 1's through clock `c + 1`.
+fn orders(c: Clock) -> Vec<Vec<u32>> {
+    let n0 = through((c + 2).min(4));
+    interleavings(&vec![0; n0], &vec![1; through(c + 1)])
+}
+
+#[test]
+fn rolled_back_a_clock_a_shard_and_its_backup_equal_one_that_never_applied_it() {
+    let mut checked = 0;
+    for c in 1..=3 {
+        for order in orders(c) {
+            let mut copies = Copies::new();
+            let mut reference = alone();
+            let mut scripts = [full(0), full(1)].map(Vec::into_iter);
+            let mut taken = [0, 0];
+            for &p in &order {
+                let msg = scripts[p as usize].next().expect("a message left");
+                // The reference takes nothing past clock `c`.
+                if taken[p as usize] < through(c) {
+                    reference.step(msg.clone(), &mut Vec::new());
+                }
+                taken[p as usize] += 1;
+                copies.send(msg);
+            }
+            assert_eq!(copies.primary.clocks.min_clock(), c + 1, "{order:?}");
+            assert_eq!(copies.backup().applied_clock(), c + 1, "{order:?}");
+            let before = exact(&copies.primary);
+            assert_ne!(
+                before.arena,
+                exact(&reference).arena,
+                "clock {c} changed the arena"
+            );
+
+            copies.primary.roll_back(c).expect("one clock back");
+            copies
+                .keeper
+                .roll_back_backup(0, c)
+                .expect("one clock back");
+            assert_eq!(
+                exact(&copies.primary),
+                exact(&reference),
+                "c {c}, {order:?}"
+            );
+            let want = state(&reference, c);
+            assert_eq!(backup_state(copies.backup()), want, "c {c}, {order:?}");
+
+            // The workers send clock c again (and process 0 the next): the same bits.
+            for p in 0..2u32 {
+                let next = full(p).into_iter().skip(through(c));
+                for msg in next.take(if p == 0 { 2 } else { 1 }) {
+                    copies.send(msg);
+                }
+            }
+            let again = exact(&copies.primary);
+            assert_eq!(
+                (&again.arena, &again.generic),
+                (&before.arena, &before.generic)
+            );
+            assert_eq!((&again.rules, again.visible), (&before.rules, c + 1));
+            let primary = state(&copies.primary, c + 1);
+            assert_eq!(backup_state(copies.backup()), primary, "c {c}, {order:?}");
+            checked += 1;
+        }
+    }
+    assert!(checked > 100, "{checked}");
+}
+
+/// Both processes' scripts through clock 4, in one order.
+fn at_clock_4() -> (Copies, Shard) {
+    let (mut copies, mut reference) = (Copies::new(), alone());
+    for msg in full(0).into_iter().zip(full(1)).flat_map(|(a, b)| [a, b]) {
+        reference.step(msg.clone(), &mut Vec::new());
+        copies.send(msg);
+    }
+    assert_eq!(copies.primary.clocks.min_clock(), 4);
+    (copies, reference)
+}
+
+#[test]
+fn a_second_rollback_or_one_further_back_is_refused() {
+    let (mut copies, _) = at_clock_4();
+    let before = exact(&copies.primary);
+    for to in [2, 0, 5] {
+        let e = copies.primary.roll_back(to).unwrap_err();
+        assert!(e.contains("only its newest clock"), "{to}: {e}");
+        let e = copies.keeper.roll_back_backup(0, to).unwrap_err();
+        assert!(e.contains("backup of shard 0"), "{to}: {e}");
+    }
+    assert_eq!(
+        exact(&copies.primary),
+        before,
+        "a refused rollback changed nothing"
+    );
+    copies.primary.roll_back(3).expect("one clock back");
+    copies
+        .keeper
+        .roll_back_backup(0, 3)
+        .expect("one clock back");
+    // Back at 3, clock 2's pre-images are gone: a second clock back is refused.
+    let e = copies.primary.roll_back(2).unwrap_err();
+    assert!(e.contains("no undo log of clock 2"), "{e}");
+    let e = copies.keeper.roll_back_backup(0, 2).unwrap_err();
+    assert!(e.contains("no undo log of clock 2"), "{e}");
+    // Where it is, a rollback only discards (nothing pending here).
+    let at_3 = exact(&copies.primary);
+    copies.primary.roll_back(3).expect("where it is");
+    assert_eq!(exact(&copies.primary), at_3);
+    let e = copies.keeper.roll_back_backup(1, 3).unwrap_err();
+    assert!(e.contains("keeps no backup of shard 1"), "{e}");
+}
+
+#[test]
+fn a_shard_without_backups_records_nothing() {
+    let (copies, mut reference) = at_clock_4();
+    assert!(reference.undo.is_empty(), "{:?}", reference.undo);
+    let e = reference.roll_back(3).unwrap_err();
+    assert!(e.contains("no undo log"), "{e}");
+    // With backups, the primary and the backup each keep clock 3's.
+    assert!(!copies.primary.undo.is_empty());
+    assert!(!copies.backup().undo.is_empty());
+    // The keeper has a backup of its own but applied no clock: nothing to keep.
+    assert!(copies.keeper.undo.is_empty());
+}
+
+#[test]
+fn a_minimum_clock_that_jumps_two_clocks_keeps_the_last_ones_pre_images() {
+    // Process 1 finishes after its clock 1 while process 0 is at 3: the minimum clock
+    // jumps from 1 to 3, applying clocks 1 and 2 at once.
+    let (mut copies, mut reference) = (Copies::new(), alone());
+    let finish = ToShard::Finish { worker: 1 };
+    let first: Vec<ToShard> = full(1).into_iter().take(through(1)).collect();
+    for msg in full(0)
+        .into_iter()
+        .take(through(3))
+        .chain(first)
+        .chain([finish])
+    {
+        // The reference lacks process 0's clock 3: it applied clock 1 alone.
+        if !matches!(
+            msg,
+            ToShard::Clock {
+                worker: 0,
+                clock: 3,
+                ..
+            }
+        ) {
+            reference.step(msg.clone(), &mut Vec::new());
+        }
+        copies.send(msg);
+    }
+    assert_eq!(copies.primary.clocks.min_clock(), 3);
+    assert_eq!(reference.clocks.min_clock(), 2);
+    let e = copies.primary.roll_back(1).unwrap_err();
+    assert!(e.contains("only its newest clock"), "{e}");
+    copies.primary.roll_back(2).expect("one clock back");
+    copies
+        .keeper
+        .roll_back_backup(0, 2)
+        .expect("one clock back");
+    let (got, want) = (exact(&copies.primary), exact(&reference));
+    assert_eq!(
+        (&got.generic, &got.arena, &got.rules),
+        (&want.generic, &want.arena, &want.rules)
+    );
+    assert_eq!(backup_state(copies.backup()), state(&reference, 2));
+}
