@@ -37,7 +37,9 @@ fn params() -> MfConfig {
 
 fn config(staleness: Vec<u32>, target: Option<f64>, budget: f64) -> MfTuneConfig {
     MfTuneConfig {
-        lr_range: (0.003, 1.0),
+        // Steps above ~0.3 fall fastest in a trial of two clocks and then stall above the
+        // target (the tuner's short-horizon bias, README): the test searches below.
+        lr_range: (0.003, 0.3),
         staleness,
         clock_batches: 1,
         options: Options {
