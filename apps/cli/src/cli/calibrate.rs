@@ -41,8 +41,7 @@ fn link(args: &CalibrateArgs) -> Result<()> {
         if let Some(out) = &args.output {
             let text =
                 serde_json::json!({ "latency_s": latency_s, "bandwidth_bits_per_s": bits_per_s });
-            std::fs::write(out, text.to_string() + "\n")
-                .with_context(|| format!("writing {}", out.display()))?;
+            super::output::write_file(out, (text.to_string() + "\n").as_bytes())?;
         }
     }
     Ok(())
@@ -61,7 +60,7 @@ pub fn run(args: &CalibrateArgs) -> Result<()> {
     } else {
         Settings::full(threads)
     };
-    let output = super::run::Output::create(args.output.as_deref())?;
+    let output = super::output::Output::create(args.output.as_deref())?;
     let network = builtin::cnn();
     tracing::info!(
         "calibrating: a {0}x{0} layer over batches of {1}, the {2} network's convolution and \

@@ -16,6 +16,7 @@ mod cgroup;
 mod demo;
 mod launch;
 mod log;
+mod output;
 mod plan;
 mod restarts;
 mod run;

@@ -115,7 +115,7 @@ pub fn plan(args: &PlanArgs) -> Result<()> {
     print_layers(best);
     if let Some(out) = &args.output {
         let plan = Plan::new(&net.name, &profile.name, cluster, training, best);
-        std::fs::write(out, plan.to_json())
+        super::output::write_file(out, plan.to_json().as_bytes())
             .with_context(|| format!("writing the plan to {}", out.display()))?;
         println!();
         println!("plan written to {}", out.display());
@@ -181,7 +181,8 @@ fn write_json(
         "candidates": list,
     });
     let text = serde_json::to_string_pretty(&doc).expect("candidates serialize");
-    std::fs::write(path, text).with_context(|| format!("writing --json {}", path.display()))?;
+    super::output::write_file(path, text.as_bytes())
+        .with_context(|| format!("writing --json {}", path.display()))?;
     println!(
         "{} candidates written to {}",
         candidates.len(),

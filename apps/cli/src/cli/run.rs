@@ -5,9 +5,7 @@
 //! [`execute`] is the part that loads and runs; the demo calls it with the commands it
 //! prints, so that they reproduce it.
 
-use std::fs::File;
-use std::io::{BufWriter, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -18,6 +16,7 @@ use iterstore_apps::{AppConfig, CheckpointConfig, Input, IterRecord, RunReport};
 
 use super::apps::{AppRun, CliApp, Runnable};
 use super::log::{self, Iterations, Step};
+use super::output::Output;
 use super::restarts::Restarts;
 use super::{ClusterOptions, JoinFrom, RunOptions};
 
@@ -37,87 +36,6 @@ pub(crate) enum Progress {
     Shown,
     /// Nothing (the demo prints its own table).
     Hidden,
-}
-
-/// An output file (`--output`, `--json`) prepared before the run starts, so that a bad
-/// path fails early, and put in place only when the run succeeds: it is written to a
-/// temporary file beside its destination and renamed over it, so a failed run (or a crash
-/// while writing) leaves an earlier file of that name untouched. A destination that exists
-/// and is not a regular file (`/dev/stdout`, a pipe) is written directly; a link to a
-/// regular file is replaced at its target, not the link itself.
-pub(crate) struct Output {
-    path: PathBuf,
-    sink: Sink,
-}
-
-/// Where an [`Output`]'s bytes go until it is finished.
-enum Sink {
-    /// A temporary file renamed to the destination on success (removed if dropped).
-    Staged(BufWriter<tempfile::NamedTempFile>),
-    /// A destination that is not a regular file, written as the bytes come.
-    Direct(BufWriter<File>),
-}
-
-impl Output {
-    pub(crate) fn create(path: Option<&Path>) -> Result<Option<Output>> {
-        path.map(|path| {
-            let cannot = || format!("cannot create {}", path.display());
-            let sink = match std::fs::metadata(path) {
-                Ok(m) if !m.is_file() => {
-                    if m.is_dir() {
-                        bail!("cannot create {}: it is a directory", path.display());
-                    }
-                    Sink::Direct(BufWriter::new(
-                        std::fs::OpenOptions::new()
-                            .write(true)
-                            .open(path)
-                            .with_context(cannot)?,
-                    ))
-                }
-                _ => {
-                    // The file itself, not a link to it, is what gets replaced.
-                    let dest = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
-                    let dir = match dest.parent() {
-                        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-                        _ => PathBuf::from("."),
-                    };
-                    let name = dest.file_name().unwrap_or_default().to_string_lossy();
-                    let file = tempfile::Builder::new()
-                        .prefix(&format!(".{name}."))
-                        .suffix(".tmp")
-                        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666))
-                        .tempfile_in(&dir)
-                        .with_context(cannot)?;
-                    Sink::Staged(BufWriter::new(file))
-                }
-            };
-            Ok(Output {
-                path: path.to_path_buf(),
-                sink,
-            })
-        })
-        .transpose()
-    }
-
-    pub(crate) fn write(self, f: impl FnOnce(&mut dyn Write) -> std::io::Result<()>) -> Result<()> {
-        let writing = || format!("writing {}", self.path.display());
-        match self.sink {
-            Sink::Direct(mut w) => f(&mut w).and_then(|()| w.flush()).with_context(writing),
-            Sink::Staged(mut w) => {
-                f(&mut w).and_then(|()| w.flush()).with_context(writing)?;
-                let file = w
-                    .into_inner()
-                    .map_err(|e| e.into_error())
-                    .with_context(writing)?;
-                file.as_file().sync_all().with_context(writing)?;
-                let dest = std::fs::canonicalize(&self.path).unwrap_or_else(|_| self.path.clone());
-                file.persist(&dest)
-                    .map_err(|e| e.error)
-                    .with_context(writing)?;
-                Ok(())
-            }
-        }
-    }
 }
 
 /// How this process joins a cluster (`--hosts` with `--rank` or a launcher's rank, or

@@ -20,7 +20,8 @@ use tracing::{debug, info};
 
 use super::apps::{command_of, parse_of, AppRun, CliApp, Runnable};
 use super::log::{duration, Step};
-use super::run::{self, Output};
+use super::output::Output;
+use super::run;
 
 /// The tuning's own options.
 #[derive(Debug, Args)]

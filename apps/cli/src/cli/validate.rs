@@ -458,8 +458,7 @@ pub fn validate(args: &PlanArgs) -> Result<()> {
         .collect();
     if let Some(p) = &args.svg {
         let title = format!("estimated vs measured epoch, Spearman {rho:.2}");
-        std::fs::write(p, chart_svg(&title, &points))
-            .with_context(|| format!("writing {}", p.display()))?;
+        super::output::write_file(p, chart_svg(&title, &points).as_bytes())?;
         println!("chart written to {}", p.display());
     }
     if let Some(p) = &args.json {
@@ -486,5 +485,5 @@ pub fn validate(args: &PlanArgs) -> Result<()> {
 
 fn write_json(path: &Path, report: &Report) -> Result<()> {
     let text = serde_json::to_string_pretty(report)?;
-    std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))
+    super::output::write_file(path, (text + "\n").as_bytes())
 }

@@ -26,7 +26,8 @@ use clap::{ArgMatches, Args, Command, FromArgMatches};
 use iterstore_apps::{App, AppConfig, Dnn, Input, Lda, LogReg, Mf, PageRank, RunReport};
 use iterstore_bench::Workload;
 
-use super::run::{self, Output, Progress};
+use super::output::Output;
+use super::run::{self, Progress};
 use super::{BenchArgs, ClusterOptions, RunOptions, OUTPUT_FORMATS};
 
 /// An app as `iterstore` drives it: its options of `run`, how they and `bench`'s make its
