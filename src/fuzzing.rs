@@ -234,12 +234,10 @@ fn envelope(inp: &mut Input<'_>) -> Envelope {
             clock: inp.u64(),
             tables: (0..inp.count()).map(|_| inp.meta()).collect(),
             clocks: (0..inp.count())
-                .map(|_| {
-                    let clock = inp.u64();
-                    (
-                        clock,
-                        (0..inp.count()).map(|_| (inp.u32(), inp.rows())).collect(),
-                    )
+                .map(|_| crate::msg::ReplicatedClock {
+                    clock: inp.u64(),
+                    rows: inp.rows(),
+                    states: inp.states(),
                 })
                 .collect(),
         }),

@@ -53,6 +53,19 @@ pub struct RuleState {
 /// Rule states of rows, each with its row's key.
 pub type RuleStates = Vec<(RowKey, RuleState)>;
 
+/// One clock as a primary shard applied it, for its backups ([`ToShard::Replicate`]): the
+/// **post-image** of every row the clock changed — its value once every worker's update
+/// was added and its rule stepped, once whoever updated it — and of its rule state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReplicatedClock {
+    /// The clock.
+    pub clock: Clock,
+    /// The rows it changed, by key, with their values after it.
+    pub rows: RowBatch,
+    /// The rule states it changed (rows of tables with an update rule), after it.
+    pub states: RuleStates,
+}
+
 /// A shard's answer to a checkpoint ([`ToClient::Checkpointed`]): its part's manifest entry
 /// `(name, size, SHA-256)`, or why it could not write it.
 pub type ShardPart = Result<(String, u64, String), String>;
@@ -389,10 +402,9 @@ pub enum ToShard {
         /// Tables the primary took (created, or given a new rule) since its last
         /// `Replicate`, before it applied `clocks`.
         tables: Vec<TableMeta>,
-        /// The clocks applied, ascending: each clock's updates in the order the primary
-        /// added them (by worker; a worker's rows sent the generic way, then its slab's),
-        /// slabs' rows given their keys.
-        clocks: Vec<(Clock, Vec<(WorkerId, RowBatch)>)>,
+        /// The clocks applied, ascending, each as the rows and rule states it changed
+        /// after it (post-images: the backup copies them, bit for bit the primary's).
+        clocks: Vec<ReplicatedClock>,
     },
     /// From a backup's shard to its primary: the backup has applied everything up to
     /// the primary's minimum clock `clock` ([`ToShard::Replicate`]).

@@ -144,35 +144,36 @@ impl Shard {
         self.start_undo(min - 1);
         for (clock, mut batches) in ready {
             batches.sort_by_key(|(worker, _, _)| *worker);
-            let mut applied = Vec::new();
-            for (worker, batch, slab) in batches {
+            let mut touched = Vec::new();
+            for (_, batch, slab) in batches {
                 if capturing {
-                    let rows = self.applied_rows(&batch, slab.as_ref());
+                    let keys = self.applied_keys(&batch, slab.as_ref());
                     if clock + 1 == min {
-                        self.record_pre_images(&rows);
+                        self.record_pre_images(&keys);
                     }
-                    applied.push((worker, rows));
+                    touched.extend(keys);
                 }
                 self.apply(batch, slab, min, out);
             }
             self.step_rules(min, out);
             if capturing {
-                self.capture((clock, applied));
+                let post = self.post_images(clock, touched);
+                self.capture(post);
             }
         }
         self.replicate(min, out);
         self.release_visible(out);
     }
 
-    /// What [`apply`](Shard::apply) of `batch` and `slab` adds, as rows in the order it
-    /// adds them (for a backup, which holds no layouts).
-    fn applied_rows(&self, batch: &RowBatch, slab: Option<&Resolved>) -> RowBatch {
-        let mut rows = batch.clone();
+    /// The keys of the rows [`apply`](Shard::apply) of `batch` and `slab` changes (for
+    /// the backups, which hold no layouts, and the undo log).
+    fn applied_keys(&self, batch: &RowBatch, slab: Option<&Resolved>) -> Vec<RowKey> {
+        let mut keys: Vec<RowKey> = batch.iter().map(|(key, _)| *key).collect();
         if let Some((layout, positions, bytes)) = slab {
             // A slab that does not fit is refused by `apply`, failing the cluster.
             let deltas = self.arena.slab_deltas(layout, positions.as_deref(), bytes);
-            rows.extend(deltas.unwrap_or_default());
+            keys.extend(deltas.unwrap_or_default().into_iter().map(|(key, _)| key));
         }
-        rows
+        keys
     }
 }

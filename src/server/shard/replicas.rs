@@ -3,9 +3,11 @@
 //! of other processes' shards.
 //!
 //! **Primary.** When its minimum clock advances, a shard with backups sends each of them
-//! a [`ToShard::Replicate`] of exactly what it applied, in the order it applied it (clocks
-//! ascending, each clock's updates by worker; a slab's rows with their keys, so a backup
-//! needs no layouts), with the tables it took since its last one. It holds back what makes
+//! a [`ToShard::Replicate`] of what each clock applied changed, clocks ascending: the
+//! **post-image** of every row and rule state the clock changed, once per row whoever
+//! updated it (MF's item rows are updated by every worker, so a clock's post-images are a
+//! fraction of its updates), with their keys, so a backup needs no layouts; with the tables
+//! it took since its last one. It holds back what makes
 //! the new clock visible — the [`ToClient::MinClock`] news and the reads and arena
 //! refreshes waiting for it — until every backup has acked it ([`ToShard::ReplicaAck`]),
 //! and answers the run barrier only once every backup has acked every clock. So no worker
@@ -13,22 +15,20 @@
 //!
 //! **Backup.** A backup is a [`Shard`] in the backup role, held by the shard of the
 //! primary's local index on the keeping process and fed only `Replicate`s: it answers no
-//! read and sends no refresh (nothing else reaches it). It runs the primary's own fold —
-//! `rows`'s `apply` and `rules`'s `step_rules` — on the same updates in the same order, so
-//! its rows and rule states are bit for bit its primary's.
+//! read and sends no refresh (nothing else reaches it). It copies each clock's
+//! post-images, so its rows and rule states are bit for bit its primary's, clock by clock
+//! (and its undo log keeps what each copy replaced).
 //!
 //! It knows who backs up whom and what crosses between them; not how rows are added
 //! (`rows`, `rules`) nor when a clock is complete (`clocks`).
 
 use super::Shard;
-use crate::ids::{Clock, ProcessId, ShardId, WorkerId};
-use crate::msg::{Envelope, RowBatch, ToClient, ToShard};
+use crate::buf::AlignedBuf;
+use crate::ids::{Clock, ProcessId, RowKey, ShardId};
+use crate::msg::{Envelope, ReplicatedClock, RuleState, ToClient, ToShard};
 use crate::table::TableMeta;
 use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
-
-/// One clock's updates as a primary applied them, in order.
-pub(super) type ClockBatches = (Clock, Vec<(WorkerId, RowBatch)>);
 
 /// A shard's part in replication: its backups (as a primary) and the backups it keeps.
 #[derive(Default)]
@@ -38,7 +38,7 @@ pub(super) struct Replicas {
     /// Tables taken (created or given a new rule) since the last `Replicate`, by id.
     tables_changed: Vec<u32>,
     /// The clocks applied since the last `Replicate`, while the minimum clock advances.
-    capture: Vec<ClockBatches>,
+    capture: Vec<ReplicatedClock>,
     /// The minimum clock of the last `Replicate` sent.
     sent: Clock,
     /// The last minimum clock announced (every backup had it).
@@ -98,9 +98,36 @@ impl Shard {
         }
     }
 
-    /// Keeps clock `clock`'s updates as applied, for the next `Replicate`.
-    pub(super) fn capture(&mut self, batches: ClockBatches) {
-        self.replicas.capture.push(batches);
+    /// Keeps a clock's post-images, for the next `Replicate`.
+    pub(super) fn capture(&mut self, clock: ReplicatedClock) {
+        self.replicas.capture.push(clock);
+    }
+
+    /// Clock `clock`'s post-images: the value and rule state, now, of each row of
+    /// `touched` (the keys its updates changed, repeated or not), in key order.
+    pub(super) fn post_images(&self, clock: Clock, mut touched: Vec<RowKey>) -> ReplicatedClock {
+        touched.sort_unstable();
+        touched.dedup();
+        let mut rows = Vec::with_capacity(touched.len());
+        let mut states = Vec::new();
+        for key in touched {
+            let value = match self.arena.row(key) {
+                Some(bytes) => Some(AlignedBuf::from_bytes(bytes)),
+                None => self.rows.get(&key).map(|r| r.value().clone()),
+            };
+            // A row of an unknown table was refused, failing the cluster, and added nowhere.
+            let Some(value) = value else { continue };
+            rows.push((key, value));
+            if let Some((steps, state)) = self.rules.get(key) {
+                let state = AlignedBuf::from_bytes(state);
+                states.push((key, RuleState { steps, state }));
+            }
+        }
+        ReplicatedClock {
+            clock,
+            rows,
+            states,
+        }
     }
 
     /// Sends every backup what was applied since the last `Replicate`, the minimum clock
@@ -199,7 +226,7 @@ impl Shard {
         &mut self,
         (primary, since, clock): (ShardId, Clock, Clock),
         tables: Vec<TableMeta>,
-        clocks: Vec<ClockBatches>,
+        clocks: Vec<ReplicatedClock>,
         out: &mut Vec<Envelope>,
     ) {
         let id = self.id;
@@ -226,13 +253,14 @@ impl Shard {
     }
 
     /// As a backup: applies what the primary applied as its minimum clock advanced from
-    /// `since` (where this backup must be) to `clock` — its new tables first, then each clock's updates in order, each clock's
-    /// rule rows stepped — exactly as the primary's `advance` did.
+    /// `since` (where this backup must be) to `clock` — its new tables first, then each
+    /// clock's post-images in order, copied over its rows and rule states (the last
+    /// clock's replaced values kept in the undo log).
     fn apply_replica(
         &mut self,
         (since, clock): (Clock, Clock),
         tables: Vec<TableMeta>,
-        clocks: Vec<ClockBatches>,
+        clocks: Vec<ReplicatedClock>,
     ) -> Result<(), String> {
         let last = self.replicas.applied;
         if since != last {
@@ -248,30 +276,40 @@ impl Shard {
             self.tables[id] = Some(meta);
         }
         let mut after = last;
-        for (c, batches) in &clocks {
-            if *c < after || *c >= clock {
+        for c in &clocks {
+            if c.clock < after || c.clock >= clock {
                 return Err(format!(
-                    "updates of clock {c} in the step from clock {last} to {clock}, after \
-                     those of clock {after}"
+                    "clock {} in the step from clock {last} to {clock}, after clock {after}",
+                    c.clock
                 ));
             }
-            after = c + 1;
-            for (_, rows) in batches {
-                self.validate(rows)?;
-            }
+            after = c.clock + 1;
+            self.validate_as("replica", &c.rows)?;
+            self.validate_states(&c.states)?;
         }
-        let mut out = Vec::new();
         if let Some(newest) = clock.checked_sub(1) {
             self.start_undo(newest);
         }
-        for (c, batches) in clocks {
-            for (_, rows) in batches {
-                if c + 1 == clock {
-                    self.record_pre_images(&rows);
-                }
-                self.apply(rows, None, clock, &mut out);
+        for c in clocks {
+            if c.clock + 1 == clock {
+                let keys: Vec<RowKey> = (c.rows.iter().map(|(k, _)| *k))
+                    .chain(c.states.iter().map(|(k, _)| *k))
+                    .collect();
+                self.record_pre_images(&keys);
             }
-            self.step_rules(clock, &mut out);
+            for (key, value) in c.rows {
+                match self.arena.row_mut(key, clock) {
+                    Some((row, _)) => row.copy_from_slice(value.as_bytes()),
+                    None => {
+                        self.rows.insert(key, value);
+                    }
+                }
+            }
+            for (key, state) in c.states {
+                let bytes = self.table(key.table).map_or(0, |m| m.row_bytes());
+                self.rules.take(key);
+                self.rules.insert(key, bytes, state);
+            }
         }
         self.replicas.applied = clock;
         Ok(())
@@ -313,7 +351,7 @@ impl Shard {
     pub(super) fn replicas_rolled_back(&mut self, to: Clock) {
         let r = &mut self.replicas;
         r.applied = r.applied.min(to);
-        r.capture.retain(|(c, _)| *c < to);
+        r.capture.retain(|c| c.clock < to);
         r.sent = r.sent.min(to);
         r.announced = r.announced.min(to);
         for (_, acked) in &mut r.backups {

@@ -9,8 +9,8 @@
 //! A shard of one copy (R = 1) records nothing and pays nothing: no loss it could roll
 //! back for is survived without backups.
 //!
-//! It knows what a clock's application changes (the rows `advance` or a backup's
-//! `apply_replica` is about to add, and their rule states) and how to put it back; not
+//! It knows what a clock's application changes (the rows `advance` is about to add or a
+//! backup's `apply_replica` to copy over, and their rule states) and how to put it back; not
 //! when a rollback is due (the agreed clock, not built) nor how rows are added (`rows`,
 //! `rules`).
 
@@ -18,7 +18,7 @@ use super::Shard;
 use crate::buf::AlignedBuf;
 use crate::consistency::DeferredReads;
 use crate::ids::{Clock, RowKey, ShardId};
-use crate::msg::{RowBatch, RuleState};
+use crate::msg::RuleState;
 use rustc_hash::FxHashMap;
 
 /// One row as it was before the newest applied clock changed it.
@@ -81,11 +81,11 @@ impl Shard {
         }
     }
 
-    /// Keeps the pre-image of each row of `rows` (keys of updates of the clock being
-    /// recorded, about to be applied) not kept yet: its value where it lives, its arena
-    /// stamp and its rule state.
-    pub(super) fn record_pre_images(&mut self, rows: &RowBatch) {
-        for (key, _) in rows {
+    /// Keeps the pre-image of each row of `keys` (rows the clock being recorded is about
+    /// to change) not kept yet: its value where it lives, its arena stamp and its rule
+    /// state.
+    pub(super) fn record_pre_images(&mut self, keys: &[RowKey]) {
+        for key in keys {
             if self.undo.rows.contains_key(key) {
                 continue;
             }

@@ -264,11 +264,11 @@ fn a_lost_or_reordered_replication_message_fails_the_cluster() {
 fn a_changed_batch_is_caught_by_the_comparison() {
     let order: Vec<u32> = orders(&rule_script).swap_remove(0);
     let mut pair = Pair::new();
-    // The first clock's last worker's updates go missing on the way.
+    // One of the first clock's rows goes missing on the way.
     pair.tamper = |m| {
         if let ToShard::Replicate { clocks, .. } = m {
-            if let Some((_, batches)) = clocks.first_mut() {
-                batches.pop();
+            if let Some(c) = clocks.first_mut() {
+                c.rows.pop();
             }
         }
     };
