@@ -31,6 +31,23 @@ fn reference(units: usize) -> Vec<u64> {
     sum.iter().map(|v| v.to_bits()).collect()
 }
 
+/// Unit `u` taking `ms` ms, polling `stop` each ms: its result, or `false` once stopped.
+fn sleepy_unit(
+    ms: u64,
+    u: usize,
+    out: &mut [f64],
+    stop: &mut dyn FnMut() -> bool,
+) -> iterstore::Result<bool> {
+    for _ in 0..ms {
+        if stop() {
+            return Ok(false);
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    result_of(u, out);
+    Ok(true)
+}
+
 /// One batch on worker `w`: units take `slow` ms (polling `stop` each ms) on worker
 /// `straggler`, a seeded 0-2 ms elsewhere.
 fn batch(
@@ -52,14 +69,7 @@ fn batch(
         } else {
             ((u * 7 + me * 3) % 3) as u64
         };
-        for _ in 0..ms {
-            if stop() {
-                return Ok(false);
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        result_of(u, out);
-        Ok(true)
+        sleepy_unit(ms, u, out, stop)
     })
 }
 
@@ -186,15 +196,7 @@ fn a_backup_goes_to_another_process_once_per_unit() {
                 };
                 w.work_units(&spec, |u, out, stop| {
                     log.lock().unwrap().push((me, u));
-                    let ms = if me == 2 { 5_000 } else { 20 };
-                    for _ in 0..ms {
-                        if stop() {
-                            return Ok(false);
-                        }
-                        std::thread::sleep(Duration::from_millis(1));
-                    }
-                    result_of(u, out);
-                    Ok(true)
+                    sleepy_unit(if me == 2 { 5_000 } else { 20 }, u, out, stop)
                 })
             })
         })
@@ -271,14 +273,7 @@ fn timed_batch(
                 backups,
             };
             w.work_units(&spec, |u, out, stop| {
-                for _ in 0..if me == 4 { slow } else { fast } {
-                    if stop() {
-                        return Ok(false);
-                    }
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-                result_of(u, out);
-                Ok(true)
+                sleepy_unit(if me == 4 { slow } else { fast }, u, out, stop)
             })
         })
         .unwrap();
