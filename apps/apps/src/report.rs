@@ -617,8 +617,38 @@ impl RunReport {
             init = self.init_s,
         ) + &self.checkpoint_summary()
             + &self.quorum_summary()
+            + &self.units_summary()
             + &self.store_summary()
             + &self.numa_summary()
+    }
+
+    /// A line on who computed the work units (on the coordinating process); empty
+    /// without them.
+    fn units_summary(&self) -> String {
+        let Some(u) = &self.work_units else {
+            return String::new();
+        };
+        // Worker 0 coordinates and computes only when it is the only worker.
+        let from = usize::from(u.done.len() > 1);
+        let list = |v: &[u64]| {
+            let shown: Vec<String> = v.iter().skip(from).map(u64::to_string).collect();
+            shown.join(" ")
+        };
+        let mut line = format!(
+            "\nwork units by worker {from}..: done [{}], backups {}",
+            list(&u.done),
+            u.backups
+        );
+        for (what, v) in [
+            ("duplicated", &u.duplicated),
+            ("abandoned", &u.abandoned),
+            ("passed over (too slow)", &u.passed_over),
+        ] {
+            if v.iter().any(|&n| n > 0) {
+                line += &format!(", {what} [{}]", list(v));
+            }
+        }
+        line
     }
 
     /// A line on what the epoch quorum did; empty without one.

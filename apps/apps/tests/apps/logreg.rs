@@ -70,6 +70,13 @@ fn lbfgs_on_the_shards_follows_the_sequential_lbfgs() {
     let batches = got.report.dataset["units"];
     assert_eq!(units.done.iter().sum::<u64>() % batches, 0);
     assert_eq!(units.done[0], 0);
+    // The summary says who did them.
+    let line = format!("work units by worker 1..: done [{}]", units.done[1]);
+    assert!(
+        got.report.summary().contains(&line),
+        "{}",
+        got.report.summary()
+    );
 }
 
 #[test]
