@@ -1,11 +1,12 @@
 //! [`Input`]: fuzz input read front to back as the values of messages' fields — integers,
-//! byte strings, counts, keys, rows, rule states, tables' metas and rules — zeros (or
-//! nothing) past its end, so that any bytes make some message.
+//! byte strings, counts, keys, rows, rule states, tables' metas and rules (custom ones
+//! too) — zeros (or nothing) past its end, so that any bytes make some message.
 
 use crate::buf::AlignedBuf;
 use crate::element::ElemType;
 use crate::ids::RowKey;
 use crate::msg::{RuleState, RuleStates};
+use crate::rule::{CustomRule, MAX_RULE_NAME, MAX_RULE_PARAMS, MAX_RULE_STATE};
 use crate::table::TableMeta;
 
 /// Reads fuzz input front to back; past its end every read gives zeros (or nothing).
@@ -105,9 +106,17 @@ impl<'a> Input<'a> {
         (self.u8() & 1 == 1).then(|| self.u64())
     }
 
+    /// A rule: the byte picking it is a built-in rule's kind modulo 6, except for its top
+    /// four values (252 to 255), which pick a [`Rule::Custom`](crate::rule::Rule::Custom)
+    /// (added with protocol version 10; the inputs written before keep their rules but for
+    /// those four values).
     pub(super) fn rule(&mut self) -> crate::rule::Rule {
         use crate::rule::Rule;
-        let kind = self.u8() % 6;
+        let pick = self.u8();
+        if pick >= 252 {
+            return Rule::Custom(self.custom_rule());
+        }
+        let kind = pick % 6;
         let mut f = || f64::from_bits(self.u64());
         match kind {
             0 => Rule::Sum,
@@ -133,6 +142,26 @@ impl<'a> Input<'a> {
                 eps: f(),
             },
         }
+    }
+
+    /// A custom rule within the limits a rule arriving is checked against: a name of 1 to
+    /// `MAX_RULE_NAME` bytes (cut at a character boundary, `r` if empty), up to
+    /// `MAX_RULE_PARAMS` parameters and up to `MAX_RULE_STATE` elements of state.
+    pub(super) fn custom_rule(&mut self) -> CustomRule {
+        let mut name = self.string();
+        let mut end = name.len().min(MAX_RULE_NAME);
+        while !name.is_char_boundary(end) {
+            end -= 1;
+        }
+        name.truncate(end);
+        if name.is_empty() {
+            name.push('r');
+        }
+        let params: Vec<f64> = (0..usize::from(self.u8()) % (MAX_RULE_PARAMS + 1))
+            .map(|_| f64::from_bits(self.u64()))
+            .collect();
+        let state = usize::from(self.u8()) % (MAX_RULE_STATE + 1);
+        CustomRule::new(&name, &params, state).expect("within the limits")
     }
 
     pub(super) fn elem(&mut self) -> ElemType {
