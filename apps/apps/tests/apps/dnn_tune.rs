@@ -113,7 +113,11 @@ fn tuning_the_batch_size_trains_each_branch_with_its_own() {
         },
     )
     .unwrap();
-    assert_eq!(tuned.outcome.stop, Stop::Target);
+    // Reaching the target is the first test's; here a re-tune that finds no setting still
+    // making the loss fall may end it first (CI saw `NoProgress` once, loaded). Not the
+    // budget: it trained.
+    let o = &tuned.outcome;
+    assert_ne!(o.stop, Stop::Budget, "{:?}", o.timeline);
     assert!(
         batches.iter().all(|b| [10.0, 40.0].contains(b)),
         "{batches:?}"
