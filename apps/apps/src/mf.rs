@@ -167,6 +167,33 @@ fn step(
     sgd_step(params, mean, l, r, rating, dl, dr)
 }
 
+/// The ratings cut for `workers` workers and `clocks` clocks an epoch, the rows each
+/// worker initialises, and the two factor tables, created: what a run and a tuning set up
+/// alike.
+#[allow(clippy::type_complexity)]
+fn layout_and_tables<'a>(
+    cluster: &mut Cluster,
+    train: &'a Ratings,
+    params: &MfConfig,
+    workers: usize,
+    clocks: usize,
+) -> Result<(RatingsLayout<'a>, Vec<(Vec<u32>, Vec<u32>)>, Tables), AppError> {
+    let layout = RatingsLayout::new(
+        &train.ratings,
+        params.partition,
+        (train.num_users, train.num_items),
+        workers,
+        clocks,
+    );
+    let owners = init_owners(train, &layout, workers);
+    let wd = width(params.rank);
+    let t = Tables {
+        users: cluster.create_table::<f32>("mf.L", wd)?,
+        items: cluster.create_table::<f32>("mf.R", wd)?,
+    };
+    Ok((layout, owners, t))
+}
+
 /// The rows each worker initialises: `(users, items)` per worker.
 fn init_owners(
     train: &Ratings,
@@ -326,21 +353,8 @@ pub fn run_in(
         clocks_per_iteration: clocks as u64,
         init_clocks: checkpoint::INIT_CLOCKS,
     };
-    let (setup, setup_s) = timed(|| -> Result<_, AppError> {
-        let layout = RatingsLayout::new(
-            &train.ratings,
-            params.partition,
-            (train.num_users, train.num_items),
-            workers,
-            clocks,
-        );
-        let owners = init_owners(train, &layout, workers);
-        let t = Tables {
-            users: cluster.create_table::<f32>("mf.L", wd)?,
-            items: cluster.create_table::<f32>("mf.R", wd)?,
-        };
-        Ok((layout, owners, t))
-    });
+    let (setup, setup_s) =
+        timed(|| layout_and_tables(cluster, train, params, workers, clocks));
     let (layout, owners, t) = setup?;
     report.setup_s = setup_s;
     // MF keeps nothing outside the tables across iterations (its scratch rows are

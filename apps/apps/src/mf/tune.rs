@@ -27,7 +27,7 @@ use iterstore_tune::{
     BranchId, Event, Measured, Options, Outcome, Setting, Space, Trainer, Tunable, Tuner,
 };
 
-use super::{init, init_owners, snapshot, step, Scratch, Step, Tables};
+use super::{init, layout_and_tables, snapshot, step, Scratch, Step};
 use crate::tuning::{live, measured, per_clock, Alive};
 use crate::{preprocess, AppConfig, AppError};
 
@@ -237,18 +237,7 @@ pub fn tune_in(
         .observe(on_event);
 
     let setup = Instant::now();
-    let layout = RatingsLayout::new(
-        &train.ratings,
-        params.partition,
-        (train.num_users, train.num_items),
-        workers,
-        per_epoch,
-    );
-    let owners = init_owners(train, &layout, workers);
-    let t = Tables {
-        users: cluster.create_table::<f32>("mf.L", wd)?,
-        items: cluster.create_table::<f32>("mf.R", wd)?,
-    };
+    let (layout, owners, t) = layout_and_tables(cluster, train, params, workers, per_epoch)?;
     let st = Step {
         t,
         params,
