@@ -353,8 +353,7 @@ pub fn run_in(
         clocks_per_iteration: clocks as u64,
         init_clocks: checkpoint::INIT_CLOCKS,
     };
-    let (setup, setup_s) =
-        timed(|| layout_and_tables(cluster, train, params, workers, clocks));
+    let (setup, setup_s) = timed(|| layout_and_tables(cluster, train, params, workers, clocks));
     let (layout, owners, t) = setup?;
     report.setup_s = setup_s;
     // MF keeps nothing outside the tables across iterations (its scratch rows are
