@@ -230,6 +230,7 @@ fn envelope(inp: &mut Input<'_>) -> Envelope {
         }),
         34 => shard(ToShard::Replicate {
             primary: inp.u32(),
+            run_start: inp.u64(),
             since: inp.u64(),
             clock: inp.u64(),
             tables: (0..inp.count()).map(|_| inp.meta()).collect(),

@@ -144,7 +144,7 @@ mod worker;
 mod world;
 
 // The core: what every embedding writes.
-pub use cluster::{BranchCounts, BranchInfo, BranchStates, Cluster};
+pub use cluster::{BranchCounts, BranchInfo, BranchStates, Cluster, Recovered, Recovery};
 pub use config::{
     Config, Mode, SlabStores, Specializations, MAX_SHARDS, MAX_WORKERS, MESSAGE_TIMEOUT,
 };

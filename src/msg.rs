@@ -394,6 +394,9 @@ pub enum ToShard {
     Replicate {
         /// The primary shard.
         primary: ShardId,
+        /// The start clock of the primary's run in progress: the backup's undo log keeps
+        /// the run's pre-images from there.
+        run_start: Clock,
         /// The primary's minimum clock at its previous `Replicate` (0 before its first):
         /// the backup must be there, or one was lost or reordered.
         since: Clock,

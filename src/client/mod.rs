@@ -605,7 +605,7 @@ pub(crate) fn spawn_comm(
     shared: Arc<ClientShared>,
     inbox: ClientInbox,
     pus: Option<Vec<u32>>,
-) -> std::io::Result<JoinHandle<()>> {
+) -> std::io::Result<JoinHandle<Option<()>>> {
     let name = format!("iterstore-client-{}", shared.process);
     crate::topology::bind::spawn_bound(name, pus, move || {
         ON_COMM_THREAD.with(|c| c.set(true));

@@ -21,6 +21,7 @@
 //! - `stats`: the report types ([`Stats`], [`SpecialMemory`], [`NumaReport`]) and the
 //!   calls that fill them;
 //! - `checkpointing`: checkpoint and resume, with [`Resumed`];
+//! - `recovery`: going on after a loss from the replicated shards, with [`Recovery`];
 //! - `metrics`: the Prometheus endpoint ([`Config::metrics_addr`]) and what it serves;
 //! - `shutdown`: coordinated shutdown, on drop too, and the shard and communication
 //!   threads.
@@ -32,6 +33,7 @@ mod checkpointing;
 mod diagnostics;
 mod functions;
 mod metrics;
+mod recovery;
 mod runs;
 mod set_rows;
 mod shutdown;
@@ -44,6 +46,7 @@ mod tables;
 pub use branches::{BranchCounts, BranchInfo, BranchStates};
 pub use checkpointing::Resumed;
 pub use functions::ServerFn;
+pub use recovery::{Recovered, Recovery};
 pub use stats::{NumaReport, SpecialMemory, Stats, TableUpdates};
 
 use crate::client::ClientShared;
@@ -98,6 +101,9 @@ pub struct Cluster {
     functions: Arc<crate::server::functions::Functions>,
     /// The branches of the training state: which is live, and the others.
     branches: branches::BranchBook,
+    /// Where this process keeps what it needs to go on after a loss, if anywhere
+    /// ([`Cluster::start_with`]).
+    recovery: Option<Recovery>,
 }
 
 /// Where a cluster's runs are. Every process counts the same runs, gathers and rounds.

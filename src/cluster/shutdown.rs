@@ -46,9 +46,12 @@ impl Cluster {
         // A process lost while this one waits for the others to leave ends the wait.
         let shared = &self.shared;
         let gave_up = || shared.has_failed();
-        let mut result = self
-            .threads
-            .stop(self.transport.as_ref(), rank, failed, &gave_up);
+        let (mut result, shards) =
+            self.threads
+                .stop(self.transport.as_ref(), rank, failed, &gave_up);
+        if failed {
+            self.keep_after_failure(shards);
+        }
         if let Err(e) = self.transport.close() {
             tracing::warn!("process {rank}: closing the network: {e}");
         }
@@ -101,8 +104,8 @@ impl Drop for Cluster {
 /// A process's shard threads, communication thread and metrics endpoint.
 #[derive(Default)]
 pub(super) struct Threads {
-    pub(super) shards: Vec<(u32, JoinHandle<()>, server::Staying)>,
-    pub(super) comm: Option<JoinHandle<()>>,
+    pub(super) shards: Vec<(u32, JoinHandle<Option<server::Shard>>, server::Staying)>,
+    pub(super) comm: Option<JoinHandle<Option<()>>>,
     /// The metrics endpoint, if any: stopped first, before the transport it reads closes.
     pub(super) metrics: Option<MetricsServer>,
     /// How long `stop` waits for the other processes to leave the shards.
@@ -140,14 +143,15 @@ impl Threads {
 
     /// Waits for the shard threads to be released by every process (at once if
     /// `now`, else within `shutdown_timeout` or until `give_up()`), then stops the
-    /// communication thread.
+    /// communication thread. Returns the outcome and the shards as their threads left
+    /// them.
     fn stop(
         &mut self,
         transport: &dyn Transport,
         rank: ProcessId,
         now: bool,
         give_up: &dyn Fn() -> bool,
-    ) -> Result<()> {
+    ) -> (Result<()>, Vec<server::Shard>) {
         if let Some(mut m) = self.metrics.take() {
             m.stop();
         }
@@ -165,6 +169,7 @@ impl Threads {
             std::thread::sleep(Duration::from_millis(2));
         }
         let now = now || give_up();
+        let mut kept = Vec::new();
         for (id, t, staying) in self.shards.drain(..) {
             if !t.is_finished() {
                 if !now && result.is_ok() {
@@ -181,9 +186,12 @@ impl Threads {
                 }
                 let _ = transport.stop_local(Endpoint::Shard(id));
             }
-            if let Err(payload) = t.join() {
-                let name = format!("server shard {id}");
-                result = result.and(Err(Error::failed(name, panic_message(payload.as_ref()))));
+            match t.join() {
+                Ok(shard) => kept.extend(shard),
+                Err(payload) => {
+                    let name = format!("server shard {id}");
+                    result = result.and(Err(Error::failed(name, panic_message(payload.as_ref()))));
+                }
             }
         }
         if let Some(t) = self.comm.take() {
@@ -193,6 +201,6 @@ impl Threads {
                 result = result.and(Err(Error::failed(name, panic_message(payload.as_ref()))));
             }
         }
-        result
+        (result, kept)
     }
 }

@@ -410,6 +410,7 @@ impl Cluster {
             diagnostics: Default::default(),
             functions,
             branches: Default::default(),
+            recovery: None,
         })
     }
 }

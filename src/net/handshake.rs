@@ -27,7 +27,7 @@ use super::seal::{FrameKeys, KeyInput};
 /// First bytes of every hello ("IterStore Net").
 pub(crate) const MAGIC: [u8; 4] = *b"ISNt";
 /// Version of the handshake and framing; both sides must agree.
-pub(crate) const PROTOCOL_VERSION: u32 = 12;
+pub(crate) const PROTOCOL_VERSION: u32 = 13;
 /// Size of a hello on the wire.
 pub(crate) const HELLO_LEN: usize = 4 + 4 + 8 + 4 + 32;
 /// Size of a proof (an HMAC-SHA256 tag) on the wire.

@@ -21,7 +21,7 @@ mod shard;
 
 pub(crate) use arena::RefreshRows;
 pub(crate) use local::LocalArena;
-pub(crate) use shard::Shard;
+pub(crate) use shard::{CopyAt, Shard};
 
 use shard::PartWrite;
 
@@ -156,6 +156,14 @@ impl ShardCell {
     fn lock(&self) -> std::sync::MutexGuard<'_, Driver> {
         lock(&self.driver)
     }
+
+    /// Takes the stopped shard out, leaving an empty one of the same id in its place
+    /// (nothing drives a stopped shard again).
+    fn take_shard(&self) -> Shard {
+        let mut d = self.lock();
+        let empty = Shard::new(d.shard.id(), d.shard.world());
+        std::mem::replace(&mut d.shard, empty)
+    }
 }
 
 /// Handles `msg` on `shard`, pushing its replies onto `out`, and carries out the IO it
@@ -218,7 +226,7 @@ pub(crate) fn spawn(
     inbox: ShardInbox,
     transport: Arc<dyn Transport>,
     pus: Option<Vec<u32>>,
-) -> std::io::Result<(JoinHandle<()>, Staying)> {
+) -> std::io::Result<(JoinHandle<Option<Shard>>, Staying)> {
     let name = format!("iterstore-shard-{}", shard.id());
     let (cell, attached) = attached_cell(shard, inbox, transport);
     let staying = cell.staying.clone();
@@ -226,7 +234,7 @@ pub(crate) fn spawn(
         // Read before draining: a kick while it drains is not missed.
         let seen = cell.kick.generation();
         if cell.drain(&mut cell.lock()) {
-            return;
+            return cell.take_shard();
         }
         if attached {
             cell.kick.wait(seen, KICK_SLICE);

@@ -199,23 +199,22 @@ impl MemBinder {
 }
 
 /// Spawns a thread named `name` that first binds itself to the processing units `pus`
-/// (when given) and then runs `body`. Returns once the binding has succeeded; a binding
-/// the kernel refuses is an error naming the thread and the CPUs, and the thread then
-/// ends without running `body`.
-pub(crate) fn spawn_bound(
+/// (when given) and then runs `body`; the thread ends with what `body` returns (`None`
+/// only when it did not run). Returns once the binding has succeeded; a binding the kernel
+/// refuses is an error naming the thread and the CPUs, and the thread then ends without
+/// running `body`.
+pub(crate) fn spawn_bound<T: Send + 'static>(
     name: String,
     pus: Option<Vec<u32>>,
-    body: impl FnOnce() + Send + 'static,
-) -> io::Result<std::thread::JoinHandle<()>> {
+    body: impl FnOnce() -> T + Send + 'static,
+) -> io::Result<std::thread::JoinHandle<Option<T>>> {
     let (tx, rx) = std::sync::mpsc::sync_channel::<io::Result<()>>(1);
     let thread = name.clone();
     let handle = std::thread::Builder::new().name(name).spawn(move || {
         let bound = pus.as_deref().map_or(Ok(()), bind_current_thread);
         let ok = bound.is_ok();
         let _ = tx.send(bound);
-        if ok {
-            body();
-        }
+        ok.then(body)
     })?;
     match rx.recv() {
         Ok(Ok(())) => Ok(handle),

@@ -178,8 +178,9 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<StatePart, String> {
 /// What a resumed run continues from.
 #[derive(Debug)]
 pub(crate) struct Restart {
-    /// The checkpoint's directory (`<dir>/ckpt-<clock>`).
-    pub(crate) dir: PathBuf,
+    /// Where it was kept: the checkpoint's directory (`<dir>/ckpt-<clock>`), or the
+    /// replicated shards.
+    pub(crate) from: String,
     /// Iterations the checkpoint holds: the run continues with iteration `done` (0-based).
     pub(crate) done: usize,
     /// Every worker's blob of the cluster that wrote the checkpoint, in global worker
@@ -191,7 +192,7 @@ impl Restart {
     /// What the run report says about it.
     pub(crate) fn report(&self) -> ResumeReport {
         ResumeReport {
-            checkpoint: self.dir.display().to_string(),
+            checkpoint: self.from.clone(),
             iteration: self.done,
         }
     }
@@ -211,7 +212,7 @@ impl Restart {
                 "{}: written by {} workers in all, this run has {total}; {app} keeps \
                  per-worker state partitioned by worker, so resume with {} workers in all \
                  (--workers times the processes)",
-                self.dir.display(),
+                self.from,
                 self.workers.len(),
                 self.workers.len()
             )));
@@ -221,7 +222,7 @@ impl Restart {
 
     /// An error about worker `w`'s state in this checkpoint.
     pub(crate) fn bad_state(&self, w: usize, why: impl std::fmt::Display) -> AppError {
-        AppError::Invalid(format!("{}: worker {w}'s state: {why}", self.dir.display()))
+        AppError::Invalid(format!("{}: worker {w}'s state: {why}", self.from))
     }
 }
 
@@ -278,14 +279,30 @@ pub(crate) struct RunId<'a> {
     pub(crate) init_clocks: u64,
 }
 
-/// With [`AppConfig::resume`], restores the tables from the newest complete checkpoint
-/// there (a collective: every process calls it alike, after creating the tables and
-/// before any run) and returns what the run continues from; without, `None`.
+/// With replicated shards, after a cluster of this process failed because another was
+/// lost: restores the tables and the workers' states from what the processes kept
+/// ([`Cluster::recover`]). Else with [`AppConfig::resume`], restores the tables from the
+/// newest complete checkpoint there. Either way a collective (every process calls it
+/// alike, after creating the tables and before any run) that returns what the run
+/// continues from; `None` when there is nothing to continue from.
 pub(crate) fn resume(
     cluster: &mut Cluster,
     cfg: &AppConfig,
     id: &RunId<'_>,
 ) -> Result<Option<Restart>, AppError> {
+    if let Some(recovered) = cluster.recover()? {
+        let clock = recovered.clock();
+        let parts = (recovered.states().iter().enumerate())
+            .map(|(rank, s)| {
+                (
+                    format!("process {rank}'s state kept by the replicas"),
+                    s.clone(),
+                )
+            })
+            .collect();
+        let from = format!("the replicated shards at clock {clock}");
+        return restart_from(from, clock, parts, cfg, id).map(Some);
+    }
     let Some(root) = &cfg.resume else {
         return Ok(None);
     };
@@ -294,14 +311,36 @@ pub(crate) fn resume(
     }
     let resumed = cluster.resume(root, id.app, ClusterRule::Any)?;
     let dir = resumed.dir().to_path_buf();
+    let parts = (0..resumed.processes())
+        .map(|rank| {
+            let file = dir.join(format!("process-{rank}.app"));
+            let state = resumed.app_state(rank)?.ok_or_else(|| {
+                AppError::Invalid(format!(
+                    "{}: missing: the checkpoint holds no app state for it",
+                    file.display()
+                ))
+            })?;
+            Ok((file.display().to_string(), state))
+        })
+        .collect::<Result<Vec<_>, AppError>>()?;
+    restart_from(dir.display().to_string(), resumed.clock(), parts, cfg, id).map(Some)
+}
+
+/// What the run continues from, out of every process's state part (`parts`: each with
+/// the name errors give it) at `clock`, kept by `from` (a checkpoint's directory, or the
+/// replicas): the parts checked against each other and this run.
+fn restart_from(
+    from: String,
+    clock: u64,
+    parts: Vec<(String, Vec<u8>)>,
+    cfg: &AppConfig,
+    id: &RunId<'_>,
+) -> Result<Restart, AppError> {
     let mut workers = Vec::new();
     let mut done = None;
-    for rank in 0..resumed.processes() {
-        let file = dir.join(format!("process-{rank}.app"));
-        let bad = |why: String| AppError::Invalid(format!("{}: {why}", file.display()));
-        let bytes = resumed
-            .app_state(rank)?
-            .ok_or_else(|| bad("missing: the checkpoint holds no app state for it".into()))?;
+    let processes = parts.len();
+    for (rank, (name, bytes)) in parts.into_iter().enumerate() {
+        let bad = |why: String| AppError::Invalid(format!("{name}: {why}"));
         let part = decode(&bytes).map_err(bad)?;
         if part.app != id.app {
             return Err(bad(format!(
@@ -327,7 +366,7 @@ pub(crate) fn resume(
             )));
         }
         workers.extend(part.workers);
-        if rank + 1 == resumed.processes() && part.total_workers != workers.len() as u64 {
+        if rank + 1 == processes && part.total_workers != workers.len() as u64 {
             return Err(bad(format!(
                 "says {} workers in all, the parts hold {}",
                 part.total_workers,
@@ -336,25 +375,25 @@ pub(crate) fn resume(
         }
     }
     let done = done.unwrap_or(0);
-    let clock = id.init_clocks + done * id.clocks_per_iteration;
-    if id.clocks_per_iteration > 0 && resumed.clock() != clock {
+    let want = id.init_clocks + done * id.clocks_per_iteration;
+    if id.clocks_per_iteration > 0 && clock != want {
         return Err(AppError::Invalid(format!(
-            "{}: clock {} does not follow iteration {done} ({} clocks each after {})",
-            dir.display(),
-            resumed.clock(),
-            id.clocks_per_iteration,
-            id.init_clocks
+            "{from}: clock {clock} does not follow iteration {done} ({} clocks each after {})",
+            id.clocks_per_iteration, id.init_clocks
         )));
     }
     let done = usize::try_from(done).unwrap_or(usize::MAX);
     if done > cfg.iterations {
         return Err(AppError::Invalid(format!(
-            "{}: holds {done} iterations, more than the {} asked for",
-            dir.display(),
+            "{from}: holds {done} iterations, more than the {} asked for",
             cfg.iterations
         )));
     }
-    Ok(Some(Restart { dir, done, workers }))
+    Ok(Restart {
+        from,
+        done,
+        workers,
+    })
 }
 
 /// Whether `root` holds a complete checkpoint to resume from, as every process of the
@@ -412,9 +451,11 @@ fn run_mismatch(found: &str, here: &str) -> String {
     "written by a run with other parameters".into()
 }
 
-/// After iteration `done` (1-based count), writes a checkpoint if the run asked for one
-/// now: the tables and this process's state part with `workers`' blobs (built only then).
-/// Returns the seconds it took, or `None` if none was due.
+/// After iteration `done` (1-based count): with replicated shards, keeps this process's
+/// state part with `workers`' blobs for a recovery ([`Cluster::keep_state`], every
+/// iteration); writes a checkpoint if the run asked for one now, the tables and the same
+/// state part. The blobs are built only when one of them is due. Returns the seconds the
+/// checkpoint took, or `None` if none was due.
 pub(crate) fn after_iteration(
     cluster: &mut Cluster,
     cfg: &AppConfig,
@@ -422,13 +463,14 @@ pub(crate) fn after_iteration(
     done: usize,
     workers: impl FnOnce() -> Vec<Vec<u8>>,
 ) -> Result<Option<f64>, AppError> {
-    let Some(ck) = &cfg.checkpoint else {
-        return Ok(None);
-    };
-    if !done.is_multiple_of(ck.every) {
+    let due = cfg
+        .checkpoint
+        .as_ref()
+        .filter(|ck| done.is_multiple_of(ck.every));
+    let keep = cfg.shard_replicas > 1;
+    if due.is_none() && !keep {
         return Ok(None);
     }
-    let start = Instant::now();
     let part = StatePart {
         app: id.app.into(),
         done: done as u64,
@@ -437,7 +479,15 @@ pub(crate) fn after_iteration(
         first_worker: (cluster.rank() * cfg.workers) as u64,
         workers: workers(),
     };
-    if let Err(source) = cluster.checkpoint_with(&ck.dir, id.app, &encode(&part)) {
+    let bytes = encode(&part);
+    if keep {
+        cluster.keep_state(&bytes)?;
+    }
+    let Some(ck) = due else {
+        return Ok(None);
+    };
+    let start = Instant::now();
+    if let Err(source) = cluster.checkpoint_with(&ck.dir, id.app, &bytes) {
         let dir = ck.dir.display();
         // Room is what a failed write may need; a cluster that failed needs none.
         let room = match source {

@@ -141,6 +141,10 @@ pub struct AppConfig {
     /// alone). More than one cannot [`resume`](Self::resume) yet: refused by
     /// [`validate`](Self::validate).
     pub shard_replicas: usize,
+    /// What this process keeps across the clusters it starts, to go on without a
+    /// checkpoint after another process is lost ([`iterstore::Recovery`]; with
+    /// `shard_replicas` above 1). Clones share it: one per process.
+    pub recovery: iterstore::Recovery,
 }
 
 impl Default for AppConfig {
@@ -165,6 +169,7 @@ impl Default for AppConfig {
             slab_stores: iterstore::SlabStores::Auto,
             metrics_addr: None,
             shard_replicas: 1,
+            recovery: iterstore::Recovery::new(),
         }
     }
 }
@@ -340,7 +345,7 @@ pub(crate) fn timed<R>(f: impl FnOnce() -> R) -> (R, f64) {
 
 /// Starts a cluster for `cfg` (already validated).
 pub(crate) fn start(cfg: &AppConfig) -> Result<Cluster, AppError> {
-    Ok(Cluster::start(cfg.store_config())?)
+    Ok(Cluster::start_with(cfg.store_config(), &cfg.recovery)?)
 }
 
 /// In [`Mode::Virtual`], runs `iteration` once as the virtual iteration, each worker on a

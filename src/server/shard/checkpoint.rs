@@ -144,6 +144,21 @@ impl Shard {
         keys
     }
 
+    /// Encodes every row and rule state this shard holds now as a rows part of clock
+    /// `clock` into `out` (what [`encode_part`](Self::encode_part) writes for a checkpoint
+    /// asked for at `clock`).
+    pub(super) fn encode_rows(&self, clock: Clock, out: &mut impl Write) -> io::Result<()> {
+        let write = PartWrite {
+            from: 0,
+            root: PathBuf::new(),
+            clock,
+            name: rows_part::part_name(self.id),
+            keys: self.part_keys(),
+            states: self.rules.keys(),
+        };
+        self.encode_part(&write, out)
+    }
+
     /// Encodes the part `write` names into `out`: its header, then each of its rows and
     /// rule states as this shard holds them (see [`rows_part`]). Bytes only: where they go
     /// is the caller's, and so is every error of `out`.

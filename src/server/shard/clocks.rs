@@ -132,7 +132,7 @@ impl Shard {
     }
 
     /// Applies the pending updates the new minimum clock makes visible (with backups,
-    /// keeping the pre-images of the last clock's: `undo`), hands them to the
+    /// keeping the pre-images of the run's clocks: `undo`), hands them to the
     /// backups, if any, then answers the reads that were waiting for it — once every
     /// backup has acked it (`replicas`).
     pub(super) fn advance(&mut self, advanced: Option<Clock>, out: &mut Vec<Envelope>) {
@@ -140,17 +140,15 @@ impl Shard {
         let later = self.pending.split_off(&min);
         let ready = std::mem::replace(&mut self.pending, later);
         let capturing = self.replicas.has_backups();
-        // The undo log keeps the last clock applied (with backups: `undo`).
-        self.start_undo(min - 1);
+        // The undo log keeps the run's pre-images (with backups: `undo`).
+        self.start_undo();
         for (clock, mut batches) in ready {
             batches.sort_by_key(|(worker, _, _)| *worker);
             let mut touched = Vec::new();
             for (_, batch, slab) in batches {
                 if capturing {
                     let keys = self.applied_keys(&batch, slab.as_ref());
-                    if clock + 1 == min {
-                        self.record_pre_images(&keys);
-                    }
+                    self.record_pre_images(&keys);
                     touched.extend(keys);
                 }
                 self.apply(batch, slab, min, out);

@@ -5,7 +5,9 @@
 //! ([`ToClient::Migrated`]).
 //!
 //! Only between runs, before any plan: rows in the arena or updates not yet visible could
-//! not follow. It knows the placement, the generic rows and their rule states; not clocks'
+//! not follow. A replicated shard takes part but refuses to move a row (its backups
+//! would not follow): after a recovery the rows are already where the new placement
+//! puts them. It knows the placement, the generic rows and their rule states; not clocks'
 //! meaning, plans' layouts or checkpoints.
 
 use super::Shard;
@@ -69,6 +71,18 @@ impl Shard {
             .filter(|&k| placement.shard_of(k) != self.id)
             .collect();
         leaving.sort_unstable();
+        let states_leaving =
+            (self.rules.keys().into_iter()).any(|k| placement.shard_of(k) != self.id);
+        if (!leaving.is_empty() || states_leaving) && self.replicated() {
+            return self.reject_all(
+                format!(
+                    "a migration that moves rows off shard {}, which is replicated \
+                     (shard_replicas): its backups would not follow",
+                    self.id
+                ),
+                out,
+            );
+        }
         let mut to: Vec<Vec<(RowKey, AlignedBuf)>> = vec![Vec::new(); total];
         for key in leaving {
             if let Some((key, value)) = self.rows.remove(&key) {
@@ -115,6 +129,16 @@ impl Shard {
         });
         if std::mem::replace(&mut state.adopted_from[from as usize], true) {
             return self.reject_all(format!("rows adopted twice from shard {from}"), out);
+        }
+        if (!rows.is_empty() || !states.is_empty()) && self.replicated() {
+            return self.reject_all(
+                format!(
+                    "rows moved onto shard {}, which is replicated (shard_replicas): its \
+                     backups would not follow",
+                    self.id
+                ),
+                out,
+            );
         }
         let valid = self.validate_as("adoption", &rows);
         if let Err(reason) = valid.and_then(|()| self.validate_states(&states)) {

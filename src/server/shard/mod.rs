@@ -53,10 +53,10 @@
 //! - `replicas`: a primary's backups on other processes, kept in step clock by clock,
 //!   and the backups it keeps of others' shards (`docs/replication.md`);
 //! - `promotion`: a kept backup turned into a primary (not wired to the cluster yet);
-//! - `undo`: a replicated shard's pre-images of its newest clock, and the rollback that
-//!   puts them back (not wired either);
-//! - `rollback`: the clock the survivors of a loss roll back to, from every going-on
-//!   copy's minimum clock (a pure function, not wired either).
+//! - `undo`: a replicated shard's pre-images of its run's clocks, and the rollback that
+//!   puts them back;
+//! - `salvage`: the copies a shard holds after its cluster failed, and their rows at the
+//!   clock the next cluster goes on from;
 //!
 //! This module holds the state and dispatches messages to those files; it knows nothing
 //! of threads, transports, files or the cluster that drives it.
@@ -70,10 +70,10 @@ mod outer;
 mod promotion;
 mod replicas;
 mod restore;
-mod rollback;
 mod rows;
 mod rules;
 mod runs;
+mod salvage;
 mod set;
 mod tables;
 mod undo;
@@ -82,6 +82,7 @@ mod undo;
 pub(super) mod tests;
 
 pub(crate) use checkpoint::PartWrite;
+pub(crate) use salvage::CopyAt;
 
 use self::branches::Branches;
 use self::migration::Migration;
@@ -255,6 +256,11 @@ impl Shard {
         self.id
     }
 
+    /// The cluster it is a shard of.
+    pub(crate) fn world(&self) -> World {
+        self.world
+    }
+
     /// Whether every process has left: nobody will send to this shard again.
     pub(crate) fn released(&self) -> bool {
         self.left.iter().all(|&l| l)
@@ -342,7 +348,6 @@ impl Shard {
             ToShard::Checkpoint { from, root, clock } => {
                 return self.checkpoint(from, root, clock, out)
             }
-            ToShard::Restore { from, .. } if self.refuse_replicated(from, "a resume", out) => {}
             ToShard::Restore {
                 from,
                 clock,
@@ -354,7 +359,6 @@ impl Shard {
             ToShard::SetRows { from, rows, last } => self.set_rows(from, rows, last, out),
             ToShard::SetRule { table, rule, .. } => self.set_rule(table, rule, out),
             ToShard::Migrate { from, .. } if self.refuse_during_set(from, "a migration", out) => {}
-            ToShard::Migrate { from, .. } if self.refuse_replicated(from, "a migration", out) => {}
             ToShard::Migrate { from, .. } if self.refuse_migration_with_branches(from, out) => {}
             ToShard::Migrate { from, overrides } => self.migrate(from, overrides, out),
             ToShard::Adopt {
@@ -391,11 +395,12 @@ impl Shard {
             ToShard::Branch { from, clock, op } => self.branch(from, clock, op, out),
             ToShard::Replicate {
                 primary,
+                run_start,
                 since,
                 clock,
                 tables,
                 clocks,
-            } => self.replicate_in((primary, since, clock), tables, clocks, out),
+            } => self.replicate_in((primary, run_start, since, clock), tables, clocks, out),
             ToShard::ReplicaAck {
                 backup,
                 primary,

@@ -153,6 +153,7 @@ impl Shard {
             };
             let msg = ToShard::Replicate {
                 primary: self.id,
+                run_start: self.undo_run_start(),
                 since: self.replicas.sent,
                 clock: min,
                 tables,
@@ -161,6 +162,25 @@ impl Shard {
             out.push(Envelope::Shard(backup, msg));
         }
         self.replicas.sent = min;
+    }
+
+    /// After a restore at `clock`: sends every backup every row and rule state as the
+    /// post-images of clock `clock - 1` (the clocks below `clock` applied), so that they
+    /// hold what the primary restored before the run that follows. Nothing without
+    /// backups.
+    pub(super) fn replicate_restored(&mut self, clock: Clock, out: &mut Vec<Envelope>) {
+        let Some(before) = clock.checked_sub(1) else {
+            return;
+        };
+        if !self.replicas.has_backups() {
+            return;
+        }
+        let mut keys: Vec<RowKey> = self.rows.iter().map(|e| *e.key()).collect();
+        keys.extend(self.arena.rows().map(|(k, _)| k));
+        keys.extend(self.rules.keys());
+        let post = self.post_images(before, keys);
+        self.capture(post);
+        self.replicate(clock, out);
     }
 
     /// Announces the visible clock if it advanced, and answers what waited for it.
@@ -224,7 +244,7 @@ impl Shard {
     /// cluster.
     pub(super) fn replicate_in(
         &mut self,
-        (primary, since, clock): (ShardId, Clock, Clock),
+        (primary, run_start, since, clock): (ShardId, Clock, Clock, Clock),
         tables: Vec<TableMeta>,
         clocks: Vec<ReplicatedClock>,
         out: &mut Vec<Envelope>,
@@ -236,7 +256,7 @@ impl Shard {
                 out,
             );
         };
-        match backup.apply_replica((since, clock), tables, clocks) {
+        match backup.apply_replica((run_start, since, clock), tables, clocks) {
             Ok(()) => out.push(Envelope::Shard(
                 primary,
                 ToShard::ReplicaAck {
@@ -253,12 +273,13 @@ impl Shard {
     }
 
     /// As a backup: applies what the primary applied as its minimum clock advanced from
-    /// `since` (where this backup must be) to `clock` — its new tables first, then each
-    /// clock's post-images in order, copied over its rows and rule states (the last
-    /// clock's replaced values kept in the undo log).
+    /// `since` (where this backup must be) to `clock`, in its run that began at clock
+    /// `run_start` — its new tables first, then each clock's post-images in order, copied
+    /// over its rows and rule states (the values they replaced kept in the run's undo
+    /// log).
     fn apply_replica(
         &mut self,
-        (since, clock): (Clock, Clock),
+        (run_start, since, clock): (Clock, Clock, Clock),
         tables: Vec<TableMeta>,
         clocks: Vec<ReplicatedClock>,
     ) -> Result<(), String> {
@@ -287,11 +308,11 @@ impl Shard {
             self.validate_as("replica", &c.rows)?;
             self.validate_states(&c.states)?;
         }
-        if let Some(newest) = clock.checked_sub(1) {
-            self.start_undo(newest);
-        }
+        self.undo_run_starts(run_start);
+        self.start_undo();
         for c in clocks {
-            if c.clock + 1 == clock {
+            // A restore's rows come as the clock before the run (not the run's to undo).
+            if c.clock >= run_start {
                 let keys: Vec<RowKey> = (c.rows.iter().map(|(k, _)| *k))
                     .chain(c.states.iter().map(|(k, _)| *k))
                     .collect();
@@ -315,6 +336,11 @@ impl Shard {
         Ok(())
     }
 
+    /// Whether this shard has backups or keeps some.
+    pub(super) fn replicated(&self) -> bool {
+        self.replicas.has_backups() || !self.replicas.held.is_empty()
+    }
+
     /// Whether `what`, asked by `from`, is refused because this shard has backups or keeps
     /// some: it would change rows outside a clock, which no backup would see (refused by
     /// the cluster first; this is the shard's own guard).
@@ -324,7 +350,7 @@ impl Shard {
         what: &str,
         out: &mut Vec<Envelope>,
     ) -> bool {
-        if !self.replicas.has_backups() && self.replicas.held.is_empty() {
+        if !self.replicated() {
             return false;
         }
         let reason = format!(
@@ -333,6 +359,11 @@ impl Shard {
         );
         self.reject(from, reason, out);
         true
+    }
+
+    /// Every backup this shard keeps, by primary.
+    pub(super) fn held_backups(&self) -> impl Iterator<Item = &Shard> {
+        self.replicas.held.values()
     }
 
     /// The backup this shard keeps of shard `primary`, if it keeps one.

@@ -5,7 +5,10 @@
 //! ([`ToClient::Restored`]).
 //!
 //! Only before any run, plan or migration: the shard must hold nothing yet. The rows and
-//! states arrive as messages; it knows nothing of files or how they were read.
+//! states arrive as messages; it knows nothing of files or how they were read. A shard
+//! with backups (a recovery from the replicas, `crate::cluster`'s) hands them every row
+//! it restored as one replicated clock just before the restore's, which they copy and keep
+//! out of their undo log (it precedes the run they go on with).
 
 use super::{Lasts, Shard};
 use crate::buf::AlignedBuf;
@@ -93,7 +96,7 @@ impl Shard {
     }
 
     /// Once every process has sent its last rows: every worker starts at the checkpoint's
-    /// clock, and every process is told.
+    /// clock, the backups (if any) are sent every row, and every process is told.
     fn check_restored(&mut self, out: &mut Vec<Envelope>) {
         let Some(state) = self.restore.as_ref().filter(|r| r.done.all()) else {
             return;
@@ -104,6 +107,8 @@ impl Shard {
         if let Err(e) = self.clocks.resume_all(clock) {
             return self.reject_all(format!("a resume at clock {clock}: {e}"), out);
         }
+        self.undo_run_starts(clock);
+        self.replicate_restored(clock, out);
         for p in self.staying() {
             out.push(Envelope::Client(p, ToClient::Restored { shard: self.id }));
         }

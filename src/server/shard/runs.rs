@@ -113,6 +113,7 @@ impl Shard {
         if let Err(e) = self.clocks.resume_all(start) {
             return self.reject_all(format!("run {all} cannot end: {e}"), out);
         }
+        self.undo_run_starts(start);
         for p in staying {
             out.push(Envelope::Client(
                 p,

@@ -1,18 +1,23 @@
-//! The one-clock undo log (`docs/replication.md`, "Promotion on a loss", step 3): while a
-//! replicated shard — a primary with backups, or a backup — applies a clock, it keeps the
-//! **pre-image** of every row (generic or arena, with the arena's changed stamp) and
-//! every rule state that clock changes, until the next clock applies; [`Shard::roll_back`]
-//! puts them back, so the shard holds exactly its state at the clock before. Pre-images,
-//! never inverse deltas: a float sum does not subtract back bit for bit, and a rule's
-//! step has no inverse at all.
+//! The run's undo log (`docs/replication.md`, "Recovery from the replicas"): while a
+//! replicated shard — a primary with backups, or a backup — applies the clocks of a run,
+//! it keeps the **pre-image** of every row (generic or arena, with the arena's changed
+//! stamp) and every rule state they change, as it was when the run began (the first
+//! pre-image of each row; later clocks of the run add only rows not kept yet), until the
+//! first clock of the next run applies; [`Shard::roll_back`] puts them back, so the shard
+//! holds exactly its state at the run's start clock. Pre-images, never inverse deltas: a
+//! float sum does not subtract back bit for bit, and a rule's step has no inverse at all.
+//!
+//! A run's start is where the survivors of a loss go on from: an app's iteration is a run,
+//! and an app can go on from the start of an iteration, not from the middle of one. So a
+//! copy can give its state at two clocks: where it is, and where its run began.
 //!
 //! A shard of one copy (R = 1) records nothing and pays nothing: no loss it could roll
-//! back for is survived without backups.
+//! back for is survived without backups. Each row is kept once a run, whatever the clocks
+//! in it (a row changed by every clock of the run costs one copy, not one a clock).
 //!
 //! It knows what a clock's application changes (the rows `advance` is about to add or a
 //! backup's `apply_replica` to copy over, and their rule states) and how to put it back; not
-//! when a rollback is due (the agreed clock, not built) nor how rows are added (`rows`,
-//! `rules`).
+//! when a rollback is due (`recovery`) nor how rows are added (`rows`, `rules`).
 
 use super::Shard;
 use crate::buf::AlignedBuf;
@@ -32,15 +37,18 @@ struct PreImage {
     rule: Option<RuleState>,
 }
 
-/// The pre-images of the newest applied clock (see the module docs).
+/// The pre-images of the run's applied clocks (see the module docs).
 #[derive(Debug, Default)]
 pub(super) struct UndoLog {
     /// Whether this shard is a backup (a primary records while it has backups).
     backup: bool,
-    /// The minimum clock the pre-images restore: the newest applied clock, whose changes
-    /// they undo. `None`: nothing to undo.
+    /// The start clock of the run in progress (a primary's from its run barrier, a
+    /// backup's from its primary's `Replicate`).
+    run_start: Clock,
+    /// The minimum clock the pre-images restore: the start of the run whose clocks they
+    /// undo. `None`: nothing to undo.
     to: Option<Clock>,
-    /// Each row the clock changed, by key: its first pre-image.
+    /// Each row the run's clocks changed, by key: its first pre-image.
     rows: FxHashMap<RowKey, PreImage>,
 }
 
@@ -59,11 +67,18 @@ impl UndoLog {
         self.to.is_none() && self.rows.is_empty()
     }
 
-    /// Forgets the previous clock's pre-images: clock `clock` is about to be applied
-    /// (its changes are recorded next), leaving the shard at minimum clock `clock + 1`.
-    fn start(&mut self, clock: Clock) {
-        self.rows.clear();
-        self.to = Some(clock);
+    /// A clock of the run in progress is about to be applied (its changes are recorded
+    /// next): the first of the run forgets the previous run's pre-images.
+    fn start(&mut self) {
+        if self.to != Some(self.run_start) {
+            self.rows.clear();
+            self.to = Some(self.run_start);
+        }
+    }
+
+    /// The minimum clock the log restores, if it holds a run's pre-images.
+    pub(super) fn base(&self) -> Option<Clock> {
+        self.to
     }
 }
 
@@ -73,11 +88,22 @@ impl Shard {
         self.undo.backup || self.replicas.has_backups()
     }
 
-    /// Starts the undo log of clock `clock`, the last the minimum clock's advance applies
-    /// (a shard that does not record keeps none).
-    pub(super) fn start_undo(&mut self, clock: Clock) {
+    /// The start clock of the run in progress, as this shard's log knows it.
+    pub(super) fn undo_run_start(&self) -> Clock {
+        self.undo.run_start
+    }
+
+    /// A run starting at clock `start` is under way: its first applied clock starts a
+    /// new log.
+    pub(super) fn undo_run_starts(&mut self, start: Clock) {
+        self.undo.run_start = start;
+    }
+
+    /// Clocks of the run in progress are about to be applied: the log keeps their
+    /// pre-images, from the run's start (a shard that does not record keeps none).
+    pub(super) fn start_undo(&mut self) {
         if self.recording() {
-            self.undo.start(clock);
+            self.undo.start();
         }
     }
 
@@ -109,43 +135,44 @@ impl Shard {
         }
     }
 
-    /// Rolls this shard back to minimum clock `to`, where every surviving copy of every
-    /// shard resumes after a loss: at `to + 1` its newest clock's changes are undone from
-    /// the log, at `to` nothing is; either way every pending update of a clock `to` or
-    /// later is discarded (its workers send it again), workers' clocks go back to `to`,
-    /// reads waiting past it are dropped (their workers drop their caches and read
-    /// again), and every process's next arena refresh is whole. A primary's backups are
-    /// taken to have rolled back too (their acks and the replication go on from `to`).
-    /// `Err` naming why, changing nothing, for anything further back (one clock at most,
-    /// and once: a second rollback is refused) or ahead.
+    /// Rolls this shard back to minimum clock `to`, where every copy of every shard goes
+    /// on from after a loss: at the start of its run, every change of the run's clocks is
+    /// undone from the log; where it is, nothing is. Either way every pending update of a
+    /// clock `to` or later is discarded (its workers send it again), workers' clocks go
+    /// back to `to`, reads waiting past it are dropped (their workers drop their caches and
+    /// read again), and every process's next arena refresh is whole. A primary's backups
+    /// are taken to have rolled back too (their acks and the replication go on from `to`).
+    /// `Err` naming why, changing nothing, for any other clock (and a second rollback to
+    /// an older one: a rollback uses the log up).
     pub(crate) fn roll_back(&mut self, to: Clock) -> Result<(), String> {
-        let at = match self.undo.backup {
-            true => self.applied_clock(),
-            false => self.clocks.min_clock(),
-        };
+        let at = self.copy_clock();
         let id = self.id;
         let role = if self.undo.backup {
             "backup of shard"
         } else {
             "shard"
         };
-        if at.checked_sub(1) == Some(to) {
-            if self.undo.to != Some(to) {
-                return Err(format!(
-                    "{role} {id} at minimum clock {at} cannot roll back to {to}: it holds no \
-                     undo log of clock {to} (it records one only with backups, and a \
-                     rollback uses it up)"
-                ));
+        if to != at {
+            match self.undo.to {
+                Some(base) if base == to && to < at => self.undo_run(),
+                Some(base) => {
+                    return Err(format!(
+                        "{role} {id} at minimum clock {at} cannot roll back to {to}: only to \
+                         its run's start, clock {base}, or where it is"
+                    ))
+                }
+                None => {
+                    return Err(format!(
+                        "{role} {id} at minimum clock {at} cannot roll back to {to}: it holds \
+                         no undo log (it records one only with backups, and a rollback uses \
+                         it up)"
+                    ))
+                }
             }
-            self.undo_newest_clock();
-        } else if at != to {
-            return Err(format!(
-                "{role} {id} at minimum clock {at} cannot roll back to {to}: only its \
-                 newest clock can be undone"
-            ));
         }
         self.undo = UndoLog {
             backup: self.undo.backup,
+            run_start: to,
             ..UndoLog::default()
         };
         self.pending.retain(|&c, _| c < to);
@@ -177,10 +204,19 @@ impl Shard {
         }
     }
 
+    /// The minimum clock this copy is at: a primary's own, a backup's the one it applied
+    /// up to.
+    pub(crate) fn copy_clock(&self) -> Clock {
+        match self.undo.backup {
+            true => self.applied_clock(),
+            false => self.clocks.min_clock(),
+        }
+    }
+
     /// Puts back every pre-image of the log: each row where it lives now (in the arena
     /// with its old stamp, or in the generic map; a row that did not exist goes, or
     /// becomes zeros in the arena) and its rule state (one that did not exist goes).
-    fn undo_newest_clock(&mut self) {
+    fn undo_run(&mut self) {
         let to = self.undo.to.unwrap_or_default();
         for (key, pre) in std::mem::take(&mut self.undo.rows) {
             let stamp = pre.changed.unwrap_or(to);

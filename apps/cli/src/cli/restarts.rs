@@ -9,7 +9,10 @@
 //! membership. The new cluster forms only once every process has rejoined — the launcher
 //! (`--processes`) starts a lost child again, by hand or under Slurm an operator does,
 //! within `--connect-timeout` — and then continues from the newest complete checkpoint in
-//! `--checkpoint-dir` (the processes agree on which; from the beginning if there is none).
+//! `--checkpoint-dir` (the processes agree on which; from the beginning if there is none),
+//! or with `--shard-replicas` above 1 from the end of the last iteration the replicated
+//! shards kept, which the survivors hold in memory (`iterstore::Recovery`; no checkpoint
+//! is read, and the lost process is given its share).
 //! Any other error (configuration, disagreement, data, a failed checkpoint write) ends the
 //! run at once, as does a loss after N restarts, with an error saying they were exhausted.
 //!
@@ -51,6 +54,9 @@ pub(crate) struct Restarts {
     allowed: u32,
     /// The checkpoint directory the cluster continues from (`--checkpoint-dir`).
     dir: Option<PathBuf>,
+    /// Whether the shards are replicated (`--shard-replicas` above 1): the cluster then
+    /// continues from what the processes kept, not from a checkpoint.
+    replicated: bool,
     /// This process's rank, for the log.
     rank: usize,
     /// The restarts done, in order.
@@ -64,6 +70,7 @@ impl Restarts {
         Restarts {
             allowed,
             dir: cfg.checkpoint.as_ref().map(|c| c.dir.clone()),
+            replicated: cfg.shard_replicas > 1,
             rank: cfg.rank(),
             done: Vec::new(),
         }
@@ -111,6 +118,11 @@ impl Restarts {
         std::thread::sleep(wait);
         let resumed_from_clock = self.newest_clock();
         match (&self.dir, resumed_from_clock) {
+            _ if self.replicated => tracing::warn!(
+                "restart {k} of {}: rejoining the cluster; it continues from the last \
+                 iteration its replicated shards kept (no checkpoint is read)",
+                self.allowed
+            ),
             (Some(dir), Some(clock)) => tracing::warn!(
                 "restart {k} of {}: rejoining the cluster; it continues from checkpoint clock \
                  {clock} in {}",

@@ -131,6 +131,7 @@ pub(crate) fn app_config(
         slab_stores: run.slab_stores,
         metrics_addr: cluster.metrics_addr,
         shard_replicas: cluster.shard_replicas,
+        recovery: iterstore::Recovery::new(),
     };
     restartable(&mut cfg, cluster.restarts)?;
     if cfg.membership.is_none() {

@@ -125,6 +125,9 @@ enum Checkpoints {
     NoneYet,
     /// No checkpoint directory.
     NoDir,
+    /// No checkpoint directory, two copies of every shard (`--shard-replicas 2`): the
+    /// cluster goes on from the replicas.
+    Replicas,
 }
 
 /// The launcher with `--restarts 1` and `checkpoints`: rank 2 killed once there is a
@@ -139,8 +142,12 @@ fn a_killed_child_is_restarted(app: &'static str, checkpoints: Checkpoints) {
     let every = match checkpoints {
         Checkpoints::Every(every) => Some(every),
         Checkpoints::NoneYet => Some("100000"),
-        Checkpoints::NoDir => None,
+        Checkpoints::NoDir | Checkpoints::Replicas => None,
     };
+    let replicated = matches!(checkpoints, Checkpoints::Replicas);
+    if replicated {
+        extra.extend(["--shard-replicas", "2"]);
+    }
     if let Some(every) = every {
         extra.extend(["--checkpoint-dir", ck.to_str().unwrap()]);
         extra.extend(["--checkpoint-every", every]);
@@ -181,6 +188,19 @@ fn a_killed_child_is_restarted(app: &'static str, checkpoints: Checkpoints) {
     if checkpointed {
         assert!(restarts[0]["resumed_from_clock"].as_u64().is_some());
         assert!(report["resumed"]["checkpoint"].is_string(), "{report:#}");
+    } else if replicated {
+        // Past iteration 3, from the replicas (no checkpoint was read or written).
+        let from = report["resumed"]["checkpoint"].as_str().unwrap_or_default();
+        assert!(
+            from.starts_with("the replicated shards at clock"),
+            "{report:#}"
+        );
+        assert!(
+            report["resumed"]["iteration"].as_u64() >= Some(3),
+            "{report:#}"
+        );
+        assert!(stderr.contains("from the replicated shards"), "{stderr}");
+        assert!(!ck.exists());
     } else {
         assert!(restarts[0]["resumed_from_clock"].is_null());
         assert!(report["resumed"].is_null(), "{report:#}");
@@ -200,6 +220,16 @@ fn mf_survives_a_killed_process_with_the_same_output() {
 #[test]
 fn lda_survives_a_killed_process_with_the_same_output() {
     a_killed_child_is_restarted("lda", Checkpoints::Every("15"));
+}
+
+#[test]
+fn pagerank_with_replicated_shards_goes_on_from_the_replicas_with_the_same_output() {
+    a_killed_child_is_restarted("pagerank", Checkpoints::Replicas);
+}
+
+#[test]
+fn mf_with_replicated_shards_goes_on_from_the_replicas_with_the_same_output() {
+    a_killed_child_is_restarted("mf", Checkpoints::Replicas);
 }
 
 #[test]

@@ -15,7 +15,6 @@ mod planned_rules;
 mod promotion;
 mod replicas;
 mod restore;
-mod rollback;
 mod rows;
 mod rule_state;
 mod rules;

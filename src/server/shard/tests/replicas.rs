@@ -14,8 +14,8 @@ use std::collections::VecDeque;
 /// rows left out: a read makes a zero row, which is no update), rule states and clock.
 #[derive(Debug, Clone, PartialEq)]
 pub(super) struct State {
-    rows: BTreeMap<RowKey, Vec<u8>>,
-    rules: Vec<(RowKey, u64, Vec<u8>)>,
+    pub(super) rows: BTreeMap<RowKey, Vec<u8>>,
+    pub(super) rules: Vec<(RowKey, u64, Vec<u8>)>,
     clock: Clock,
 }
 
@@ -298,6 +298,7 @@ fn a_replicated_shard_refuses_what_its_backups_would_not_see() {
     let mut out = Vec::new();
     let stray = ToShard::Replicate {
         primary: 1,
+        run_start: 0,
         since: 0,
         clock: 1,
         tables: Vec::new(),

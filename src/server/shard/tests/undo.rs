@@ -1,11 +1,11 @@
-//! The one-clock undo log (`docs/replication.md`, "Promotion on a loss", step 3): a
-//! primary with a backup, and the backup its keeper holds, rolled back from minimum clock
-//! `c + 1` to `c` hold bit for bit what a shard that only ever applied up to `c` holds —
-//! generic rows, arena rows, rule states, workers' clocks, pending updates — in every
+//! The run's undo log (`docs/replication.md`, "Recovery from the replicas"): a primary
+//! with a backup, and the backup its keeper holds, rolled back to the start of their run
+//! hold bit for bit what a shard that applied none of the run's clocks holds — generic
+//! rows, arena rows, rule states, workers' clocks, pending updates — in every
 //! interleaving of two processes' clocks (Adam rows planned and not, whole and sparse
-//! slabs, sums), and go on from there as if nothing had happened; a minimum clock that
-//! jumps two clocks keeps the last one's; anything further back is refused, and a shard
-//! without backups records nothing.
+//! slabs, sums), and go on from there as if nothing had happened; a run barrier starts the
+//! log again; a minimum clock that jumps keeps every clock's; any other clock is refused,
+//! and a shard without backups records nothing.
 
 use super::replicas::{rule_script, state, State};
 use super::*;
@@ -147,50 +147,53 @@ fn orders(c: Clock) -> Vec<Vec<u32>> {
     interleavings(&vec![0; n0], &vec![1; through(c + 1)])
 }
 
+/// Whether `msg` is a worker's clock (what a shard that applied none of the run skips).
+fn is_clock(msg: &ToShard) -> bool {
+    matches!(msg, ToShard::Clock { .. })
+}
+
 #[test]
-fn rolled_back_a_clock_a_shard_and_its_backup_equal_one_that_never_applied_it() {
+fn rolled_back_to_its_runs_start_a_shard_and_its_backup_equal_one_that_applied_none_of_it() {
     let mut checked = 0;
     for c in 1..=3 {
         for order in orders(c) {
             let mut copies = Copies::new();
             let mut reference = alone();
             let mut scripts = [full(0), full(1)].map(Vec::into_iter);
-            let mut taken = [0, 0];
             for &p in &order {
                 let msg = scripts[p as usize].next().expect("a message left");
-                // The reference takes nothing past clock `c`.
-                if taken[p as usize] < through(c) {
+                // The reference takes none of the run's clocks.
+                if !is_clock(&msg) {
                     reference.step(msg.clone(), &mut Vec::new());
                 }
-                taken[p as usize] += 1;
                 copies.send(msg);
             }
             assert_eq!(copies.primary.clocks.min_clock(), c + 1, "{order:?}");
             assert_eq!(copies.backup().applied_clock(), c + 1, "{order:?}");
             let before = exact(&copies.primary);
-            assert_ne!(
-                before.arena,
-                exact(&reference).arena,
-                "clock {c} changed the arena"
-            );
 
-            copies.primary.roll_back(c).expect("one clock back");
+            copies
+                .primary
+                .roll_back(0)
+                .expect("back to the run's start");
             copies
                 .keeper
-                .roll_back_backup(0, c)
-                .expect("one clock back");
+                .roll_back_backup(0, 0)
+                .expect("back to the run's start");
             assert_eq!(
                 exact(&copies.primary),
                 exact(&reference),
                 "c {c}, {order:?}"
             );
-            let want = state(&reference, c);
+            let want = state(&reference, 0);
             assert_eq!(backup_state(copies.backup()), want, "c {c}, {order:?}");
 
-            // The workers send clock c again (and process 0 the next): the same bits.
+            // The workers send the run's clocks again: the same bits.
             for p in 0..2u32 {
-                let next = full(p).into_iter().skip(through(c));
-                for msg in next.take(if p == 0 { 2 } else { 1 }) {
+                let again = full(p)
+                    .into_iter()
+                    .take(order.iter().filter(|&&q| q == p).count());
+                for msg in again.filter(is_clock) {
                     copies.send(msg);
                 }
             }
@@ -208,6 +211,54 @@ fn rolled_back_a_clock_a_shard_and_its_backup_equal_one_that_never_applied_it() 
     assert!(checked > 100, "{checked}");
 }
 
+#[test]
+fn a_run_barrier_starts_the_log_again_at_the_next_runs_start() {
+    let (mut copies, mut reference) = (Copies::new(), alone());
+    let [first, second] = [full(0), full(1)];
+    let cut = through(2);
+    for msg in first[..cut]
+        .iter()
+        .zip(&second[..cut])
+        .flat_map(|(a, b)| [a, b])
+    {
+        reference.step(msg.clone(), &mut Vec::new());
+        copies.send(msg.clone());
+    }
+    for from in 0..2 {
+        let end = ToShard::RunEnd { from, run: 1 };
+        reference.step(end.clone(), &mut Vec::new());
+        copies.send(end);
+    }
+    let start = copies.primary.clocks.min_clock();
+    assert_eq!(start, 2);
+    for msg in first[cut..]
+        .iter()
+        .zip(&second[cut..])
+        .flat_map(|(a, b)| [a, b])
+    {
+        copies.send(msg.clone());
+    }
+    assert_eq!(copies.primary.clocks.min_clock(), 4);
+    for to in [0, 1, 3] {
+        let e = copies.primary.roll_back(to).unwrap_err();
+        assert!(e.contains("only to its run's start, clock 2"), "{to}: {e}");
+    }
+    copies
+        .primary
+        .roll_back(start)
+        .expect("back to run 2's start");
+    copies
+        .keeper
+        .roll_back_backup(0, start)
+        .expect("back to run 2's start");
+    let (got, want) = (exact(&copies.primary), exact(&reference));
+    assert_eq!(
+        (&got.generic, &got.arena, &got.rules, &got.clocks),
+        (&want.generic, &want.arena, &want.rules, &want.clocks)
+    );
+    assert_eq!(backup_state(copies.backup()), state(&reference, start));
+}
+
 /// Both processes' scripts through clock 4, in one order.
 fn at_clock_4() -> (Copies, Shard) {
     let (mut copies, mut reference) = (Copies::new(), alone());
@@ -220,12 +271,12 @@ fn at_clock_4() -> (Copies, Shard) {
 }
 
 #[test]
-fn a_second_rollback_or_one_further_back_is_refused() {
+fn a_second_rollback_or_one_to_another_clock_is_refused() {
     let (mut copies, _) = at_clock_4();
     let before = exact(&copies.primary);
-    for to in [2, 0, 5] {
+    for to in [2, 3, 5] {
         let e = copies.primary.roll_back(to).unwrap_err();
-        assert!(e.contains("only its newest clock"), "{to}: {e}");
+        assert!(e.contains("only to its run's start, clock 0"), "{to}: {e}");
         let e = copies.keeper.roll_back_backup(0, to).unwrap_err();
         assert!(e.contains("backup of shard 0"), "{to}: {e}");
     }
@@ -234,21 +285,21 @@ fn a_second_rollback_or_one_further_back_is_refused() {
         before,
         "a refused rollback changed nothing"
     );
-    copies.primary.roll_back(3).expect("one clock back");
+    copies.primary.roll_back(0).expect("to the run's start");
     copies
         .keeper
-        .roll_back_backup(0, 3)
-        .expect("one clock back");
-    // Back at 3, clock 2's pre-images are gone: a second clock back is refused.
+        .roll_back_backup(0, 0)
+        .expect("to the run's start");
+    // Back at 0, the log is used up: nowhere else to go.
     let e = copies.primary.roll_back(2).unwrap_err();
-    assert!(e.contains("no undo log of clock 2"), "{e}");
+    assert!(e.contains("no undo log"), "{e}");
     let e = copies.keeper.roll_back_backup(0, 2).unwrap_err();
-    assert!(e.contains("no undo log of clock 2"), "{e}");
+    assert!(e.contains("no undo log"), "{e}");
     // Where it is, a rollback only discards (nothing pending here).
-    let at_3 = exact(&copies.primary);
-    copies.primary.roll_back(3).expect("where it is");
-    assert_eq!(exact(&copies.primary), at_3);
-    let e = copies.keeper.roll_back_backup(1, 3).unwrap_err();
+    let at_0 = exact(&copies.primary);
+    copies.primary.roll_back(0).expect("where it is");
+    assert_eq!(exact(&copies.primary), at_0);
+    let e = copies.keeper.roll_back_backup(1, 0).unwrap_err();
     assert!(e.contains("keeps no backup of shard 1"), "{e}");
 }
 
@@ -256,9 +307,9 @@ fn a_second_rollback_or_one_further_back_is_refused() {
 fn a_shard_without_backups_records_nothing() {
     let (copies, mut reference) = at_clock_4();
     assert!(reference.undo.is_empty(), "{:?}", reference.undo);
-    let e = reference.roll_back(3).unwrap_err();
+    let e = reference.roll_back(0).unwrap_err();
     assert!(e.contains("no undo log"), "{e}");
-    // With backups, the primary and the backup each keep clock 3's.
+    // With backups, the primary and the backup each keep the run's.
     assert!(!copies.primary.undo.is_empty());
     assert!(!copies.backup().undo.is_empty());
     // The keeper has a backup of its own but applied no clock: nothing to keep.
@@ -266,7 +317,7 @@ fn a_shard_without_backups_records_nothing() {
 }
 
 #[test]
-fn a_minimum_clock_that_jumps_two_clocks_keeps_the_last_ones_pre_images() {
+fn a_minimum_clock_that_jumps_two_clocks_keeps_both_clocks_pre_images() {
     // Process 1 finishes after its clock 1 while process 0 is at 3: the minimum clock
     // jumps from 1 to 3, applying clocks 1 and 2 at once.
     let (mut copies, mut reference) = (Copies::new(), alone());
@@ -278,32 +329,93 @@ fn a_minimum_clock_that_jumps_two_clocks_keeps_the_last_ones_pre_images() {
         .chain(first)
         .chain([finish])
     {
-        // The reference lacks process 0's clock 3: it applied clock 1 alone.
-        if !matches!(
-            msg,
-            ToShard::Clock {
-                worker: 0,
-                clock: 3,
-                ..
-            }
-        ) {
+        if !is_clock(&msg) {
             reference.step(msg.clone(), &mut Vec::new());
         }
         copies.send(msg);
     }
     assert_eq!(copies.primary.clocks.min_clock(), 3);
-    assert_eq!(reference.clocks.min_clock(), 2);
-    let e = copies.primary.roll_back(1).unwrap_err();
-    assert!(e.contains("only its newest clock"), "{e}");
-    copies.primary.roll_back(2).expect("one clock back");
+    copies.primary.roll_back(0).expect("to the run's start");
     copies
         .keeper
-        .roll_back_backup(0, 2)
-        .expect("one clock back");
+        .roll_back_backup(0, 0)
+        .expect("to the run's start");
     let (got, want) = (exact(&copies.primary), exact(&reference));
     assert_eq!(
         (&got.generic, &got.arena, &got.rules),
         (&want.generic, &want.arena, &want.rules)
     );
-    assert_eq!(backup_state(copies.backup()), state(&reference, 2));
+    assert_eq!(backup_state(copies.backup()), state(&reference, 0));
+}
+
+#[test]
+fn the_copies_give_their_rows_at_the_runs_start_as_a_rows_part() {
+    let (mut copies, _) = at_clock_4();
+    let mut reference = alone();
+    for msg in full(0).into_iter().chain(full(1)).filter(|m| !is_clock(m)) {
+        reference.step(msg, &mut Vec::new());
+    }
+    let kept = copies.keeper.copies();
+    let backup = CopyAt {
+        shard: 0,
+        backup: true,
+        at: 4,
+        base: Some(0),
+    };
+    assert!(kept.contains(&backup), "{kept:?}");
+    assert!(backup.gives(0) && backup.gives(4) && !backup.gives(2));
+    // The primary: itself, and the backup it keeps of shard 1 (which applied nothing).
+    let own = copies.primary.copies();
+    assert_eq!(
+        own[0],
+        CopyAt {
+            backup: false,
+            ..backup
+        }
+    );
+    assert_eq!((own[1].shard, own[1].backup, own[1].at), (1, true, 0));
+    let bytes = copies.keeper.part_at(0, true, 0).expect("the backup at 0");
+    let (mut rows, mut rules) = (BTreeMap::new(), Vec::new());
+    let table = |t: u32| {
+        copies
+            .primary
+            .table(t)
+            .map(|m| (m.row_bytes(), m.state_bytes()))
+    };
+    let header = rows_part::read(&bytes[..], table, |item| match item {
+        rows_part::Item::Row(k, v) => {
+            rows.insert(k, v.as_bytes().to_vec());
+        }
+        rows_part::Item::State(k, s) => rules.push((k, s.steps, s.state.as_bytes().to_vec())),
+    })
+    .expect("a rows part");
+    assert_eq!((header.shard, header.clock), (0, 0));
+    let want = state(&reference, 0);
+    assert_eq!((rows, rules), (want.rows, want.rules));
+    let e = copies.keeper.part_at(0, false, 0).unwrap_err();
+    assert!(e.contains("is not shard 0"), "{e}");
+    let e = copies.primary.part_at(0, false, 3).unwrap_err();
+    assert!(e.contains("cannot roll back to 3"), "{e}");
+}
+
+#[test]
+fn a_restored_primary_hands_its_backup_every_row_outside_the_undo_log() {
+    let mut copies = Copies::new();
+    let row = |r: u64, v: i64| (RowKey::new(0, r), AlignedBuf::from_slice(&[v, v + 1]));
+    for (from, rows) in [(0, vec![row(1, 7), row(2, -3)]), (1, vec![row(3, 5)])] {
+        copies.send(ToShard::Restore {
+            from,
+            clock: 5,
+            rows,
+            states: Vec::new(),
+            last: true,
+        });
+    }
+    let (primary, backup) = (state(&copies.primary, 5), backup_state(copies.backup()));
+    assert_eq!(primary.rows.len(), 3);
+    assert_eq!(backup, primary, "the backup holds every restored row");
+    assert_eq!(copies.primary.visible_clock(), 5, "acked: visible");
+    // The restore precedes the run: going back to its start (5) keeps every row.
+    copies.keeper.roll_back_backup(0, 5).expect("where it is");
+    assert_eq!(backup_state(copies.backup()), primary);
 }
