@@ -375,23 +375,8 @@ fn the_copies_give_their_rows_at_the_runs_start_as_a_rows_part() {
     );
     assert_eq!((own[1].shard, own[1].backup, own[1].at), (1, true, 0));
     let bytes = copies.keeper.part_at(0, true, 0).expect("the backup at 0");
-    let (mut rows, mut rules) = (BTreeMap::new(), Vec::new());
-    let table = |t: u32| {
-        copies
-            .primary
-            .table(t)
-            .map(|m| (m.row_bytes(), m.state_bytes()))
-    };
-    let header = rows_part::read(&bytes[..], table, |item| match item {
-        rows_part::Item::Row(k, v) => {
-            rows.insert(k, v.as_bytes().to_vec());
-        }
-        rows_part::Item::State(k, s) => rules.push((k, s.steps, s.state.as_bytes().to_vec())),
-    })
-    .expect("a rows part");
-    assert_eq!((header.shard, header.clock), (0, 0));
     let want = state(&reference, 0);
-    assert_eq!((rows, rules), (want.rows, want.rules));
+    assert_eq!(decoded(&bytes, &reference), (want.rows, want.rules));
     let e = copies.keeper.part_at(0, false, 0).unwrap_err();
     assert!(e.contains("is not shard 0"), "{e}");
     let e = copies.primary.part_at(0, false, 3).unwrap_err();
@@ -418,4 +403,105 @@ fn a_restored_primary_hands_its_backup_every_row_outside_the_undo_log() {
     // The restore precedes the run: going back to its start (5) keeps every row.
     copies.keeper.roll_back_backup(0, 5).expect("where it is");
     assert_eq!(backup_state(copies.backup()), primary);
+}
+
+/// Process `p`'s messages through clock 3 with the run barrier after clock 1: table,
+/// plan, clocks 0 and 1, `RunEnd` of run 1, clocks 2 and 3.
+fn two_runs(p: u32) -> Vec<ToShard> {
+    let mut msgs: Vec<ToShard> = full(p).into_iter().take(through(3)).collect();
+    msgs.insert(through(1), ToShard::RunEnd { from: p, run: 1 });
+    msgs
+}
+
+/// A copy's rows and rule states, as [`State`] holds them.
+type Rows = (BTreeMap<RowKey, Vec<u8>>, Vec<(RowKey, u64, Vec<u8>)>);
+
+/// The rows and rule states `bytes` (a rows part of shard 0, of `meta`'s tables) hold.
+fn decoded(bytes: &[u8], meta: &Shard) -> Rows {
+    let (mut rows, mut rules) = (BTreeMap::new(), Vec::new());
+    let table = |t: u32| meta.table(t).map(|m| (m.row_bytes(), m.state_bytes()));
+    rows_part::read(bytes, table, |item| match item {
+        rows_part::Item::Row(k, v) => {
+            rows.insert(k, v.as_bytes().to_vec());
+        }
+        rows_part::Item::State(k, s) => rules.push((k, s.steps, s.state.as_bytes().to_vec())),
+    })
+    .expect("a rows part");
+    (rows, rules)
+}
+
+#[test]
+fn a_loss_at_every_step_of_every_order_leaves_a_copy_that_gives_the_kept_clock() {
+    let n = two_runs(0).len();
+    let barrier = through(1);
+    let mut checked = 0;
+    for order in interleavings(&vec![0u32; n], &vec![1u32; n]) {
+        // A process waits at the barrier: nothing of run 2 before both ended run 1.
+        let ended = |k: usize, p: u32| order[..k].iter().filter(|&&q| q == p).count() > barrier;
+        let first_after = (0..order.len()).find(|&k| {
+            let p = order[k];
+            order[..k].iter().filter(|&&q| q == p).count() > barrier
+        });
+        if first_after.is_some_and(|k| !(ended(k, 0) && ended(k, 1))) {
+            continue;
+        }
+        for steps in 0..=order.len() {
+            let mut copies = Copies::new();
+            let mut scripts = [two_runs(0), two_runs(1)].map(Vec::into_iter);
+            let mut delivered = Vec::new();
+            for &p in &order[..steps] {
+                let msg = scripts[p as usize].next().expect("a message left");
+                delivered.push(msg.clone());
+                copies.send(msg);
+            }
+            // The application keeps its state at run 2's start once the barrier is done.
+            let kept = (copies.primary.run == 1).then(|| copies.primary.undo_run_start());
+            for lost in 0..2 {
+                let survivor = match lost {
+                    0 => &copies.keeper,
+                    _ => &copies.primary,
+                };
+                let copy = survivor
+                    .copies()
+                    .into_iter()
+                    .find(|c| c.shard == 0)
+                    .unwrap();
+                let Some(clock) = kept else {
+                    continue; // nothing kept: the run starts from the beginning
+                };
+                assert!(
+                    copy.gives(clock),
+                    "{copy:?} at {clock}, {order:?} after {steps}"
+                );
+                let mut survivor = match lost {
+                    0 => std::mem::replace(&mut copies.keeper, alone()),
+                    _ => std::mem::replace(&mut copies.primary, alone()),
+                };
+                let bytes = survivor
+                    .part_at(0, lost == 0, clock)
+                    .expect("the kept clock");
+                // What a shard that applied exactly the clocks below it holds.
+                let mut reference = alone();
+                for msg in &delivered {
+                    // (`Clock { clock: c }` ends clock c - 1: the minimum clock is then c.)
+                    let later = matches!(msg, ToShard::Clock { clock: c, .. } if *c > clock);
+                    if !later {
+                        reference.step(msg.clone(), &mut Vec::new());
+                    }
+                }
+                let got = decoded(&bytes, &reference);
+                let want = state(&reference, clock);
+                assert_eq!(reference.clocks.min_clock(), clock);
+                let at = format!("{order:?} after {steps}, lost {lost}");
+                assert_eq!(got, (want.rows, want.rules), "{at}");
+                checked += 1;
+                // Put the other copy back for the next loss (this one is used up).
+                match lost {
+                    0 => copies.keeper = survivor,
+                    _ => copies.primary = survivor,
+                }
+            }
+        }
+    }
+    assert!(checked > 100, "{checked}");
 }
