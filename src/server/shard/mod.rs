@@ -52,7 +52,6 @@
 //!   state, the live one served;
 //! - `replicas`: a primary's backups on other processes, kept in step clock by clock,
 //!   and the backups it keeps of others' shards (`docs/replication.md`);
-//! - `promotion`: a kept backup turned into a primary (not wired to the cluster yet);
 //! - `undo`: a replicated shard's pre-images of its run's clocks, and the rollback that
 //!   puts them back;
 //! - `salvage`: the copies a shard holds after its cluster failed, and their rows at the
@@ -67,7 +66,6 @@ mod clocks;
 mod functions;
 mod migration;
 mod outer;
-mod promotion;
 mod replicas;
 mod restore;
 mod rows;

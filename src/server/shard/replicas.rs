@@ -394,16 +394,4 @@ impl Shard {
     pub(super) fn applied_clock(&self) -> Clock {
         self.replicas.applied
     }
-
-    /// Takes out the backup this shard keeps of shard `primary`, if it keeps one.
-    pub(super) fn take_backup(&mut self, primary: ShardId) -> Option<Shard> {
-        self.replicas.held.remove(&primary)
-    }
-
-    /// As a promoted backup: every clock below `clock` is applied, replicated and
-    /// announced, as its primary's were.
-    pub(super) fn replicated_up_to(&mut self, clock: Clock) {
-        self.replicas.sent = clock;
-        self.replicas.announced = clock;
-    }
 }

@@ -22,7 +22,7 @@
 use super::Shard;
 use crate::buf::AlignedBuf;
 use crate::consistency::DeferredReads;
-use crate::ids::{Clock, RowKey, ShardId};
+use crate::ids::{Clock, RowKey};
 use crate::msg::RuleState;
 use rustc_hash::FxHashMap;
 
@@ -190,11 +190,12 @@ impl Shard {
     }
 
     /// [`roll_back`](Self::roll_back) of the backup of shard `primary` this shard keeps.
-    #[cfg_attr(
-        not(test),
-        expect(dead_code, reason = "promotion is not wired to the cluster yet")
-    )]
-    pub(crate) fn roll_back_backup(&mut self, primary: ShardId, to: Clock) -> Result<(), String> {
+    #[cfg(test)]
+    pub(crate) fn roll_back_backup(
+        &mut self,
+        primary: crate::ids::ShardId,
+        to: Clock,
+    ) -> Result<(), String> {
         match self.held_backup_mut(primary) {
             Some(b) => b.roll_back(to),
             None => Err(format!(

@@ -12,7 +12,6 @@ mod functions;
 mod migration;
 mod outer;
 mod planned_rules;
-mod promotion;
 mod replicas;
 mod restore;
 mod rows;
