@@ -371,7 +371,8 @@ pub struct CheckpointReport {
 /// The checkpoint a run resumed from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ResumeReport {
-    /// The checkpoint's directory (`<dir>/ckpt-<clock>`).
+    /// The checkpoint's directory (`<dir>/ckpt-<clock>`), or, after a loss survived
+    /// from replicated shards, `the replicated shards at clock C`.
     pub checkpoint: String,
     /// Iterations the checkpoint held: the run's first iteration is this one (0-based),
     /// and the initialisation did not run again.
@@ -388,7 +389,8 @@ pub struct RestartReport {
     pub error: String,
     /// The clock of the newest complete checkpoint when this process rejoined: the
     /// cluster continues from it (`null`: none yet, the run started again from the
-    /// beginning).
+    /// beginning; and with replicated shards, which the run continues from instead: the
+    /// report's `resumed` names their clock).
     pub resumed_from_clock: Option<u64>,
     /// Seconds the failed attempt had run when the loss ended it.
     pub seconds: f64,
