@@ -132,9 +132,9 @@ impl Shard {
     }
 
     /// Applies the pending updates the new minimum clock makes visible (with backups,
-    /// keeping the pre-images of the run's clocks: `undo`), hands them to the
-    /// backups, if any, then answers the reads that were waiting for it — once every
-    /// backup has acked it (`replicas`).
+    /// keeping the pre-images of the run's clocks, `undo`, and noting the rows changed
+    /// for the run's replication, `replicas`), then answers the reads that were waiting
+    /// for it.
     pub(super) fn advance(&mut self, advanced: Option<Clock>, out: &mut Vec<Envelope>) {
         let Some(min) = advanced else { return };
         let later = self.pending.split_off(&min);
@@ -142,24 +142,18 @@ impl Shard {
         let capturing = self.replicas.has_backups();
         // The undo log keeps the run's pre-images (with backups: `undo`).
         self.start_undo();
-        for (clock, mut batches) in ready {
+        for (_, mut batches) in ready {
             batches.sort_by_key(|(worker, _, _)| *worker);
-            let mut touched = Vec::new();
             for (_, batch, slab) in batches {
                 if capturing {
                     let keys = self.applied_keys(&batch, slab.as_ref());
                     self.record_pre_images(&keys);
-                    touched.extend(keys);
+                    self.touched(&keys);
                 }
                 self.apply(batch, slab, min, out);
             }
             self.step_rules(min, out);
-            if capturing {
-                let post = self.post_images(clock, touched);
-                self.capture(post);
-            }
         }
-        self.replicate(min, out);
         self.release_visible(out);
     }
 

@@ -2,16 +2,16 @@
 //! backups on other processes, kept in step clock by clock, and the backups a shard keeps
 //! of other processes' shards.
 //!
-//! **Primary.** When its minimum clock advances, a shard with backups sends each of them
-//! a [`ToShard::Replicate`] of what each clock applied changed, clocks ascending: the
-//! **post-image** of every row and rule state the clock changed, once per row whoever
-//! updated it (MF's item rows are updated by every worker, so a clock's post-images are a
-//! fraction of its updates), with their keys, so a backup needs no layouts; with the tables
-//! it took since its last one. It holds back what makes
-//! the new clock visible — the [`ToClient::MinClock`] news and the reads and arena
-//! refreshes waiting for it — until every backup has acked it ([`ToShard::ReplicaAck`]),
-//! and answers the run barrier only once every backup has acked every clock. So no worker
-//! reads a value some backup does not hold.
+//! **Primary.** When every process has ended a run, a shard with backups sends each of
+//! them a [`ToShard::Replicate`] of what the run's clocks changed: the **post-image** of
+//! every row and rule state they changed, once per row however many clocks and workers
+//! updated it (MF's item rows are updated by every worker in every clock, so a run's
+//! post-images are a fraction of its updates), with their keys, so a backup needs no
+//! layouts; with the tables it took since its last one. It answers the run barrier only
+//! once every backup has acked ([`ToShard::ReplicaAck`]): a run ends with every backup
+//! equal to its primary, and a run's end is where a recovery goes back to. Within a run
+//! reads wait for nothing of the backups' (a clock no backup has is never one a recovery
+//! restores).
 //!
 //! **Backup.** A backup is a [`Shard`] in the backup role, held by the shard of the
 //! primary's local index on the keeping process and fed only `Replicate`s: it answers no
@@ -37,8 +37,9 @@ pub(super) struct Replicas {
     backups: Vec<(ShardId, Clock)>,
     /// Tables taken (created or given a new rule) since the last `Replicate`, by id.
     tables_changed: Vec<u32>,
-    /// The clocks applied since the last `Replicate`, while the minimum clock advances.
-    capture: Vec<ReplicatedClock>,
+    /// The rows (and rule states) the clocks applied since the last `Replicate` changed,
+    /// repeated or not.
+    touched: Vec<RowKey>,
     /// The minimum clock of the last `Replicate` sent.
     sent: Clock,
     /// The last minimum clock announced (every backup had it).
@@ -79,16 +80,16 @@ impl Shard {
         b
     }
 
-    /// The minimum clock reads may see: the minimum clock, or for a primary with backups
-    /// the last one every backup has acked.
+    /// The minimum clock reads may see: the minimum clock. Reads are not held for the
+    /// backups: they get a run's rows at its end, which is where a recovery goes back to.
     pub(super) fn visible_clock(&self) -> Clock {
-        let min = self.clocks.min_clock();
-        (self.replicas.backups.iter().map(|(_, acked)| *acked)).fold(min, Clock::min)
+        self.clocks.min_clock()
     }
 
     /// Whether every backup has every clock applied (always, without backups).
     pub(super) fn backups_caught_up(&self) -> bool {
-        self.visible_clock() == self.clocks.min_clock()
+        let min = self.clocks.min_clock();
+        self.replicas.backups.iter().all(|(_, acked)| *acked >= min)
     }
 
     /// Notes that table `id` was taken, for the next `Replicate` (a primary with backups).
@@ -98,9 +99,10 @@ impl Shard {
         }
     }
 
-    /// Keeps a clock's post-images, for the next `Replicate`.
-    pub(super) fn capture(&mut self, clock: ReplicatedClock) {
-        self.replicas.capture.push(clock);
+    /// Notes the rows a clock being applied changes, for the run's `Replicate` (a primary
+    /// with backups).
+    pub(super) fn touched(&mut self, keys: &[RowKey]) {
+        self.replicas.touched.extend_from_slice(keys);
     }
 
     /// Clock `clock`'s post-images: the value and rule state, now, of each row of
@@ -130,8 +132,10 @@ impl Shard {
         }
     }
 
-    /// Sends every backup what was applied since the last `Replicate`, the minimum clock
-    /// having advanced to `min`. Nothing without backups.
+    /// Sends every backup what the clocks applied since the last `Replicate` changed, the
+    /// minimum clock being `min` (every process has ended the run): the post-image of each
+    /// row once, however many clocks changed it, as one replicated clock, `min - 1`.
+    /// Nothing without backups, or when nothing new was applied.
     pub(super) fn replicate(&mut self, min: Clock, out: &mut Vec<Envelope>) {
         // Nothing new for the backups (the minimum clock only ever advances past `sent`).
         if !self.replicas.has_backups() || min <= self.replicas.sent {
@@ -143,7 +147,8 @@ impl Shard {
             .filter_map(|&t| self.table(t))
             .cloned()
             .collect();
-        let mut clocks = std::mem::take(&mut self.replicas.capture);
+        let touched = std::mem::take(&mut self.replicas.touched);
+        let mut clocks = vec![self.post_images(min - 1, touched)];
         let n = self.replicas.backups.len();
         for (k, &(backup, _)) in self.replicas.backups.iter().enumerate() {
             // The last backup takes them; the others get copies.
@@ -169,17 +174,13 @@ impl Shard {
     /// hold what the primary restored before the run that follows. Nothing without
     /// backups.
     pub(super) fn replicate_restored(&mut self, clock: Clock, out: &mut Vec<Envelope>) {
-        let Some(before) = clock.checked_sub(1) else {
-            return;
-        };
-        if !self.replicas.has_backups() {
+        if clock == 0 || !self.replicas.has_backups() {
             return;
         }
         let mut keys: Vec<RowKey> = self.rows.iter().map(|e| *e.key()).collect();
         keys.extend(self.arena.rows().map(|(k, _)| k));
         keys.extend(self.rules.keys());
-        let post = self.post_images(before, keys);
-        self.capture(post);
+        self.touched(&keys);
         self.replicate(clock, out);
     }
 
@@ -382,7 +383,7 @@ impl Shard {
     pub(super) fn replicas_rolled_back(&mut self, to: Clock) {
         let r = &mut self.replicas;
         r.applied = r.applied.min(to);
-        r.capture.retain(|c| c.clock < to);
+        r.touched.clear();
         r.sent = r.sent.min(to);
         r.announced = r.announced.min(to);
         for (_, acked) in &mut r.backups {

@@ -103,8 +103,12 @@ impl Shard {
             return self.reject_everyone(why, out);
         }
         let all = self.ended.iter().copied().min().unwrap_or(0);
-        // A run ends once every backup has every clock of it (`replicas`).
-        if all <= self.run || !self.backups_caught_up() {
+        if all <= self.run {
+            return;
+        }
+        // A run ends once every backup has what its clocks changed (`replicas`).
+        self.replicate(self.clocks.min_clock(), out);
+        if !self.backups_caught_up() {
             return;
         }
         self.run = all;

@@ -88,10 +88,15 @@ fn a_failed_send_to_another_shard_fails_the_cluster() {
     let shard = Shard::new(0, world).with_replicas(2);
     let (_cell, attached) = attached_cell(shard, shards.remove(0), t.clone());
     assert!(attached);
-    // Clock 1 completes: its (empty) updates go to the backup, which is not there.
+    // Clock 1 completes and the run ends: what it changed goes to the backup, which is
+    // not there.
     for worker in 0..2 {
         let clock = crate::server::shard::tests::clock(worker, 1, &[]);
         t.send(Envelope::Shard(0, clock)).unwrap();
+    }
+    for from in 0..2 {
+        t.send(Envelope::Shard(0, ToShard::RunEnd { from, run: 1 }))
+            .unwrap();
     }
     let reasons: Vec<String> = clients[0]
         .try_iter()

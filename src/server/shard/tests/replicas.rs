@@ -1,10 +1,10 @@
 //! A primary shard and the shard keeping its backup (two processes, two copies of each
 //! shard), driven through every interleaving of two processes' messages with the
 //! replication messages between the shards delivered at once, one or two behind, or only
-//! when nothing else is left: after each clock the backup's rows, rule states and clock
-//! are the primary's bit for bit; no clock is announced and no read answered before the
-//! backup acked it; the run barrier waits for the backup; and a lost, reordered or
-//! changed replication message is caught.
+//! when nothing else is left: after each run the backup's rows, rule states and clock are
+//! the primary's bit for bit; the run barrier waits for the backup's ack; a clock's float
+//! sums reach the backup in worker order; and a lost, reordered or changed replication
+//! message is caught.
 
 use super::planned_rules::{script, table_w};
 use super::*;
@@ -54,6 +54,8 @@ struct Pair {
     out: Vec<Envelope>,
     /// Changes each replication message in flight before the host takes it.
     tamper: fn(&mut ToShard),
+    /// Every `Replicate` the primary sent, in order.
+    replicates: Vec<ToShard>,
 }
 
 impl Pair {
@@ -71,6 +73,7 @@ impl Pair {
             to_primary: VecDeque::new(),
             sent: BTreeMap::new(),
             acked: 0,
+            replicates: Vec::new(),
             out: Vec::new(),
             tamper: |_| {},
         }
@@ -85,18 +88,17 @@ impl Pair {
             match e {
                 Envelope::Shard(1, m @ ToShard::Replicate { clock, .. }) => {
                     self.sent.insert(clock, primary_state(&self.primary));
+                    self.replicates.push(m.clone());
                     self.to_host.push_back(m);
                 }
                 Envelope::Shard(to, m) => panic!("shard 0 sent shard {to} {m:?}"),
                 Envelope::Client(p, m) => {
-                    let visible = match &m {
-                        ToClient::MinClock { clock, .. } => Some(*clock),
-                        ToClient::Rows { data_clock, .. }
-                        | ToClient::SlabRows { data_clock, .. } => Some(*data_clock),
-                        _ => None,
-                    };
-                    if let Some(c) = visible {
-                        assert!(c <= self.acked, "{m:?} before the backup acked {c}");
+                    // A run ends only once the backup has acked what it changed.
+                    if let ToClient::RunReady { start, .. } = &m {
+                        assert!(
+                            *start <= self.acked,
+                            "{m:?} before the backup acked {start}"
+                        );
                     }
                     self.out.push(Envelope::Client(p, m));
                 }
@@ -159,7 +161,8 @@ fn run(scripts: [Vec<ToShard>; 2], order: &[u32], lag: usize) -> Pair {
 }
 
 /// Each process creates table "w" (Adam) and sends two clocks of gradients, whole and
-/// sparse slabs and rows sent the generic way, and a sum table's rows beside them.
+/// sparse slabs and rows sent the generic way, and a sum table's rows beside them, then
+/// ends the run.
 pub(super) fn rule_script(p: u32) -> Vec<ToShard> {
     let mut msgs = vec![ToShard::CreateTable { meta: table_w() }];
     for mut m in script(p, true) {
@@ -169,6 +172,7 @@ pub(super) fn rule_script(p: u32) -> Vec<ToShard> {
         }
         msgs.push(m);
     }
+    msgs.push(ToShard::RunEnd { from: p, run: 1 });
     msgs
 }
 
@@ -178,7 +182,7 @@ fn orders(scripts: &dyn Fn(u32) -> Vec<ToShard>) -> Vec<Vec<u32>> {
 }
 
 #[test]
-fn the_backup_equals_its_primary_after_every_clock_in_every_order() {
+fn the_backup_equals_its_primary_after_every_run_in_every_order() {
     let mut checked = 0;
     for order in orders(&rule_script) {
         for lag in LAGS {
@@ -220,16 +224,27 @@ fn a_uniform_slab_and_the_run_barrier_wait_for_the_backup() {
     }
 }
 
+/// [`rule_script`] as two runs: the barrier after its first clock, and the second clock
+/// with another run end.
+fn two_run_script(p: u32) -> Vec<ToShard> {
+    let mut msgs = rule_script(p);
+    let first_clock = msgs.iter().position(|m| matches!(m, ToShard::Clock { .. }));
+    let at = first_clock.expect("a clock") + 1;
+    msgs.insert(at, ToShard::RunEnd { from: p, run: 1 });
+    if let Some(ToShard::RunEnd { run, .. }) = msgs.last_mut() {
+        *run = 2;
+    }
+    msgs
+}
+
 #[test]
 fn a_lost_or_reordered_replication_message_fails_the_cluster() {
-    let order: Vec<u32> = orders(&rule_script).swap_remove(0);
-    let mut pair = Pair::new();
-    let mut scripts = [rule_script(0), rule_script(1)].map(Vec::into_iter);
-    for &p in &order {
-        pair.send_primary(scripts[p as usize].next().unwrap());
-    }
-    assert!(pair.to_host.len() >= 2, "{:?}", pair.to_host);
-    let (first, second) = (pair.to_host[0].clone(), pair.to_host[1].clone());
+    // Both processes message by message: each run ends before the next begins.
+    let n = two_run_script(0).len();
+    let order: Vec<u32> = (0..2 * n as u32).map(|k| k % 2).collect();
+    let mut pair = run([two_run_script(0), two_run_script(1)], &order, 0);
+    assert_eq!(pair.replicates.len(), 2, "one a run: {:?}", pair.replicates);
+    let (first, second) = (pair.replicates[0].clone(), pair.replicates[1].clone());
     for (msgs, what) in [
         (vec![second.clone()], "lost"),
         (vec![second, first], "reordered"),
@@ -253,7 +268,6 @@ fn a_lost_or_reordered_replication_message_fails_the_cluster() {
         clock,
     };
     pair.primary.step(ack(1), &mut out);
-    pair.primary.step(ack(1), &mut out);
     assert!(
         rejected(&out).iter().any(|r| r.contains("acked clock 1")),
         "{out:?}"
@@ -264,7 +278,7 @@ fn a_lost_or_reordered_replication_message_fails_the_cluster() {
 fn a_changed_batch_is_caught_by_the_comparison() {
     let order: Vec<u32> = orders(&rule_script).swap_remove(0);
     let mut pair = Pair::new();
-    // One of the first clock's rows goes missing on the way.
+    // One of the run's rows goes missing on the way.
     pair.tamper = |m| {
         if let ToShard::Replicate { clocks, .. } = m {
             if let Some(c) = clocks.first_mut() {
@@ -399,6 +413,9 @@ fn the_backup_adds_a_clock_in_worker_order_whatever_order_it_arrived_in() {
                 slab_rows: None,
             };
             primary.step(clock, &mut out);
+        }
+        for from in 0..2 {
+            primary.step(ToShard::RunEnd { from, run: 1 }, &mut out);
         }
         let mut acks = Vec::new();
         for e in out.drain(..) {
