@@ -27,7 +27,6 @@
 use crate::buf::AlignedBuf;
 use crate::element::{ElemType, Element};
 use crate::ids::{Clock, ProcessId, RowKey, WorkerId};
-use crate::msg::RowBatch;
 use crate::slot::padded;
 use crate::table::TableMeta;
 use rustc_hash::FxHashMap;
@@ -464,16 +463,28 @@ impl ArenaShard {
         }
     }
 
-    /// The deltas [`apply_slab`](Self::apply_slab) of the same slab adds (or hands to its
-    /// fold), with their rows' keys, in the order it takes them: what a backup of this
-    /// shard, which holds no layouts, applies as rows sent the generic way. A slab of the
-    /// wrong size is refused whole, as `apply_slab` refuses it.
-    pub(crate) fn slab_deltas(
+    /// The keys of the rows [`apply_slab`](Self::apply_slab) of the same slab changes, in
+    /// the order it takes them: what a primary with backups replicates (its backups hold
+    /// no layouts) and keeps pre-images of. A slab of the wrong size is refused whole, as
+    /// `apply_slab` refuses it.
+    pub(crate) fn slab_keys(
         &self,
         layout: &SlabLayout,
         positions: Option<&[u32]>,
         slab: &AlignedBuf,
-    ) -> Result<RowBatch, String> {
+    ) -> Result<Vec<RowKey>, String> {
+        let rows = self.slab_rows(layout, positions, slab)?;
+        Ok(rows.into_iter().map(|(key, _)| key).collect())
+    }
+
+    /// Each row of `slab` (laid out by `layout`, `positions` its sparse rows) with its
+    /// delta's bytes, all-zero deltas of a whole slab left out.
+    fn slab_rows<'s>(
+        &self,
+        layout: &SlabLayout,
+        positions: Option<&[u32]>,
+        slab: &'s AlignedBuf,
+    ) -> Result<Vec<(RowKey, &'s [u8])>, String> {
         let rows: Vec<u32> = match positions {
             None => layout.rows.to_vec(),
             Some(p) => p.iter().map(|&p| layout.rows[p as usize]).collect(),
@@ -483,7 +494,7 @@ impl ArenaShard {
             .map(|&r| padded(self.rows[r as usize].len))
             .sum();
         check_slab_size(slab, expected)?;
-        let (src, mut at, mut out) = (slab.words(), 0, Vec::new());
+        let (src, mut at, mut out) = (slab.words(), 0, Vec::with_capacity(rows.len()));
         for r in rows {
             let row = self.rows[r as usize];
             let words = padded(row.len) / 8;
@@ -493,8 +504,10 @@ impl ArenaShard {
             if positions.is_none() && is_zero(delta) {
                 continue;
             }
-            let bytes = &bytemuck::cast_slice::<u64, u8>(delta)[..row.len];
-            out.push((self.keys[r as usize], AlignedBuf::from_bytes(bytes)));
+            out.push((
+                self.keys[r as usize],
+                &bytemuck::cast_slice::<u64, u8>(delta)[..row.len],
+            ));
         }
         Ok(out)
     }

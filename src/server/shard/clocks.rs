@@ -163,8 +163,8 @@ impl Shard {
         let mut keys: Vec<RowKey> = batch.iter().map(|(key, _)| *key).collect();
         if let Some((layout, positions, bytes)) = slab {
             // A slab that does not fit is refused by `apply`, failing the cluster.
-            let deltas = self.arena.slab_deltas(layout, positions.as_deref(), bytes);
-            keys.extend(deltas.unwrap_or_default().into_iter().map(|(key, _)| key));
+            let slab_keys = self.arena.slab_keys(layout, positions.as_deref(), bytes);
+            keys.extend(slab_keys.unwrap_or_default());
         }
         keys
     }
