@@ -247,6 +247,15 @@ fn envelope(inp: &mut Input<'_>) -> Envelope {
             primary: inp.u32(),
             clock: inp.u64(),
         }),
+        36 => shard(ToShard::KeepState {
+            from: inp.u32(),
+            clock: inp.u64(),
+            state: inp.buf().as_bytes().to_vec(),
+        }),
+        37 => client(ToClient::StateKept {
+            shard: inp.u32(),
+            clock: inp.u64(),
+        }),
         _ => client(ToClient::Called {
             called: crate::msg::Called {
                 shard: inp.u32(),

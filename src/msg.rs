@@ -419,6 +419,17 @@ pub enum ToShard {
         /// The clock applied.
         clock: Clock,
     },
+    /// From a process, between runs, to each shard keeping a backup of its first shard:
+    /// keep its application state at `clock` (the next run's start) for a recovery
+    /// (`Cluster::keep_state`); answered with [`ToClient::StateKept`].
+    KeepState {
+        /// The process.
+        from: ProcessId,
+        /// The start clock of its next run.
+        clock: Clock,
+        /// The state's bytes, the application's own.
+        state: Vec<u8>,
+    },
 }
 
 /// A message for a process's communication thread (an [`Endpoint::Client`]): a shard's
@@ -516,6 +527,13 @@ pub enum ToClient {
         /// The sending shard.
         shard: ShardId,
     },
+    /// Answer to [`ToShard::KeepState`]: the shard keeps the process's state at `clock`.
+    StateKept {
+        /// The sending shard.
+        shard: ShardId,
+        /// The state's clock.
+        clock: Clock,
+    },
     /// Answer to [`ToShard::Branch`]: done (with a parked slot's rows part), or why not.
     Branched {
         /// The sending shard.
@@ -581,7 +599,7 @@ pub enum Envelope {
 
 impl ToShard {
     /// The names of the kinds of message a shard receives, indexed by [`ToShard::kind`].
-    pub(crate) const KINDS: [&'static str; 21] = [
+    pub(crate) const KINDS: [&'static str; 22] = [
         "DeclareTable",
         "Gather",
         "CreateTable",
@@ -603,6 +621,7 @@ impl ToShard {
         "Branch",
         "Replicate",
         "ReplicaAck",
+        "KeepState",
     ];
 
     /// This message's kind, an index into [`ToShard::KINDS`].
@@ -629,6 +648,7 @@ impl ToShard {
             ToShard::Branch { .. } => 18,
             ToShard::Replicate { .. } => 19,
             ToShard::ReplicaAck { .. } => 20,
+            ToShard::KeepState { .. } => 21,
         }
     }
 
@@ -649,6 +669,7 @@ impl ToShard {
             | ToShard::SetRule { from, .. }
             | ToShard::Call { from, .. }
             | ToShard::Branch { from, .. }
+            | ToShard::KeepState { from, .. }
             | ToShard::Leave { from } => Some(*from),
             ToShard::CreateTable { .. }
             | ToShard::Clock { .. }
@@ -663,7 +684,7 @@ impl ToShard {
 impl ToClient {
     /// The names of the kinds of message a communication thread receives, indexed by
     /// [`ToClient::kind`].
-    pub(crate) const KINDS: [&'static str; 16] = [
+    pub(crate) const KINDS: [&'static str; 17] = [
         "TableDeclared",
         "Gathered",
         "Rows",
@@ -680,6 +701,7 @@ impl ToClient {
         "WorkerStopped",
         "Called",
         "Branched",
+        "StateKept",
     ];
 
     /// This message's kind, an index into [`ToClient::KINDS`].
@@ -701,6 +723,7 @@ impl ToClient {
             ToClient::WorkerStopped { .. } => 13,
             ToClient::Called { .. } => 14,
             ToClient::Branched { .. } => 15,
+            ToClient::StateKept { .. } => 16,
         }
     }
 }

@@ -440,6 +440,19 @@ impl ClientShared {
         Ok(answers)
     }
 
+    /// Waits until each of `shards` keeps this process's application state at `clock`
+    /// ([`ToClient::StateKept`]), within `timeout`; a failed cluster ends the wait.
+    pub(crate) fn await_states_kept(
+        &self,
+        shards: &[ShardId],
+        clock: Clock,
+        timeout: Duration,
+    ) -> Result<()> {
+        self.wait_for("keep_state", timeout, || {
+            self.replies.take_states_kept(shards, clock)
+        })
+    }
+
     /// Waits until every shard of the cluster has every process's rows of the resume
     /// under way ([`ToClient::Restored`]). Like a run barrier it waits for the slowest process;
     /// a failed cluster (a process that left, a rejected row) ends the wait.
@@ -577,6 +590,7 @@ impl ClientShared {
             ToClient::DumpRows { rows, .. } => self.file(|r| r.dump(rows)),
             ToClient::Called { called } => self.file(|r| r.called(called)),
             ToClient::Branched { shard, outcome } => self.file(|r| r.branched(shard, outcome)),
+            ToClient::StateKept { shard, clock } => self.file(|r| r.state_kept(shard, clock)),
         }
     }
 }

@@ -46,6 +46,9 @@ struct Boxes {
     called: Vec<Called>,
     /// This process's shards' answers to the branch op under way ([`ToClient::Branched`]).
     branched: Vec<(ShardId, BranchOutcome)>,
+    /// Shards that keep this process's application state, with its clock
+    /// ([`ToClient::StateKept`]).
+    states_kept: Vec<(ShardId, Clock)>,
 }
 
 impl Replies {
@@ -82,6 +85,22 @@ impl Replies {
     /// Files that `shard` finished the resume under way ([`ToClient::Restored`]).
     pub(crate) fn restored(&self, shard: ShardId) {
         lock(&self.boxes).restored.push(shard);
+    }
+
+    /// Files that `shard` keeps this process's application state at `clock`
+    /// ([`ToClient::StateKept`]).
+    pub(crate) fn state_kept(&self, shard: ShardId, clock: Clock) {
+        lock(&self.boxes).states_kept.push((shard, clock));
+    }
+
+    /// Whether each of `shards` keeps this process's state at `clock` (and forgets them).
+    pub(crate) fn take_states_kept(&self, shards: &[ShardId], clock: Clock) -> Option<()> {
+        let mut b = lock(&self.boxes);
+        let all = (shards.iter()).all(|s| b.states_kept.contains(&(*s, clock)));
+        all.then(|| {
+            b.states_kept
+                .retain(|(s, c)| !(shards.contains(s) && *c == clock))
+        })
     }
 
     /// Files that `shard` finished the set under way ([`ToClient::RowsSet`]).

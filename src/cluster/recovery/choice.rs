@@ -16,14 +16,15 @@ use crate::ids::{Clock, ProcessId, ShardId};
 use crate::server::CopyAt;
 use serde::{Deserialize, Serialize};
 
-/// What one process kept of the failed cluster: the shard copies it holds and the clocks
-/// at which it holds every process's application state.
+/// What one process kept of the failed cluster: the shard copies it holds and the
+/// application states, each a process's at a clock (its own, and those of the processes
+/// whose first shard it backs up).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Inventory {
     /// The copies, each shard itself or a backup it kept.
     pub(crate) copies: Vec<CopyAt>,
-    /// Clocks at which it holds every process's application state, ascending.
-    pub(crate) states: Vec<Clock>,
+    /// The application states it holds: whose, and at which clock.
+    pub(crate) states: Vec<(ProcessId, Clock)>,
 }
 
 impl Inventory {
@@ -35,7 +36,8 @@ impl Inventory {
 }
 
 /// The choice every process makes alike: the clock, the process that gives each shard's
-/// rows (and whether from a backup), and the process that gives the application states.
+/// rows (and whether from a backup), and the process that gives each process's
+/// application state.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Choice {
     /// The clock the cluster goes on from.
@@ -43,8 +45,8 @@ pub(crate) struct Choice {
     /// Per shard (by global id): the process giving its rows and whether its copy is a
     /// backup.
     pub(crate) rows_from: Vec<(ProcessId, bool)>,
-    /// The process giving every process's application state.
-    pub(crate) states_from: ProcessId,
+    /// Per process (by rank): the process giving its application state.
+    pub(crate) states_from: Vec<ProcessId>,
 }
 
 /// The choice for a cluster of `shards` shards in all, from every process's
@@ -52,7 +54,9 @@ pub(crate) struct Choice {
 /// ended before the loss (the run starts from the beginning); `Err` naming the shards
 /// with no copy at any kept clock.
 pub(crate) fn choose(shards: usize, inventories: &[Inventory]) -> Result<Option<Choice>, String> {
-    let mut clocks: Vec<Clock> = inventories.iter().flat_map(|i| i.states.clone()).collect();
+    let mut clocks: Vec<Clock> = (inventories.iter())
+        .flat_map(|i| i.states.iter().map(|(_, c)| *c))
+        .collect();
     clocks.sort_unstable();
     clocks.dedup();
     let Some(&newest) = clocks.last() else {
@@ -60,21 +64,25 @@ pub(crate) fn choose(shards: usize, inventories: &[Inventory]) -> Result<Option<
     };
     let mut missing = Vec::new();
     for &clock in clocks.iter().rev() {
+        let Some(states_from) = states_at(inventories, clock) else {
+            continue; // some process's state at it was lost
+        };
         match rows_at(shards, inventories, clock) {
             Ok(rows_from) => {
-                let states_from = inventories
-                    .iter()
-                    .position(|i| i.states.contains(&clock))
-                    .unwrap_or_default() as ProcessId;
                 return Ok(Some(Choice {
                     clock,
                     rows_from,
                     states_from,
                 }));
             }
-            Err(shards) if clock == newest => missing = shards,
+            Err(shards) if missing.is_empty() => missing = shards,
             Err(_) => {}
         }
+    }
+    if missing.is_empty() {
+        // No clock has every process's state: the loss came before the first was kept
+        // everywhere.
+        return Ok(None);
     }
     let copies: Vec<String> = inventories
         .iter()
@@ -82,12 +90,25 @@ pub(crate) fn choose(shards: usize, inventories: &[Inventory]) -> Result<Option<
         .flat_map(|(p, i)| i.copies.iter().map(move |c| describe(p, c)))
         .collect();
     Err(format!(
-        "no kept clock ({}) has a copy of every shard: shard(s) {} have none at clock \
-         {newest}; the copies kept: {}",
+        "no kept clock ({}) has a copy of every shard: shard(s) {} have none at the newest \
+         with every process's state (the newest kept: {newest}); the copies kept: {}",
         list(&clocks),
         list(&missing),
         copies.join(", ")
     ))
+}
+
+/// Per process, the lowest rank holding its state at `clock`; `None` if some process's
+/// is held by nobody.
+fn states_at(inventories: &[Inventory], clock: Clock) -> Option<Vec<ProcessId>> {
+    (0..inventories.len() as ProcessId)
+        .map(|p| {
+            let holder = inventories
+                .iter()
+                .position(|i| i.states.contains(&(p, clock)));
+            holder.map(|h| h as ProcessId)
+        })
+        .collect()
 }
 
 /// Per shard, the process whose copy gives its rows at `clock` (its own primary first,
@@ -149,21 +170,31 @@ mod tests {
 
     /// Three processes of one shard each, two copies of each (shard s backed up on
     /// process s + 1), process 2 lost: process 0 holds shard 0 and the backup of 2,
-    /// process 1 shard 1 and the backup of 0, process 2 nothing (its replacement).
-    fn lost_2(at: [Clock; 3], base: [Option<Clock>; 3], states: &[Clock]) -> Vec<Inventory> {
-        let inv = |copies: Vec<CopyAt>| Inventory {
+    /// process 1 shard 1 and the backup of 0, process 2 nothing (its replacement). Each
+    /// survivor holds, at `clocks`, its own state and that of the process whose first
+    /// shard it backs up.
+    fn lost_2(at: [Clock; 3], base: [Option<Clock>; 3], clocks: &[Clock]) -> Vec<Inventory> {
+        let inv = |copies: Vec<CopyAt>, whose: [ProcessId; 2]| Inventory {
             copies,
-            states: states.to_vec(),
+            states: (clocks.iter())
+                .flat_map(|&c| whose.map(|p| (p, c)))
+                .collect(),
         };
         vec![
-            inv(vec![
-                copy(0, false, at[0], base[0]),
-                copy(2, true, at[2], base[2]),
-            ]),
-            inv(vec![
-                copy(1, false, at[1], base[1]),
-                copy(0, true, at[0], base[0]),
-            ]),
+            inv(
+                vec![
+                    copy(0, false, at[0], base[0]),
+                    copy(2, true, at[2], base[2]),
+                ],
+                [0, 2],
+            ),
+            inv(
+                vec![
+                    copy(1, false, at[1], base[1]),
+                    copy(0, true, at[0], base[0]),
+                ],
+                [1, 0],
+            ),
             Inventory::default(),
         ]
     }
@@ -176,7 +207,7 @@ mod tests {
         let got = choose(3, &inv).unwrap().unwrap();
         assert_eq!(got.clock, 5);
         assert_eq!(got.rows_from, vec![(0, false), (1, false), (0, true)]);
-        assert_eq!(got.states_from, 0);
+        assert_eq!(got.states_from, vec![0, 1, 0]);
     }
 
     #[test]
@@ -188,7 +219,7 @@ mod tests {
         // cannot go back two runs: refused, naming it.
         let inv = lost_2([8, 9, 8], [Some(5), Some(8), Some(5)], &[5]);
         let e = choose(3, &inv).unwrap_err();
-        assert!(e.contains("shard(s) 1 have none at clock 5"), "{e}");
+        assert!(e.contains("shard(s) 1 have none"), "{e}");
     }
 
     #[test]
@@ -216,9 +247,14 @@ mod tests {
         let got = choose(3, &inv).unwrap().unwrap();
         assert_eq!(got.clock, 8);
         assert_eq!(got.rows_from[0], (0, false));
-        // States only on process 1: it gives them.
+        // Process 0's own states lost with it: process 1 gives them; process 2's were
+        // only on process 0.
         let mut inv = inv;
-        inv[0].states.clear();
-        assert_eq!(choose(3, &inv).unwrap().unwrap().states_from, 1);
+        inv[0].states.retain(|(p, _)| *p == 2);
+        assert_eq!(choose(3, &inv).unwrap().unwrap().states_from, vec![1, 1, 0]);
+        // A process's state at 8 held by nobody: 5 is the newest with everyone's.
+        inv[0].states.retain(|&(p, c)| !(p == 2 && c == 8));
+        let e = choose(3, &inv).unwrap_err();
+        assert!(e.contains("have none at the newest"), "{e}");
     }
 }

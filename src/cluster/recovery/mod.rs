@@ -7,8 +7,9 @@
 //! process was lost leaves its shards — each with the backups it kept of other processes'
 //! shards, and each with its run's undo log — in the [`Recovery`]. Between runs, each
 //! application hands [`Cluster::keep_state`] what its workers keep besides the store (the
-//! bytes its checkpoints' state part would hold): the processes all-gather it, and each
-//! keeps every process's, with the clock it belongs to.
+//! bytes its checkpoints' state part would hold): the process keeps it, and sends it to
+//! the shards backing up its first shard, which keep it beside their backups and
+//! acknowledge it before the next run can start.
 //!
 //! **Recover.** The next cluster — the same processes, the lost one started again —
 //! calls [`Cluster::recover`] where it would resume from a checkpoint: the processes
@@ -17,7 +18,8 @@
 //! rows of the copies chosen on it, rolled back to that clock, to the shard they were on,
 //! as a checkpoint's rows are restored ([`ToShard::Restore`]); the primaries replicate
 //! them to their new backups. The application's virtual iteration then places the rows
-//! as the failed cluster did (the same pattern), so its migration moves none. The application states come from one process that kept them.
+//! as the failed cluster did (the same pattern), so its migration moves none. Each
+//! process's application state comes from its own copy or a backup's, all-gathered. The application states come from one process that kept them.
 //!
 //! It knows what is kept and the collective that restores it; the copies' clocks and
 //! rows are the shards' (`server`), the choice `choice`'s.
@@ -38,6 +40,7 @@ use std::sync::{Arc, Mutex};
 
 /// The application states kept, newest last: how many iterations' ends.
 const STATES_KEPT: usize = 2;
+// (A shard keeping other processes' states keeps as many: `server::shard::replicas`.)
 
 /// What one process keeps, across the clusters it starts with [`Cluster::start_with`],
 /// to go on after another process is lost without reading a checkpoint: the shards of a
@@ -56,7 +59,7 @@ struct Kept {
     /// The shards of the last cluster that failed because a process was lost.
     shards: Vec<Shard>,
     /// Every process's application state at each clock kept, oldest first.
-    states: Vec<(Clock, Vec<Vec<u8>>)>,
+    states: Vec<(Clock, Vec<u8>)>,
 }
 
 impl Recovery {
@@ -76,12 +79,12 @@ impl Recovery {
         lock(&self.kept).shards = shards;
     }
 
-    /// Keeps every process's application state `states` at `clock`, dropping the oldest
+    /// Keeps this process's application state `state` at `clock`, dropping the oldest
     /// beyond [`STATES_KEPT`].
-    fn keep_states(&self, clock: Clock, states: Vec<Vec<u8>>) {
+    fn keep_state(&self, clock: Clock, state: Vec<u8>) {
         let mut kept = lock(&self.kept);
         kept.states.retain(|(c, _)| *c != clock);
-        kept.states.push((clock, states));
+        kept.states.push((clock, state));
         let extra = kept.states.len().saturating_sub(STATES_KEPT);
         kept.states.drain(..extra);
     }
@@ -143,17 +146,32 @@ impl Cluster {
     }
 
     /// Keeps `state` — what this process's workers keep besides the store at the end of
-    /// a run, as bytes of the application's own — for [`recover`](Self::recover): a
-    /// collective between runs (every process calls it alike); the processes all-gather
-    /// their states and each keeps every process's. Nothing, and no gather, with one copy
-    /// of each shard.
+    /// a run, as bytes of the application's own — for [`recover`](Self::recover), between
+    /// runs: this process keeps it, and so does each process backing up its first shard
+    /// (`ToShard::KeepState`), which acknowledges it before this returns (within the
+    /// message timeout), so that no process's next run starts before its state is on
+    /// another process. Nothing with one copy of each shard.
     pub fn keep_state(&mut self, state: &[u8]) -> Result<()> {
-        if self.config.shard_replicas < 2 {
+        let replicas = self.config.shard_replicas;
+        if replicas < 2 {
             return Ok(());
         }
-        let parts = self.all_gather_bytes(state)?;
+        self.check()?;
+        let (rank, clock) = (self.shared.process, self.runs.start_clock);
+        let world = self.shared.world;
+        let keepers = world.backups_of(world.shards_of(rank).start, replicas);
+        for &k in &keepers {
+            let msg = ToShard::KeepState {
+                from: rank,
+                clock,
+                state: state.to_vec(),
+            };
+            self.send(k as usize, msg)?;
+        }
+        let timeout = self.config.message_timeout;
+        self.shared.await_states_kept(&keepers, clock, timeout)?;
         if let Some(r) = &self.recovery {
-            r.keep_states(self.runs.start_clock, parts);
+            r.keep_state(clock, state.to_vec());
         }
         Ok(())
     }
@@ -184,9 +202,16 @@ impl Cluster {
             .as_ref()
             .map(|r| std::mem::take(&mut *lock(&r.kept)))
             .unwrap_or_default();
+        let rank = self.shared.process;
         let mine = Inventory {
             copies: kept.shards.iter().flat_map(Shard::copies).collect(),
-            states: kept.states.iter().map(|(c, _)| *c).collect(),
+            states: (kept.states.iter().map(|(c, _)| (rank, *c)))
+                .chain(
+                    kept.shards
+                        .iter()
+                        .flat_map(|s| s.kept_states().map(|(p, c, _)| (p, c))),
+                )
+                .collect(),
         };
         let inventories = self.gather_reports(Ok(mine))?;
         let total = self.shared.world.total_shards();
@@ -203,7 +228,6 @@ impl Cluster {
             }
             Err(why) => return Err(Error::failed("recovery", why)),
         };
-        let rank = self.shared.process;
         let rows = self.rows_of_copies(&mut kept.shards, &choice.rows_from, choice.clock);
         let batches = match rows {
             Ok(b) => {
@@ -227,36 +251,53 @@ impl Cluster {
             last,
         })?;
         self.shared.await_restored()?;
-        let mine = match rank == choice.states_from {
-            true => kept
-                .states
-                .iter()
-                .find(|(c, _)| *c == clock)
-                .map(|(_, s)| encode_states(s))
-                .unwrap_or_default(),
-            false => Vec::new(),
-        };
-        let gathered = self.all_gather_bytes(&mine)?;
-        let states = decode_states(&gathered[choice.states_from as usize]).ok_or_else(|| {
-            Error::failed(
-                "recovery",
-                format!(
-                    "process {} sent unreadable application states",
-                    choice.states_from
-                ),
-            )
-        })?;
-        if states.len() != self.shared.world.processes {
-            return Err(Error::failed(
-                "recovery",
-                format!(
-                    "process {} kept {} application states for {} processes",
-                    choice.states_from,
-                    states.len(),
-                    self.shared.world.processes
-                ),
-            ));
+        // Each process sends the states it was chosen to give; everyone takes them all.
+        let given: Vec<(ProcessId, &[u8])> = (choice.states_from.iter().enumerate())
+            .filter(|(_, &from)| from == rank)
+            .filter_map(|(p, _)| {
+                let p = p as ProcessId;
+                let own = (p == rank)
+                    .then(|| kept.states.iter().find(|(c, _)| *c == clock))
+                    .flatten()
+                    .map(|(_, s)| s.as_slice());
+                let held = || {
+                    (kept.shards.iter())
+                        .flat_map(|s| s.kept_states())
+                        .find(|&(q, c, _)| q == p && c == clock)
+                        .map(|(_, _, s)| s)
+                };
+                own.or_else(held).map(|s| (p, s))
+            })
+            .collect();
+        let gathered = self.all_gather_bytes(&encode_states(&given))?;
+        let mut states: Vec<Option<Vec<u8>>> = vec![None; self.shared.world.processes];
+        for (from, part) in gathered.iter().enumerate() {
+            let decoded = decode_states(part).ok_or_else(|| {
+                Error::failed(
+                    "recovery",
+                    format!("process {from} sent unreadable application states"),
+                )
+            })?;
+            for (p, state) in decoded {
+                if let Some(slot) = states.get_mut(p as usize) {
+                    *slot = Some(state);
+                }
+            }
         }
+        let states = (states.into_iter().enumerate())
+            .map(|(p, s)| {
+                s.ok_or_else(|| {
+                    Error::failed(
+                        "recovery",
+                        format!(
+                            "process {}, chosen to give process {p}'s state at clock {clock}, \
+                             did not",
+                            choice.states_from[p]
+                        ),
+                    )
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
         self.runs.start_clock = clock;
         self.runs.resumed = true;
         tracing::info!(
@@ -326,11 +367,12 @@ impl Cluster {
     }
 }
 
-/// Every process's state as one message: a `u64` count, then each as a `u64` length and
-/// its bytes (little-endian).
-fn encode_states(states: &[Vec<u8>]) -> Vec<u8> {
+/// States, each a process's, as one message: a `u64` count, then each as a `u64` process,
+/// a `u64` length and its bytes (little-endian).
+fn encode_states(states: &[(ProcessId, &[u8])]) -> Vec<u8> {
     let mut out = (states.len() as u64).to_le_bytes().to_vec();
-    for s in states {
+    for (p, s) in states {
+        out.extend_from_slice(&u64::from(*p).to_le_bytes());
         out.extend_from_slice(&(s.len() as u64).to_le_bytes());
         out.extend_from_slice(s);
     }
@@ -338,7 +380,7 @@ fn encode_states(states: &[Vec<u8>]) -> Vec<u8> {
 }
 
 /// [`encode_states`]' inverse; `None` for bytes it did not write.
-fn decode_states(bytes: &[u8]) -> Option<Vec<Vec<u8>>> {
+fn decode_states(bytes: &[u8]) -> Option<Vec<(ProcessId, Vec<u8>)>> {
     let mut at = 0usize;
     let mut next = |n: usize| -> Option<&[u8]> {
         let head = bytes.get(at..at.checked_add(n)?)?;
@@ -349,8 +391,9 @@ fn decode_states(bytes: &[u8]) -> Option<Vec<Vec<u8>>> {
     let count = word(next(8)?);
     let mut states = Vec::new();
     for _ in 0..count {
+        let p = ProcessId::try_from(word(next(8)?)).ok()?;
         let len = usize::try_from(word(next(8)?)).ok()?;
-        states.push(next(len)?.to_vec());
+        states.push((p, next(len)?.to_vec()));
     }
     (at == bytes.len()).then_some(states)
 }
@@ -361,12 +404,16 @@ mod tests {
 
     #[test]
     fn states_decode_as_encoded_and_refuse_other_bytes() {
-        let states = vec![vec![1, 2, 3], Vec::new(), vec![9; 20]];
+        let (a, b) = (vec![1u8, 2, 3], vec![9u8; 20]);
+        let states: Vec<(ProcessId, &[u8])> = vec![(2, &a), (0, &[]), (1, &b)];
         let bytes = encode_states(&states);
-        assert_eq!(decode_states(&bytes), Some(states));
+        let want: Vec<(ProcessId, Vec<u8>)> =
+            states.iter().map(|(p, s)| (*p, s.to_vec())).collect();
+        assert_eq!(decode_states(&bytes), Some(want));
         assert_eq!(decode_states(&bytes[..bytes.len() - 1]), None);
         assert_eq!(decode_states(&[]), None);
         let mut huge = 1u64.to_le_bytes().to_vec();
+        huge.extend_from_slice(&0u64.to_le_bytes());
         huge.extend_from_slice(&u64::MAX.to_le_bytes());
         assert_eq!(decode_states(&huge), None);
     }

@@ -404,6 +404,7 @@ impl Shard {
                 primary,
                 clock,
             } => self.replica_ack((backup, primary), clock, out),
+            ToShard::KeepState { from, clock, state } => self.keep_state((from, clock), state, out),
         }
         None
     }

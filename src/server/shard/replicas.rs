@@ -48,6 +48,9 @@ pub(super) struct Replicas {
     held: BTreeMap<ShardId, Shard>,
     /// As a backup: the primary's minimum clock it has applied up to.
     applied: Clock,
+    /// The application states of the processes whose first shard it backs up, by
+    /// process: the last two, oldest first, each with its clock (`ToShard::KeepState`).
+    states: BTreeMap<ProcessId, Vec<(Clock, Vec<u8>)>>,
 }
 
 impl Replicas {
@@ -394,5 +397,42 @@ impl Shard {
     /// As a backup: the primary's minimum clock it has applied up to.
     pub(super) fn applied_clock(&self) -> Clock {
         self.replicas.applied
+    }
+
+    /// Process `from`'s application state at `clock`: kept (the last two per process) if
+    /// this shard backs up `from`'s first shard, and acknowledged; refused otherwise.
+    pub(super) fn keep_state(
+        &mut self,
+        (from, clock): (ProcessId, Clock),
+        state: Vec<u8>,
+        out: &mut Vec<Envelope>,
+    ) {
+        let first = self.world.shards_of(from).start;
+        if !self.replicas.held.contains_key(&first) {
+            let reason = format!(
+                "process {from} asked shard {} to keep its state, which it does not back up",
+                self.id
+            );
+            return self.reject(from, reason, out);
+        }
+        let kept = self.replicas.states.entry(from).or_default();
+        kept.retain(|(c, _)| *c != clock);
+        kept.push((clock, state));
+        if kept.len() > 2 {
+            kept.remove(0);
+        }
+        out.push(Envelope::Client(
+            from,
+            ToClient::StateKept {
+                shard: self.id,
+                clock,
+            },
+        ));
+    }
+
+    /// The application states this shard keeps: each process's, with its clock.
+    pub(crate) fn kept_states(&self) -> impl Iterator<Item = (ProcessId, Clock, &[u8])> {
+        (self.replicas.states.iter())
+            .flat_map(|(&p, kept)| kept.iter().map(move |(c, s)| (p, *c, s.as_slice())))
     }
 }

@@ -431,3 +431,39 @@ fn the_backup_adds_a_clock_in_worker_order_whatever_order_it_arrived_in() {
         assert_eq!(want.rows.get(&RowKey::new(0, 0)), Some(&one), "{arrival:?}");
     }
 }
+
+#[test]
+fn a_shard_keeps_the_state_of_the_process_it_backs_up_and_no_other() {
+    let mut pair = Pair::new();
+    let keep = |from, clock, state: &[u8]| ToShard::KeepState {
+        from,
+        clock,
+        state: state.to_vec(),
+    };
+    // Shard 1 backs up process 0's first shard: it keeps process 0's states, the last two.
+    for (clock, state) in [(1, &b"one"[..]), (2, b"two"), (3, b"three"), (3, b"three!")] {
+        let mut out = Vec::new();
+        pair.host.step(keep(0, clock, state), &mut out);
+        let answered = to_clients(&out).any(|(p, m)| {
+            p == 0 && matches!(m, ToClient::StateKept { shard: 1, clock: c } if *c == clock)
+        });
+        assert!(answered, "{out:?}");
+    }
+    let kept: Vec<(ProcessId, Clock, Vec<u8>)> = (pair.host.kept_states())
+        .map(|(p, c, s)| (p, c, s.to_vec()))
+        .collect();
+    assert_eq!(
+        kept,
+        vec![(0, 2, b"two".to_vec()), (0, 3, b"three!".to_vec())]
+    );
+    // Its own process's state, or any other it does not back up, is refused.
+    let mut out = Vec::new();
+    pair.host.step(keep(1, 1, b"mine"), &mut out);
+    assert!(
+        rejected(&out)
+            .iter()
+            .any(|r| r.contains("does not back up")),
+        "{out:?}"
+    );
+    assert_eq!(pair.host.kept_states().count(), 2);
+}
