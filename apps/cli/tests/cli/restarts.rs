@@ -189,14 +189,16 @@ fn a_killed_child_is_restarted(app: &'static str, checkpoints: Checkpoints) {
         assert!(restarts[0]["resumed_from_clock"].as_u64().is_some());
         assert!(report["resumed"]["checkpoint"].is_string(), "{report:#}");
     } else if replicated {
-        // Past iteration 3, from the replicas (no checkpoint was read or written).
+        // From the replicas (no checkpoint was read or written), past iteration 2: the
+        // kill follows rank 0's line of iteration 3, which it prints before the processes
+        // keep their states of that iteration.
         let from = report["resumed"]["checkpoint"].as_str().unwrap_or_default();
         assert!(
             from.starts_with("the replicated shards at clock"),
             "{report:#}"
         );
         assert!(
-            report["resumed"]["iteration"].as_u64() >= Some(3),
+            report["resumed"]["iteration"].as_u64() >= Some(2),
             "{report:#}"
         );
         assert!(stderr.contains("from the replicated shards"), "{stderr}");
