@@ -8,7 +8,7 @@
 use super::Cluster;
 use crate::buf::AlignedBuf;
 use crate::error::Result;
-use crate::ids::RowKey;
+use crate::ids::{Clock, RowKey};
 use crate::msg::{RuleState, RuleStates, ToShard};
 
 /// Bytes of rows per message, well under the network's largest frame.
@@ -74,6 +74,21 @@ impl ShardBatches {
 }
 
 impl Cluster {
+    /// Restores `batches` at `clock` (a resume's, or a recovery's): sends every shard its
+    /// rows and rule states as [`ToShard::Restore`] messages and waits until every shard
+    /// has every process's (and starts every worker at `clock`).
+    pub(super) fn restore_batches(&self, batches: ShardBatches, clock: Clock) -> Result<()> {
+        let from = self.shared.process;
+        self.send_batches(batches, |batch, last| ToShard::Restore {
+            from,
+            clock,
+            rows: batch.rows,
+            states: batch.states,
+            last,
+        })?;
+        self.shared.await_restored()
+    }
+
     /// Sends every shard its messages of `batches`, each made by `msg(batch, last)`.
     pub(super) fn send_batches(
         &self,

@@ -190,15 +190,7 @@ impl Cluster {
             self.install_rule(table, rule)?;
         }
         let clock = checkpoint.clock();
-        let from = self.shared.process;
-        self.send_batches(batches, |batch, last| ToShard::Restore {
-            from,
-            clock,
-            rows: batch.rows,
-            states: batch.states,
-            last,
-        })?;
-        self.shared.await_restored()?;
+        self.restore_batches(batches, clock)?;
         self.runs.start_clock = clock;
         self.runs.resumed = true;
         Ok(Resumed { checkpoint })

@@ -242,15 +242,7 @@ impl Cluster {
             }
         };
         let clock = choice.clock;
-        let from = rank;
-        self.send_batches(batches, |batch, last| ToShard::Restore {
-            from,
-            clock,
-            rows: batch.rows,
-            states: batch.states,
-            last,
-        })?;
-        self.shared.await_restored()?;
+        self.restore_batches(batches, clock)?;
         // Each process sends the states it was chosen to give; everyone takes them all.
         let given: Vec<(ProcessId, &[u8])> = (choice.states_from.iter().enumerate())
             .filter(|(_, &from)| from == rank)
