@@ -467,3 +467,56 @@ fn a_shard_keeps_the_state_of_the_process_it_backs_up_and_no_other() {
     );
     assert_eq!(pair.host.kept_states().count(), 2);
 }
+
+#[test]
+fn a_replicated_shard_takes_a_migration_that_moves_no_row_and_refuses_one_that_does() {
+    let key = RowKey::new(0, 7);
+    let row = AlignedBuf::from_slice(&[1i64, 2]);
+    // Nothing moves: taken, and the migration completes once the other shard's (empty)
+    // rows are in.
+    let mut pair = Pair::new();
+    pair.primary.rows.insert(key, row.clone());
+    let mut out = Vec::new();
+    let stay = ToShard::Migrate {
+        from: 0,
+        overrides: vec![(key, 0)],
+    };
+    pair.primary.step(stay, &mut out);
+    let empty = ToShard::Adopt {
+        shard: 1,
+        rows: Vec::new(),
+        states: Vec::new(),
+    };
+    pair.primary.step(empty, &mut out);
+    assert!(rejected(&out).is_empty(), "{out:?}");
+    assert!(to_clients(&out).any(|(_, m)| matches!(m, ToClient::Migrated { shard: 0 })));
+    // A row placed on the other shard would leave the backups behind: refused.
+    let mut pair = Pair::new();
+    pair.primary.rows.insert(key, row.clone());
+    let mut out = Vec::new();
+    let moving = ToShard::Migrate {
+        from: 0,
+        overrides: vec![(key, 1)],
+    };
+    pair.primary.step(moving, &mut out);
+    assert!(
+        rejected(&out)
+            .iter()
+            .any(|r| r.contains("moves rows off shard 0")),
+        "{out:?}"
+    );
+    // And so are rows handed to a replicated shard.
+    let mut out = Vec::new();
+    let adopt = ToShard::Adopt {
+        shard: 0,
+        rows: vec![(key, row)],
+        states: Vec::new(),
+    };
+    pair.host.step(adopt, &mut out);
+    assert!(
+        rejected(&out)
+            .iter()
+            .any(|r| r.contains("moved onto shard 1")),
+        "{out:?}"
+    );
+}
