@@ -19,6 +19,10 @@
 //! post-images, so its rows and rule states are bit for bit its primary's, clock by clock
 //! (and its undo log keeps what each copy replaced).
 //!
+//! **States.** A shard backing up a process's first shard also keeps that process's
+//! application state of the last two iterations ([`ToShard::KeepState`], answered with
+//! [`ToClient::StateKept`]), for a recovery to give back.
+//!
 //! It knows who backs up whom and what crosses between them; not how rows are added
 //! (`rows`, `rules`) nor when a clock is complete (`clocks`).
 
