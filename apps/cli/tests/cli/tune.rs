@@ -77,7 +77,19 @@ fn tune_runs_on_two_processes() {
     let err = stderr(&out);
     assert!(out.status.success(), "{err}");
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(stdout.contains("tune dnn: time budget spent"), "{stdout}");
+    // Both processes end alike, by the budget or — on a loaded machine, whose 2 s hold
+    // fewer trials — because a re-tune found no setting that still made the loss fall.
+    let ends = [
+        "tune dnn: time budget spent",
+        "tune dnn: no setting made the loss fall",
+    ];
+    for rank in ["[rank 0] ", "[rank 1] "] {
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with(rank) && l.contains("tune dnn: "));
+        let line = line.unwrap_or_else(|| panic!("no summary of {rank}in {stdout}"));
+        assert!(ends.iter().any(|e| line.contains(e)), "{stdout}");
+    }
 }
 
 #[test]
