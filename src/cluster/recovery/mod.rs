@@ -33,14 +33,10 @@ use crate::error::{Error, Result};
 use crate::ids::{Clock, ProcessId};
 use crate::msg::ToShard;
 use crate::rows_part::{self, Item};
-use crate::server::Shard;
+use crate::server::{Shard, STATES_KEPT};
 use crate::sync::lock;
 use choice::Inventory;
 use std::sync::{Arc, Mutex};
-
-/// The application states kept, newest last: how many iterations' ends.
-const STATES_KEPT: usize = 2;
-// (A shard keeping other processes' states keeps as many: `server::shard::replicas`.)
 
 /// What one process keeps, across the clusters it starts with [`Cluster::start_with`],
 /// to go on after another process is lost without reading a checkpoint: the shards of a

@@ -132,8 +132,8 @@ impl Shard {
     }
 
     /// Applies the pending updates the new minimum clock makes visible (with backups,
-    /// keeping the pre-images of the run's clocks, `undo`, and noting the rows changed
-    /// for the run's replication, `replicas`), then answers the reads that were waiting
+    /// keeping the pre-images of the run's clocks, `undo`, whose keys are also the rows
+    /// the run's replication sends, `replicas`), then answers the reads that were waiting
     /// for it.
     pub(super) fn advance(&mut self, advanced: Option<Clock>, out: &mut Vec<Envelope>) {
         let Some(min) = advanced else { return };
@@ -148,7 +148,6 @@ impl Shard {
                 if capturing {
                     let keys = self.applied_keys(&batch, slab.as_ref());
                     self.record_pre_images(&keys);
-                    self.touched(&keys);
                 }
                 self.apply(batch, slab, min, out);
             }

@@ -34,6 +34,10 @@ use crate::table::TableMeta;
 use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
 
+/// How many iterations' application states are kept, each process's (by itself and by
+/// the shards backing up its first shard).
+pub(crate) const STATES_KEPT: usize = 2;
+
 /// A shard's part in replication: its backups (as a primary) and the backups it keeps.
 #[derive(Default)]
 pub(super) struct Replicas {
@@ -41,9 +45,6 @@ pub(super) struct Replicas {
     backups: Vec<(ShardId, Clock)>,
     /// Tables taken (created or given a new rule) since the last `Replicate`, by id.
     tables_changed: Vec<u32>,
-    /// The rows (and rule states) the clocks applied since the last `Replicate` changed,
-    /// repeated or not.
-    touched: Vec<RowKey>,
     /// The minimum clock of the last `Replicate` sent.
     sent: Clock,
     /// The last minimum clock announced (every backup had it).
@@ -53,7 +54,8 @@ pub(super) struct Replicas {
     /// As a backup: the primary's minimum clock it has applied up to.
     applied: Clock,
     /// The application states of the processes whose first shard it backs up, by
-    /// process: the last two, oldest first, each with its clock (`ToShard::KeepState`).
+    /// process: the last [`STATES_KEPT`], oldest first, each with its clock
+    /// (`ToShard::KeepState`).
     states: BTreeMap<ProcessId, Vec<(Clock, Vec<u8>)>>,
 }
 
@@ -106,12 +108,6 @@ impl Shard {
         }
     }
 
-    /// Notes the rows a clock being applied changes, for the run's `Replicate` (a primary
-    /// with backups).
-    pub(super) fn touched(&mut self, keys: &[RowKey]) {
-        self.replicas.touched.extend_from_slice(keys);
-    }
-
     /// Clock `clock`'s post-images: the value and rule state, now, of each row of
     /// `touched` (the keys its updates changed, repeated or not), in key order.
     pub(super) fn post_images(&self, clock: Clock, mut touched: Vec<RowKey>) -> ReplicatedClock {
@@ -139,11 +135,18 @@ impl Shard {
         }
     }
 
-    /// Sends every backup what the clocks applied since the last `Replicate` changed, the
-    /// minimum clock being `min` (every process has ended the run): the post-image of each
-    /// row once, however many clocks changed it, as one replicated clock, `min - 1`.
-    /// Nothing without backups, or when nothing new was applied.
+    /// Sends every backup what the run's clocks changed, the minimum clock being `min`
+    /// (every process has ended the run): the post-image of each row once, however many
+    /// clocks changed it, as one replicated clock, `min - 1`. The rows are those the run's
+    /// undo log holds pre-images of (a primary with backups records one). Nothing without
+    /// backups, or when nothing new was applied.
     pub(super) fn replicate(&mut self, min: Clock, out: &mut Vec<Envelope>) {
+        let keys = self.undo_keys();
+        self.replicate_rows(min, keys, out);
+    }
+
+    /// [`replicate`](Self::replicate) of the rows `keys` (repeated or not).
+    fn replicate_rows(&mut self, min: Clock, keys: Vec<RowKey>, out: &mut Vec<Envelope>) {
         // Nothing new for the backups (the minimum clock only ever advances past `sent`).
         if !self.replicas.has_backups() || min <= self.replicas.sent {
             return;
@@ -154,8 +157,7 @@ impl Shard {
             .filter_map(|&t| self.table(t))
             .cloned()
             .collect();
-        let touched = std::mem::take(&mut self.replicas.touched);
-        let mut clocks = vec![self.post_images(min - 1, touched)];
+        let mut clocks = vec![self.post_images(min - 1, keys)];
         let n = self.replicas.backups.len();
         for (k, &(backup, _)) in self.replicas.backups.iter().enumerate() {
             // The last backup takes them; the others get copies.
@@ -187,8 +189,7 @@ impl Shard {
         let mut keys: Vec<RowKey> = self.rows.iter().map(|e| *e.key()).collect();
         keys.extend(self.arena.rows().map(|(k, _)| k));
         keys.extend(self.rules.keys());
-        self.touched(&keys);
-        self.replicate(clock, out);
+        self.replicate_rows(clock, keys, out);
     }
 
     /// Announces the visible clock if it advanced, and answers what waited for it.
@@ -390,7 +391,6 @@ impl Shard {
     pub(super) fn replicas_rolled_back(&mut self, to: Clock) {
         let r = &mut self.replicas;
         r.applied = r.applied.min(to);
-        r.touched.clear();
         r.sent = r.sent.min(to);
         r.announced = r.announced.min(to);
         for (_, acked) in &mut r.backups {
@@ -403,7 +403,8 @@ impl Shard {
         self.replicas.applied
     }
 
-    /// Process `from`'s application state at `clock`: kept (the last two per process) if
+    /// Process `from`'s application state at `clock`: kept (the last [`STATES_KEPT`] per
+    /// process) if
     /// this shard backs up `from`'s first shard, and acknowledged; refused otherwise.
     pub(super) fn keep_state(
         &mut self,
@@ -422,7 +423,7 @@ impl Shard {
         let kept = self.replicas.states.entry(from).or_default();
         kept.retain(|(c, _)| *c != clock);
         kept.push((clock, state));
-        if kept.len() > 2 {
+        if kept.len() > STATES_KEPT {
             kept.remove(0);
         }
         out.push(Envelope::Client(

@@ -88,6 +88,12 @@ impl Shard {
         self.undo.backup || self.replicas.has_backups()
     }
 
+    /// The rows (and rule states) the log holds pre-images of: every one the run's clocks
+    /// changed.
+    pub(super) fn undo_keys(&self) -> Vec<RowKey> {
+        self.undo.rows.keys().copied().collect()
+    }
+
     /// The start clock of the run in progress, as this shard's log knows it.
     pub(super) fn undo_run_start(&self) -> Clock {
         self.undo.run_start
