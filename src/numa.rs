@@ -38,7 +38,8 @@
 //!   Accesses of workers beyond `cfg.workers` are left out (the store runs none).
 //! - An UPDATE is always **local**: it is added to the worker's own delta (its block, or
 //!   its generic operation log). A READ of worker `w` is **local** if the row is in `w`'s
-//!   own memory (`w` updates it and `cfg.blocks` is on, so `w` keeps a view of it, or the
+//!   own memory (`w` updates it, `cfg.blocks` is on and the plan gives `w` views
+//!   ([`Plan::views`](crate::plan::Plan::views)), so `w` keeps a view of it, or the
 //!   slot is in `plan.thread_cached[w]`), or if the row's arena copy or one of its
 //!   replicas is in `w`'s zone. Otherwise it is **remote**. `remote_fraction` = remote / accesses (0 without accesses).
 //! - **Baseline**: hash placement with unpinned threads, for the same pattern, plan and
@@ -93,7 +94,7 @@ pub(crate) struct NumaConfig {
     pub placement: WorkerPlacement,
     /// Whether workers keep blocks with a private view (view + delta) of the rows they
     /// update, so that their reads of those rows stay in their own memory (the contiguous
-    /// index and thread caches both on).
+    /// index and thread caches both on), for the workers the plan gives views.
     pub blocks: bool,
     /// Whether read-mostly rows may be replicated into other zones. The store keeps one
     /// process arena, so the cluster plans without replicas (the model would otherwise
@@ -260,14 +261,16 @@ struct Workers<'a> {
     zones: Vec<usize>,
     updates: &'a [Vec<u32>],
     cached: &'a [Vec<u32>],
-    blocks: bool,
+    /// Per worker: whether its blocks hold views (blocks on and the plan's
+    /// [`Plan::views`]).
+    views: Vec<bool>,
 }
 
 impl Workers<'_> {
     /// Whether worker `w`'s accesses of `slot` are served by its own block or copy.
     fn own(&self, w: usize, slot: u32) -> bool {
         let has = |lists: &[Vec<u32>]| lists.get(w).is_some_and(|l| l.binary_search(&slot).is_ok());
-        (self.blocks && has(self.updates)) || has(self.cached)
+        (self.views.get(w) == Some(&true) && has(self.updates)) || has(self.cached)
     }
 
     /// Each access entry of `row` by a worker the store runs: `(worker, count, own)`.
@@ -348,7 +351,9 @@ pub(crate) fn plan(
         zones: workers.iter().map(|w| w.zone).collect(),
         updates: &plan.updates,
         cached: &plan.thread_cached,
-        blocks: cfg.blocks,
+        views: (0..cfg.workers)
+            .map(|w| cfg.blocks && plan.views.get(w) != Some(&false))
+            .collect(),
     };
     debug_assert!(ws.updates.iter().chain(ws.cached).all(|l| l.is_sorted()));
     let row_bytes = |s: u32| padded(plan.slots[s as usize].len) as u64;
@@ -357,8 +362,10 @@ pub(crate) fn plan(
     // Each worker's own memory: blocks and per-thread copies, in its zone.
     for (w, &zone) in ws.zones.iter().enumerate() {
         if cfg.blocks {
+            // The delta, and the view where the worker keeps one.
+            let per_row = 1 + u64::from(ws.views[w]);
             for &s in plan.updates.get(w).map_or(&[][..], Vec::as_slice) {
-                bytes[zone] += 2 * row_bytes(s);
+                bytes[zone] += per_row * row_bytes(s);
             }
         }
         for &s in plan.thread_cached.get(w).map_or(&[][..], Vec::as_slice) {
@@ -740,15 +747,20 @@ mod tests {
 
     #[test]
     fn rows_without_arena_accesses_balance_bytes_and_threads_follow_accesses() {
-        // Worker 0 (zone 0 of 2) alone reads and updates ten 32-byte rows.
-        let logs = || {
+        // Worker 0 (zone 0 of 2) alone reads and updates ten 32-byte rows, reading each
+        // `reads` times a clock.
+        let logs_reading = |reads: usize| {
             let mut logs = vec![AccessLog::default(); 8];
             for r in 0..10 {
+                for _ in 1..reads {
+                    logs[0].record(RowKey::new(0, r), Access::Read);
+                }
                 touch(&mut logs[0], RowKey::new(0, r));
             }
             logs[0].clocks = 1;
             logs
         };
+        let logs = || logs_reading(2);
         let topo = uniform(2, 4);
         // With blocks, no access reaches the arena: its 640 bytes of blocks are in zone 0,
         // so the shard threads, the server copies (320) and the arena copies (320) all go
@@ -766,7 +778,18 @@ mod tests {
         assert_eq!(n.shard_zones, [0, 0]);
         assert!(n.arena_zones.iter().all(|&z| z == 0));
         assert!(n.replicas.iter().all(Vec::is_empty));
-        assert_eq!((n.comm_zone, n.remote, n.accesses), (0, 0, 20));
+        assert_eq!((n.comm_zone, n.remote, n.accesses), (0, 0, 30));
+        // Read once a clock, the rows get no views (`Plan::views`): the reads reach the
+        // arena as without blocks, and only the deltas (320) are worker 0's own memory.
+        let (pattern, p) = build(logs_reading(1));
+        assert!(!p.views[0]);
+        let n = planned(&pattern, &p, &topo, WorkerPlacement::Packed, true);
+        assert_eq!(n.bytes_per_zone.iter().sum::<u64>(), 960);
+        assert_eq!(
+            n.bytes_per_zone[0],
+            n.bytes_per_zone.iter().max().copied().unwrap()
+        );
+        assert_eq!((n.remote, n.accesses), (0, 20));
     }
 
     #[test]

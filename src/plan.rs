@@ -85,6 +85,13 @@ pub struct Plan {
     pub updates: Vec<Vec<u32>>,
     /// Per worker: the slots it keeps a private copy of (contended rows).
     pub thread_cached: Vec<Vec<u32>>,
+    /// Per worker: whether the blocks of the rows it updates hold a view (its private
+    /// snapshot of each, refreshed a chunk at a time) besides the delta. A view is one
+    /// more copy of the row per refresh (arena → view → the reader), which pays when the
+    /// worker reads the row again within a clock; a worker that reads the rows it updates
+    /// at most once a clock on average (bytes weighted, rows it never reads counting as
+    /// zero) reads them from the arena instead (see [`build`]).
+    pub views: Vec<bool>,
 }
 
 impl Plan {
@@ -97,6 +104,7 @@ impl Plan {
             + map_bytes(self.index.capacity(), size_of::<(RowKey, u32)>())
             + lists(&self.updates)
             + lists(&self.thread_cached)
+            + self.views.capacity()
     }
 }
 
@@ -162,7 +170,9 @@ pub fn tapes(
 /// a quarter of a chunk's rows merged into one), groups ordered by their first use and
 /// rows by first use within a group, and each group is cut into chunks of at most the
 /// shard's rows over [`PlanConfig::chunks`]: a refresh ships the chunks of one clock, in
-/// the order they are needed.
+/// the order they are needed. A worker's blocks hold views ([`Plan::views`]) with thread
+/// caches on if, over the rows it updates, it reads each byte more than once a clock on
+/// average.
 pub(crate) fn build(
     pattern: &AccessPattern,
     tables: &[TableMeta],
@@ -214,6 +224,9 @@ pub(crate) fn build(
         ..Plan::default()
     };
     let total_accesses = pattern.accesses().max(1) as f64;
+    let clocks = plan.clocks as u128;
+    // Per worker: bytes of the rows it updates, and those bytes times its reads of them.
+    let mut updated = vec![(0u128, 0u128); cfg.workers];
     let mut offset = 0usize;
     for (shard, rows) in by_shard.iter().enumerate() {
         let shard_start = (plan.slots.len(), offset);
@@ -249,6 +262,14 @@ pub(crate) fn build(
                 if let Some(u) = plan.updates.get_mut(w as usize) {
                     u.push(slot);
                 }
+                if let Some((bytes, read)) = updated.get_mut(w as usize) {
+                    let reads = row
+                        .readers
+                        .binary_search_by_key(&w, |r| r.0)
+                        .map_or(0, |i| row.readers[i].1);
+                    *bytes += padded(len) as u128;
+                    *read += padded(len) as u128 * u128::from(reads);
+                }
             }
             let threads = row.workers();
             let contention = row.accesses() as f64 / total_accesses * threads.len() as f64;
@@ -267,6 +288,10 @@ pub(crate) fn build(
         });
     }
     plan.arena_bytes = offset;
+    plan.views = updated
+        .iter()
+        .map(|&(bytes, read)| cfg.thread_caches && read > bytes * clocks)
+        .collect();
     plan
 }
 
@@ -475,6 +500,52 @@ mod tests {
         let cfg = one_shard_without_thread_caches();
         let plan = build(&pattern(), &tables(), &Placement::hashed(1), &cfg);
         assert!(plan.thread_cached.iter().all(Vec::is_empty));
+        assert_eq!(plan.views, [false, false]);
         assert_eq!(plan.chunks.len(), 1);
+    }
+
+    #[test]
+    fn views_go_to_workers_that_read_their_rows_more_than_once_a_clock() {
+        let cfg = PlanConfig {
+            thread_caches: true,
+            ..one_shard_without_thread_caches()
+        };
+        // Each worker reads its 20 rows once and the hot row 20 times (16 bytes each):
+        // 640 bytes read of 336 updated, in one clock.
+        let plan = build(&pattern(), &tables(), &Placement::hashed(1), &cfg);
+        assert_eq!(plan.views, [true, true]);
+        // Two clocks of the same accesses (a DNN's mini-batches): worker 0 reads each of
+        // its rows once a clock, worker 1 never reads its own.
+        let mut logs = vec![AccessLog::default(), AccessLog::default()];
+        for _ in 0..2 {
+            for r in 0..10u64 {
+                logs[0].record(RowKey::new(0, r), Access::Read);
+                logs[0].record(RowKey::new(0, r), Access::Update);
+                logs[1].record(RowKey::new(0, 10 + r), Access::Update);
+            }
+        }
+        for log in &mut logs {
+            log.clocks = 2;
+        }
+        let pattern = AccessPattern::from_logs(logs);
+        let plan = build(&pattern, &tables(), &Placement::hashed(1), &cfg);
+        assert_eq!(plan.views, [false, false]);
+        // One read more of each row a clock, and worker 0's views pay.
+        let mut logs = vec![AccessLog::default(); 2];
+        for _ in 0..2 {
+            for r in 0..10u64 {
+                logs[0].record(RowKey::new(0, r), Access::Read);
+                logs[0].record(RowKey::new(0, r), Access::Update);
+                logs[0].record(RowKey::new(0, r), Access::Read);
+            }
+        }
+        logs[0].clocks = 2;
+        let plan = build(
+            &AccessPattern::from_logs(logs),
+            &tables(),
+            &Placement::hashed(1),
+            &cfg,
+        );
+        assert_eq!(plan.views, [true, false]);
     }
 }

@@ -85,6 +85,10 @@ pub struct Stats {
     pub planned_rule_rows: usize,
     /// Per-thread row copies in the current plan, summed over workers.
     pub thread_cached_rows: usize,
+    /// Workers of the current plan whose blocks hold views (private snapshots) of the rows
+    /// they update: those that read them more than once a clock on average, with thread
+    /// caches on; the others read those rows from the arena. 0 without a plan.
+    pub view_workers: usize,
     /// Plans made so far.
     pub plans: u32,
     /// Wall time spent building plans from gathered patterns and switching the store to
@@ -316,6 +320,10 @@ impl Cluster {
             thread_cached_rows: arena
                 .as_ref()
                 .map_or(0, |a| a.plan.thread_cached.iter().map(Vec::len).sum()),
+            view_workers: arena.as_ref().map_or(0, |a| {
+                let views = self.config.specializations.thread_caches;
+                a.plan.views.iter().filter(|&&v| v && views).count()
+            }),
             plans: self.spec.plans,
             specialize_time: self.spec.specialize_time,
             diagnostics: self.diagnostics.messages().len() as u32,

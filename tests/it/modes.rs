@@ -590,9 +590,9 @@ fn specialized_modes_use_the_arena_and_generic_mode_does_not() {
 }
 
 /// 8-byte rows a worker updates share blocks (runs), so their bookkeeping (headers and
-/// the per-row table) is no larger than the rows: the blocks hold each such row's view
-/// and delta (16 bytes) and at most 8 bytes more. Rows of a wide table keep a 32-byte
-/// header each.
+/// the per-row table) is no larger than the rows: the blocks hold each such row's delta
+/// (and view, when the worker reads its rows more than once a clock) and at most 8 bytes
+/// more. Rows of a wide table keep a 32-byte header each.
 #[test]
 fn eight_byte_rows_cost_no_more_bookkeeping_than_their_data() {
     const N: u64 = 300;
@@ -614,10 +614,24 @@ fn eight_byte_rows_cost_no_more_bookkeeping_than_their_data() {
         "{} bytes of blocks for {rows} rows of 8 bytes: {s:?}",
         s.memory.blocks
     );
-    // The same accesses on a table of 24-byte rows: a header of 32 bytes a row.
+    // The same accesses on a table of 24-byte rows: a header of 32 bytes a row, and the
+    // delta; no view, as each worker reads its rows once a clock.
     let wide = per_worker(0);
     let w = stats_of(&wide, &wide, Mode::Virtual, Specializations::ALL, None);
-    assert!(w.memory.blocks >= rows * (32 + 48), "{w:?}");
+    assert_eq!(w.view_workers, 0, "{w:?}");
+    assert!(w.memory.blocks >= rows * (32 + 24), "{w:?}");
+    // Read twice a clock, each row's block holds a view of it as well.
+    let twice: Program = (0..2u64)
+        .map(|w| {
+            vec![(0..N)
+                .flat_map(|r| [Op::Read(0, w * N + r), Op::Update(0, w * N + r)])
+                .chain((0..N).map(|r| Op::Read(0, w * N + r)))
+                .collect()]
+        })
+        .collect();
+    let t = stats_of(&twice, &twice, Mode::Virtual, Specializations::ALL, None);
+    assert_eq!(t.view_workers, 2, "{t:?}");
+    assert!(t.memory.blocks >= rows * (32 + 48), "{t:?}");
 }
 
 /// Accesses off the op tape are counted by how they were served: a real iteration that

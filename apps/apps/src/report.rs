@@ -134,6 +134,9 @@ pub struct StoreReport {
     pub planned_rule_rows: usize,
     /// Per-thread copies of contended rows, summed over workers.
     pub thread_cached_rows: usize,
+    /// Workers keeping views of the rows they update (those reading them more than once
+    /// a clock; `iterstore::stats::Stats::view_workers`).
+    pub view_workers: usize,
     /// Accesses found as the next step of a worker's op tape (the fast path).
     pub tape_accesses: u64,
     /// Accesses found through the plan's index: they deviated from the gathered pattern,
@@ -492,6 +495,7 @@ impl RunReport {
             planned_rows: stats.planned_rows,
             planned_rule_rows: stats.planned_rule_rows,
             thread_cached_rows: stats.thread_cached_rows,
+            view_workers: stats.view_workers,
             tape_accesses: stats.tape_accesses,
             indexed_accesses: stats.indexed_accesses,
             unplanned_accesses: stats.unplanned_accesses,
@@ -758,6 +762,13 @@ impl RunReport {
         );
         if let Some(peak) = self.memory.peak_rss_bytes {
             line += &format!(", peak RSS {:.1} MB", peak as f64 / 1e6);
+        }
+        if st.planned_rows > 0 {
+            line += &format!(
+                "; views of updated rows for {} of {} workers (the others read theirs at most \
+                 once a clock)",
+                st.view_workers, self.workers
+            );
         }
         let read_updates = st.lent_read_updates + st.copied_read_updates;
         if read_updates > 0 {

@@ -24,7 +24,9 @@ use std::sync::Arc;
 impl SpecialWorker {
     /// State for worker `worker` of a store with `tables` configured by `config`: a block
     /// (delta buffer) per row it updates with the contiguous index on, with a private
-    /// view of the row with thread caches on. `tape`: the worker's op tape (plan slots,
+    /// view of the row where the plan gives this worker views
+    /// ([`Plan::views`](crate::plan::Plan::views): thread caches on, and rows it reads
+    /// more than once a clock). `tape`: the worker's op tape (plan slots,
     /// see [`crate::plan::tapes`]), turned into its steps in place.
     pub(crate) fn new(
         arena: Arc<ProcessArena>,
@@ -34,8 +36,8 @@ impl SpecialWorker {
         tape: Vec<u32>,
     ) -> Self {
         let deltas = config.specializations.contiguous_index;
-        let views = config.specializations.thread_caches;
         let plan = &arena.plan;
+        let views = config.specializations.thread_caches && plan.views.get(worker) == Some(&true);
         let none: &[u32] = &[];
         let updates = plan.updates.get(worker).map_or(none, Vec::as_slice);
         let copied = plan.thread_cached.get(worker).map_or(none, Vec::as_slice);

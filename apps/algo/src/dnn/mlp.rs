@@ -349,9 +349,15 @@ pub fn epoch_order(
 /// 0, `v` becomes `step`).
 pub fn add_momentum(velocity: &mut [Vec<f32>], step: &[Vec<f32>], momentum: f32) {
     for (v, d) in velocity.iter_mut().zip(step) {
-        for (v, &d) in v.iter_mut().zip(d) {
-            *v = momentum * *v + d;
-        }
+        add_momentum_row(v, d, momentum);
+    }
+}
+
+/// [`add_momentum`] of one row (or any slice): `v ← momentum · v + step`, element-wise.
+#[inline]
+pub fn add_momentum_row(velocity: &mut [f32], step: &[f32], momentum: f32) {
+    for (v, &d) in velocity.iter_mut().zip(step) {
+        *v = momentum * *v + d;
     }
 }
 

@@ -10,7 +10,7 @@ use iterstore::{Table, Worker};
 use super::quorum::Quorum;
 use super::Saved;
 use crate::checkpoint::{self, Cursor};
-use iterstore_algo::dnn::mlp::{add_momentum, epoch_order, mini_batch};
+use iterstore_algo::dnn::mlp::{add_momentum, add_momentum_row, epoch_order, mini_batch};
 use iterstore_algo::dnn::network::add_layers;
 use iterstore_algo::dnn::quorum::carry_over;
 use iterstore_algo::dnn::{DnnConfig, Network};
@@ -259,6 +259,12 @@ pub(super) fn iteration<N: Network>(
             w.clock()?;
             continue;
         }
+        if st.read_every == 1 && st.write_every == 1 {
+            // The common case: each row's velocity folded and UPDATEd in one pass.
+            write_with_momentum(w, st, s, momentum)?;
+            w.clock()?;
+            continue;
+        }
         add_momentum(&mut s.velocity, &s.step, momentum);
         // Between reads a worker trains on its own weights with its own steps; with a
         // server rule on the weights it last fetched (Downpour SGD).
@@ -328,8 +334,7 @@ pub(super) fn slice<N: Network>(
                 .gradient_step(train, which, rate, &mut s.scratch, &mut s.step);
             losses.push((loss, which.len() as u64));
         }
-        add_momentum(&mut s.velocity, &s.step, sl.momentum);
-        write(w, st, &s.velocity, &s.weights)?;
+        write_with_momentum(w, st, s, sl.momentum)?;
         w.clock()?;
         s.next += 1;
         if s.next == clocks {
@@ -405,6 +410,28 @@ fn write<N: Network>(
         let width = shape.width(l);
         for (r, delta) in deltas[l].chunks_exact(width).enumerate() {
             w.update(table, r as u64, delta)?;
+        }
+    }
+    Ok(())
+}
+
+/// Folds the step into the velocity ([`add_momentum`]'s arithmetic) and UPDATEs every
+/// row of every layer by it, a row at a time: the velocity row is still in cache when it
+/// is written, one pass over the velocities fewer than folding them all first.
+fn write_with_momentum<N: Network>(
+    w: &mut Worker<'_>,
+    st: Step<'_>,
+    s: &mut State<N>,
+    momentum: f32,
+) -> iterstore::Result<()> {
+    for (l, table) in st.tables.iter().enumerate() {
+        let width = s.weights.width(l);
+        let rows = s.velocity[l]
+            .chunks_exact_mut(width)
+            .zip(s.step[l].chunks_exact(width));
+        for (r, (velocity, step)) in rows.enumerate() {
+            add_momentum_row(velocity, step, momentum);
+            w.update(table, r as u64, velocity)?;
         }
     }
     Ok(())
