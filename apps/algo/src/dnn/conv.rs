@@ -22,7 +22,11 @@
 //!   below's activation ([`Activation::derive`]), because the layer below may be a
 //!   pooling layer or the input, which have none.
 //! - [`update`]: `w −= η · Σ_images δ_out · colsᵀ` (and `b −= η · Σ δ_out`) — the same
-//!   multiply-adds. On a zeroed `w` with `η = −1` it writes the gradient itself.
+//!   multiply-adds. On a zeroed `w` with `η = −1` it writes the gradient itself. Its GEMM
+//!   sums over the positions, so it unrolls the images by position instead (one row of
+//!   taps per position, and `δ_out` one row of channels per position): the GEMM then
+//!   packs both operands by contiguous copies, where `colsᵀ` read through swapped strides
+//!   cost it a gather per value (the same bits either way).
 //!
 //! `cols` is scratch that the caller keeps between calls (resized here as needed, to
 //! `(taps + out_channels) · batch · positions` values), so a training step allocates
@@ -396,22 +400,86 @@ pub fn update(
     if batch == 0 {
         return;
     }
-    let (taps, n) = (g.taps(), batch * g.positions());
+    let (taps, n, out) = (g.taps(), batch * g.positions(), g.out_channels);
+    // Both operands laid out with the sum's index (image and position) slowest, so that
+    // the GEMM packs them by contiguous copies: the same products summed in the same
+    // order as over `im2col`'s columns (the same bits).
     let (cols, delta) = scratch(g, batch, cols);
-    unroll(g, x, cols, batch);
-    to_channels(g, delta_out, delta, batch);
-    // colsᵀ (batch · positions × taps): cols read with its strides swapped.
+    unroll_by_position(g, x, cols, batch);
+    to_positions(g, delta_out, delta, batch);
     gemm(
-        (g.out_channels, n, taps),
+        (out, n, taps),
         -rate,
-        (delta, n, 1),
-        (cols, 1, n),
+        (delta, 1, out),
+        (cols, taps, 1),
         1.0,
         w,
     );
     if let Some(bias) = bias {
-        for (v, row) in bias.iter_mut().zip(delta.chunks_exact(n)) {
-            *v -= rate * row.iter().sum::<f32>();
+        // Each channel's sum over the positions in order, from −0.0 as `Iterator::sum`
+        // adds floats (the same bits as summing each channel's plane), the channels side
+        // by side in one pass.
+        let mut sums = vec![-0.0f32; out];
+        for row in delta[..out * n].chunks_exact(out) {
+            sums.iter_mut().zip(row).for_each(|(s, &d)| *s += d);
+        }
+        for (v, sum) in bias.iter_mut().zip(sums) {
+            *v -= rate * sum;
+        }
+    }
+}
+
+/// `im2col` of each of the `batch` images of `x`, transposed: one row of `taps` values
+/// per output position, the images one after the other (`batch · positions` rows), zeros
+/// where a tap falls into the padding.
+fn unroll_by_position(g: &ConvGeometry, x: &[f32], cols: &mut [f32], batch: usize) {
+    let (oh, ow, k, taps) = (g.out_height(), g.out_width(), g.kernel, g.taps());
+    let mut rows = cols[..batch * g.positions() * taps].chunks_exact_mut(taps);
+    for image in x[..batch * g.input_len()].chunks_exact(g.input_len()) {
+        for oy in 0..oh {
+            for ox in 0..ow {
+                let row = rows.next().expect("a row per output position");
+                let (x0, y0) = (ox * g.stride, oy * g.stride);
+                let mut lines = row.chunks_exact_mut(k);
+                for plane in image.chunks_exact(g.height * g.width) {
+                    for ky in 0..k {
+                        let line = lines.next().expect("a line of taps per kernel row");
+                        let iy = (y0 + ky).wrapping_sub(g.padding);
+                        if iy >= g.height {
+                            line.fill(0.0);
+                            continue;
+                        }
+                        let src = &plane[iy * g.width..][..g.width];
+                        match x0.checked_sub(g.padding).and_then(|ix| src.get(ix..ix + k)) {
+                            // The whole line inside the image (always without padding).
+                            Some(src) => line.iter_mut().zip(src).for_each(|(v, &a)| *v = a),
+                            None => {
+                                for (kx, v) in line.iter_mut().enumerate() {
+                                    let ix = (x0 + kx).wrapping_sub(g.padding);
+                                    *v = if ix < g.width { src[ix] } else { 0.0 };
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `delta_out` (`batch` images of `out_channels` planes) regrouped by position: one row
+/// of `out_channels` values per output position, the images one after the other.
+fn to_positions(g: &ConvGeometry, images: &[f32], rows: &mut [f32], batch: usize) {
+    let (p, out) = (g.positions(), g.out_channels);
+    for (image, rows) in images[..batch * g.output_len()]
+        .chunks_exact(g.output_len())
+        .zip(rows.chunks_exact_mut(p * out))
+    {
+        // Written in order, read across the planes.
+        for (pos, row) in rows.chunks_exact_mut(out).enumerate() {
+            for (o, v) in row.iter_mut().enumerate() {
+                *v = image[o * p + pos];
+            }
         }
     }
 }

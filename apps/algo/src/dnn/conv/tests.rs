@@ -138,6 +138,70 @@ fn forward_backward_and_update_equal_the_direct_loops() {
     }
 }
 
+/// [`update`] gives the bits of the GEMM over `im2col`'s columns read through swapped
+/// strides (how it computed the step before its operands were laid out by position), on
+/// the random small shapes and on the app's CNN layers (kernel 5, 16 and 32 channels).
+#[test]
+fn update_by_position_gives_the_bits_of_the_update_over_columns() {
+    let mut rng = StdRng::seed_from_u64(29);
+    let app = |in_channels, out_channels, side| ConvGeometry {
+        in_channels,
+        out_channels,
+        height: side,
+        width: side,
+        kernel: 5,
+        stride: 1,
+        padding: 0,
+    };
+    let mut cases: Vec<(ConvGeometry, usize)> = (0..40)
+        .map(|_| (geometry(&mut rng), rng.gen_range(1..=3)))
+        .collect();
+    cases.extend([(app(1, 16, 28), 32), (app(16, 32, 12), 32)]);
+    let (mut cols, mut scratch_cols) = (Vec::new(), Vec::new());
+    for (i, (g, batch)) in cases.into_iter().enumerate() {
+        let (w, bias) = (
+            values(&mut rng, g.weights_len()),
+            values(&mut rng, g.out_channels),
+        );
+        let x = values(&mut rng, batch * g.input_len());
+        // The first case's error terms are all −0.0: the bias's sums keep their sign.
+        let delta_out = match i {
+            0 => vec![-0.0; batch * g.output_len()],
+            _ => values(&mut rng, batch * g.output_len()),
+        };
+        let (mut w1, mut b1) = (w.clone(), bias.clone());
+        update(
+            &g,
+            &mut w1,
+            Some(&mut b1),
+            &delta_out,
+            &x,
+            0.5,
+            batch,
+            &mut cols,
+        );
+        let (mut w2, mut b2) = (w, bias);
+        let (taps, n) = (g.taps(), batch * g.positions());
+        let (c, delta) = scratch(&g, batch, &mut scratch_cols);
+        unroll(&g, &x, c, batch);
+        to_channels(&g, &delta_out, delta, batch);
+        gemm(
+            (g.out_channels, n, taps),
+            -0.5,
+            (delta, n, 1),
+            (c, 1, n),
+            1.0,
+            &mut w2,
+        );
+        for (v, row) in b2.iter_mut().zip(delta.chunks_exact(n)) {
+            *v -= 0.5 * row.iter().sum::<f32>();
+        }
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&w1), bits(&w2), "{g:?}, batch {batch}: weights");
+        assert_eq!(bits(&b1), bits(&b2), "{g:?}, batch {batch}: bias");
+    }
+}
+
 /// `L = Σ r ∘ σ(conv(x, w) + b)` in `f64`.
 fn loss(g: &ConvGeometry, w: &[f32], bias: &[f32], x: &[f32], r: &[f32], batch: usize) -> f64 {
     let mut y = vec![0.0; batch * g.output_len()];
