@@ -352,7 +352,7 @@ pub(crate) fn plan(
         updates: &plan.updates,
         cached: &plan.thread_cached,
         views: (0..cfg.workers)
-            .map(|w| cfg.blocks && plan.views.get(w) != Some(&false))
+            .map(|w| cfg.blocks && plan.views.get(w) == Some(&true))
             .collect(),
     };
     debug_assert!(ws.updates.iter().chain(ws.cached).all(|l| l.is_sorted()));
