@@ -682,6 +682,29 @@ impl ToShard {
 }
 
 impl ToClient {
+    /// The shard an answer names as its sender, if it names one.
+    pub(crate) fn sending_shard(&self) -> Option<ShardId> {
+        match self {
+            ToClient::Rows { shard, .. }
+            | ToClient::SlabRows { shard, .. }
+            | ToClient::MinClock { shard, .. }
+            | ToClient::RunReady { shard, .. }
+            | ToClient::Migrated { shard }
+            | ToClient::Checkpointed { shard, .. }
+            | ToClient::Restored { shard }
+            | ToClient::RowsSet { shard }
+            | ToClient::StateKept { shard, .. }
+            | ToClient::Branched { shard, .. }
+            | ToClient::DumpRows { shard, .. }
+            | ToClient::Rejected { shard, .. } => Some(*shard),
+            ToClient::TableDeclared { .. }
+            | ToClient::Gathered { .. }
+            | ToClient::Called { .. }
+            | ToClient::Pass { .. }
+            | ToClient::WorkerStopped { .. } => None,
+        }
+    }
+
     /// The names of the kinds of message a communication thread receives, indexed by
     /// [`ToClient::kind`].
     pub(crate) const KINDS: [&'static str; 17] = [

@@ -312,12 +312,18 @@ fn check(
             | ToShard::ReplicaAck { backup: shard, .. },
         ) => world.process_of_shard(*shard),
         Envelope::Shard(_, other) => other.sender(),
-        // The shard a shard's answer names is not checked.
-        Envelope::Client(_, _) => None,
+        // A shard's answer comes from the process holding the shard it names.
+        Envelope::Client(_, answer) => match answer.sending_shard() {
+            Some(shard) => Some(world.process_of_shard(shard).ok_or_else(|| {
+                format!("process {from} sent an answer from shard {shard}, which the cluster does not have")
+            })?),
+            None => None,
+        },
     };
     match claimed {
         Some(p) if p != from => Err(format!(
-            "process {from} sent a message claiming to come from process {p}"
+            "process {from} sent a message ({}) claiming to come from process {p}",
+            Envelope::KINDS[envelope.kind()]
         )),
         _ => Ok(()),
     }
@@ -374,5 +380,25 @@ mod tests {
         };
         assert!(check(world, 0, 1, &client(0, stopped.clone())).is_err());
         assert!(check(world, 0, 2, &client(0, stopped)).is_ok());
+        // A shard's answer: from the process holding the shard it names (one shard a
+        // process: shard s is on process s).
+        let rows = |shard| ToClient::Rows {
+            shard,
+            data_clock: 1,
+            rows: Vec::new(),
+        };
+        assert!(check(world, 0, 1, &client(0, rows(1))).is_ok());
+        let e = check(world, 0, 1, &client(0, rows(2))).unwrap_err();
+        assert!(e.contains("claiming to come from process 2"), "{e}");
+        let e = check(world, 0, 1, &client(0, rows(3))).unwrap_err();
+        assert!(
+            e.contains("shard 3, which the cluster does not have"),
+            "{e}"
+        );
+        let rejected = ToClient::Rejected {
+            shard: 0,
+            reason: String::new(),
+        };
+        assert!(check(world, 0, 1, &client(0, rejected)).is_err());
     }
 }

@@ -369,13 +369,13 @@ impl Shard {
                 from,
                 table,
                 backup: None,
-            } => self.dump(from, table, out),
+            } => self.dump(self.id, from, table, out),
             ToShard::Dump {
                 from,
                 table,
                 backup: Some(primary),
             } => match self.held_backup(primary) {
-                Some(b) => b.dump(from, table, out),
+                Some(b) => b.dump(self.id, from, table, out),
                 None => self.reject(
                     from,
                     format!("shard {} keeps no backup of shard {primary}", self.id),

@@ -13,7 +13,7 @@
 use super::Shard;
 use crate::buf::AlignedBuf;
 use crate::gather::phase_bit;
-use crate::ids::{Clock, ProcessId, RowKey, WorkerId};
+use crate::ids::{Clock, ProcessId, RowKey, ShardId, WorkerId};
 use crate::msg::{Envelope, RowBatch, ToClient, WantedChunks};
 use crate::server::arena::{Fold, Layout, Request};
 
@@ -219,8 +219,15 @@ impl Shard {
     }
 
     /// Answers `from` with every row of `table` this shard holds, generic and arena rows
-    /// alike, as they are now.
-    pub(super) fn dump(&self, from: ProcessId, table: u32, out: &mut Vec<Envelope>) {
+    /// alike, as they are now, as shard `answering` (this shard, or the shard keeping it
+    /// as a backup: an answer names the shard that sends it).
+    pub(super) fn dump(
+        &self,
+        answering: ShardId,
+        from: ProcessId,
+        table: u32,
+        out: &mut Vec<Envelope>,
+    ) {
         let mut rows: Vec<(RowKey, AlignedBuf)> = self
             .rows
             .iter()
@@ -236,7 +243,7 @@ impl Shard {
         out.push(Envelope::Client(
             from,
             ToClient::DumpRows {
-                shard: self.id,
+                shard: answering,
                 rows,
             },
         ));
