@@ -473,43 +473,32 @@ impl ArenaShard {
         positions: Option<&[u32]>,
         slab: &AlignedBuf,
     ) -> Result<Vec<RowKey>, String> {
-        let rows = self.slab_rows(layout, positions, slab)?;
-        Ok(rows.into_iter().map(|(key, _)| key).collect())
-    }
-
-    /// Each row of `slab` (laid out by `layout`, `positions` its sparse rows) with its
-    /// delta's bytes, all-zero deltas of a whole slab left out.
-    fn slab_rows<'s>(
-        &self,
-        layout: &SlabLayout,
-        positions: Option<&[u32]>,
-        slab: &'s AlignedBuf,
-    ) -> Result<Vec<(RowKey, &'s [u8])>, String> {
-        let rows: Vec<u32> = match positions {
-            None => layout.rows.to_vec(),
-            Some(p) => p.iter().map(|&p| layout.rows[p as usize]).collect(),
+        // A whole slab's rows are the layout's; a sparse one's, those at its positions.
+        let sparse: Vec<u32>;
+        let rows: &[u32] = match positions {
+            None => &layout.rows,
+            Some(p) => {
+                sparse = p.iter().map(|&p| layout.rows[p as usize]).collect();
+                &sparse
+            }
         };
         let expected = rows
             .iter()
             .map(|&r| padded(self.rows[r as usize].len))
             .sum();
         check_slab_size(slab, expected)?;
-        let (src, mut at, mut out) = (slab.words(), 0, Vec::with_capacity(rows.len()));
-        for r in rows {
-            let row = self.rows[r as usize];
-            let words = padded(row.len) / 8;
+        let (src, mut at, mut keys) = (slab.words(), 0, Vec::with_capacity(rows.len()));
+        for &r in rows {
+            let words = padded(self.rows[r as usize].len) / 8;
             let delta = &src[at..at + words];
             at += words;
             // A whole slab's all-zero deltas are skipped, a sparse slab's are not.
             if positions.is_none() && is_zero(delta) {
                 continue;
             }
-            out.push((
-                self.keys[r as usize],
-                &bytemuck::cast_slice::<u64, u8>(delta)[..row.len],
-            ));
+            keys.push(self.keys[r as usize]);
         }
-        Ok(out)
+        Ok(keys)
     }
 
     /// [`apply_slab`](Self::apply_slab) of the arena rows `rows`, in slab order;

@@ -21,7 +21,7 @@ mod shard;
 
 pub(crate) use arena::RefreshRows;
 pub(crate) use local::LocalArena;
-pub(crate) use shard::{CopyAt, Shard, STATES_KEPT};
+pub(crate) use shard::{keep_newest, CopyAt, Shard};
 
 use shard::PartWrite;
 

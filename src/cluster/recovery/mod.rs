@@ -19,7 +19,7 @@
 //! as a checkpoint's rows are restored ([`ToShard::Restore`]); the primaries replicate
 //! them to their new backups. The application's virtual iteration then places the rows
 //! as the failed cluster did (the same pattern), so its migration moves none. Each
-//! process's application state comes from its own copy or a backup's, all-gathered. The application states come from one process that kept them.
+//! process's application state comes from its own copy or a backup's, all-gathered.
 //!
 //! It knows what is kept and the collective that restores it; the copies' clocks and
 //! rows are the shards' (`server`), the choice `choice`'s.
@@ -33,7 +33,7 @@ use crate::error::{Error, Result};
 use crate::ids::{Clock, ProcessId};
 use crate::msg::ToShard;
 use crate::rows_part::{self, Item};
-use crate::server::{Shard, STATES_KEPT};
+use crate::server::{keep_newest, Shard};
 use crate::sync::lock;
 use choice::Inventory;
 use std::sync::{Arc, Mutex};
@@ -76,13 +76,9 @@ impl Recovery {
     }
 
     /// Keeps this process's application state `state` at `clock`, dropping the oldest
-    /// beyond [`STATES_KEPT`].
+    /// beyond the last few ([`keep_newest`]).
     fn keep_state(&self, clock: Clock, state: Vec<u8>) {
-        let mut kept = lock(&self.kept);
-        kept.states.retain(|(c, _)| *c != clock);
-        kept.states.push((clock, state));
-        let extra = kept.states.len().saturating_sub(STATES_KEPT);
-        kept.states.drain(..extra);
+        keep_newest(&mut lock(&self.kept).states, clock, state);
     }
 }
 

@@ -80,7 +80,7 @@ mod undo;
 pub(super) mod tests;
 
 pub(crate) use checkpoint::PartWrite;
-pub(crate) use replicas::STATES_KEPT;
+pub(crate) use replicas::keep_newest;
 pub(crate) use salvage::CopyAt;
 
 use self::branches::Branches;

@@ -36,7 +36,17 @@ use std::collections::BTreeMap;
 
 /// How many iterations' application states are kept, each process's (by itself and by
 /// the shards backing up its first shard).
-pub(crate) const STATES_KEPT: usize = 2;
+pub(super) const STATES_KEPT: usize = 2;
+
+/// Adds `state` at `clock` to `kept` (oldest first; one at `clock` replaced), dropping
+/// the oldest beyond [`STATES_KEPT`]: how a process and the shards backing it up keep its
+/// states alike.
+pub(crate) fn keep_newest(kept: &mut Vec<(Clock, Vec<u8>)>, clock: Clock, state: Vec<u8>) {
+    kept.retain(|(c, _)| *c != clock);
+    kept.push((clock, state));
+    let extra = kept.len().saturating_sub(STATES_KEPT);
+    kept.drain(..extra);
+}
 
 /// A shard's part in replication: its backups (as a primary) and the backups it keeps.
 #[derive(Default)]
@@ -404,8 +414,8 @@ impl Shard {
     }
 
     /// Process `from`'s application state at `clock`: kept (the last [`STATES_KEPT`] per
-    /// process) if
-    /// this shard backs up `from`'s first shard, and acknowledged; refused otherwise.
+    /// process) if this shard backs up `from`'s first shard, and acknowledged; refused
+    /// otherwise.
     pub(super) fn keep_state(
         &mut self,
         (from, clock): (ProcessId, Clock),
@@ -420,12 +430,7 @@ impl Shard {
             );
             return self.reject(from, reason, out);
         }
-        let kept = self.replicas.states.entry(from).or_default();
-        kept.retain(|(c, _)| *c != clock);
-        kept.push((clock, state));
-        if kept.len() > STATES_KEPT {
-            kept.remove(0);
-        }
+        keep_newest(self.replicas.states.entry(from).or_default(), clock, state);
         out.push(Envelope::Client(
             from,
             ToClient::StateKept {

@@ -472,16 +472,21 @@ fn a_shard_keeps_the_state_of_the_process_it_backs_up_and_no_other() {
 fn a_replicated_shard_takes_a_migration_that_moves_no_row_and_refuses_one_that_does() {
     let key = RowKey::new(0, 7);
     let row = AlignedBuf::from_slice(&[1i64, 2]);
+    // A pair whose primary holds `key` and was asked to place it on shard `to`.
+    let migrated_to = |to| {
+        let mut pair = Pair::new();
+        pair.primary.rows.insert(key, row.clone());
+        let mut out = Vec::new();
+        let migrate = ToShard::Migrate {
+            from: 0,
+            overrides: vec![(key, to)],
+        };
+        pair.primary.step(migrate, &mut out);
+        (pair, out)
+    };
     // Nothing moves: taken, and the migration completes once the other shard's (empty)
     // rows are in.
-    let mut pair = Pair::new();
-    pair.primary.rows.insert(key, row.clone());
-    let mut out = Vec::new();
-    let stay = ToShard::Migrate {
-        from: 0,
-        overrides: vec![(key, 0)],
-    };
-    pair.primary.step(stay, &mut out);
+    let (mut pair, mut out) = migrated_to(0);
     let empty = ToShard::Adopt {
         shard: 1,
         rows: Vec::new(),
@@ -491,14 +496,7 @@ fn a_replicated_shard_takes_a_migration_that_moves_no_row_and_refuses_one_that_d
     assert!(rejected(&out).is_empty(), "{out:?}");
     assert!(to_clients(&out).any(|(_, m)| matches!(m, ToClient::Migrated { shard: 0 })));
     // A row placed on the other shard would leave the backups behind: refused.
-    let mut pair = Pair::new();
-    pair.primary.rows.insert(key, row.clone());
-    let mut out = Vec::new();
-    let moving = ToShard::Migrate {
-        from: 0,
-        overrides: vec![(key, 1)],
-    };
-    pair.primary.step(moving, &mut out);
+    let (mut pair, out) = migrated_to(1);
     assert!(
         rejected(&out)
             .iter()
